@@ -1,0 +1,268 @@
+//! One request/response exchange from t_arrive to t_end: the timeline, the meter and the labels of a
+//! request, and the single place where a finished request is recorded (metrics, SLO verdict, log line).
+//!
+//! The state lives in an [`ExchangeGuard`]: first inside the forwarding future, then inside the response
+//! body. Whichever way the exchange ends — the body's last frame, an upstream error, or the guard being
+//! dropped because the client went away — it is finished exactly once, and the in-flight gauge with it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderValue, Method, StatusCode};
+use prometheus::IntGauge;
+use tokio::time::Instant;
+
+use crate::config::{Metering, Slo};
+use crate::dialect::{Api, Dialect};
+use crate::meter::{is_event_stream, Meter};
+use crate::metrics::{Metrics, Series};
+use crate::slo::{judge, Measured};
+use crate::tap::ModelSlot;
+use crate::timeline::{Mark, Timeline};
+
+/// How a request ended, the `outcome` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The response ended normally (whatever its status).
+    Ok,
+    /// The client went away before the response ended.
+    Cancelled,
+    /// The upstream could not be reached, broke the stream, or reported an error inside it.
+    UpstreamError,
+    /// A timeout cut the request.
+    Timeout,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Cancelled => "cancelled",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::Timeout => "timeout",
+        }
+    }
+}
+
+/// What every exchange records into: the metrics, the SLO ceilings and the metering bounds.
+pub struct Recorder {
+    pub metrics: Metrics,
+    pub slo: Slo,
+    pub metering: Metering,
+}
+
+pub struct Exchange {
+    recorder: Arc<Recorder>,
+    api: Api,
+    method: Method,
+    path: String,
+    timeline: Timeline,
+    request_model: Arc<ModelSlot>,
+    dialect: Option<Box<dyn Dialect>>,
+    meter: Option<Meter>,
+    status: Option<StatusCode>,
+    series: Option<Series>,
+    in_flight: IntGauge,
+}
+
+impl Exchange {
+    pub fn begin(
+        recorder: Arc<Recorder>,
+        api: Api,
+        dialect: Option<Box<dyn Dialect>>,
+        method: Method,
+        path: String,
+        arrive: Instant,
+        request_model: Arc<ModelSlot>,
+    ) -> Self {
+        let in_flight = recorder.metrics.in_flight(api);
+        in_flight.inc();
+        Exchange {
+            recorder,
+            api,
+            method,
+            path,
+            timeline: Timeline::new(arrive),
+            request_model,
+            dialect,
+            meter: None,
+            status: None,
+            series: None,
+            in_flight,
+        }
+    }
+
+    /// The response head arrived. Successful responses of a known API are metered from here on.
+    pub fn on_response(&mut self, status: StatusCode, content_type: Option<&HeaderValue>) {
+        self.status = Some(status);
+        if status.is_success() {
+            if let Some(dialect) = self.dialect.take() {
+                let streaming = is_event_stream(content_type);
+                self.meter = Some(Meter::new(dialect, streaming, &self.recorder.metering));
+            }
+        }
+    }
+
+    /// A response body frame is passing at `now`.
+    pub fn on_data(&mut self, bytes: &[u8], now: Instant) {
+        let Some(meter) = self.meter.as_mut() else {
+            return;
+        };
+        let outputs = meter.feed(bytes);
+        for _ in 0..outputs {
+            let mark = self.timeline.on_output(now);
+            let series = self.series();
+            match mark {
+                Mark::First(ttft) => series.ttft.observe(ttft.as_secs_f64()),
+                Mark::Gap(gap) => series.itl.observe(gap.as_secs_f64()),
+            }
+        }
+    }
+
+    /// Labels are resolved once: from the request's `model`, else the response's, else `unknown`.
+    fn series(&mut self) -> &Series {
+        let recorder = &self.recorder;
+        let request_model = &self.request_model;
+        let meter = &self.meter;
+        let api = self.api;
+        self.series.get_or_insert_with(|| {
+            let response_model = meter
+                .as_ref()
+                .and_then(|m| m.observations().model.as_deref());
+            let model = request_model.get().or(response_model);
+            recorder
+                .metrics
+                .series(recorder.metrics.models.label(model), api)
+        })
+    }
+
+    fn finish(mut self, mut outcome: Outcome, end: Instant) {
+        self.in_flight.dec();
+        let recorder = self.recorder.clone();
+        let metrics = &recorder.metrics;
+        let mut streaming = false;
+        let mut tokens = None;
+        let mut input_tokens = None;
+        if let Some(meter) = self.meter.as_mut() {
+            meter.finish();
+            streaming = meter.is_streaming();
+            if meter.saw_error_event() && outcome == Outcome::Ok {
+                outcome = Outcome::UpstreamError;
+            }
+            if let Some(reason) = meter.skipped() {
+                metrics.count_metering_skipped(self.api, reason.as_str());
+                streaming = false;
+            } else {
+                let obs = meter.observations();
+                input_tokens = obs.input_tokens;
+                tokens = obs
+                    .output_tokens
+                    .or(streaming.then(|| self.timeline.output_chunks()));
+            }
+        }
+        let figures = self.timeline.figures(end, tokens.unwrap_or(0));
+        let series = self.series().clone();
+        let status = self
+            .status
+            .map_or_else(|| "none".to_owned(), |s| s.as_str().to_owned());
+        metrics.count_request(&series, &status, outcome.as_str());
+        if let Some(n) = tokens {
+            series.output_tokens.inc_by(n);
+        }
+        if let Some(n) = input_tokens {
+            series.input_tokens.inc_by(n);
+        }
+
+        let measured = if outcome == Outcome::Ok {
+            series.e2e.observe(figures.e2e.as_secs_f64());
+            if streaming {
+                observe(&series.generation, figures.generation);
+                observe(&series.tpot, figures.tpot);
+                observe(&series.max_gap, figures.max_gap);
+                if let Some(rate) = figures.output_tokens_per_second {
+                    series.tokens_per_second.observe(rate);
+                }
+            }
+            Measured {
+                ttft: figures.ttft.filter(|_| streaming),
+                tpot: figures.tpot.filter(|_| streaming),
+                itl: figures.max_gap.filter(|_| streaming),
+                e2e: Some(figures.e2e),
+            }
+        } else {
+            // Lower bounds of what the request had already waited when it broke off.
+            let open_gap = self
+                .timeline
+                .last()
+                .map(|last| end.saturating_duration_since(last));
+            Measured {
+                ttft: figures.ttft.or(Some(figures.e2e)).filter(|_| streaming),
+                tpot: None,
+                itl: figures.max_gap.max(open_gap).filter(|_| streaming),
+                e2e: Some(figures.e2e),
+            }
+        };
+        let succeeded = outcome == Outcome::Ok && self.status.is_some_and(|s| s.is_success());
+        let verdict = judge(
+            &recorder.slo.ceilings_for(&series.model),
+            &measured,
+            succeeded,
+        );
+        for &kind in &verdict.missed {
+            metrics.count_violation(&series, kind);
+        }
+        if verdict.goodput {
+            series.goodput.inc();
+        }
+        tracing::info!(
+            method = %self.method,
+            path = %self.path,
+            model = %series.model,
+            api = self.api.as_str(),
+            status = %status,
+            outcome = outcome.as_str(),
+            ttft_ms = figures.ttft.filter(|_| streaming).map(millis),
+            tpot_ms = figures.tpot.filter(|_| streaming).map(millis),
+            e2e_ms = millis(figures.e2e),
+            output_tokens = tokens,
+            input_tokens = input_tokens,
+            slo = %verdict.describe(),
+            "request finished"
+        );
+    }
+}
+
+fn observe(histogram: &prometheus::Histogram, value: Option<Duration>) {
+    if let Some(value) = value {
+        histogram.observe(value.as_secs_f64());
+    }
+}
+
+fn millis(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// Owns an exchange until it is finished; dropping it unfinished means the client went away.
+pub struct ExchangeGuard(Option<Exchange>);
+
+impl ExchangeGuard {
+    pub fn new(exchange: Exchange) -> Self {
+        ExchangeGuard(Some(exchange))
+    }
+
+    pub fn get_mut(&mut self) -> Option<&mut Exchange> {
+        self.0.as_mut()
+    }
+
+    pub fn finish(&mut self, outcome: Outcome) {
+        if let Some(exchange) = self.0.take() {
+            exchange.finish(outcome, Instant::now());
+        }
+    }
+}
+
+impl Drop for ExchangeGuard {
+    fn drop(&mut self) {
+        self.finish(Outcome::Cancelled);
+    }
+}

@@ -1,0 +1,28 @@
+//! tokentap: a transparent measuring reverse proxy for LLM inference servers.
+//!
+//! The data path, one module a step: [`server`] accepts connections → [`proxy`] forwards each request →
+//! [`tap`] wraps both bodies (the request's `model` is read on the way up; each response frame is
+//! timestamped on the way down) → [`sse`] frames the stream (or [`json_scan`] reads a JSON body's fields)
+//! → a [`dialect`] says which events carry generated output → [`exchange`] keeps the request's
+//! [`timeline`] and, when it ends, records it into [`metrics`] with its [`slo`] verdict.
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod demo;
+pub mod dialect;
+pub mod error;
+pub mod exchange;
+pub mod hop_by_hop;
+pub mod json_scan;
+pub mod meter;
+pub mod metrics;
+pub mod proxy;
+pub mod server;
+pub mod slo;
+pub mod sse;
+pub mod tap;
+pub mod timeline;
+pub mod upstream;
+
+pub use config::Config;
+pub use server::{run, start, Running, StartError};

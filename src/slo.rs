@@ -1,0 +1,145 @@
+//! SLO verdicts (SPEC §4): which ceilings a finished request missed, and whether it counts as goodput.
+//!
+//! A ceiling is missed when the measured value is above it (a value equal to the ceiling meets it, matching
+//! the histogram's `le` bucket). A ceiling whose figure does not exist for the request (TPOT or ITL with fewer
+//! than two tokens, TTFT of a non-streaming response) is met. For a request that failed or was cancelled, the
+//! exchange passes lower bounds (the time already waited), so a ceiling already exceeded is still counted
+//! as missed, and such a request is never goodput.
+
+use std::time::Duration;
+
+use crate::config::{Ceilings, SloKind};
+
+/// The figures a request is judged on; `None` where the figure does not apply.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Measured {
+    pub ttft: Option<Duration>,
+    pub tpot: Option<Duration>,
+    pub itl: Option<Duration>,
+    pub e2e: Option<Duration>,
+}
+
+impl Measured {
+    fn get(&self, kind: SloKind) -> Option<Duration> {
+        match kind {
+            SloKind::Ttft => self.ttft,
+            SloKind::Tpot => self.tpot,
+            SloKind::Itl => self.itl,
+            SloKind::E2e => self.e2e,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verdict {
+    pub missed: Vec<SloKind>,
+    pub goodput: bool,
+}
+
+impl Verdict {
+    /// "met", or the missed ceilings joined ("missed:ttft,itl"), or "failed" for a request that did not
+    /// finish ok with a 2xx status but missed no ceiling — for the log line.
+    pub fn describe(&self) -> String {
+        if self.goodput {
+            "met".to_owned()
+        } else if self.missed.is_empty() {
+            "failed".to_owned()
+        } else {
+            let kinds: Vec<&str> = self.missed.iter().map(|k| k.as_str()).collect();
+            format!("missed:{}", kinds.join(","))
+        }
+    }
+}
+
+/// Judges a request. `succeeded`: outcome ok and a 2xx status.
+pub fn judge(ceilings: &Ceilings, measured: &Measured, succeeded: bool) -> Verdict {
+    let missed: Vec<SloKind> = SloKind::ALL
+        .into_iter()
+        .filter(|&kind| match (ceilings.get(kind), measured.get(kind)) {
+            (Some(ceiling), Some(value)) => value > ceiling,
+            _ => false,
+        })
+        .collect();
+    let goodput = succeeded && missed.is_empty();
+    Verdict { missed, goodput }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Option<Duration> {
+        Some(Duration::from_millis(n))
+    }
+
+    fn ceilings() -> Ceilings {
+        Ceilings {
+            ttft: ms(500),
+            tpot: ms(50),
+            itl: ms(250),
+            e2e: ms(10_000),
+        }
+    }
+
+    #[test]
+    fn within_every_ceiling_is_goodput_and_equal_counts_as_met() {
+        let m = Measured {
+            ttft: ms(500),
+            tpot: ms(20),
+            itl: ms(250),
+            e2e: ms(900),
+        };
+        let v = judge(&ceilings(), &m, true);
+        assert_eq!(
+            v,
+            Verdict {
+                missed: vec![],
+                goodput: true
+            }
+        );
+        assert_eq!(v.describe(), "met");
+    }
+
+    #[test]
+    fn each_missed_ceiling_is_listed_and_blocks_goodput() {
+        let m = Measured {
+            ttft: ms(501),
+            tpot: ms(20),
+            itl: ms(900),
+            e2e: ms(900),
+        };
+        let v = judge(&ceilings(), &m, true);
+        assert_eq!(v.missed, vec![SloKind::Ttft, SloKind::Itl]);
+        assert!(!v.goodput);
+        assert_eq!(v.describe(), "missed:ttft,itl");
+    }
+
+    #[test]
+    fn figures_that_do_not_apply_meet_their_ceiling() {
+        let m = Measured {
+            ttft: None,
+            tpot: None,
+            itl: None,
+            e2e: ms(100),
+        };
+        assert!(judge(&ceilings(), &m, true).goodput);
+    }
+
+    #[test]
+    fn failed_request_is_never_goodput_even_within_ceilings() {
+        let v = judge(&ceilings(), &Measured::default(), false);
+        assert!(!v.goodput);
+        assert_eq!(v.describe(), "failed");
+    }
+
+    #[test]
+    fn absent_ceiling_is_never_missed() {
+        let m = Measured {
+            ttft: ms(99_999),
+            tpot: ms(99_999),
+            itl: ms(99_999),
+            e2e: ms(99_999),
+        };
+        assert!(judge(&Ceilings::default(), &m, true).goodput);
+    }
+}

@@ -1,0 +1,9 @@
+//! Body wrappers that observe the bytes passing through the proxy and hand back the very same frames:
+//! [`RequestTap`] reads the request's `model` on its way upstream, [`MeteredBody`] timestamps the
+//! response's frames on their way to the client and finishes the exchange when the body ends.
+
+mod request;
+mod response;
+
+pub use request::{ModelSlot, RequestTap};
+pub use response::MeteredBody;
