@@ -17,7 +17,8 @@ use serde::Deserialize;
 const DURATION_SYNTAX: &str =
     "expected a number followed by us, ms, s, m or h (e.g. \"250ms\", \"1.5s\", \"2m\")";
 const SIZE_SYNTAX: &str = "expected a whole number of bytes, optionally followed by B, KiB, MiB, \
-                           GiB, KB or MB or GB (e.g. \"262144\", \"256KiB\", \"8MiB\")";
+                           GiB, KB, MB or GB (e.g. \"262144\", \"256KiB\", \"8MiB\")";
+const POSITIVE: &str = "must be greater than zero";
 const TOO_LARGE: &str = "the number is too large";
 const URL_EXAMPLE: &str = "e.g. \"http://127.0.0.1:8000\" or \"https://api.example.com/openai\"";
 
@@ -159,26 +160,21 @@ impl Ceilings {
 impl Slo {
     /// A model's overrides merged field by field over the default; other models get the default.
     pub fn ceilings_for(&self, model: &str) -> Ceilings {
-        let (d, m) = (
-            self.default,
-            self.models.get(model).copied().unwrap_or_default(),
-        );
-        let (ttft, tpot) = (m.ttft.or(d.ttft), m.tpot.or(d.tpot));
-        let (itl, e2e) = (m.itl.or(d.itl), m.e2e.or(d.e2e));
-        Ceilings {
-            ttft,
-            tpot,
-            itl,
-            e2e,
+        let mut c = self.default;
+        if let Some(m) = self.models.get(model) {
+            c.ttft = m.ttft.or(c.ttft);
+            c.tpot = m.tpot.or(c.tpot);
+            c.itl = m.itl.or(c.itl);
+            c.e2e = m.e2e.or(c.e2e);
         }
+        c
     }
 
     /// Every configured ceiling of `kind` (default and all models) in seconds, sorted, deduplicated.
     pub fn boundaries(&self, kind: SloKind) -> Vec<f64> {
         let all = std::iter::once(&self.default).chain(self.models.values());
         let mut v: Vec<f64> = all
-            .filter_map(|c| c.get(kind))
-            .map(|d| d.as_secs_f64())
+            .filter_map(|c| Some(c.get(kind)?.as_secs_f64()))
             .collect();
         v.sort_by(f64::total_cmp);
         v.dedup();
@@ -277,13 +273,8 @@ impl Config {
     /// Every semantic check; run it again after command-line overrides.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.listen == self.metrics_listen && self.listen.port() != 0 {
-            let value = self.metrics_listen.to_string();
-            return Err(invalid(
-                "metrics_listen",
-                "address",
-                &value,
-                "must differ from listen",
-            ));
+            let (value, reason) = (self.metrics_listen.to_string(), "must differ from listen");
+            return Err(invalid("metrics_listen", "address", &value, reason));
         }
         parse_upstream(&self.upstream.to_string())?;
         if let Some(path) = &self.upstream_ca_file {
@@ -293,27 +284,16 @@ impl Config {
             return Err(invalid("max_models", "value", "0", "must be at least 1"));
         }
         positive("timeouts.connect", self.timeouts.connect)?;
-        let (event, scan) = (
-            self.metering.max_event_bytes,
-            self.metering.model_scan_bytes,
-        );
-        if !(1 << 10..=64 << 20).contains(&event) {
+        let m = &self.metering;
+        if !(1 << 10..=64 << 20).contains(&m.max_event_bytes) {
+            let (key, value) = ("metering.max_event_bytes", m.max_event_bytes.to_string());
             let reason = "must be between 1KiB and 64MiB (1024 to 67108864 bytes)";
-            return Err(invalid(
-                "metering.max_event_bytes",
-                "size",
-                &event.to_string(),
-                reason,
-            ));
+            return Err(invalid(key, "size", &value, reason));
         }
-        if scan < 1 << 10 {
+        if m.model_scan_bytes < 1 << 10 {
+            let (key, value) = ("metering.model_scan_bytes", m.model_scan_bytes.to_string());
             let reason = "must be at least 1KiB (1024 bytes)";
-            return Err(invalid(
-                "metering.model_scan_bytes",
-                "size",
-                &scan.to_string(),
-                reason,
-            ));
+            return Err(invalid(key, "size", &value, reason));
         }
         for (name, list) in self.buckets.named() {
             check_buckets(&format!("buckets.{name}"), list)?;
@@ -336,12 +316,7 @@ impl Config {
 
 fn positive(key: &str, d: Duration) -> Result<(), ConfigError> {
     if d.is_zero() {
-        return Err(invalid(
-            key,
-            "duration",
-            &format_duration(d),
-            "must be greater than zero",
-        ));
+        return Err(invalid(key, "duration", &format_duration(d), POSITIVE));
     }
     Ok(())
 }
@@ -360,21 +335,15 @@ fn check_buckets(key: &str, list: &[f64]) -> Result<(), ConfigError> {
         return Err(invalid(key, "bucket list", "[]", "must not be empty"));
     }
     for (i, &b) in list.iter().enumerate() {
-        let bad = |reason: String| {
-            invalid(
-                &format!("{key}[{i}]"),
-                "bucket boundary",
-                &b.to_string(),
-                reason,
-            )
-        };
+        let (key, value) = (format!("{key}[{i}]"), b.to_string());
+        let bad = |reason: String| invalid(&key, "bucket boundary", &value, reason);
         if !b.is_finite() || b <= 0.0 {
             return Err(bad("must be a finite number greater than zero".into()));
         }
         if let Some(&p) = list[..i].last().filter(|&&p| b <= p) {
-            return Err(bad(format!(
-                "boundaries must be strictly increasing, but it follows {p}"
-            )));
+            let reason =
+                format!("boundaries must be strictly increasing, but the one before is {p}");
+            return Err(bad(reason));
         }
     }
     Ok(())
@@ -389,9 +358,8 @@ pub fn parse_upstream(text: &str) -> Result<http::Uri, ConfigError> {
     if text.contains('#') {
         return Err(bad("must not contain a fragment (#...)".into()));
     }
-    let uri: http::Uri = text
-        .parse()
-        .map_err(|e| bad(format!("{e} ({URL_EXAMPLE})")))?;
+    let uri = text.parse::<http::Uri>();
+    let uri = uri.map_err(|e| bad(format!("{e} ({URL_EXAMPLE})")))?;
     let scheme = match uri.scheme_str() {
         Some(s @ ("http" | "https")) => s.to_owned(),
         _ => {
@@ -409,17 +377,13 @@ pub fn parse_upstream(text: &str) -> Result<http::Uri, ConfigError> {
     }
     if uri.query().is_some() {
         return Err(bad(
-            "must not contain a query (?...); only a path prefix is allowed".into(),
+            "must not contain a query (?...), only a path prefix".into()
         ));
     }
     let prefix = uri.path().trim_end_matches('/');
     let path = if prefix.is_empty() { "/" } else { prefix };
-    let uri = http::Uri::builder()
-        .scheme(scheme.as_str())
-        .authority(authority);
-    uri.path_and_query(path)
-        .build()
-        .map_err(|e| bad(e.to_string()))
+    let normalised = format!("{scheme}://{authority}{path}").parse();
+    normalised.map_err(|e: http::uri::InvalidUri| bad(e.to_string()))
 }
 
 /// Replaces a `user:password@` in the authority with `***@`.
@@ -504,17 +468,17 @@ pub fn parse_size(text: &str) -> Result<u64, &'static str> {
     if number.is_empty() {
         return Err(SIZE_SYNTAX);
     }
-    number
+    let bytes = number
         .parse::<u64>()
         .ok()
-        .and_then(|n| n.checked_mul(multiplier))
-        .ok_or(TOO_LARGE)
+        .and_then(|n| n.checked_mul(multiplier));
+    bytes.ok_or(TOO_LARGE)
 }
 
 // ---- the YAML side -------------------------------------------------------------------------
 
-/// A string or whole-number scalar kept as text, so its conversion error can name key and value.
-/// Other YAML types (floats, booleans, lists) are rejected by serde_yaml with path and position.
+/// A string or number kept as text, so its conversion error can name the key and the value (and
+/// say e.g. that `0.5` lacks a unit). Other types are rejected by serde_yaml, with path and position.
 struct Scalar(String);
 
 impl<'de> Deserialize<'de> for Scalar {
@@ -523,13 +487,19 @@ impl<'de> Deserialize<'de> for Scalar {
         impl Visitor<'_> for V {
             type Value = Scalar;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string or a whole number")
+                f.write_str("a string or a number")
             }
             fn visit_str<E>(self, v: &str) -> Result<Scalar, E> {
                 Ok(Scalar(v.to_owned()))
             }
             fn visit_u64<E>(self, v: u64) -> Result<Scalar, E> {
                 Ok(Scalar(v.to_string()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar(format!("{v:?}"))) // "1000.0", never taken for whole bytes
             }
         }
         d.deserialize_any(V)
@@ -539,12 +509,7 @@ impl<'de> Deserialize<'de> for Scalar {
 impl Scalar {
     fn duration(&self, key: &str) -> Result<Duration, ConfigError> {
         match parse_duration(&self.0) {
-            Ok(d) if d.is_zero() => Err(invalid(
-                key,
-                "duration",
-                &self.0,
-                "must be greater than zero",
-            )),
+            Ok(d) if d.is_zero() => Err(invalid(key, "duration", &self.0, POSITIVE)),
             parsed => parsed.map_err(|reason| invalid(key, "duration", &self.0, reason)),
         }
     }
@@ -556,9 +521,8 @@ impl Scalar {
 
     fn address(&self, key: &str) -> Result<SocketAddr, ConfigError> {
         let reason = "expected IP:PORT, e.g. \"0.0.0.0:8080\" or \"[::]:8080\" (no host names)";
-        self.0
-            .parse()
-            .map_err(|_| invalid(key, "address", &self.0, reason))
+        let addr = self.0.parse();
+        addr.map_err(|_| invalid(key, "address", &self.0, reason))
     }
 }
 
@@ -578,12 +542,10 @@ impl<'de> Deserialize<'de> for Models {
                 let mut models = BTreeMap::new();
                 while let Some(name) = map.next_key::<String>()? {
                     let ceilings = map.next_value::<Option<RawCeilings>>()?;
-                    if models
-                        .insert(name.clone(), ceilings.unwrap_or_default())
-                        .is_some()
-                    {
+                    if models.contains_key(&name) {
                         return Err(A::Error::custom(format!("model `{name}` appears twice")));
                     }
+                    models.insert(name, ceilings.unwrap_or_default());
                 }
                 Ok(Models(models))
             }
@@ -593,11 +555,7 @@ impl<'de> Deserialize<'de> for Models {
 }
 
 #[derive(Deserialize, Default)]
-#[serde(
-    deny_unknown_fields,
-    default,
-    expecting = "a mapping of tokentap settings"
-)]
+#[serde(deny_unknown_fields, default, expecting = "a mapping")]
 struct RawConfig {
     listen: Option<Scalar>,
     upstream: Option<Scalar>,
@@ -693,19 +651,16 @@ impl RawConfig {
         if let Some(s) = &metering.model_scan_bytes {
             c.metering.model_scan_bytes = s.size("metering.model_scan_bytes")?;
         }
-        let (b, cb) = (self.buckets.unwrap_or_default(), &mut c.buckets);
-        let lists = [
-            (&mut cb.ttft, b.ttft),
-            (&mut cb.itl, b.itl),
-            (&mut cb.tpot, b.tpot),
-        ];
-        let more = [
-            (&mut cb.e2e, b.e2e),
-            (&mut cb.output_tokens_per_second, b.output_tokens_per_second),
-        ];
-        for (slot, list) in lists.into_iter().chain(more) {
-            *slot = list.unwrap_or(std::mem::take(slot));
-        }
+        let (b, d) = (self.buckets.unwrap_or_default(), Buckets::default());
+        c.buckets = Buckets {
+            ttft: b.ttft.unwrap_or(d.ttft),
+            itl: b.itl.unwrap_or(d.itl),
+            tpot: b.tpot.unwrap_or(d.tpot),
+            e2e: b.e2e.unwrap_or(d.e2e),
+            output_tokens_per_second: b
+                .output_tokens_per_second
+                .unwrap_or(d.output_tokens_per_second),
+        };
         let slo = self.slo.unwrap_or_default();
         let (ttft, tpot, itl, e2e) = (slo.ttft, slo.tpot, slo.itl, slo.e2e);
         c.slo.default = RawCeilings {
@@ -749,6 +704,10 @@ slo:
         Some(Duration::from_millis(n))
     }
 
+    fn all(c: Ceilings) -> [Option<Duration>; 4] {
+        SloKind::ALL.map(|k| c.get(k))
+    }
+
     fn err(yaml: &str) -> String {
         match Config::from_yaml_str(yaml) {
             Ok(c) => panic!("expected an error for {yaml:?}, got {c:?}"),
@@ -756,44 +715,38 @@ slo:
         }
     }
 
+    /// Non-empty lines of a table, split at " | ".
+    fn rows(table: &str) -> impl Iterator<Item = Vec<&str>> {
+        table
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| l.trim().split(" | ").collect())
+    }
+
     #[test]
     fn full_example_parses_to_the_given_values() {
         let c = Config::from_yaml_str(FULL).unwrap();
-        assert_eq!(c.listen, "127.0.0.1:18080".parse().unwrap());
+        assert_eq!(c.listen.to_string(), "127.0.0.1:18080");
+        assert_eq!(c.upstream.to_string(), "https://api.example.com/openai");
+        assert_eq!(c.metrics_listen.to_string(), "[::1]:19464");
+        assert_eq!((c.upstream_ca_file, c.max_models), (None, 7));
+        assert_eq!(Some(c.timeouts.connect), ms(2500));
+        let m = c.metering;
+        assert_eq!((m.max_event_bytes, m.model_scan_bytes), (1 << 20, 65536));
+        let b = c.buckets;
         assert_eq!(
-            (c.upstream.to_string(), c.upstream.path()),
-            ("https://api.example.com/openai".into(), "/openai")
-        );
-        assert_eq!(c.metrics_listen, "[::1]:19464".parse().unwrap());
-        assert_eq!(
-            (c.upstream_ca_file, c.max_models, Some(c.timeouts.connect)),
-            (None, 7, ms(2500))
-        );
-        assert_eq!(
-            (c.metering.max_event_bytes, c.metering.model_scan_bytes),
-            (1 << 20, 65536)
-        );
-        let b = &c.buckets;
-        assert_eq!(
-            (&b.ttft[..], &b.itl[..], &b.tpot[..]),
-            (&[0.1, 1.0, 10.0][..], &[0.01, 0.1][..], &[0.02][..])
+            (b.ttft, b.itl, b.tpot),
+            (vec![0.1, 1.0, 10.0], vec![0.01, 0.1], vec![0.02])
         );
         assert_eq!(
-            (&b.e2e[..], &b.output_tokens_per_second[..]),
-            (&[1.0, 60.0][..], &[10.0, 100.0][..])
+            (b.e2e, b.output_tokens_per_second),
+            (vec![1.0, 60.0], vec![10.0, 100.0])
         );
-        let d = c.slo.default;
+        assert_eq!(all(c.slo.default), [ms(500), ms(50), ms(250), ms(60_000)]);
+        assert_eq!(c.slo.models.keys().collect::<Vec<_>>(), ["llama-3.1-70b"]);
         assert_eq!(
-            [d.ttft, d.tpot, d.itl, d.e2e],
-            [ms(500), ms(50), ms(250), ms(60_000)]
-        );
-        let llama = Ceilings {
-            ttft: ms(1000),
-            ..Ceilings::default()
-        };
-        assert_eq!(
-            c.slo.models,
-            BTreeMap::from([("llama-3.1-70b".to_owned(), llama)])
+            all(c.slo.models["llama-3.1-70b"]),
+            [ms(1000), None, None, None]
         );
     }
 
@@ -816,14 +769,12 @@ slo:
         let d = Config::default();
         assert_eq!(d.upstream, parse_upstream("http://127.0.0.1:8000").unwrap());
         assert_eq!(
-            (d.listen.to_string(), d.metrics_listen.to_string()),
-            ("0.0.0.0:8080".into(), "0.0.0.0:9464".into())
+            format!("{} {}", d.listen, d.metrics_listen),
+            "0.0.0.0:8080 0.0.0.0:9464"
         );
         assert_eq!((d.max_models, Some(d.timeouts.connect)), (100, ms(10_000)));
-        assert_eq!(
-            (d.metering.max_event_bytes, d.metering.model_scan_bytes),
-            (262_144, 8 << 20)
-        );
+        let m = d.metering;
+        assert_eq!((m.max_event_bytes, m.model_scan_bytes), (262_144, 8 << 20));
         assert_eq!(d.slo, Slo::default());
     }
 
@@ -832,10 +783,7 @@ slo:
         Config::default().validate().unwrap();
         for (name, list) in Buckets::default().named() {
             check_buckets(name, list).unwrap();
-            assert!(
-                list.len() > 15 && list.windows(2).all(|w| w[0] < w[1]),
-                "{name}"
-            );
+            assert!(list.len() > 15, "{name}");
         }
     }
 
@@ -849,13 +797,9 @@ slo:
                 ..c.clone()
             },
             d,
-            "non-SLO keys must show the defaults"
+            "all but slo are defaults"
         );
-        let s = c.slo.default;
-        assert_eq!(
-            [s.ttft, s.tpot, s.itl, s.e2e],
-            [ms(500), ms(50), ms(250), ms(60_000)]
-        );
+        assert_eq!(all(c.slo.default), [ms(500), ms(50), ms(250), ms(60_000)]);
         assert_eq!(c.slo.ceilings_for("llama-3.1-70b").ttft, ms(1000));
     }
 
@@ -863,26 +807,14 @@ slo:
     fn per_model_override_merges_field_by_field_over_the_default() {
         let slo = Config::from_yaml_str(FULL).unwrap().slo;
         let llama = slo.ceilings_for("llama-3.1-70b");
-        assert_eq!(
-            [llama.ttft, llama.tpot, llama.itl, llama.e2e],
-            [ms(1000), ms(50), ms(250), ms(60_000)]
-        );
+        assert_eq!(all(llama), [ms(1000), ms(50), ms(250), ms(60_000)]);
         assert_eq!(slo.ceilings_for("some-other-model"), slo.default);
-        let only_model = Config::from_yaml_str("slo: {models: {m: {itl: 1s}}}")
-            .unwrap()
-            .slo;
+        let only_model = Config::from_yaml_str("slo: {models: {m: {itl: 1s}}}").unwrap();
         assert_eq!(
-            only_model.ceilings_for("m"),
-            Ceilings {
-                itl: ms(1000),
-                ..Ceilings::default()
-            }
+            all(only_model.slo.ceilings_for("m")),
+            [None, None, ms(1000), None]
         );
-        assert_eq!(only_model.ceilings_for("x"), Ceilings::default());
-        assert_eq!(
-            SloKind::ALL.map(|k| llama.get(k)),
-            [llama.ttft, llama.tpot, llama.itl, llama.e2e]
-        );
+        assert_eq!(only_model.slo.ceilings_for("x"), Ceilings::default());
         assert_eq!(
             SloKind::ALL.map(SloKind::as_str),
             ["ttft", "tpot", "itl", "e2e"]
@@ -900,115 +832,80 @@ slo:
 
     #[test]
     fn unknown_key_at_top_level_is_named() {
-        assert_eq!(
-            err("listen: 0.0.0.0:1\nlisen: 0.0.0.0:2\n"),
-            "unknown field `lisen`, expected one of `listen`, `upstream`, `metrics_listen`, \
-             `upstream_ca_file`, `max_models`, `timeouts`, `metering`, `buckets`, `slo` at line 2 column 1"
-        );
+        let want = "unknown field `lisen`, expected one of `listen`, `upstream`, `metrics_listen`, \
+             `upstream_ca_file`, `max_models`, `timeouts`, `metering`, `buckets`, `slo` at line 2 column 1";
+        assert_eq!(err("listen: 0.0.0.0:1\nlisen: 0.0.0.0:2\n"), want);
     }
 
     #[test]
     fn unknown_key_under_slo_is_named_with_its_path() {
-        assert_eq!(
-            err("slo:\n  ttft: 1s\n  p99: 2s\n"),
-            "slo: unknown field `p99`, expected one of `ttft`, `tpot`, `itl`, `e2e`, `models` at line 3 column 3"
-        );
+        let want = "slo: unknown field `p99`, expected one of `ttft`, `tpot`, `itl`, `e2e`, `models` at line 3 column 3";
+        assert_eq!(err("slo:\n  ttft: 1s\n  p99: 2s\n"), want);
     }
 
     #[test]
     fn unknown_key_under_a_model_override_is_named_with_its_path() {
+        let want = "slo.models.llama-3.1-70b: unknown field `ttf`, expected one of `ttft`, `tpot`, `itl`, `e2e` at line 4 column 7";
         assert_eq!(
             err("slo:\n  models:\n    llama-3.1-70b:\n      ttf: 1s\n"),
-            "slo.models.llama-3.1-70b: unknown field `ttf`, expected one of `ttft`, `tpot`, `itl`, `e2e` at line 4 column 7"
+            want
         );
     }
 
     #[test]
     fn wrong_yaml_types_keep_the_parsers_path_and_position() {
-        let cases = [
-            ("max_models: many", "max_models: invalid type: string \"many\", expected usize at line 1 column 13"),
-            ("buckets:\n  itl: [0.1, fast]", "buckets.itl[1]: invalid type: string \"fast\", expected f64 at line 2 column 14"),
-            ("metering: {max_event_bytes: 1.5}", "metering.max_event_bytes: invalid type: floating point `1.5`, expected a string or a whole number at line 1 column 29"),
-            ("slo: {models: {a: {}, a: {}}}", "slo.models: model `a` appears twice at line 1 column 15"),
-            ("listen: [1]", "listen: invalid type: sequence, expected a string or a whole number at line 1 column 9"),
-        ];
-        for (yaml, message) in cases {
-            assert_eq!(err(yaml), message);
+        let table = r#"
+            max_models: many | max_models: invalid type: string "many", expected usize at line 1 column 13
+            buckets: {itl: [0.1, fast]} | buckets.itl[1]: invalid type: string "fast", expected f64 at line 1 column 22
+            timeouts: {connect: true} | timeouts.connect: invalid type: boolean `true`, expected a string or a number at line 1 column 21
+            slo: {models: {a: {}, a: {}}} | slo.models: model `a` appears twice at line 1 column 15
+            listen: [1] | listen: invalid type: sequence, expected a string or a number at line 1 column 9
+        "#;
+        for row in rows(table) {
+            assert_eq!(err(row[0]), row[1]);
         }
     }
 
     #[test]
     fn bad_values_give_errors_naming_the_key_and_the_value() {
-        let cases = [
-            (
-                "slo: {models: {llama-3.1-70b: {ttft: 1 second}}}",
-                "slo.models.llama-3.1-70b.ttft",
-                "1 second",
-            ),
-            ("timeouts: {connect: 5}", "timeouts.connect", "5"),
-            (
-                "metering: {max_event_bytes: 256kb}",
-                "metering.max_event_bytes",
-                "256kb",
-            ),
-            (
-                "metering: {max_event_bytes: 100MiB}",
-                "metering.max_event_bytes",
-                "104857600",
-            ),
-            (
-                "metering: {model_scan_bytes: 1000}",
-                "metering.model_scan_bytes",
-                "1000",
-            ),
-            ("slo: {tpot: 0ms}", "slo.tpot", "0ms"),
-            ("timeouts: {connect: 0s}", "timeouts.connect", "0s"),
-            ("buckets: {ttft: [0.1, 0.5, 0.5]}", "buckets.ttft[2]", "0.5"),
-            ("buckets: {e2e: [0, 1]}", "buckets.e2e[0]", "0"),
-            ("buckets: {itl: [0.1, .inf]}", "buckets.itl[1]", "inf"),
-            ("buckets: {tpot: []}", "buckets.tpot", "[]"),
-            ("upstream: ftp://x", "upstream", "ftp://x"),
-            (
-                "upstream: http://x/v1?key=1",
-                "upstream",
-                "http://x/v1?key=1",
-            ),
-            ("upstream: 127.0.0.1:8000", "upstream", "127.0.0.1:8000"),
-            ("listen: nonsense", "listen", "nonsense"),
-            (
-                "metrics_listen: localhost:9464",
-                "metrics_listen",
-                "localhost:9464",
-            ),
-            (
-                "metrics_listen: 0.0.0.0:8080",
-                "metrics_listen",
-                "0.0.0.0:8080",
-            ),
-            ("max_models: 0", "max_models", "0"),
-            (
-                "upstream_ca_file: /nonexistent/ca.pem",
-                "upstream_ca_file",
-                "/nonexistent/ca.pem",
-            ),
-            ("upstream_ca_file: /", "upstream_ca_file", "/"),
-        ];
-        for (yaml, key, value) in cases {
-            let msg = err(yaml);
-            assert!(
-                msg.starts_with(&format!("{key}: invalid ")) && msg.contains(&format!("{value:?}")),
-                "{msg}"
-            );
+        let table = "
+            slo: {models: {llama-3.1-70b: {ttft: 1 second}}} | slo.models.llama-3.1-70b.ttft | 1 second
+            timeouts: {connect: 5} | timeouts.connect | 5
+            slo: {ttft: 0.5} | slo.ttft | 0.5
+            slo: {itl: -1} | slo.itl | -1
+            metering: {max_event_bytes: 1.5} | metering.max_event_bytes | 1.5
+            metering: {model_scan_bytes: 1e6} | metering.model_scan_bytes | 1000000.0
+            metering: {max_event_bytes: 256kb} | metering.max_event_bytes | 256kb
+            metering: {max_event_bytes: 100MiB} | metering.max_event_bytes | 104857600
+            metering: {model_scan_bytes: 1000} | metering.model_scan_bytes | 1000
+            slo: {tpot: 0ms} | slo.tpot | 0ms
+            timeouts: {connect: 0s} | timeouts.connect | 0s
+            buckets: {ttft: [0.1, 0.5, 0.5]} | buckets.ttft[2] | 0.5
+            buckets: {e2e: [0, 1]} | buckets.e2e[0] | 0
+            buckets: {itl: [0.1, .inf]} | buckets.itl[1] | inf
+            buckets: {tpot: []} | buckets.tpot | []
+            upstream: ftp://x | upstream | ftp://x
+            upstream: http://x/v1?key=1 | upstream | http://x/v1?key=1
+            upstream: 127.0.0.1:8000 | upstream | 127.0.0.1:8000
+            listen: nonsense | listen | nonsense
+            metrics_listen: localhost:9464 | metrics_listen | localhost:9464
+            metrics_listen: 0.0.0.0:8080 | metrics_listen | 0.0.0.0:8080
+            max_models: 0 | max_models | 0
+            upstream_ca_file: /nonexistent/ca.pem | upstream_ca_file | /nonexistent/ca.pem
+            upstream_ca_file: / | upstream_ca_file | /
+        ";
+        for row in rows(table) {
+            let (msg, key, value) = (err(row[0]), row[1], row[2]);
+            let named = msg.starts_with(&format!("{key}: invalid "));
+            assert!(named && msg.contains(&format!("{value:?}")), "{msg}");
         }
         assert_eq!(
             err("slo: {models: {llama-3.1-70b: {ttft: 1 second}}}"),
             "slo.models.llama-3.1-70b.ttft: invalid duration \"1 second\": expected a number \
              followed by us, ms, s, m or h (e.g. \"250ms\", \"1.5s\", \"2m\")"
         );
-        assert_eq!(
-            err("buckets: {ttft: [0.1, 0.5, 0.5]}"),
-            "buckets.ttft[2]: invalid bucket boundary \"0.5\": boundaries must be strictly increasing, but it follows 0.5"
-        );
+        let want = "buckets.ttft[2]: invalid bucket boundary \"0.5\": boundaries must be strictly increasing, but the one before is 0.5";
+        assert_eq!(err("buckets: {ttft: [0.1, 0.5, 0.5]}"), want);
     }
 
     #[test]
@@ -1017,7 +914,7 @@ slo:
         c.slo.models.insert(
             "m".into(),
             Ceilings {
-                e2e: Some(Duration::ZERO),
+                e2e: ms(0),
                 ..Ceilings::default()
             },
         );
@@ -1030,39 +927,30 @@ slo:
             upstream: http::Uri::from_static("ftp://x/"),
             ..Config::default()
         };
-        assert!(c
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .starts_with("upstream: invalid upstream URL"));
+        let msg = c.validate().unwrap_err().to_string();
+        assert!(msg.starts_with("upstream: invalid upstream URL"));
         let path = std::env::temp_dir().join(format!("tokentap-ca-{}.pem", std::process::id()));
         std::fs::write(&path, "-----BEGIN CERTIFICATE-----\n").unwrap();
-        let result = Config {
+        let c = Config {
             upstream_ca_file: Some(path.clone()),
             ..Config::default()
-        }
-        .validate();
+        };
+        let result = c.validate();
         std::fs::remove_file(&path).unwrap();
         result.unwrap();
     }
 
     #[test]
     fn upstream_is_normalised_and_checked() {
-        let ok = [
-            ("http://127.0.0.1:8000", "http://127.0.0.1:8000/"),
-            ("http://127.0.0.1:8000/", "http://127.0.0.1:8000/"),
-            (
-                "https://api.example.com/openai/",
-                "https://api.example.com/openai",
-            ),
-            (
-                "https://api.example.com/a/b//",
-                "https://api.example.com/a/b",
-            ),
-            ("http://[::1]:8000", "http://[::1]:8000/"),
-        ];
-        for (text, normalised) in ok {
-            assert_eq!(parse_upstream(text).unwrap().to_string(), normalised);
+        let table = "
+            http://127.0.0.1:8000 | http://127.0.0.1:8000/
+            http://127.0.0.1:8000/ | http://127.0.0.1:8000/
+            https://api.example.com/openai/ | https://api.example.com/openai
+            https://api.example.com/a/b// | https://api.example.com/a/b
+            http://[::1]:8000 | http://[::1]:8000/
+        ";
+        for row in rows(table) {
+            assert_eq!(parse_upstream(row[0]).unwrap().to_string(), row[1]);
         }
         for bad in [
             "",
@@ -1075,38 +963,31 @@ slo:
         ] {
             assert!(parse_upstream(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(
-            parse_upstream("https://user:secret@api.example.com/v1").unwrap_err().to_string(),
-            "upstream: invalid upstream URL \"https://***@api.example.com/v1\": must not contain credentials (user:password@)"
-        );
+        let msg = parse_upstream("https://user:secret@api.example.com/v1").unwrap_err();
+        let want = "upstream: invalid upstream URL \"https://***@api.example.com/v1\": must not contain credentials (user:password@)";
+        assert_eq!(msg.to_string(), want);
     }
 
     #[test]
     fn duration_parsing_table() {
-        let ns = |n| Ok(Duration::from_nanos(n));
-        let ok = [
-            ("500us", ns(500_000)),
-            ("0.5us", ns(500)),
-            ("250ms", ns(250_000_000)),
-            ("12.5ms", ns(12_500_000)),
-            ("1.5s", ns(1_500_000_000)),
-            ("0.001s", ns(1_000_000)),
-            ("2m", ns(120_000_000_000)),
-            ("0.5h", ns(1_800_000_000_000)),
-            ("0s", ns(0)),
-            ("007s", ns(7_000_000_000)),
-        ];
-        for (text, want) in ok {
-            assert_eq!(parse_duration(text), want, "{text:?}");
+        let table = "
+            500us | 500000 | 0.5us | 500 | 250ms | 250000000 | 12.5ms | 12500000
+            1.5s | 1500000000 | 0.001s | 1000000 | 2m | 120000000000 | 0.5h | 1800000000000
+            0s | 0 | 007s | 7000000000 | 1.0000000015s | 1000000001
+        ";
+        for row in rows(table) {
+            for pair in row.chunks(2) {
+                let want = Duration::from_nanos(pair[1].parse().unwrap());
+                assert_eq!(parse_duration(pair[0]), Ok(want), "{pair:?}");
+            }
         }
         // Whitespace is rejected on purpose ("10 ms"): one spelling, as in Go and Prometheus.
         let bad = [
-            "", "5", "1.5", "-1s", "+1s", "1.5.2s", "10 ms", " 1s", "1s ", ".5s", "5.s", "1e3s",
-            "5S",
+            "", "5", "1.5", "-1s", "+1s", "1.5.2s", "10 ms", " 1s", "1s ", ".5s", "5.s",
         ];
         for text in bad
             .into_iter()
-            .chain(["5sec", "1m30s", "ms", "5ns", "1,5s"])
+            .chain(["1e3s", "5S", "5sec", "1m30s", "ms", "5ns", "1,5s"])
         {
             assert_eq!(parse_duration(text), Err(DURATION_SYNTAX), "{text:?}");
         }
@@ -1115,42 +996,35 @@ slo:
 
     #[test]
     fn format_duration_is_exact_and_round_trips() {
-        let ns = Duration::from_nanos;
-        let cases = [
-            (ns(250_000_000), "250ms"),
-            (ns(1_500_000_000), "1.5s"),
-            (ns(60_000_000_000), "60s"),
-            (ns(500_000), "500us"),
-            (ns(12_500_000), "12.5ms"),
-            (ns(100), "0.1us"),
-            (ns(1_000_000_001), "1.000000001s"),
-            (ns(0), "0s"),
-        ];
-        for (d, text) in cases {
-            assert_eq!(
-                (format_duration(d).as_str(), parse_duration(text)),
-                (text, Ok(d))
-            );
+        let table = "
+            250000000 | 250ms | 1500000000 | 1.5s | 60000000000 | 60s | 500000 | 500us
+            12500000 | 12.5ms | 100 | 0.1us | 1000000001 | 1.000000001s | 0 | 0s
+        ";
+        for row in rows(table) {
+            for pair in row.chunks(2) {
+                let d = Duration::from_nanos(pair[0].parse().unwrap());
+                assert_eq!(
+                    (format_duration(d).as_str(), parse_duration(pair[1])),
+                    (pair[1], Ok(d))
+                );
+            }
         }
     }
 
     #[test]
     fn size_parsing_table() {
-        let ok = [
-            ("0", 0),
-            ("262144", 262_144),
-            ("512B", 512),
-            ("256KiB", 262_144),
-            ("8MiB", 8 << 20),
-        ];
-        let more = [
-            ("1GiB", 1 << 30),
-            ("1KB", 1000),
-            ("2MB", 2_000_000),
-            ("1GB", 1_000_000_000),
-        ];
-        for (text, want) in ok.into_iter().chain(more) {
-            assert_eq!(parse_size(text), Ok(want), "{text:?}");
+        let table = "
+            0 | 0 | 262144 | 262144 | 512B | 512 | 256KiB | 262144 | 8MiB | 8388608
+            1GiB | 1073741824 | 1KB | 1000 | 2MB | 2000000 | 1GB | 1000000000
+        ";
+        for row in rows(table) {
+            for pair in row.chunks(2) {
+                assert_eq!(
+                    parse_size(pair[0]),
+                    Ok(pair[1].parse().unwrap()),
+                    "{pair:?}"
+                );
+            }
         }
         for text in [
             "", "KiB", "-1", "1.5MiB", "256 KiB", "256kib", "256K", "1TiB", "0x10",
@@ -1162,15 +1036,13 @@ slo:
 
     #[test]
     fn load_names_the_file() {
-        let msg = Config::load(Path::new("/nonexistent/tokentap.yaml"))
-            .unwrap_err()
-            .to_string();
+        let missing = Config::load(Path::new("/nonexistent/tokentap.yaml")).unwrap_err();
+        let msg = missing.to_string();
         assert!(
             msg.starts_with("cannot read config file /nonexistent/tokentap.yaml: "),
             "{msg}"
         );
-        let path =
-            std::env::temp_dir().join(format!("tokentap-config-{}.yaml", std::process::id()));
+        let path = std::env::temp_dir().join(format!("tokentap-cfg-{}.yaml", std::process::id()));
         std::fs::write(&path, "slo:\n  e2e: soon\n").unwrap();
         let bad = Config::load(&path).map_err(|e| e.to_string());
         std::fs::write(&path, "max_models: 3\n").unwrap();
@@ -1178,10 +1050,10 @@ slo:
             .map(|c| c.max_models)
             .map_err(|e| e.to_string());
         std::fs::remove_file(&path).unwrap();
-        let want = format!(
-            "{}: slo.e2e: invalid duration \"soon\": {DURATION_SYNTAX}",
-            path.display()
+        let want = format!("{}: slo.e2e: invalid duration \"soon\": ", path.display());
+        assert_eq!(
+            (bad, good),
+            (Err(format!("{want}{DURATION_SYNTAX}")), Ok(3))
         );
-        assert_eq!((bad, good), (Err(want), Ok(3)));
     }
 }

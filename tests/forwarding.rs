@@ -1,0 +1,210 @@
+//! Forwarding is transparent: the client gets the upstream's status, headers, body bytes and trailers
+//! unchanged, and the upstream gets the client's request unchanged but for hop-by-hop headers and Host.
+
+mod support;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use support::*;
+
+const VLLM: &[u8] = include_bytes!("../../shared/fixtures/vllm-0.32-chat-stream.sse");
+
+/// The vLLM capture rewritten with CRLF line endings and SSE comments between events.
+fn crlf_with_comments(capture: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(capture);
+    let mut out = String::from(": keep-alive comment\r\n\r\n");
+    for event in text.split("\n\n").filter(|e| !e.is_empty()) {
+        out.push_str(&event.replace('\n', "\r\n"));
+        out.push_str("\r\n\r\n: ping\r\n\r\n");
+    }
+    out.into_bytes()
+}
+
+fn streamed(frames: &[Vec<u8>]) -> Vec<Step> {
+    let mut steps = vec![sse_head()];
+    for frame in frames {
+        steps.push(chunk(frame));
+        steps.push(Step::Sleep(ms(1)));
+    }
+    steps.push(last_chunk());
+    steps
+}
+
+#[tokio::test]
+async fn stream_bytes_arrive_identical_whatever_the_frame_boundaries() {
+    let bodies = [VLLM.to_vec(), crlf_with_comments(VLLM)];
+    for (variant, body) in bodies.iter().enumerate() {
+        for seed in 0..6u64 {
+            let frames = random_frames(body, &mut Lcg(seed * 7919 + variant as u64), 97);
+            let script = streamed(&frames);
+            let upstream = upstream(move |_| script.clone()).await;
+            let proxy = proxy(&upstream.url(), "").await;
+            let got = send(&client(), post(&proxy, "/v1/chat/completions", &chat_request("tiny-llama"))).await;
+            assert_eq!(got.status, 200);
+            assert_eq!(got.end, Ok(()));
+            assert_eq!(got.body, *body, "variant {variant} seed {seed}: bytes differ");
+            assert_eq!(got.headers["content-type"], "text/event-stream");
+            assert_eq!(got.headers["x-upstream"], "scripted");
+            assert_eq!(got.headers["cache-control"], "no-cache");
+            settle(&proxy).await;
+            let m = scrape(&proxy).await;
+            // 16 content tokens in the capture: the usage chunk says so, and so do the chunks.
+            assert_eq!(m.get("tokentap_output_tokens_total", &[("model", "tiny-llama"), ("api", "chat")]), 16.0);
+            assert_eq!(m.get("tokentap_time_to_first_token_seconds_count", &[("model", "tiny-llama")]), 1.0);
+            assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+        }
+    }
+}
+
+#[tokio::test]
+async fn h2c_clients_get_the_same_bytes() {
+    let frames = random_frames(VLLM, &mut Lcg(42), 200);
+    let script = streamed(&frames);
+    let upstream = upstream(move |_| script.clone()).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let h2: TestClient = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    let got = send(&h2, post(&proxy, "/v1/chat/completions", &chat_request("tiny-llama"))).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body, VLLM);
+    assert_eq!(got.end, Ok(()));
+    assert_eq!(upstream.requests()[0].request_line(), "POST /v1/chat/completions HTTP/1.1");
+}
+
+#[tokio::test]
+async fn request_reaches_upstream_unchanged_but_for_hop_by_hop_headers() {
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    // A large body, sent in many frames, with the model at the end as the OpenAI SDK sends it.
+    let prompt = "x".repeat(300_000);
+    let body = format!("{{\"messages\":[{{\"role\":\"user\",\"content\":\"{prompt}\"}}],\"model\":\"late-model\"}}");
+    let request = http::Request::post(format!("http://{}/v1/chat/completions?trace=1&x=%20y", proxy.proxy_addr()))
+        .header("content-type", "application/json")
+        .header("authorization", "Bearer sk-test")
+        .header("x-custom", "one")
+        .header("x-multi", "a")
+        .header("x-multi", "b")
+        .header("connection", "x-hop-secret")
+        .header("x-hop-secret", "must not pass")
+        .header("keep-alive", "timeout=5")
+        .body(Full::new(Bytes::from(body.clone())))
+        .expect("request");
+    let got = send(&client(), request).await;
+    assert_eq!(got.status, 200);
+    let seen = &upstream.requests()[0];
+    assert_eq!(seen.request_line(), "POST /v1/chat/completions?trace=1&x=%20y HTTP/1.1");
+    assert_eq!(seen.body, body.as_bytes());
+    assert_eq!(seen.header("authorization"), ["Bearer sk-test"]);
+    assert_eq!(seen.header("x-custom"), ["one"]);
+    assert_eq!(seen.header("x-multi"), ["a", "b"]);
+    assert!(seen.header("x-hop-secret").is_empty());
+    assert!(seen.header("keep-alive").is_empty());
+    assert_eq!(seen.header("host"), [upstream.addr.to_string()]);
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get("tokentap_requests_total", &[("model", "late-model"), ("status", "200"), ("outcome", "ok")]), 1.0);
+}
+
+#[tokio::test]
+async fn upstream_connections_are_kept_alive_and_reused() {
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{\"ok\":true}")]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let client = client();
+    for _ in 0..5 {
+        let got = send(&client, post(&proxy, "/v1/models", "")).await;
+        assert_eq!(got.body, b"{\"ok\":true}");
+    }
+    assert_eq!(upstream.requests().len(), 5);
+    assert_eq!(upstream.connection_count(), 1, "each request opened a new upstream connection");
+}
+
+#[tokio::test]
+async fn trailers_pass_through() {
+    let upstream = upstream(|_| {
+        vec![
+            Step::Raw(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntrailer: x-checksum\r\ntransfer-encoding: chunked\r\n\r\n".to_vec()),
+            chunk(b"hello"),
+            Step::Raw(b"0\r\nx-checksum: abc123\r\n\r\n".to_vec()),
+        ]
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let request = http::Request::get(format!("http://{}/files/1", proxy.proxy_addr()))
+        .header("te", "trailers")
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let got = send(&client(), request).await;
+    assert_eq!(got.body, b"hello");
+    let trailers = got.trailers.expect("trailers forwarded");
+    assert_eq!(trailers["x-checksum"], "abc123");
+    assert_eq!(upstream.requests()[0].header("te"), ["trailers"]);
+}
+
+#[tokio::test]
+async fn upstream_5xx_passes_through_and_is_never_goodput() {
+    let body = r#"{"error":{"message":"overloaded","type":"server_error"}}"#;
+    let upstream = upstream(move |_| vec![json_response(503, "Service Unavailable", body)]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let got = send(&client(), post(&proxy, "/v1/chat/completions", &chat_request("m"))).await;
+    assert_eq!(got.status, 503);
+    assert_eq!(got.body, body.as_bytes());
+    assert_eq!(got.headers["x-upstream"], "scripted");
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get("tokentap_requests_total", &[("model", "m"), ("status", "503"), ("outcome", "ok")]), 1.0);
+    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
+}
+
+#[tokio::test]
+async fn https_upstream_is_reached_with_a_configured_ca_bundle() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+    let certs: Vec<_> = rustls_pemfile_certs(&format!("{dir}/server.pem"));
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(format!("{dir}/server.key")).expect("key");
+    let tls = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(tls));
+    let frames = random_frames(VLLM, &mut Lcg(3), 300);
+    let script = streamed(&frames);
+    let upstream = upstream_with(move |_| script.clone(), Some(acceptor)).await;
+    let url = format!("https://127.0.0.1:{}", upstream.addr.port());
+    let proxy = proxy(&url, &format!("upstream_ca_file: {dir}/ca.pem\n")).await;
+    let got = send(&client(), post(&proxy, "/v1/chat/completions", &chat_request("tiny-llama"))).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body, VLLM);
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get("tokentap_output_tokens_total", &[("model", "tiny-llama")]), 16.0);
+}
+
+#[tokio::test]
+async fn https_upstream_with_an_untrusted_certificate_is_refused_with_502() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+    let certs: Vec<_> = rustls_pemfile_certs(&format!("{dir}/server.pem"));
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(format!("{dir}/server.key")).expect("key");
+    let tls = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(tls));
+    let upstream = upstream_with(|_| vec![json_response(200, "OK", "{}")], Some(acceptor)).await;
+    // Trust only the server's own leaf as a "CA": verification must fail, and nothing is forwarded.
+    let url = format!("https://127.0.0.1:{}", upstream.addr.port());
+    let proxy = proxy(&url, &format!("upstream_ca_file: {dir}/server.pem\n")).await;
+    let got = send(&client(), post(&proxy, "/v1/chat/completions", &chat_request("m"))).await;
+    assert_eq!(got.status, 502);
+    assert!(upstream.requests().is_empty());
+}
+
+fn rustls_pemfile_certs(path: &str) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_file_iter(path).expect("pem").collect::<Result<_, _>>().expect("certs")
+}
+
+use rustls::pki_types::pem::PemObject;
