@@ -4,6 +4,7 @@
 //! virtual-hosted and TLS upstreams; bodies stream through the taps in both directions.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::uri::{PathAndQuery, Uri};
@@ -19,6 +20,9 @@ use crate::exchange::{Exchange, ExchangeGuard, Outcome, Recorder};
 use crate::hop_by_hop;
 use crate::tap::{MeteredBody, ModelSlot, RequestTap};
 use crate::upstream::UpstreamClient;
+
+/// How long a request the upstream refused may take to yield its `model` before the error answer goes out.
+const LEFTOVER_READ_LIMIT: Duration = Duration::from_millis(250);
 
 pub type ProxyBody = Either<MeteredBody<Incoming>, Full<Bytes>>;
 
@@ -71,7 +75,8 @@ impl Proxy {
         parts.version = Version::HTTP_11;
         hop_by_hop::strip(&mut parts.headers);
         parts.headers.remove(header::HOST);
-        let body = RequestTap::new(body, inner.recorder.metering.model_scan_bytes, slot.clone());
+        let (body, leftover) =
+            RequestTap::new(body, inner.recorder.metering.model_scan_bytes, slot.clone());
 
         match inner.client.request(Request::from_parts(parts, body)).await {
             Ok(response) => {
@@ -92,6 +97,7 @@ impl Proxy {
                 let error =
                     ProxyError::from_client(&err, &inner.upstream_shown, slot.body_broken());
                 tracing::warn!(%error, "request not forwarded");
+                leftover.read_model(LEFTOVER_READ_LIMIT).await;
                 let response = error.to_response();
                 if let Some(exchange) = guard.get_mut() {
                     exchange.on_response(response.status(), None);

@@ -39,18 +39,37 @@ async fn stream_bytes_arrive_identical_whatever_the_frame_boundaries() {
             let script = streamed(&frames);
             let upstream = upstream(move |_| script.clone()).await;
             let proxy = proxy(&upstream.url(), "").await;
-            let got = send(&client(), post(&proxy, "/v1/chat/completions", &chat_request("tiny-llama"))).await;
+            let got = send(
+                &client(),
+                post(&proxy, "/v1/chat/completions", &chat_request("tiny-llama")),
+            )
+            .await;
             assert_eq!(got.status, 200);
             assert_eq!(got.end, Ok(()));
-            assert_eq!(got.body, *body, "variant {variant} seed {seed}: bytes differ");
+            assert_eq!(
+                got.body, *body,
+                "variant {variant} seed {seed}: bytes differ"
+            );
             assert_eq!(got.headers["content-type"], "text/event-stream");
             assert_eq!(got.headers["x-upstream"], "scripted");
             assert_eq!(got.headers["cache-control"], "no-cache");
             settle(&proxy).await;
             let m = scrape(&proxy).await;
             // 16 content tokens in the capture: the usage chunk says so, and so do the chunks.
-            assert_eq!(m.get("tokentap_output_tokens_total", &[("model", "tiny-llama"), ("api", "chat")]), 16.0);
-            assert_eq!(m.get("tokentap_time_to_first_token_seconds_count", &[("model", "tiny-llama")]), 1.0);
+            assert_eq!(
+                m.get(
+                    "tokentap_output_tokens_total",
+                    &[("model", "tiny-llama"), ("api", "chat")]
+                ),
+                16.0
+            );
+            assert_eq!(
+                m.get(
+                    "tokentap_time_to_first_token_seconds_count",
+                    &[("model", "tiny-llama")]
+                ),
+                1.0
+            );
             assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
         }
     }
@@ -62,14 +81,22 @@ async fn h2c_clients_get_the_same_bytes() {
     let script = streamed(&frames);
     let upstream = upstream(move |_| script.clone()).await;
     let proxy = proxy(&upstream.url(), "").await;
-    let h2: TestClient = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .http2_only(true)
-        .build_http();
-    let got = send(&h2, post(&proxy, "/v1/chat/completions", &chat_request("tiny-llama"))).await;
+    let h2: TestClient =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http();
+    let got = send(
+        &h2,
+        post(&proxy, "/v1/chat/completions", &chat_request("tiny-llama")),
+    )
+    .await;
     assert_eq!(got.status, 200);
     assert_eq!(got.body, VLLM);
     assert_eq!(got.end, Ok(()));
-    assert_eq!(upstream.requests()[0].request_line(), "POST /v1/chat/completions HTTP/1.1");
+    assert_eq!(
+        upstream.requests()[0].request_line(),
+        "POST /v1/chat/completions HTTP/1.1"
+    );
 }
 
 #[tokio::test]
@@ -79,21 +106,27 @@ async fn request_reaches_upstream_unchanged_but_for_hop_by_hop_headers() {
     // A large body, sent in many frames, with the model at the end as the OpenAI SDK sends it.
     let prompt = "x".repeat(300_000);
     let body = format!("{{\"messages\":[{{\"role\":\"user\",\"content\":\"{prompt}\"}}],\"model\":\"late-model\"}}");
-    let request = http::Request::post(format!("http://{}/v1/chat/completions?trace=1&x=%20y", proxy.proxy_addr()))
-        .header("content-type", "application/json")
-        .header("authorization", "Bearer sk-test")
-        .header("x-custom", "one")
-        .header("x-multi", "a")
-        .header("x-multi", "b")
-        .header("connection", "x-hop-secret")
-        .header("x-hop-secret", "must not pass")
-        .header("keep-alive", "timeout=5")
-        .body(Full::new(Bytes::from(body.clone())))
-        .expect("request");
+    let request = http::Request::post(format!(
+        "http://{}/v1/chat/completions?trace=1&x=%20y",
+        proxy.proxy_addr()
+    ))
+    .header("content-type", "application/json")
+    .header("authorization", "Bearer sk-test")
+    .header("x-custom", "one")
+    .header("x-multi", "a")
+    .header("x-multi", "b")
+    .header("connection", "x-hop-secret")
+    .header("x-hop-secret", "must not pass")
+    .header("keep-alive", "timeout=5")
+    .body(Full::new(Bytes::from(body.clone())))
+    .expect("request");
     let got = send(&client(), request).await;
     assert_eq!(got.status, 200);
     let seen = &upstream.requests()[0];
-    assert_eq!(seen.request_line(), "POST /v1/chat/completions?trace=1&x=%20y HTTP/1.1");
+    assert_eq!(
+        seen.request_line(),
+        "POST /v1/chat/completions?trace=1&x=%20y HTTP/1.1"
+    );
     assert_eq!(seen.body, body.as_bytes());
     assert_eq!(seen.header("authorization"), ["Bearer sk-test"]);
     assert_eq!(seen.header("x-custom"), ["one"]);
@@ -103,7 +136,17 @@ async fn request_reaches_upstream_unchanged_but_for_hop_by_hop_headers() {
     assert_eq!(seen.header("host"), [upstream.addr.to_string()]);
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_requests_total", &[("model", "late-model"), ("status", "200"), ("outcome", "ok")]), 1.0);
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[
+                ("model", "late-model"),
+                ("status", "200"),
+                ("outcome", "ok")
+            ]
+        ),
+        1.0
+    );
 }
 
 #[tokio::test]
@@ -116,7 +159,11 @@ async fn upstream_connections_are_kept_alive_and_reused() {
         assert_eq!(got.body, b"{\"ok\":true}");
     }
     assert_eq!(upstream.requests().len(), 5);
-    assert_eq!(upstream.connection_count(), 1, "each request opened a new upstream connection");
+    assert_eq!(
+        upstream.connection_count(),
+        1,
+        "each request opened a new upstream connection"
+    );
 }
 
 #[tokio::test]
@@ -146,13 +193,23 @@ async fn upstream_5xx_passes_through_and_is_never_goodput() {
     let body = r#"{"error":{"message":"overloaded","type":"server_error"}}"#;
     let upstream = upstream(move |_| vec![json_response(503, "Service Unavailable", body)]).await;
     let proxy = proxy(&upstream.url(), "").await;
-    let got = send(&client(), post(&proxy, "/v1/chat/completions", &chat_request("m"))).await;
+    let got = send(
+        &client(),
+        post(&proxy, "/v1/chat/completions", &chat_request("m")),
+    )
+    .await;
     assert_eq!(got.status, 503);
     assert_eq!(got.body, body.as_bytes());
     assert_eq!(got.headers["x-upstream"], "scripted");
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_requests_total", &[("model", "m"), ("status", "503"), ("outcome", "ok")]), 1.0);
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[("model", "m"), ("status", "503"), ("outcome", "ok")]
+        ),
+        1.0
+    );
     assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
 }
 
@@ -160,51 +217,71 @@ async fn upstream_5xx_passes_through_and_is_never_goodput() {
 async fn https_upstream_is_reached_with_a_configured_ca_bundle() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
     let certs: Vec<_> = rustls_pemfile_certs(&format!("{dir}/server.pem"));
-    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(format!("{dir}/server.key")).expect("key");
-    let tls = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .expect("server config");
+    let key =
+        rustls::pki_types::PrivateKeyDer::from_pem_file(format!("{dir}/server.key")).expect("key");
+    let tls = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .expect("server config");
     let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(tls));
     let frames = random_frames(VLLM, &mut Lcg(3), 300);
     let script = streamed(&frames);
     let upstream = upstream_with(move |_| script.clone(), Some(acceptor)).await;
     let url = format!("https://127.0.0.1:{}", upstream.addr.port());
     let proxy = proxy(&url, &format!("upstream_ca_file: {dir}/ca.pem\n")).await;
-    let got = send(&client(), post(&proxy, "/v1/chat/completions", &chat_request("tiny-llama"))).await;
+    let got = send(
+        &client(),
+        post(&proxy, "/v1/chat/completions", &chat_request("tiny-llama")),
+    )
+    .await;
     assert_eq!(got.status, 200);
     assert_eq!(got.body, VLLM);
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_output_tokens_total", &[("model", "tiny-llama")]), 16.0);
+    assert_eq!(
+        m.get("tokentap_output_tokens_total", &[("model", "tiny-llama")]),
+        16.0
+    );
 }
 
 #[tokio::test]
 async fn https_upstream_with_an_untrusted_certificate_is_refused_with_502() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
     let certs: Vec<_> = rustls_pemfile_certs(&format!("{dir}/server.pem"));
-    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(format!("{dir}/server.key")).expect("key");
-    let tls = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .expect("server config");
+    let key =
+        rustls::pki_types::PrivateKeyDer::from_pem_file(format!("{dir}/server.key")).expect("key");
+    let tls = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .expect("server config");
     let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(tls));
     let upstream = upstream_with(|_| vec![json_response(200, "OK", "{}")], Some(acceptor)).await;
     // Trust only the server's own leaf as a "CA": verification must fail, and nothing is forwarded.
     let url = format!("https://127.0.0.1:{}", upstream.addr.port());
     let proxy = proxy(&url, &format!("upstream_ca_file: {dir}/server.pem\n")).await;
-    let got = send(&client(), post(&proxy, "/v1/chat/completions", &chat_request("m"))).await;
+    let got = send(
+        &client(),
+        post(&proxy, "/v1/chat/completions", &chat_request("m")),
+    )
+    .await;
     assert_eq!(got.status, 502);
     assert!(upstream.requests().is_empty());
 }
 
 fn rustls_pemfile_certs(path: &str) -> Vec<rustls::pki_types::CertificateDer<'static>> {
     use rustls::pki_types::pem::PemObject;
-    rustls::pki_types::CertificateDer::pem_file_iter(path).expect("pem").collect::<Result<_, _>>().expect("certs")
+    rustls::pki_types::CertificateDer::pem_file_iter(path)
+        .expect("pem")
+        .collect::<Result<_, _>>()
+        .expect("certs")
 }
 
 use rustls::pki_types::pem::PemObject;

@@ -12,8 +12,18 @@ const CHAT: &str = "/v1/chat/completions";
 
 /// Role chunk at once, first token after `ttft`, later tokens after each gap, then usage (if any) and [DONE]
 /// after `tail`.
-fn token_script(ttft: Duration, gaps: &[u64], usage: Option<(u64, u64)>, tail: Duration) -> Vec<Step> {
-    let mut steps = vec![sse_head(), chunk(ROLE_CHUNK.as_bytes()), Step::Sleep(ttft), chunk(content_chunk("t0").as_bytes())];
+fn token_script(
+    ttft: Duration,
+    gaps: &[u64],
+    usage: Option<(u64, u64)>,
+    tail: Duration,
+) -> Vec<Step> {
+    let mut steps = vec![
+        sse_head(),
+        chunk(ROLE_CHUNK.as_bytes()),
+        Step::Sleep(ttft),
+        chunk(content_chunk("t0").as_bytes()),
+    ];
     for (i, gap) in gaps.iter().enumerate() {
         steps.push(Step::Sleep(ms(*gap)));
         steps.push(chunk(content_chunk(&format!("t{}", i + 1)).as_bytes()));
@@ -28,7 +38,10 @@ fn token_script(ttft: Duration, gaps: &[u64], usage: Option<(u64, u64)>, tail: D
 }
 
 fn assert_close(actual: f64, expected: f64, what: &str) {
-    assert!((actual - expected).abs() < 1e-6, "{what}: got {actual}, expected {expected}");
+    assert!(
+        (actual - expected).abs() < 1e-6,
+        "{what}: got {actual}, expected {expected}"
+    );
 }
 
 const M: &[(&str, &str)] = &[("model", "m"), ("api", "chat")];
@@ -42,13 +55,18 @@ async fn ttft_is_stopped_by_the_first_content_not_by_the_role_chunk() {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     assert_eq!(m.get("tokentap_time_to_first_token_seconds_count", M), 1.0);
-    assert_close(m.get("tokentap_time_to_first_token_seconds_sum", M), 0.300, "TTFT");
+    assert_close(
+        m.get("tokentap_time_to_first_token_seconds_sum", M),
+        0.300,
+        "TTFT",
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn itl_tpot_e2e_and_rate_follow_the_formulas_on_a_known_script() {
     // Tokens at 250, 270, 300, 350, 370 ms; usage and [DONE] 10 ms after the last token.
-    let upstream = upstream(|_| token_script(ms(250), &[20, 30, 50, 20], Some((11, 5)), ms(10))).await;
+    let upstream =
+        upstream(|_| token_script(ms(250), &[20, 30, 50, 20], Some((11, 5)), ms(10))).await;
     let proxy = proxy(&upstream.url(), "").await;
     let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
     assert_eq!(got.end, Ok(()));
@@ -56,18 +74,54 @@ async fn itl_tpot_e2e_and_rate_follow_the_formulas_on_a_known_script() {
     let m = scrape(&proxy).await;
     // One ITL observation per gap: 5 output chunks, 4 gaps, summing to t_last − t_first.
     assert_eq!(m.get("tokentap_inter_token_latency_seconds_count", M), 4.0);
-    assert_close(m.get("tokentap_inter_token_latency_seconds_sum", M), 0.120, "ITL sum");
-    assert_close(m.get("tokentap_max_inter_token_gap_seconds_sum", M), 0.050, "max gap");
+    assert_close(
+        m.get("tokentap_inter_token_latency_seconds_sum", M),
+        0.120,
+        "ITL sum",
+    );
+    assert_close(
+        m.get("tokentap_max_inter_token_gap_seconds_sum", M),
+        0.050,
+        "max gap",
+    );
     // E2E = t_end − t_arrive = 380 ms; generation = 380 − 250 = 130 ms; TPOT = 130 / (5 − 1) = 32.5 ms.
-    assert_close(m.get("tokentap_e2e_request_latency_seconds_sum", M), 0.380, "E2E");
-    assert_close(m.get("tokentap_token_generation_time_seconds_sum", M), 0.130, "generation time");
-    assert_close(m.get("tokentap_time_per_output_token_seconds_sum", M), 0.0325, "TPOT");
-    assert_close(m.get("tokentap_output_tokens_per_second_sum", M), 4.0 / 0.130, "tokens/s");
+    assert_close(
+        m.get("tokentap_e2e_request_latency_seconds_sum", M),
+        0.380,
+        "E2E",
+    );
+    assert_close(
+        m.get("tokentap_token_generation_time_seconds_sum", M),
+        0.130,
+        "generation time",
+    );
+    assert_close(
+        m.get("tokentap_time_per_output_token_seconds_sum", M),
+        0.0325,
+        "TPOT",
+    );
+    assert_close(
+        m.get("tokentap_output_tokens_per_second_sum", M),
+        4.0 / 0.130,
+        "tokens/s",
+    );
     assert_eq!(m.get("tokentap_input_tokens_total", M), 11.0);
     assert_eq!(m.get("tokentap_output_tokens_total", M), 5.0);
     // Buckets are cumulative and fine at the low end: the 20 ms gaps sit at or below le=0.02.
-    assert_eq!(m.get("tokentap_inter_token_latency_seconds_bucket", &[("model", "m"), ("le", "0.02")]), 2.0);
-    assert_eq!(m.get("tokentap_inter_token_latency_seconds_bucket", &[("model", "m"), ("le", "0.03")]), 3.0);
+    assert_eq!(
+        m.get(
+            "tokentap_inter_token_latency_seconds_bucket",
+            &[("model", "m"), ("le", "0.02")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        m.get(
+            "tokentap_inter_token_latency_seconds_bucket",
+            &[("model", "m"), ("le", "0.03")]
+        ),
+        3.0
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -80,15 +134,26 @@ async fn usage_count_drives_tpot_when_chunks_carry_several_tokens() {
     let m = scrape(&proxy).await;
     assert_eq!(m.get("tokentap_output_tokens_total", M), 9.0);
     assert_eq!(m.get("tokentap_inter_token_latency_seconds_count", M), 2.0);
-    assert_close(m.get("tokentap_time_per_output_token_seconds_sum", M), 0.080 / 8.0, "TPOT");
+    assert_close(
+        m.get("tokentap_time_per_output_token_seconds_sum", M),
+        0.080 / 8.0,
+        "TPOT",
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn token_count_falls_back_to_output_chunks_without_usage() {
     const CAPTURE: &[u8] = include_bytes!("../../shared/fixtures/llama-cpp-python-chat-stream.sse");
     let text = String::from_utf8_lossy(CAPTURE).into_owned();
-    let events: Vec<String> = text.split("\n\n").filter(|e| !e.trim().is_empty()).map(|e| format!("{e}\n\n")).collect();
-    let content_events = events.iter().filter(|e| e.contains("\"content\": \"") && !e.contains("\"content\": \"\"")).count();
+    let events: Vec<String> = text
+        .split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| format!("{e}\n\n"))
+        .collect();
+    let content_events = events
+        .iter()
+        .filter(|e| e.contains("\"content\": \"") && !e.contains("\"content\": \"\""))
+        .count();
     let upstream = upstream(move |_| {
         let mut steps = vec![sse_head()];
         for event in &events {
@@ -100,18 +165,32 @@ async fn token_count_falls_back_to_output_chunks_without_usage() {
     })
     .await;
     let proxy = proxy(&upstream.url(), "").await;
-    let got = send(&client(), post(&proxy, CHAT, r#"{"messages":[],"stream":true}"#)).await;
+    let got = send(
+        &client(),
+        post(&proxy, CHAT, r#"{"messages":[],"stream":true}"#),
+    )
+    .await;
     assert_eq!(got.body, CAPTURE);
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     // No model in the request: the response's model labels the series.
     let labels = &[("model", "tiny-gguf"), ("api", "chat")];
     assert!(content_events > 5);
-    assert_eq!(m.get("tokentap_output_tokens_total", labels), content_events as f64);
-    assert_eq!(m.get("tokentap_inter_token_latency_seconds_count", labels), (content_events - 1) as f64);
+    assert_eq!(
+        m.get("tokentap_output_tokens_total", labels),
+        content_events as f64
+    );
+    assert_eq!(
+        m.get("tokentap_inter_token_latency_seconds_count", labels),
+        (content_events - 1) as f64
+    );
     assert_eq!(m.get("tokentap_input_tokens_total", labels), 0.0);
     // The role chunk came first, 10 ms before the first content chunk.
-    assert_close(m.get("tokentap_time_to_first_token_seconds_sum", labels), 0.010, "TTFT");
+    assert_close(
+        m.get("tokentap_time_to_first_token_seconds_sum", labels),
+        0.010,
+        "TTFT",
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -141,33 +220,84 @@ async fn goodput_counts_only_requests_within_every_ceiling() {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     assert_eq!(m.get("tokentap_requests_total", &[("model", "m")]), 3.0);
-    assert_eq!(m.get("tokentap_goodput_requests_total", &[("model", "m")]), 1.0);
-    assert_eq!(m.get("tokentap_slo_violations_total", &[("model", "m"), ("slo", "ttft")]), 1.0);
-    assert_eq!(m.get("tokentap_slo_violations_total", &[("model", "m"), ("slo", "itl")]), 1.0);
-    assert_eq!(m.get("tokentap_slo_violations_total", &[("slo", "tpot")]), 0.0);
+    assert_eq!(
+        m.get("tokentap_goodput_requests_total", &[("model", "m")]),
+        1.0
+    );
+    assert_eq!(
+        m.get(
+            "tokentap_slo_violations_total",
+            &[("model", "m"), ("slo", "ttft")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        m.get(
+            "tokentap_slo_violations_total",
+            &[("model", "m"), ("slo", "itl")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        m.get("tokentap_slo_violations_total", &[("slo", "tpot")]),
+        0.0
+    );
     // The per-model override lifts TTFT to 1 s for "relaxed": its 300 ms first token is goodput.
-    assert_eq!(m.get("tokentap_goodput_requests_total", &[("model", "relaxed")]), 1.0);
+    assert_eq!(
+        m.get("tokentap_goodput_requests_total", &[("model", "relaxed")]),
+        1.0
+    );
     // Each ceiling is a bucket boundary, so attainment is exact in PromQL.
-    assert!(m.has("tokentap_time_to_first_token_seconds_bucket", &[("le", "0.2")]));
-    assert!(m.has("tokentap_time_per_output_token_seconds_bucket", &[("le", "0.333")]));
-    assert!(m.has("tokentap_max_inter_token_gap_seconds_bucket", &[("le", "0.25")]));
-    assert_eq!(m.get("tokentap_time_to_first_token_seconds_bucket", &[("model", "m"), ("le", "0.2")]), 2.0);
+    assert!(m.has(
+        "tokentap_time_to_first_token_seconds_bucket",
+        &[("le", "0.2")]
+    ));
+    assert!(m.has(
+        "tokentap_time_per_output_token_seconds_bucket",
+        &[("le", "0.333")]
+    ));
+    assert!(m.has(
+        "tokentap_max_inter_token_gap_seconds_bucket",
+        &[("le", "0.25")]
+    ));
+    assert_eq!(
+        m.get(
+            "tokentap_time_to_first_token_seconds_bucket",
+            &[("model", "m"), ("le", "0.2")]
+        ),
+        2.0
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn non_streaming_response_records_e2e_and_usage_but_no_ttft() {
     let body = r#"{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hello there"}}],"usage":{"prompt_tokens":12,"completion_tokens":34,"total_tokens":46}}"#;
-    let upstream = upstream(move |_| vec![Step::Sleep(ms(700)), json_response(200, "OK", body)]).await;
+    let upstream =
+        upstream(move |_| vec![Step::Sleep(ms(700)), json_response(200, "OK", body)]).await;
     let proxy = proxy(&upstream.url(), "slo:\n  ttft: 100ms\n  e2e: 1s\n").await;
-    let got = send(&client(), post(&proxy, CHAT, r#"{"model":"m","messages":[]}"#)).await;
+    let got = send(
+        &client(),
+        post(&proxy, CHAT, r#"{"model":"m","messages":[]}"#),
+    )
+    .await;
     assert_eq!(got.body, body.as_bytes());
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_close(m.get("tokentap_e2e_request_latency_seconds_sum", M), 0.700, "E2E");
+    assert_close(
+        m.get("tokentap_e2e_request_latency_seconds_sum", M),
+        0.700,
+        "E2E",
+    );
     assert_eq!(m.get("tokentap_output_tokens_total", M), 34.0);
     assert_eq!(m.get("tokentap_input_tokens_total", M), 12.0);
-    assert_eq!(m.get("tokentap_time_to_first_token_seconds_count", &[]), 0.0);
-    assert_eq!(m.get("tokentap_time_per_output_token_seconds_count", &[]), 0.0);
+    assert_eq!(
+        m.get("tokentap_time_to_first_token_seconds_count", &[]),
+        0.0
+    );
+    assert_eq!(
+        m.get("tokentap_time_per_output_token_seconds_count", &[]),
+        0.0
+    );
     // The TTFT ceiling does not apply to a non-streaming response; E2E is within 1 s: goodput.
     assert_eq!(m.get("tokentap_goodput_requests_total", M), 1.0);
 }
@@ -179,7 +309,10 @@ async fn e2e_ceiling_misses_are_counted() {
     send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_slo_violations_total", &[("slo", "e2e")]), 1.0);
+    assert_eq!(
+        m.get("tokentap_slo_violations_total", &[("slo", "e2e")]),
+        1.0
+    );
     assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
     assert_eq!(m.get("tokentap_requests_total", &[("outcome", "ok")]), 1.0);
 }
@@ -215,26 +348,63 @@ async fn completions_api_counts_text_chunks() {
     })
     .await;
     let proxy = proxy(&upstream.url(), "").await;
-    send(&client(), post(&proxy, "/v1/completions", r#"{"model":"m","prompt":"x","stream":true}"#)).await;
+    send(
+        &client(),
+        post(
+            &proxy,
+            "/v1/completions",
+            r#"{"model":"m","prompt":"x","stream":true}"#,
+        ),
+    )
+    .await;
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let labels = &[("model", "m"), ("api", "completions")];
     assert_eq!(m.get("tokentap_output_tokens_total", labels), 4.0);
-    assert_close(m.get("tokentap_time_to_first_token_seconds_sum", labels), 0.120, "TTFT");
+    assert_close(
+        m.get("tokentap_time_to_first_token_seconds_sum", labels),
+        0.120,
+        "TTFT",
+    );
     // The empty-text chunk is not output: the gap after " upon" runs to " a" (30 ms).
-    assert_close(m.get("tokentap_max_inter_token_gap_seconds_sum", labels), 0.030, "max gap");
+    assert_close(
+        m.get("tokentap_max_inter_token_gap_seconds_sum", labels),
+        0.030,
+        "max gap",
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn unknown_paths_are_counted_without_token_figures() {
-    let upstream = upstream(|_| vec![Step::Sleep(ms(40)), json_response(200, "OK", r#"{"data":[]}"#)]).await;
+    let upstream = upstream(|_| {
+        vec![
+            Step::Sleep(ms(40)),
+            json_response(200, "OK", r#"{"data":[]}"#),
+        ]
+    })
+    .await;
     let proxy = proxy(&upstream.url(), "").await;
-    let got = send(&client(), post(&proxy, "/v1/embeddings", r#"{"model":"embedder","input":"x"}"#)).await;
+    let got = send(
+        &client(),
+        post(
+            &proxy,
+            "/v1/embeddings",
+            r#"{"model":"embedder","input":"x"}"#,
+        ),
+    )
+    .await;
     assert_eq!(got.status, 200);
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let labels = &[("model", "embedder"), ("api", "other")];
     assert_eq!(m.get("tokentap_requests_total", labels), 1.0);
-    assert_close(m.get("tokentap_e2e_request_latency_seconds_sum", labels), 0.040, "E2E");
-    assert!(!m.has("tokentap_output_tokens_total", labels) || m.get("tokentap_output_tokens_total", labels) == 0.0);
+    assert_close(
+        m.get("tokentap_e2e_request_latency_seconds_sum", labels),
+        0.040,
+        "E2E",
+    );
+    assert!(
+        !m.has("tokentap_output_tokens_total", labels)
+            || m.get("tokentap_output_tokens_total", labels) == 0.0
+    );
 }

@@ -5,5 +5,5 @@
 mod request;
 mod response;
 
-pub use request::{ModelSlot, RequestTap};
+pub use request::{Leftover, ModelSlot, RequestTap};
 pub use response::MeteredBody;

@@ -1,15 +1,20 @@
 //! The request body on its way upstream. It is forwarded frame by frame as it arrives; while it passes,
 //! a bounded scan reads its top-level `model` field (never holding a byte back), and publishes it in a
 //! [`ModelSlot`] the response side reads when it resolves the request's labels.
+//!
+//! When the upstream cannot be reached, the client library drops the request unread; the [`Leftover`]
+//! handle then lets the proxy read what is left of the body (bounded in bytes and time) so that even a 502
+//! is counted under the request's model.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use pin_project_lite::pin_project;
+use http_body_util::BodyExt;
 
 use crate::json_scan::FieldScanner;
 
@@ -34,46 +39,88 @@ impl ModelSlot {
     }
 }
 
-pin_project! {
-    pub struct RequestTap<B> {
-        #[pin]
-        inner: B,
-        scanner: Option<FieldScanner>,
-        slot: Arc<ModelSlot>,
-    }
+struct Shared<B> {
+    body: Option<B>,
+    scanner: Option<FieldScanner>,
+}
 
-    impl<B> PinnedDrop for RequestTap<B> {
-        fn drop(this: Pin<&mut Self>) {
-            let this = this.project();
-            publish(this.scanner, this.slot);
+impl<B> Shared<B> {
+    fn publish(&mut self, slot: &ModelSlot) {
+        if let Some(scanner) = self.scanner.take() {
+            let _ = slot.model.set(scanner.string("model"));
         }
     }
 }
 
-fn publish(scanner: &mut Option<FieldScanner>, slot: &ModelSlot) {
-    if let Some(scanner) = scanner.take() {
-        let _ = slot.model.set(scanner.string("model"));
-    }
+fn lock<B>(shared: &Mutex<Shared<B>>) -> MutexGuard<'_, Shared<B>> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+pub struct RequestTap<B> {
+    shared: Arc<Mutex<Shared<B>>>,
+    slot: Arc<ModelSlot>,
+}
+
+/// The proxy's hold on the request body, for when the upstream never read it.
+pub struct Leftover<B> {
+    shared: Arc<Mutex<Shared<B>>>,
+    slot: Arc<ModelSlot>,
 }
 
 impl<B> RequestTap<B> {
-    pub fn new(inner: B, scan_bytes: usize, slot: Arc<ModelSlot>) -> Self {
+    pub fn new(inner: B, scan_bytes: usize, slot: Arc<ModelSlot>) -> (Self, Leftover<B>) {
         let scanner = Some(FieldScanner::new(
             MODEL_FIELD,
             MAX_MODEL_VALUE_BYTES,
             scan_bytes,
         ));
-        RequestTap {
-            inner,
+        let shared = Arc::new(Mutex::new(Shared {
+            body: Some(inner),
             scanner,
-            slot,
-        }
+        }));
+        (
+            RequestTap {
+                shared: shared.clone(),
+                slot: slot.clone(),
+            },
+            Leftover { shared, slot },
+        )
+    }
+}
+
+impl<B> Leftover<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    /// Reads what the upstream left unread of the body, up to the scan bound or `within`, to learn the model.
+    pub async fn read_model(self, within: Duration) {
+        let (body, scanner) = {
+            let mut shared = lock(&self.shared);
+            (shared.body.take(), shared.scanner.take())
+        };
+        let (Some(mut body), Some(mut scanner)) = (body, scanner) else {
+            return;
+        };
+        let _ = tokio::time::timeout(within, async {
+            while !scanner.is_done() {
+                match body.frame().await {
+                    Some(Ok(frame)) => {
+                        if let Some(data) = frame.data_ref() {
+                            scanner.feed(data);
+                        }
+                    }
+                    _ => break,
+                }
+            }
+        })
+        .await;
+        let _ = self.slot.model.set(scanner.string("model"));
     }
 }
 
 impl<B> Body for RequestTap<B>
 where
-    B: Body<Data = Bytes>,
+    B: Body<Data = Bytes> + Unpin,
 {
     type Data = Bytes;
     type Error = B::Error;
@@ -82,31 +129,42 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let mut this = self.project();
-        let polled = ready!(this.inner.as_mut().poll_frame(cx));
+        let this = self.get_mut();
+        let mut shared = lock(&this.shared);
+        let Some(body) = shared.body.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let polled = ready!(Pin::new(&mut *body).poll_frame(cx));
+        let ended = body.is_end_stream();
         match &polled {
             Some(Ok(frame)) => {
-                if let (Some(data), Some(scanner)) = (frame.data_ref(), this.scanner.as_mut()) {
+                if let (Some(data), Some(scanner)) = (frame.data_ref(), shared.scanner.as_mut()) {
                     scanner.feed(data);
-                    if scanner.is_done() || this.inner.is_end_stream() {
-                        publish(this.scanner, this.slot);
+                    if scanner.is_done() || ended {
+                        shared.publish(&this.slot);
                     }
                 }
             }
             Some(Err(_)) => {
                 this.slot.body_broken.store(true, Ordering::Relaxed);
-                publish(this.scanner, this.slot);
+                shared.publish(&this.slot);
             }
-            None => publish(this.scanner, this.slot),
+            None => shared.publish(&this.slot),
         }
         Poll::Ready(polled)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        lock(&self.shared)
+            .body
+            .as_ref()
+            .is_none_or(|b| b.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        lock(&self.shared)
+            .body
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
     }
 }

@@ -12,11 +12,11 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use tokentap::{Config, Running};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use tokentap::{Config, Running};
 
 /// One step of the upstream's answer.
 #[derive(Clone, Debug)]
@@ -79,17 +79,24 @@ impl Upstream {
 
     pub fn requests(&self) -> Vec<RecordedRequest> {
         let conns = self.connections.lock().expect("log");
-        conns.iter().flat_map(|c| c.lock().expect("log").requests.clone()).collect()
+        conns
+            .iter()
+            .flat_map(|c| c.lock().expect("log").requests.clone())
+            .collect()
     }
 
     pub fn closed_at(&self, connection: usize) -> Option<Instant> {
         let conns = self.connections.lock().expect("log");
-        conns.get(connection).and_then(|c| c.lock().expect("log").closed_by_peer_at)
+        conns
+            .get(connection)
+            .and_then(|c| c.lock().expect("log").closed_by_peer_at)
     }
 }
 
 /// Starts a scripted upstream on 127.0.0.1:0 that answers each request with `handler`'s steps.
-pub async fn upstream(handler: impl Fn(&RecordedRequest) -> Vec<Step> + Send + Sync + 'static) -> Upstream {
+pub async fn upstream(
+    handler: impl Fn(&RecordedRequest) -> Vec<Step> + Send + Sync + 'static,
+) -> Upstream {
     upstream_with(handler, None).await
 }
 
@@ -98,7 +105,9 @@ pub async fn upstream_with(
     handler: impl Fn(&RecordedRequest) -> Vec<Step> + Send + Sync + 'static,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> Upstream {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind upstream");
     let addr = listener.local_addr().expect("addr");
     let connections: Arc<Mutex<Vec<Arc<Mutex<ConnectionLog>>>>> = Arc::default();
     let peer_closed = Arc::new(Notify::new());
@@ -122,7 +131,11 @@ pub async fn upstream_with(
             });
         }
     });
-    Upstream { addr, connections, peer_closed }
+    Upstream {
+        addr,
+        connections,
+        peer_closed,
+    }
 }
 
 async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
@@ -135,7 +148,10 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     let mut buf: Vec<u8> = Vec::new();
     loop {
         let Some(request) = read_request(&mut rd, &mut buf).await else {
-            log.lock().expect("log").closed_by_peer_at.get_or_insert_with(Instant::now);
+            log.lock()
+                .expect("log")
+                .closed_by_peer_at
+                .get_or_insert_with(Instant::now);
             notify.notify_waiters();
             return;
         };
@@ -175,7 +191,10 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-async fn read_request<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut Vec<u8>) -> Option<RecordedRequest> {
+async fn read_request<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut Vec<u8>,
+) -> Option<RecordedRequest> {
     let head_end = loop {
         if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break pos + 4;
@@ -189,10 +208,24 @@ async fn read_request<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut Vec<u8>) -> Op
     };
     let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
     buf.drain(..head_end);
-    let request = RecordedRequest { head, body: Vec::new() };
-    let chunked = request.header("transfer-encoding").iter().any(|v| v.eq_ignore_ascii_case("chunked"));
-    let length: usize = request.header("content-length").first().and_then(|v| v.parse().ok()).unwrap_or(0);
-    let body = if chunked { read_chunked(rd, buf).await? } else { read_exact_buffered(rd, buf, length).await? };
+    let request = RecordedRequest {
+        head,
+        body: Vec::new(),
+    };
+    let chunked = request
+        .header("transfer-encoding")
+        .iter()
+        .any(|v| v.eq_ignore_ascii_case("chunked"));
+    let length: usize = request
+        .header("content-length")
+        .first()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let body = if chunked {
+        read_chunked(rd, buf).await?
+    } else {
+        read_exact_buffered(rd, buf, length).await?
+    };
     Some(RecordedRequest { body, ..request })
 }
 
@@ -206,7 +239,11 @@ async fn fill<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut Vec<u8>) -> Option<()>
     Some(())
 }
 
-async fn read_exact_buffered<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut Vec<u8>, n: usize) -> Option<Vec<u8>> {
+async fn read_exact_buffered<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut Vec<u8>,
+    n: usize,
+) -> Option<Vec<u8>> {
     while buf.len() < n {
         fill(rd, buf).await?;
     }
@@ -293,7 +330,9 @@ pub const DONE: &str = "data: [DONE]\n\n";
 
 /// Starts tokentap in-process in front of `upstream_url`, both ports on 127.0.0.1:0, with extra YAML.
 pub async fn proxy(upstream_url: &str, extra_yaml: &str) -> Running {
-    let yaml = format!("listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: {upstream_url}\n{extra_yaml}");
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: {upstream_url}\n{extra_yaml}"
+    );
     let config = Config::from_yaml_str(&yaml).expect("test config");
     tokentap::start(&config).await.expect("start tokentap")
 }
@@ -335,7 +374,14 @@ pub async fn send(client: &TestClient, request: http::Request<Full<Bytes>>) -> R
             },
         }
     };
-    Received { status, headers, frames, body: all, end, trailers }
+    Received {
+        status,
+        headers,
+        frames,
+        body: all,
+        end,
+        trailers,
+    }
 }
 
 pub fn post(proxy: &Running, path: &str, body: &str) -> http::Request<Full<Bytes>> {
@@ -360,8 +406,16 @@ pub async fn scrape(proxy: &Running) -> Metrics {
         )
         .await
         .expect("scrape");
-    let text = String::from_utf8(response.into_body().collect().await.expect("body").to_bytes().to_vec())
-        .expect("utf-8 exposition");
+    let text = String::from_utf8(
+        response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes()
+            .to_vec(),
+    )
+    .expect("utf-8 exposition");
     Metrics::parse(&text)
 }
 
@@ -374,7 +428,10 @@ pub struct Metrics {
 impl Metrics {
     pub fn parse(text: &str) -> Metrics {
         let mut samples = Vec::new();
-        for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        {
             let (series, value) = line.rsplit_once(' ').expect("sample line");
             let value: f64 = value.parse().expect("sample value");
             let (name, labels) = match series.split_once('{') {
@@ -392,22 +449,33 @@ impl Metrics {
             };
             samples.push((name, labels, value));
         }
-        Metrics { text: text.to_owned(), samples }
+        Metrics {
+            text: text.to_owned(),
+            samples,
+        }
     }
 
     /// Sum of every sample of `name` whose labels include all of `labels`.
     pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.samples
             .iter()
-            .filter(|(n, l, _)| n == name && labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v)))
+            .filter(|(n, l, _)| {
+                n == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+            })
             .map(|(_, _, v)| *v)
             .sum()
     }
 
     pub fn has(&self, name: &str, labels: &[(&str, &str)]) -> bool {
-        self.samples
-            .iter()
-            .any(|(n, l, _)| n == name && labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v)))
+        self.samples.iter().any(|(n, l, _)| {
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+        })
     }
 }
 
@@ -426,7 +494,10 @@ pub struct Lcg(pub u64);
 
 impl Lcg {
     pub fn next(&mut self, bound: usize) -> usize {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((self.0 >> 33) as usize) % bound.max(1)
     }
 }

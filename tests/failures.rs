@@ -1,0 +1,441 @@
+//! Failure answers: a dead or slow upstream gets a clear 502/504, a client that leaves makes tokentap drop
+//! the upstream request at once, a broken upstream stream breaks the client's stream too, and streams the
+//! meter cannot read are still forwarded whole. The in-flight gauge returns to 0 every time.
+
+mod support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use support::*;
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::time::Instant;
+
+const CHAT: &str = "/v1/chat/completions";
+
+fn error_json(body: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(body).expect("error body is JSON")
+}
+
+#[tokio::test]
+async fn unreachable_upstream_answers_502_with_an_openai_error() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", dead.local_addr().expect("addr"));
+    drop(dead);
+    let proxy = proxy(&url, "").await;
+    let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+    assert_eq!(got.status, 502);
+    assert_eq!(got.headers["content-type"], "application/json");
+    let json = error_json(&got.body);
+    let message = json["error"]["message"].as_str().expect("message");
+    assert!(
+        message.contains("unreachable") && message.contains(&url),
+        "{message}"
+    );
+    assert_eq!(json["error"]["type"], "upstream_unreachable");
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[
+                ("model", "m"),
+                ("status", "502"),
+                ("outcome", "upstream_error")
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
+}
+
+#[tokio::test]
+async fn upstream_connect_timeout_answers_504() {
+    // A listener whose accept queue is full: further SYNs are dropped, so connecting hangs.
+    let socket = TcpSocket::new_v4().expect("socket");
+    socket
+        .bind("127.0.0.1:0".parse().expect("addr"))
+        .expect("bind");
+    let listener = socket.listen(1).expect("listen");
+    let addr = listener.local_addr().expect("addr");
+    let mut held = Vec::new();
+    let mut saturated = false;
+    for _ in 0..32 {
+        match tokio::time::timeout(ms(200), TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => held.push(stream),
+            _ => {
+                saturated = true;
+                break;
+            }
+        }
+    }
+    assert!(saturated, "could not fill the accept queue");
+    let proxy = proxy(&format!("http://{addr}"), "timeouts:\n  connect: 300ms\n").await;
+    let started = std::time::Instant::now();
+    let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+    assert_eq!(got.status, 504);
+    assert_eq!(error_json(&got.body)["error"]["type"], "upstream_timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the connect timeout did not cut the wait"
+    );
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[("status", "504"), ("outcome", "timeout")]
+        ),
+        1.0
+    );
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    drop(held);
+}
+
+/// An upstream that streams a token every 50 ms for 10 s unless it is stopped.
+fn endless_stream() -> Vec<Step> {
+    let mut steps = vec![sse_head(), chunk(ROLE_CHUNK.as_bytes())];
+    for i in 0..200 {
+        steps.push(Step::Sleep(ms(50)));
+        steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
+    }
+    steps.push(last_chunk());
+    steps
+}
+
+/// A raw HTTP/1.1 connection the test can drop, as a client that goes away does.
+async fn open(
+    proxy: &tokentap::Running,
+) -> (
+    hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let stream = TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    let task = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    (sender, task)
+}
+
+#[tokio::test(start_paused = true)]
+async fn client_leaving_mid_stream_closes_the_upstream_at_once_and_counts_cancelled() {
+    let upstream = upstream(|_| endless_stream()).await;
+    let proxy = proxy(&upstream.url(), "slo:\n  ttft: 1s\n").await;
+    let (mut sender, conn) = open(&proxy).await;
+    let response = sender
+        .send_request(post(&proxy, CHAT, &chat_request("m")))
+        .await
+        .expect("head");
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut frames = 0;
+    while frames < 4 {
+        body.frame().await.expect("frame").expect("data");
+        frames += 1;
+    }
+    assert_eq!(proxy.in_flight(), 1);
+    let left_at = Instant::now();
+    drop(body);
+    drop(sender);
+    conn.abort();
+    let _ = conn.await;
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while upstream.closed_at(0).is_none() {
+            upstream.peer_closed.notified().await;
+        }
+    })
+    .await
+    .expect("upstream connection was not closed");
+    let closed_at = upstream.closed_at(0).expect("closed");
+    // Closed before the upstream's next token was due: the model server stops generating at once.
+    assert!(
+        closed_at.duration_since(left_at) < ms(50),
+        "closed {:?} after the client left",
+        closed_at - left_at
+    );
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[("model", "m"), ("status", "200"), ("outcome", "cancelled")]
+        ),
+        1.0
+    );
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    // What was observed before the client left is kept: its TTFT, and its gaps.
+    assert_eq!(
+        m.get(
+            "tokentap_time_to_first_token_seconds_count",
+            &[("model", "m")]
+        ),
+        1.0
+    );
+    assert!(
+        m.get(
+            "tokentap_inter_token_latency_seconds_count",
+            &[("model", "m")]
+        ) >= 1.0
+    );
+    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
+    assert_eq!(
+        m.get("tokentap_e2e_request_latency_seconds_count", &[]),
+        0.0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn client_leaving_before_the_response_head_closes_the_upstream_and_counts_cancelled() {
+    let upstream = upstream(|_| {
+        let mut steps = vec![Step::Sleep(Duration::from_secs(10))];
+        steps.extend(endless_stream());
+        steps
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "slo:\n  ttft: 500ms\n").await;
+    let (mut sender, conn) = open(&proxy).await;
+    let waited = tokio::time::timeout(
+        ms(2000),
+        sender.send_request(post(&proxy, CHAT, &chat_request("m"))),
+    )
+    .await;
+    assert!(waited.is_err(), "no head was due before 10 s");
+    let left_at = Instant::now();
+    drop(sender);
+    conn.abort();
+    let _ = conn.await;
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while upstream.closed_at(0).is_none() {
+            upstream.peer_closed.notified().await;
+        }
+    })
+    .await
+    .expect("upstream connection was not closed");
+    assert!(
+        upstream
+            .closed_at(0)
+            .expect("closed")
+            .duration_since(left_at)
+            < ms(50)
+    );
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[("model", "m"), ("status", "none"), ("outcome", "cancelled")]
+        ),
+        1.0
+    );
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+}
+
+#[tokio::test]
+async fn upstream_breaking_mid_stream_breaks_the_client_stream_and_counts_upstream_error() {
+    let upstream = upstream(|_| {
+        vec![
+            sse_head(),
+            chunk(ROLE_CHUNK.as_bytes()),
+            chunk(content_chunk("a").as_bytes()),
+            chunk(content_chunk("b").as_bytes()),
+            Step::Sleep(ms(20)),
+            Step::Close,
+        ]
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+    assert_eq!(got.status, 200);
+    assert!(
+        got.end.is_err(),
+        "the client saw a clean end of a broken stream"
+    );
+    let expected = format!("{ROLE_CHUNK}{}{}", content_chunk("a"), content_chunk("b"));
+    assert_eq!(
+        got.body,
+        expected.as_bytes(),
+        "bytes before the break must all arrive"
+    );
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[
+                ("model", "m"),
+                ("status", "200"),
+                ("outcome", "upstream_error")
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
+    // The two tokens that did arrive were generated and delivered: they count as output.
+    assert_eq!(
+        m.get("tokentap_output_tokens_total", &[("model", "m")]),
+        2.0
+    );
+}
+
+#[tokio::test]
+async fn an_error_event_inside_a_200_stream_counts_upstream_error() {
+    let upstream = upstream(|_| {
+        vec![
+            sse_head(),
+            chunk(content_chunk("a").as_bytes()),
+            chunk(b"data: {\"error\":{\"message\":\"engine died\",\"type\":\"InternalServerError\",\"code\":500}}\n\n"),
+            chunk(DONE.as_bytes()),
+            last_chunk(),
+        ]
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+    assert_eq!(got.end, Ok(()));
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[("status", "200"), ("outcome", "upstream_error")]
+        ),
+        1.0
+    );
+    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
+}
+
+#[tokio::test]
+async fn an_event_over_the_bound_stops_metering_but_every_byte_is_forwarded() {
+    let huge = format!(
+        "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{}\"}}}}]}}\n\n",
+        "y".repeat(40_000)
+    );
+    let mut expected = Vec::new();
+    let script = {
+        let mut steps = vec![sse_head()];
+        for part in [
+            content_chunk("a"),
+            huge.clone(),
+            content_chunk("b"),
+            DONE.to_owned(),
+        ] {
+            expected.extend_from_slice(part.as_bytes());
+            for piece in part.as_bytes().chunks(4096) {
+                steps.push(chunk(piece));
+            }
+        }
+        steps.push(last_chunk());
+        steps
+    };
+    let upstream = upstream(move |_| script.clone()).await;
+    let proxy = proxy(&upstream.url(), "metering:\n  max_event_bytes: 16KiB\n").await;
+    let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+    assert_eq!(got.body, expected);
+    assert_eq!(got.end, Ok(()));
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get(
+            "tokentap_metering_skipped_total",
+            &[("api", "chat"), ("reason", "event_too_large")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[("model", "m"), ("outcome", "ok")]
+        ),
+        1.0
+    );
+    // No token count is guessed for a stream that could not be read to the end.
+    assert_eq!(m.get("tokentap_output_tokens_total", &[]), 0.0);
+    assert_eq!(
+        m.get("tokentap_time_per_output_token_seconds_count", &[]),
+        0.0
+    );
+    assert_eq!(
+        m.get(
+            "tokentap_e2e_request_latency_seconds_count",
+            &[("model", "m")]
+        ),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn garbage_in_an_event_stream_is_forwarded_whole_and_counted_as_skipped() {
+    let garbage: Vec<u8> = b"data: {not json at all\n\ndata: \xff\xfe\x00\x01 binary\n\n".to_vec();
+    let body = garbage.clone();
+    let upstream = upstream(move |_| vec![sse_head(), chunk(&body), last_chunk()]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+    assert_eq!(got.body, garbage);
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get(
+            "tokentap_metering_skipped_total",
+            &[("reason", "malformed_event")]
+        ),
+        1.0
+    );
+    assert_eq!(m.get("tokentap_requests_total", &[("outcome", "ok")]), 1.0);
+}
+
+#[tokio::test]
+async fn health_and_metrics_endpoints_answer() {
+    let upstream = upstream(|_| {
+        vec![
+            sse_head(),
+            chunk(content_chunk("a").as_bytes()),
+            chunk(content_chunk("b").as_bytes()),
+            last_chunk(),
+        ]
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let client = client();
+    send(&client, post(&proxy, CHAT, &chat_request("m"))).await;
+    settle(&proxy).await;
+    let get = |path: &str| {
+        http::Request::get(format!("http://{}{path}", proxy.metrics_addr()))
+            .body(Full::new(Bytes::new()))
+            .expect("req")
+    };
+    let health = send(&client, get("/healthz")).await;
+    assert_eq!(health.status, 200);
+    let metrics = send(&client, get("/metrics")).await;
+    assert_eq!(metrics.status, 200);
+    assert!(metrics.headers["content-type"]
+        .to_str()
+        .unwrap_or_default()
+        .starts_with("text/plain; version=0.0.4"));
+    let text = String::from_utf8(metrics.body).expect("utf-8");
+    for name in [
+        "tokentap_time_to_first_token_seconds",
+        "tokentap_inter_token_latency_seconds",
+        "tokentap_time_per_output_token_seconds",
+        "tokentap_e2e_request_latency_seconds",
+        "tokentap_requests_in_flight",
+        "tokentap_token_generation_time_seconds",
+        "tokentap_output_tokens_per_second",
+        "tokentap_max_inter_token_gap_seconds",
+        "tokentap_requests_total",
+        "tokentap_output_tokens_total",
+        "tokentap_goodput_requests_total",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {name} ")),
+            "{name} missing from /metrics"
+        );
+    }
+    assert_eq!(send(&client, get("/nope")).await.status, 404);
+}
