@@ -222,7 +222,7 @@ impl Exchange {
             status = %status,
             outcome = outcome.as_str(),
             ttft_ms = figures.ttft.filter(|_| streaming).map(millis),
-            tpot_ms = figures.tpot.filter(|_| streaming).map(millis),
+            tpot_ms = figures.tpot.filter(|_| streaming && outcome == Outcome::Ok).map(millis),
             e2e_ms = millis(figures.e2e),
             output_tokens = tokens,
             input_tokens = input_tokens,

@@ -1,6 +1,7 @@
 //! The `tokentap` command: parses the command line, loads the config and hands over to the library.
 #![forbid(unsafe_code)]
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -62,6 +63,7 @@ fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
 

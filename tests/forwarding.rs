@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use support::*;
 
-const VLLM: &[u8] = include_bytes!("../../shared/fixtures/vllm-0.32-chat-stream.sse");
+const VLLM: &[u8] = include_bytes!("fixtures/openai/vllm-0.32-chat-stream.sse");
 
 /// The vLLM capture rewritten with CRLF line endings and SSE comments between events.
 fn crlf_with_comments(capture: &[u8]) -> Vec<u8> {

@@ -143,7 +143,7 @@ async fn usage_count_drives_tpot_when_chunks_carry_several_tokens() {
 
 #[tokio::test(start_paused = true)]
 async fn token_count_falls_back_to_output_chunks_without_usage() {
-    const CAPTURE: &[u8] = include_bytes!("../../shared/fixtures/llama-cpp-python-chat-stream.sse");
+    const CAPTURE: &[u8] = include_bytes!("fixtures/openai/llama-cpp-python-chat-stream.sse");
     let text = String::from_utf8_lossy(CAPTURE).into_owned();
     let events: Vec<String> = text
         .split("\n\n")
@@ -406,5 +406,54 @@ async fn unknown_paths_are_counted_without_token_figures() {
     assert!(
         !m.has("tokentap_output_tokens_total", labels)
             || m.get("tokentap_output_tokens_total", labels) == 0.0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn guidellm_capture_without_role_chunk_is_metered_from_its_usage() {
+    const CAPTURE: &[u8] = include_bytes!("fixtures/openai/guidellm-mock-chat-stream.sse");
+    let text = String::from_utf8_lossy(CAPTURE).into_owned();
+    let events: Vec<String> = text
+        .split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| format!("{e}\n\n"))
+        .collect();
+    let usage: serde_json::Value = events
+        .iter()
+        .filter_map(|e| {
+            serde_json::from_str::<serde_json::Value>(e.trim().trim_start_matches("data: ")).ok()
+        })
+        .find(|v| v["usage"].is_object())
+        .map(|v| v["usage"].clone())
+        .expect("the capture has a usage chunk");
+    let upstream = upstream(move |_| {
+        let mut steps = vec![sse_head(), Step::Sleep(ms(80))];
+        for event in &events {
+            steps.push(chunk(event.as_bytes()));
+            steps.push(Step::Sleep(ms(5)));
+        }
+        steps.push(last_chunk());
+        steps
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let got = send(&client(), post(&proxy, CHAT, &chat_request("mock-llama"))).await;
+    assert_eq!(got.body, CAPTURE);
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    let labels = &[("model", "mock-llama"), ("api", "chat")];
+    assert_eq!(
+        m.get("tokentap_output_tokens_total", labels),
+        usage["completion_tokens"].as_f64().unwrap_or(-1.0)
+    );
+    assert_eq!(
+        m.get("tokentap_input_tokens_total", labels),
+        usage["prompt_tokens"].as_f64().unwrap_or(-1.0)
+    );
+    // No role chunk: the very first event is the first token, 80 ms after the head.
+    assert_close(
+        m.get("tokentap_time_to_first_token_seconds_sum", labels),
+        0.080,
+        "TTFT",
     );
 }

@@ -1,0 +1,166 @@
+//! The `tokentap` command as a user runs it: `check-config` verdicts and exit codes, flag errors, and a
+//! bounded `demo` run that proves the README's first command produces metered traffic.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn tokentap() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tokentap"))
+}
+
+fn write_temp(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tokentap-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write");
+    path
+}
+
+#[test]
+fn check_config_accepts_the_shipped_example() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/tokentap.yaml");
+    let out = tokentap()
+        .args(["check-config", example])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+}
+
+#[test]
+fn check_config_rejects_bad_values_naming_key_and_value() {
+    let cases = [
+        ("slo:\n  ttft: fast\n", ["slo.ttft", "fast"]),
+        (
+            "slo:\n  models:\n    llama:\n      tpot: -5ms\n",
+            ["slo.models.llama.tpot", "-5ms"],
+        ),
+        (
+            "upstream: ftp://example.com\n",
+            ["upstream", "ftp://example.com"],
+        ),
+        ("max_models: 0\n", ["max_models", "0"]),
+    ];
+    for (i, (yaml, needles)) in cases.iter().enumerate() {
+        let path = write_temp(&format!("bad{i}.yaml"), yaml);
+        let out = tokentap()
+            .arg("check-config")
+            .arg(&path)
+            .output()
+            .expect("run");
+        assert!(!out.status.success(), "accepted {yaml:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for needle in needles {
+            assert!(
+                stderr.contains(needle),
+                "message for {yaml:?} lacks {needle:?}: {stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn check_config_rejects_unknown_keys() {
+    let path = write_temp("unknown.yaml", "slo:\n  ttft: 1s\n  tffts: 2s\n");
+    let out = tokentap()
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tffts"));
+}
+
+#[test]
+fn a_missing_config_file_is_an_error_naming_it() {
+    let out = tokentap()
+        .args(["--config", "/nonexistent/tokentap.yaml"])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/tokentap.yaml"));
+}
+
+#[test]
+fn a_bad_upstream_flag_is_an_error_naming_the_flag() {
+    let out = tokentap()
+        .args(["--upstream", "not a url", "--listen", "127.0.0.1:0"])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--upstream"));
+}
+
+fn get(addr: &str, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+#[test]
+fn demo_serves_metered_traffic_and_stops_by_itself() {
+    let mut child = tokentap()
+        .args([
+            "demo",
+            "--duration",
+            "20s",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn demo");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut metrics_addr = None;
+    for line in BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .take(20)
+    {
+        if let Some(rest) = line.trim().strip_prefix("metrics") {
+            let url = rest.trim();
+            metrics_addr = url
+                .strip_prefix("http://")
+                .and_then(|u| u.strip_suffix("/metrics"))
+                .map(str::to_owned);
+            break;
+        }
+    }
+    let addr = metrics_addr.expect("the demo prints its metrics address");
+    let deadline = Instant::now() + Duration::from_secs(18);
+    let mut seen = String::new();
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        if let Some(text) = get(&addr, "/metrics") {
+            seen = text;
+            if seen.contains("tokentap_time_to_first_token_seconds_count{api=\"chat\"")
+                && seen.contains("outcome=\"ok\"")
+            {
+                break;
+            }
+        }
+    }
+    assert!(
+        seen.contains("tokentap_time_to_first_token_seconds_count"),
+        "no TTFT after the demo ran: {seen}"
+    );
+    assert!(seen.contains("model=\"demo-"), "demo models missing");
+    let _ = child.kill();
+    let _ = child.wait();
+}
