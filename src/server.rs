@@ -169,7 +169,10 @@ async fn accept(listener: &TcpListener) -> tokio::net::TcpStream {
 }
 
 async fn serve_proxy(listener: TcpListener, proxy: Proxy) {
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // The upstream's response headers are passed on as they are: no `date` is added where it sent none.
+    builder.http1().auto_date_header(false);
+    builder.http2().auto_date_header(false);
     loop {
         let stream = accept(&listener).await;
         let proxy = proxy.clone();

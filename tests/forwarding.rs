@@ -53,6 +53,18 @@ async fn stream_bytes_arrive_identical_whatever_the_frame_boundaries() {
             assert_eq!(got.headers["content-type"], "text/event-stream");
             assert_eq!(got.headers["x-upstream"], "scripted");
             assert_eq!(got.headers["cache-control"], "no-cache");
+            let mut names: Vec<&str> = got.headers.keys().map(|k| k.as_str()).collect();
+            names.sort_unstable();
+            // Exactly the upstream's headers; transfer-encoding is this hop's framing, nothing is added.
+            assert_eq!(
+                names,
+                [
+                    "cache-control",
+                    "content-type",
+                    "transfer-encoding",
+                    "x-upstream"
+                ]
+            );
             settle(&proxy).await;
             let m = scrape(&proxy).await;
             // 16 content tokens in the capture: the usage chunk says so, and so do the chunks.

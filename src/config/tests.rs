@@ -1,0 +1,288 @@
+//! Tests of the configuration as a whole: documents and files in, a validated [`Config`] or an
+//! error naming the key (or the file) out. The value syntaxes are tested beside their parsers in
+//! `values.rs`, which borrows [`rows`] from here.
+
+use super::values::DURATION_SYNTAX;
+use super::*;
+
+const FULL: &str = "
+listen: 127.0.0.1:18080
+upstream: https://api.example.com/openai/
+metrics_listen: '[::1]:19464'
+max_models: 7
+timeouts: {connect: 2.5s}
+metering: {max_event_bytes: 1MiB, model_scan_bytes: 65536}
+buckets: {ttft: [0.1, 1, 10], itl: [0.01, 0.1], tpot: [0.02], e2e: [1, 60], output_tokens_per_second: [10, 100]}
+slo:
+  ttft: 500ms
+  tpot: 50ms
+  itl: 250ms
+  e2e: 60s
+  models:
+    llama-3.1-70b:
+      ttft: 1s
+";
+
+fn ms(n: u64) -> Option<Duration> {
+    Some(Duration::from_millis(n))
+}
+
+fn all(c: Ceilings) -> [Option<Duration>; 4] {
+    SloKind::ALL.map(|k| c.get(k))
+}
+
+fn err(yaml: &str) -> String {
+    match Config::from_yaml_str(yaml) {
+        Ok(c) => panic!("expected an error for {yaml:?}, got {c:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Non-empty lines of a table, split at " | ".
+pub(super) fn rows(table: &str) -> impl Iterator<Item = Vec<&str>> {
+    table
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.trim().split(" | ").collect())
+}
+
+#[test]
+fn full_example_parses_to_the_given_values() {
+    let c = Config::from_yaml_str(FULL).unwrap();
+    assert_eq!(c.listen.to_string(), "127.0.0.1:18080");
+    assert_eq!(c.upstream.to_string(), "https://api.example.com/openai");
+    assert_eq!(c.metrics_listen.to_string(), "[::1]:19464");
+    assert_eq!((c.upstream_ca_file, c.max_models), (None, 7));
+    assert_eq!(Some(c.timeouts.connect), ms(2500));
+    let m = c.metering;
+    assert_eq!((m.max_event_bytes, m.model_scan_bytes), (1 << 20, 65536));
+    let b = c.buckets;
+    assert_eq!(
+        (b.ttft, b.itl, b.tpot),
+        (vec![0.1, 1.0, 10.0], vec![0.01, 0.1], vec![0.02])
+    );
+    assert_eq!(
+        (b.e2e, b.output_tokens_per_second),
+        (vec![1.0, 60.0], vec![10.0, 100.0])
+    );
+    assert_eq!(all(c.slo.default), [ms(500), ms(50), ms(250), ms(60_000)]);
+    assert_eq!(c.slo.models.keys().collect::<Vec<_>>(), ["llama-3.1-70b"]);
+    assert_eq!(
+        all(c.slo.models["llama-3.1-70b"]),
+        [ms(1000), None, None, None]
+    );
+}
+
+#[test]
+fn empty_document_gives_the_defaults() {
+    for text in [
+        "",
+        "\n",
+        "# only a comment\n",
+        "~",
+        "---\n",
+        "timeouts:\nslo:\n",
+    ] {
+        assert_eq!(
+            Config::from_yaml_str(text).unwrap(),
+            Config::default(),
+            "{text:?}"
+        );
+    }
+    let d = Config::default();
+    assert_eq!(d.upstream, parse_upstream("http://127.0.0.1:8000").unwrap());
+    assert_eq!(
+        format!("{} {}", d.listen, d.metrics_listen),
+        "0.0.0.0:8080 0.0.0.0:9464"
+    );
+    assert_eq!((d.max_models, Some(d.timeouts.connect)), (100, ms(10_000)));
+    let m = d.metering;
+    assert_eq!((m.max_event_bytes, m.model_scan_bytes), (262_144, 8 << 20));
+    assert_eq!(d.slo, Slo::default());
+}
+
+#[test]
+fn every_default_bucket_list_passes_validation() {
+    Config::default().validate().unwrap();
+    for (name, list) in Buckets::default().named() {
+        check_buckets(name, list).unwrap();
+        assert!(list.len() > 15, "{name}");
+    }
+}
+
+#[test]
+fn example_config_file_parses_and_shows_the_defaults() {
+    let c = Config::from_yaml_str(include_str!("../../config/tokentap.yaml")).unwrap();
+    let d = Config::default();
+    assert_eq!(
+        Config {
+            slo: d.slo.clone(),
+            ..c.clone()
+        },
+        d,
+        "all but slo are defaults"
+    );
+    assert_eq!(all(c.slo.default), [ms(500), ms(50), ms(250), ms(60_000)]);
+    assert_eq!(c.slo.ceilings_for("llama-3.1-70b").ttft, ms(1000));
+}
+
+#[test]
+fn per_model_override_merges_field_by_field_over_the_default() {
+    let slo = Config::from_yaml_str(FULL).unwrap().slo;
+    let llama = slo.ceilings_for("llama-3.1-70b");
+    assert_eq!(all(llama), [ms(1000), ms(50), ms(250), ms(60_000)]);
+    assert_eq!(slo.ceilings_for("some-other-model"), slo.default);
+    let only_model = Config::from_yaml_str("slo: {models: {m: {itl: 1s}}}").unwrap();
+    assert_eq!(
+        all(only_model.slo.ceilings_for("m")),
+        [None, None, ms(1000), None]
+    );
+    assert_eq!(only_model.slo.ceilings_for("x"), Ceilings::default());
+    assert_eq!(
+        SloKind::ALL.map(SloKind::as_str),
+        ["ttft", "tpot", "itl", "e2e"]
+    );
+}
+
+#[test]
+fn boundaries_collect_every_ceiling_sorted_and_deduplicated() {
+    let yaml =
+        "slo: {ttft: 500ms, models: {a: {ttft: 2s}, b: {ttft: 0.5s, e2e: 1m}, c: {ttft: 100ms}}}";
+    let slo = Config::from_yaml_str(yaml).unwrap().slo;
+    assert_eq!(slo.boundaries(SloKind::Ttft), [0.1, 0.5, 2.0]);
+    assert_eq!(slo.boundaries(SloKind::E2e), [60.0]);
+    assert!(slo.boundaries(SloKind::Itl).is_empty());
+}
+
+#[test]
+fn unknown_key_at_top_level_is_named() {
+    let want = "unknown field `lisen`, expected one of `listen`, `upstream`, `metrics_listen`, \
+         `upstream_ca_file`, `max_models`, `timeouts`, `metering`, `buckets`, `slo` at line 2 column 1";
+    assert_eq!(err("listen: 0.0.0.0:1\nlisen: 0.0.0.0:2\n"), want);
+}
+
+#[test]
+fn unknown_key_under_slo_is_named_with_its_path() {
+    let want = "slo: unknown field `p99`, expected one of `ttft`, `tpot`, `itl`, `e2e`, `models` at line 3 column 3";
+    assert_eq!(err("slo:\n  ttft: 1s\n  p99: 2s\n"), want);
+}
+
+#[test]
+fn unknown_key_under_a_model_override_is_named_with_its_path() {
+    let want = "slo.models.llama-3.1-70b: unknown field `ttf`, expected one of `ttft`, `tpot`, `itl`, `e2e` at line 4 column 7";
+    assert_eq!(
+        err("slo:\n  models:\n    llama-3.1-70b:\n      ttf: 1s\n"),
+        want
+    );
+}
+
+#[test]
+fn wrong_yaml_types_keep_the_parsers_path_and_position() {
+    let table = r#"
+        max_models: many | max_models: invalid type: string "many", expected usize at line 1 column 13
+        buckets: {itl: [0.1, fast]} | buckets.itl[1]: invalid type: string "fast", expected f64 at line 1 column 22
+        timeouts: {connect: true} | timeouts.connect: invalid type: boolean `true`, expected a string or a number at line 1 column 21
+        slo: {models: {a: {}, a: {}}} | slo.models: model `a` appears twice at line 1 column 15
+        listen: [1] | listen: invalid type: sequence, expected a string or a number at line 1 column 9
+    "#;
+    for row in rows(table) {
+        assert_eq!(err(row[0]), row[1]);
+    }
+}
+
+#[test]
+fn bad_values_give_errors_naming_the_key_and_the_value() {
+    let table = "
+        slo: {models: {llama-3.1-70b: {ttft: 1 second}}} | slo.models.llama-3.1-70b.ttft | 1 second
+        timeouts: {connect: 5} | timeouts.connect | 5
+        slo: {ttft: 0.5} | slo.ttft | 0.5
+        slo: {itl: -1} | slo.itl | -1
+        metering: {max_event_bytes: 1.5} | metering.max_event_bytes | 1.5
+        metering: {model_scan_bytes: 1e6} | metering.model_scan_bytes | 1000000.0
+        metering: {max_event_bytes: 256kb} | metering.max_event_bytes | 256kb
+        metering: {max_event_bytes: 100MiB} | metering.max_event_bytes | 104857600
+        metering: {model_scan_bytes: 1000} | metering.model_scan_bytes | 1000
+        slo: {tpot: 0ms} | slo.tpot | 0ms
+        timeouts: {connect: 0s} | timeouts.connect | 0s
+        buckets: {ttft: [0.1, 0.5, 0.5]} | buckets.ttft[2] | 0.5
+        buckets: {e2e: [0, 1]} | buckets.e2e[0] | 0
+        buckets: {itl: [0.1, .inf]} | buckets.itl[1] | inf
+        buckets: {tpot: []} | buckets.tpot | []
+        upstream: ftp://x | upstream | ftp://x
+        upstream: http://x/v1?key=1 | upstream | http://x/v1?key=1
+        upstream: 127.0.0.1:8000 | upstream | 127.0.0.1:8000
+        listen: nonsense | listen | nonsense
+        metrics_listen: localhost:9464 | metrics_listen | localhost:9464
+        metrics_listen: 0.0.0.0:8080 | metrics_listen | 0.0.0.0:8080
+        max_models: 0 | max_models | 0
+        upstream_ca_file: /nonexistent/ca.pem | upstream_ca_file | /nonexistent/ca.pem
+        upstream_ca_file: / | upstream_ca_file | /
+    ";
+    for row in rows(table) {
+        let (msg, key, value) = (err(row[0]), row[1], row[2]);
+        let named = msg.starts_with(&format!("{key}: invalid "));
+        assert!(named && msg.contains(&format!("{value:?}")), "{msg}");
+    }
+    assert_eq!(
+        err("slo: {models: {llama-3.1-70b: {ttft: 1 second}}}"),
+        "slo.models.llama-3.1-70b.ttft: invalid duration \"1 second\": expected a number \
+         followed by us, ms, s, m or h (e.g. \"250ms\", \"1.5s\", \"2m\")"
+    );
+    let want = "buckets.ttft[2]: invalid bucket boundary \"0.5\": boundaries must be strictly increasing, but the one before is 0.5";
+    assert_eq!(err("buckets: {ttft: [0.1, 0.5, 0.5]}"), want);
+}
+
+#[test]
+fn validate_catches_values_set_in_code() {
+    let mut c = Config::default();
+    c.slo.models.insert(
+        "m".into(),
+        Ceilings {
+            e2e: ms(0),
+            ..Ceilings::default()
+        },
+    );
+    let msg = c.validate().unwrap_err().to_string();
+    assert_eq!(
+        msg,
+        "slo.models.m.e2e: invalid duration \"0s\": must be greater than zero"
+    );
+    let c = Config {
+        upstream: http::Uri::from_static("ftp://x/"),
+        ..Config::default()
+    };
+    let msg = c.validate().unwrap_err().to_string();
+    assert!(msg.starts_with("upstream: invalid upstream URL"));
+    let path = std::env::temp_dir().join(format!("tokentap-ca-{}.pem", std::process::id()));
+    std::fs::write(&path, "-----BEGIN CERTIFICATE-----\n").unwrap();
+    let c = Config {
+        upstream_ca_file: Some(path.clone()),
+        ..Config::default()
+    };
+    let result = c.validate();
+    std::fs::remove_file(&path).unwrap();
+    result.unwrap();
+}
+
+#[test]
+fn load_names_the_file() {
+    let missing = Config::load(Path::new("/nonexistent/tokentap.yaml")).unwrap_err();
+    let msg = missing.to_string();
+    assert!(
+        msg.starts_with("cannot read config file /nonexistent/tokentap.yaml: "),
+        "{msg}"
+    );
+    let path = std::env::temp_dir().join(format!("tokentap-cfg-{}.yaml", std::process::id()));
+    std::fs::write(&path, "slo:\n  e2e: soon\n").unwrap();
+    let bad = Config::load(&path).map_err(|e| e.to_string());
+    std::fs::write(&path, "max_models: 3\n").unwrap();
+    let good = Config::load(&path)
+        .map(|c| c.max_models)
+        .map_err(|e| e.to_string());
+    std::fs::remove_file(&path).unwrap();
+    let want = format!("{}: slo.e2e: invalid duration \"soon\": ", path.display());
+    assert_eq!(
+        (bad, good),
+        (Err(format!("{want}{DURATION_SYNTAX}")), Ok(3))
+    );
+}

@@ -1,0 +1,205 @@
+//! The YAML side of the configuration, and the only module that touches serde_yaml (so the file
+//! format could be swapped without touching the rest). A document is read into private `Raw*`
+//! structs (every key optional, unknown keys rejected at every level, durations/sizes/addresses
+//! kept as text) and then converted over [`Config::default`], so each error names its key as a
+//! dotted path (`slo.models.llama-3.1-70b.ttft`) and the bad value.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::de::{Deserializer, Error as _, MapAccess, Visitor};
+use serde::Deserialize;
+
+use super::values::{address_at, duration_at, parse_upstream, size_at};
+use super::{Buckets, Ceilings, Config, ConfigError};
+
+/// Parses a YAML document into a [`Config`] (not yet validated); an empty (or comment-only)
+/// document gives the defaults. YAML syntax errors, unknown keys and wrong types come back as
+/// [`ConfigError::Syntax`] with serde_yaml's path and position.
+pub(super) fn parse(text: &str) -> Result<Config, ConfigError> {
+    let raw = serde_yaml::from_str::<Option<RawConfig>>(text);
+    let raw = raw.map_err(|e| ConfigError::Syntax(e.to_string()))?;
+    raw.unwrap_or_default().into_config()
+}
+
+/// A string or number kept as text, so its conversion error can name the key and the value (and
+/// say e.g. that `0.5` lacks a unit). Other types are rejected by serde_yaml, with path and position.
+struct Scalar(String);
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or a number")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_owned()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar(format!("{v:?}"))) // "1000.0", never taken for whole bytes
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `slo.models`: a map that rejects a repeated model name instead of silently keeping the last.
+#[derive(Default)]
+struct Models(BTreeMap<String, RawCeilings>);
+
+impl<'de> Deserialize<'de> for Models {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Models;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mapping from model name to SLO ceilings")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Models, A::Error> {
+                let mut models = BTreeMap::new();
+                while let Some(name) = map.next_key::<String>()? {
+                    let ceilings = map.next_value::<Option<RawCeilings>>()?;
+                    if models.contains_key(&name) {
+                        return Err(A::Error::custom(format!("model `{name}` appears twice")));
+                    }
+                    models.insert(name, ceilings.unwrap_or_default());
+                }
+                Ok(Models(models))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default, expecting = "a mapping")]
+struct RawConfig {
+    listen: Option<Scalar>,
+    upstream: Option<Scalar>,
+    metrics_listen: Option<Scalar>,
+    upstream_ca_file: Option<PathBuf>,
+    max_models: Option<usize>,
+    timeouts: Option<RawTimeouts>,
+    metering: Option<RawMetering>,
+    buckets: Option<RawBuckets>,
+    slo: Option<RawSlo>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default, expecting = "a mapping")]
+struct RawTimeouts {
+    connect: Option<Scalar>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default, expecting = "a mapping")]
+struct RawMetering {
+    max_event_bytes: Option<Scalar>,
+    model_scan_bytes: Option<Scalar>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default, expecting = "a mapping")]
+struct RawBuckets {
+    ttft: Option<Vec<f64>>,
+    itl: Option<Vec<f64>>,
+    tpot: Option<Vec<f64>>,
+    e2e: Option<Vec<f64>>,
+    output_tokens_per_second: Option<Vec<f64>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default, expecting = "a mapping")]
+struct RawSlo {
+    ttft: Option<Scalar>,
+    tpot: Option<Scalar>,
+    itl: Option<Scalar>,
+    e2e: Option<Scalar>,
+    models: Option<Models>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default, expecting = "a mapping")]
+struct RawCeilings {
+    ttft: Option<Scalar>,
+    tpot: Option<Scalar>,
+    itl: Option<Scalar>,
+    e2e: Option<Scalar>,
+}
+
+impl RawCeilings {
+    fn convert(&self, prefix: &str) -> Result<Ceilings, ConfigError> {
+        let get = |v: &Option<Scalar>, kind: &str| match v {
+            Some(s) => duration_at(&format!("{prefix}.{kind}"), &s.0).map(Some),
+            None => Ok(None),
+        };
+        let (ttft, tpot) = (get(&self.ttft, "ttft")?, get(&self.tpot, "tpot")?);
+        let (itl, e2e) = (get(&self.itl, "itl")?, get(&self.e2e, "e2e")?);
+        Ok(Ceilings {
+            ttft,
+            tpot,
+            itl,
+            e2e,
+        })
+    }
+}
+
+impl RawConfig {
+    fn into_config(self) -> Result<Config, ConfigError> {
+        let mut c = Config::default();
+        if let Some(s) = &self.listen {
+            c.listen = address_at("listen", &s.0)?;
+        }
+        if let Some(s) = &self.upstream {
+            c.upstream = parse_upstream(&s.0)?;
+        }
+        if let Some(s) = &self.metrics_listen {
+            c.metrics_listen = address_at("metrics_listen", &s.0)?;
+        }
+        c.upstream_ca_file = self.upstream_ca_file;
+        c.max_models = self.max_models.unwrap_or(c.max_models);
+        if let Some(s) = self.timeouts.and_then(|t| t.connect) {
+            c.timeouts.connect = duration_at("timeouts.connect", &s.0)?;
+        }
+        let metering = self.metering.unwrap_or_default();
+        if let Some(s) = &metering.max_event_bytes {
+            c.metering.max_event_bytes = size_at("metering.max_event_bytes", &s.0)?;
+        }
+        if let Some(s) = &metering.model_scan_bytes {
+            c.metering.model_scan_bytes = size_at("metering.model_scan_bytes", &s.0)?;
+        }
+        let (b, d) = (self.buckets.unwrap_or_default(), Buckets::default());
+        c.buckets = Buckets {
+            ttft: b.ttft.unwrap_or(d.ttft),
+            itl: b.itl.unwrap_or(d.itl),
+            tpot: b.tpot.unwrap_or(d.tpot),
+            e2e: b.e2e.unwrap_or(d.e2e),
+            output_tokens_per_second: b
+                .output_tokens_per_second
+                .unwrap_or(d.output_tokens_per_second),
+        };
+        let slo = self.slo.unwrap_or_default();
+        let (ttft, tpot, itl, e2e) = (slo.ttft, slo.tpot, slo.itl, slo.e2e);
+        c.slo.default = RawCeilings {
+            ttft,
+            tpot,
+            itl,
+            e2e,
+        }
+        .convert("slo")?;
+        for (name, raw) in slo.models.unwrap_or_default().0 {
+            let ceilings = raw.convert(&format!("slo.models.{name}"))?;
+            c.slo.models.insert(name, ceilings);
+        }
+        Ok(c)
+    }
+}
