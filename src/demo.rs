@@ -4,6 +4,7 @@
 //! on the usual ports, and a few clients that send a trickle of chat and completion requests through it.
 
 use std::convert::Infallible;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -105,7 +106,9 @@ pub async fn run(mut config: Config, duration: Option<Duration>) -> Result<(), D
             addr
         }
     };
-    println!(
+    // A closed stdout (`tokentap demo | head`) must not stop the demo: print what can be printed.
+    let _ = writeln!(
+        std::io::stdout().lock(),
         "tokentap demo\n  embedded model server  http://{upstream}\n  proxy                  http://{proxy}   (clients point here)\n  metrics                http://{m}/metrics\n\nTry:\n  curl -s http://{m}/metrics | grep -E 'tokentap_(requests_total|goodput|time_to_first_token_seconds_count)'\n  curl -N http://{p}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"demo-llama-8b\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'\n\nA few demo clients are sending requests; one log line per finished request follows. Ctrl-C stops.\n",
         m = shown(metrics),
         p = shown(proxy),

@@ -97,21 +97,26 @@ fn a_bad_upstream_flag_is_an_error_naming_the_flag() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--upstream"));
 }
 
-fn get(addr: &str, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(addr).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+fn get(addr: &str, path: &str) -> Result<String, String> {
+    let mut stream = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
     )
-    .ok()?;
+    .map_err(|e| format!("write: {e}"))?;
     let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    Some(text)
+    stream
+        .read_to_string(&mut text)
+        .map_err(|e| format!("read: {e}"))?;
+    Ok(text)
 }
 
 #[test]
 fn demo_serves_metered_traffic_and_stops_by_itself() {
+    let log = write_temp("demo.log", "");
     let mut child = tokentap()
         .args([
             "demo",
@@ -123,7 +128,7 @@ fn demo_serves_metered_traffic_and_stops_by_itself() {
             "127.0.0.1:0",
         ])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
         .spawn()
         .expect("spawn demo");
     let stdout = child.stdout.take().expect("stdout");
@@ -147,7 +152,11 @@ fn demo_serves_metered_traffic_and_stops_by_itself() {
     let mut seen = String::new();
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(500));
-        if let Some(text) = get(&addr, "/metrics") {
+        let got = get(&addr, "/metrics");
+        if let Err(err) = &got {
+            seen = err.clone();
+        }
+        if let Ok(text) = got {
             seen = text;
             if seen.contains("tokentap_time_to_first_token_seconds_count{api=\"chat\"")
                 && seen.contains("outcome=\"ok\"")
@@ -158,7 +167,8 @@ fn demo_serves_metered_traffic_and_stops_by_itself() {
     }
     assert!(
         seen.contains("tokentap_time_to_first_token_seconds_count"),
-        "no TTFT after the demo ran: {seen}"
+        "no TTFT after the demo ran: {seen}\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
     );
     assert!(seen.contains("model=\"demo-"), "demo models missing");
     let _ = child.kill();
