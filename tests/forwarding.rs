@@ -227,19 +227,7 @@ async fn upstream_5xx_passes_through_and_is_never_goodput() {
 
 #[tokio::test]
 async fn https_upstream_is_reached_with_a_configured_ca_bundle() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
-    let certs: Vec<_> = rustls_pemfile_certs(&format!("{dir}/server.pem"));
-    let key =
-        rustls::pki_types::PrivateKeyDer::from_pem_file(format!("{dir}/server.key")).expect("key");
-    let tls = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .expect("server config");
-    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(tls));
+    let (dir, acceptor) = (TLS_DIR, tls_acceptor());
     let frames = random_frames(VLLM, &mut Lcg(3), 300);
     let script = streamed(&frames);
     let upstream = upstream_with(move |_| script.clone(), Some(acceptor)).await;
@@ -262,19 +250,7 @@ async fn https_upstream_is_reached_with_a_configured_ca_bundle() {
 
 #[tokio::test]
 async fn https_upstream_with_an_untrusted_certificate_is_refused_with_502() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
-    let certs: Vec<_> = rustls_pemfile_certs(&format!("{dir}/server.pem"));
-    let key =
-        rustls::pki_types::PrivateKeyDer::from_pem_file(format!("{dir}/server.key")).expect("key");
-    let tls = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .expect("server config");
-    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(tls));
+    let (dir, acceptor) = (TLS_DIR, tls_acceptor());
     let upstream = upstream_with(|_| vec![json_response(200, "OK", "{}")], Some(acceptor)).await;
     // Trust only the server's own leaf as a "CA": verification must fail, and nothing is forwarded.
     let url = format!("https://127.0.0.1:{}", upstream.addr.port());
@@ -288,12 +264,24 @@ async fn https_upstream_with_an_untrusted_certificate_is_refused_with_502() {
     assert!(upstream.requests().is_empty());
 }
 
-fn rustls_pemfile_certs(path: &str) -> Vec<rustls::pki_types::CertificateDer<'static>> {
-    use rustls::pki_types::pem::PemObject;
-    rustls::pki_types::CertificateDer::pem_file_iter(path)
+const TLS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+
+/// A TLS acceptor with the test server certificate for 127.0.0.1, signed by tests/fixtures/tls/ca.pem.
+fn tls_acceptor() -> tokio_rustls::TlsAcceptor {
+    let certs = rustls::pki_types::CertificateDer::pem_file_iter(format!("{TLS_DIR}/server.pem"))
         .expect("pem")
-        .collect::<Result<_, _>>()
-        .expect("certs")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("certs");
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(format!("{TLS_DIR}/server.key"))
+        .expect("key");
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("server config");
+    tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(tls))
 }
 
 use rustls::pki_types::pem::PemObject;

@@ -37,6 +37,26 @@ fn token_script(
     steps
 }
 
+/// The events of a captured SSE body, each with its blank-line terminator.
+fn fixture_events(capture: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(capture)
+        .split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| format!("{e}\n\n"))
+        .collect()
+}
+
+/// Replays events one chunk each: `lead` after the head, `gap` after every event.
+fn replay(events: &[String], lead: Duration, gap: Duration) -> Vec<Step> {
+    let mut steps = vec![sse_head(), Step::Sleep(lead)];
+    for event in events {
+        steps.push(chunk(event.as_bytes()));
+        steps.push(Step::Sleep(gap));
+    }
+    steps.push(last_chunk());
+    steps
+}
+
 fn assert_close(actual: f64, expected: f64, what: &str) {
     assert!(
         (actual - expected).abs() < 1e-6,
@@ -144,26 +164,12 @@ async fn usage_count_drives_tpot_when_chunks_carry_several_tokens() {
 #[tokio::test(start_paused = true)]
 async fn token_count_falls_back_to_output_chunks_without_usage() {
     const CAPTURE: &[u8] = include_bytes!("fixtures/openai/llama-cpp-python-chat-stream.sse");
-    let text = String::from_utf8_lossy(CAPTURE).into_owned();
-    let events: Vec<String> = text
-        .split("\n\n")
-        .filter(|e| !e.trim().is_empty())
-        .map(|e| format!("{e}\n\n"))
-        .collect();
+    let events = fixture_events(CAPTURE);
     let content_events = events
         .iter()
         .filter(|e| e.contains("\"content\": \"") && !e.contains("\"content\": \"\""))
         .count();
-    let upstream = upstream(move |_| {
-        let mut steps = vec![sse_head()];
-        for event in &events {
-            steps.push(chunk(event.as_bytes()));
-            steps.push(Step::Sleep(ms(10)));
-        }
-        steps.push(last_chunk());
-        steps
-    })
-    .await;
+    let upstream = upstream(move |_| replay(&events, ms(0), ms(10))).await;
     let proxy = proxy(&upstream.url(), "").await;
     let got = send(
         &client(),
@@ -412,12 +418,7 @@ async fn unknown_paths_are_counted_without_token_figures() {
 #[tokio::test(start_paused = true)]
 async fn guidellm_capture_without_role_chunk_is_metered_from_its_usage() {
     const CAPTURE: &[u8] = include_bytes!("fixtures/openai/guidellm-mock-chat-stream.sse");
-    let text = String::from_utf8_lossy(CAPTURE).into_owned();
-    let events: Vec<String> = text
-        .split("\n\n")
-        .filter(|e| !e.trim().is_empty())
-        .map(|e| format!("{e}\n\n"))
-        .collect();
+    let events = fixture_events(CAPTURE);
     let usage: serde_json::Value = events
         .iter()
         .filter_map(|e| {
@@ -426,16 +427,7 @@ async fn guidellm_capture_without_role_chunk_is_metered_from_its_usage() {
         .find(|v| v["usage"].is_object())
         .map(|v| v["usage"].clone())
         .expect("the capture has a usage chunk");
-    let upstream = upstream(move |_| {
-        let mut steps = vec![sse_head(), Step::Sleep(ms(80))];
-        for event in &events {
-            steps.push(chunk(event.as_bytes()));
-            steps.push(Step::Sleep(ms(5)));
-        }
-        steps.push(last_chunk());
-        steps
-    })
-    .await;
+    let upstream = upstream(move |_| replay(&events, ms(80), ms(5))).await;
     let proxy = proxy(&upstream.url(), "").await;
     let got = send(&client(), post(&proxy, CHAT, &chat_request("mock-llama"))).await;
     assert_eq!(got.body, CAPTURE);
