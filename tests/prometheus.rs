@@ -36,9 +36,12 @@ const SLOW_EVERY: usize = 4;
 const TOKENS: usize = 5;
 /// Between request starts.
 const PACE: Duration = Duration::from_millis(100);
+/// TTFT buckets 0.1, 0.2 (the ceiling, added by tokentap), 0.3, 1.
+const CONFIG: &str = "slo:\n  ttft: 200ms\nbuckets:\n  ttft: [0.1, 0.3, 1]\n";
 
 /// Fast requests get their first token after 20 ms (within the 200 ms ceiling), slow ones after
-/// 330 ms: in the TTFT bucket (0.3, 0.4], over the ceiling.
+/// 330 ms: in the TTFT bucket (0.3, 1], over the ceiling. The wide buckets (CONFIG) leave each request
+/// hundreds of milliseconds of room for a busy machine before it would change bucket.
 fn script(slow: bool) -> Vec<Step> {
     let mut steps = vec![
         sse_head(),
@@ -71,7 +74,7 @@ async fn prometheus_recording_rules_report_the_p99_ttft_goodput_ratio_and_tokens
         script(n % SLOW_EVERY == SLOW_EVERY - 1)
     })
     .await;
-    let proxy = proxy(&upstream.url(), "slo:\n  ttft: 200ms\n").await;
+    let proxy = proxy(&upstream.url(), CONFIG).await;
 
     drive(&proxy).await; // priming: see the module comment
     let mut prom = Prometheus::start(proxy.metrics_addr().port());
@@ -93,15 +96,25 @@ async fn prometheus_recording_rules_report_the_p99_ttft_goodput_ratio_and_tokens
     // Recording rules run every second, on their own timer: let a few evaluations see that scrape.
     tokio::time::sleep(Duration::from_millis(3500)).await;
 
-    // p99 TTFT: 30 of 40 first tokens are within 0.3 s, 10 in (0.3, 0.4]. Rank 0.99 × 40 = 39.6 lies
-    // in that bucket, 9.6 of its 10 observations in: 0.3 + 0.96 × 0.1 = 0.396 s.
+    // p99 TTFT: 30 of 40 first tokens are within 0.3 s, 10 in (0.3, 1]. Rank 0.99 × 40 = 39.6 lies
+    // in that bucket, 9.6 of its 10 observations in: 0.3 + 0.96 × 0.7 = 0.972 s.
     let p99 = prom
         .query_model("model:tokentap_time_to_first_token_seconds:p99_rate5m")
         .await;
     assert!(
-        (p99 - 0.396).abs() < 1e-9,
-        "p99 TTFT: got {p99}, expected 0.396"
+        (p99 - 0.972).abs() < 1e-9,
+        "p99 TTFT: got {p99}, expected 0.972"
     );
+    // The bucket boundaries PromQL sees are the configured ones plus the ceiling.
+    let boundaries = prom
+        .query("count by (le) (tokentap_time_to_first_token_seconds_bucket)")
+        .await;
+    let mut les: Vec<String> = boundaries
+        .iter()
+        .map(|(labels, _)| labels["le"].as_str().expect("le").to_owned())
+        .collect();
+    les.sort();
+    assert_eq!(les, ["+Inf", "0.1", "0.2", "0.3", "1"]);
 
     // Goodput ratio: 30 of 40 requests met the 200 ms TTFT ceiling.
     let ratio = prom
