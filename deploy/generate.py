@@ -130,24 +130,16 @@ def row(title, y):
     return {"type": "row", "title": title, "collapsed": False, "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}, "panels": []}
 
 
-def percentiles(kind, record, y, what):
-    """A percentile panel (from the recording rules) and the matching heatmap, side by side."""
+def percentiles(kind, record, x, y, what):
+    """A p50/p90/p99 panel per model, from the recording rules."""
     qs = ["p50", "p90", "p99"]
-    return [
-        timeseries(
-            f"{kind} p50 / p90 / p99 by model",
-            f"{what} Percentiles from the recording rules {record}:pNN_rate5m (5-minute windows, all replicas).",
-            [target(f"model:{record}:{q}_rate5m{{{SEL}}}", f"{{{{model}}}} {q}", ref) for q, ref in zip(qs, "ABC")],
-            "s",
-            {"h": 8, "w": 12, "x": 0, "y": y},
-        ),
-        heatmap(
-            f"{kind} distribution",
-            f"{what} Every bucket of {record}, selected models summed.",
-            record,
-            {"h": 8, "w": 12, "x": 12, "y": y},
-        ),
-    ]
+    return timeseries(
+        f"{kind} p50 / p90 / p99 by model",
+        f"{what} Percentiles from the recording rules {record}:pNN_rate5m (5-minute windows, all replicas).",
+        [target(f"model:{record}:{q}_rate5m{{{SEL}}}", f"{{{{model}}}} {q}", ref) for q, ref in zip(qs, "ABC")],
+        "s",
+        {"h": 8, "w": 8, "x": x, "y": y},
+    )
 
 
 def dashboard() -> dict:
@@ -215,18 +207,14 @@ def dashboard() -> dict:
         ),
     ]
     panels.append(row("Latency", 13))
-    panels += percentiles(
-        "TTFT", "tokentap_time_to_first_token_seconds", 14,
-        "Time to first token: request arrival to the first chunk that carries output (not the role-only chunk).",
-    )
-    panels += percentiles(
-        "ITL", "tokentap_inter_token_latency_seconds", 22,
-        "Inter-token latency, one observation per gap between output-bearing chunks.",
-    )
-    panels += percentiles(
-        "TPOT", "tokentap_time_per_output_token_seconds", 30,
-        "Time per output token, per request: (E2E - TTFT) / (N - 1).",
-    )
+    ttft = "Time to first token: request arrival to the first chunk that carries output (not the role-only chunk)."
+    itl = "Inter-token latency, one observation per gap between output-bearing chunks."
+    tpot = "Time per output token, per request: (E2E - TTFT) / (N - 1)."
+    panels += [
+        percentiles("TTFT", "tokentap_time_to_first_token_seconds", 0, 14, ttft),
+        percentiles("ITL", "tokentap_inter_token_latency_seconds", 8, 14, itl),
+        percentiles("TPOT", "tokentap_time_per_output_token_seconds", 16, 14, tpot),
+    ]
     panels += [
         timeseries(
             "Longest gap per request (stalls) p50 / p99",
@@ -236,7 +224,7 @@ def dashboard() -> dict:
                 target(f"model:tokentap_max_inter_token_gap_seconds:p99_rate5m{{{SEL}}}", "{{model}} p99", "B"),
             ],
             "s",
-            {"h": 8, "w": 12, "x": 0, "y": 38},
+            {"h": 8, "w": 12, "x": 0, "y": 22},
         ),
         timeseries(
             "End-to-end latency p50 / p99",
@@ -246,10 +234,10 @@ def dashboard() -> dict:
                 target(f"model:tokentap_e2e_request_latency_seconds:p99_rate5m{{{SEL}}}", "{{model}} p99", "B"),
             ],
             "s",
-            {"h": 8, "w": 12, "x": 12, "y": 38},
+            {"h": 8, "w": 12, "x": 12, "y": 22},
         ),
     ]
-    panels.append(row("Traffic", 46))
+    panels.append(row("Traffic", 30))
     panels += [
         timeseries(
             "Tokens/s by model",
@@ -259,7 +247,7 @@ def dashboard() -> dict:
                 target(f"model:tokentap_input_tokens:rate1m{{{SEL}}}", "{{model}} input", "B"),
             ],
             "short",
-            {"h": 8, "w": 12, "x": 0, "y": 47},
+            {"h": 8, "w": 12, "x": 0, "y": 31},
         ),
         timeseries(
             "Requests/s and goodput/s by model",
@@ -269,7 +257,7 @@ def dashboard() -> dict:
                 target(f"model:tokentap_goodput_requests:rate1m{{{SEL}}}", "{{model}} goodput", "B"),
             ],
             "reqps",
-            {"h": 8, "w": 12, "x": 12, "y": 47},
+            {"h": 8, "w": 12, "x": 12, "y": 31},
         ),
         timeseries(
             "Outcomes",
@@ -277,22 +265,31 @@ def dashboard() -> dict:
             "upstream_error (unreachable or broken stream), timeout.",
             [target(f"sum by (outcome, status) (rate(tokentap_requests_total{{{SEL}}}[$__rate_interval]))", "{{outcome}} {{status}}")],
             "reqps",
-            {"h": 8, "w": 12, "x": 0, "y": 55},
+            {"h": 8, "w": 12, "x": 0, "y": 39},
         ),
         timeseries(
             "In flight by API",
             "Requests between arrival and their last byte (tokentap_requests_in_flight, by api).",
             [target("sum by (api) (tokentap_requests_in_flight)", "{{api}}")],
             "short",
-            {"h": 8, "w": 12, "x": 12, "y": 55},
+            {"h": 8, "w": 12, "x": 12, "y": 39},
         ),
         timeseries(
             "Responses forwarded unmetered",
             "tokentap_metering_skipped_total by reason: forwarded whole, token figures skipped.",
             [target("sum by (api, reason) (rate(tokentap_metering_skipped_total[$__rate_interval]))", "{{api}} {{reason}}")],
             "reqps",
-            {"h": 8, "w": 24, "x": 0, "y": 63},
+            {"h": 8, "w": 24, "x": 0, "y": 47},
         ),
+    ]
+    # One row of heatmaps per selected model (Grafana repeats the row for each value of $model).
+    distributions = row("Distributions: $model", 55)
+    distributions["repeat"] = "model"
+    panels.append(distributions)
+    panels += [
+        heatmap("TTFT heatmap: $model", ttft, "tokentap_time_to_first_token_seconds", {"h": 8, "w": 8, "x": 0, "y": 56}),
+        heatmap("ITL heatmap: $model", itl, "tokentap_inter_token_latency_seconds", {"h": 8, "w": 8, "x": 8, "y": 56}),
+        heatmap("TPOT heatmap: $model", tpot, "tokentap_time_per_output_token_seconds", {"h": 8, "w": 8, "x": 16, "y": 56}),
     ]
     for i, panel in enumerate(panels, start=1):
         panel["id"] = i

@@ -217,14 +217,18 @@ fn dashboard_is_importable_and_has_the_promised_panels() {
     let panels = dashboard["panels"].as_array().expect("panels");
     let ids: HashSet<u64> = panels.iter().filter_map(|p| p["id"].as_u64()).collect();
     assert_eq!(ids.len(), panels.len(), "panel ids must be unique");
+    // The heatmaps sit in a row that Grafana repeats for every selected model.
+    let repeated: Vec<&Json> = panels.iter().filter(|p| p["repeat"] == "model").collect();
+    assert_eq!(repeated.len(), 1);
+    assert_eq!(repeated[0]["type"], "row");
     let titles: Vec<&str> = panels.iter().filter_map(|p| p["title"].as_str()).collect();
     for wanted in [
         "TTFT p50 / p90 / p99 by model",
-        "TTFT distribution",
+        "TTFT heatmap: $model",
         "ITL p50 / p90 / p99 by model",
-        "ITL distribution",
+        "ITL heatmap: $model",
         "TPOT p50 / p90 / p99 by model",
-        "TPOT distribution",
+        "TPOT heatmap: $model",
         "Tokens/s by model",
         "Requests/s and goodput/s by model",
         "Goodput ratio vs target",
