@@ -1,0 +1,497 @@
+//! The files under deploy/ agree with the binary and with each other: every metric a rule or a dashboard
+//! panel queries is one tokentap really exports (read off a live scrape) or one a recording rule
+//! records; the dashboard's queries parse as PromQL; the PrometheusRule object carries exactly the rule
+//! files' groups; the Kubernetes manifests' ports, probes, selectors and embedded configs fit tokentap;
+//! the compose file mounts files that exist.
+
+mod support;
+
+use std::collections::{BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value as Json;
+use serde_yaml::Value as Yaml;
+use support::*;
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(repo(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn yaml(path: &str) -> Yaml {
+    serde_yaml::from_str(&read(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn yaml_documents(path: &str) -> Vec<Yaml> {
+    serde_yaml::Deserializer::from_str(&read(path))
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap_or_else(|e| panic!("{path}: {e}")))
+        .filter(|doc: &Yaml| !doc.is_null())
+        .collect()
+}
+
+const RULE_FILES: [&str; 2] = [
+    "deploy/prometheus/rules/tokentap-recording.yml",
+    "deploy/prometheus/rules/tokentap-alerts.yml",
+];
+
+fn rule_groups() -> Vec<Yaml> {
+    RULE_FILES
+        .iter()
+        .flat_map(|f| yaml(f)["groups"].as_sequence().expect("groups").clone())
+        .collect()
+}
+
+fn rules() -> Vec<Yaml> {
+    rule_groups()
+        .iter()
+        .flat_map(|g| g["rules"].as_sequence().expect("rules").clone())
+        .collect()
+}
+
+fn str_of(v: &Yaml) -> &str {
+    v.as_str().unwrap_or_default()
+}
+
+/// Names of series recorded by the recording rules.
+fn recorded() -> HashSet<String> {
+    rules()
+        .iter()
+        .filter_map(|r| r["record"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The identifiers in a PromQL expression that name tokentap series (metric or recorded names).
+fn tokentap_names(expr: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut in_string = None;
+    let mut word = String::new();
+    for c in expr.chars().chain(std::iter::once(' ')) {
+        if let Some(quote) = in_string {
+            if c == quote {
+                in_string = None;
+            }
+            continue;
+        }
+        if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+            word.push(c);
+            continue;
+        }
+        if word.contains("tokentap") {
+            names.insert(std::mem::take(&mut word));
+        }
+        word.clear();
+        if c == '"' || c == '\'' || c == '`' {
+            in_string = Some(c);
+        }
+    }
+    names
+}
+
+/// Every metric name tokentap exports, read off the `# TYPE` lines of a live scrape after traffic that
+/// creates every family (a request that misses an SLO, and one whose stream cannot be metered).
+async fn exported_names() -> HashSet<String> {
+    let upstream = upstream(|request| {
+        if request.body.windows(7).any(|w| w == b"garbage") {
+            vec![sse_head(), chunk(b"data: {not json\n\n"), last_chunk()]
+        } else {
+            vec![
+                sse_head(),
+                chunk(ROLE_CHUNK.as_bytes()),
+                Step::Sleep(ms(30)),
+                chunk(content_chunk("a").as_bytes()),
+                chunk(content_chunk("b").as_bytes()),
+                chunk(usage_chunk(3, 2).as_bytes()),
+                chunk(DONE.as_bytes()),
+                last_chunk(),
+            ]
+        }
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "slo:\n  ttft: 10ms\n").await;
+    let client = client();
+    for model in ["m", "garbage"] {
+        let got = send(
+            &client,
+            post(&proxy, "/v1/chat/completions", &chat_request(model)),
+        )
+        .await;
+        assert_eq!(got.status, 200);
+    }
+    settle(&proxy).await;
+    let metrics = scrape(&proxy).await;
+    let mut names = HashSet::new();
+    for line in metrics.text.lines() {
+        let mut parts = line.split_whitespace();
+        if let (Some("#"), Some("TYPE"), Some(name), Some(kind)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        {
+            names.insert(name.to_owned());
+            if kind == "histogram" {
+                for suffix in ["_bucket", "_sum", "_count"] {
+                    names.insert(format!("{name}{suffix}"));
+                }
+            }
+        }
+    }
+    for family in [
+        "tokentap_time_to_first_token_seconds",
+        "tokentap_slo_violations_total",
+        "tokentap_metering_skipped_total",
+        "tokentap_requests_in_flight",
+    ] {
+        assert!(names.contains(family), "{family} missing from the scrape");
+    }
+    names
+}
+
+fn dashboard() -> Json {
+    serde_json::from_str(&read("deploy/grafana/tokentap-dashboard.json")).expect("dashboard JSON")
+}
+
+/// (where, expr) of every query in the dashboard: panel targets and template variables.
+fn dashboard_queries() -> Vec<(String, String)> {
+    let dashboard = dashboard();
+    let mut queries = Vec::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().expect("expr").to_owned();
+            queries.push((format!("panel {:?}", panel["title"]), expr));
+        }
+    }
+    for var in dashboard["templating"]["list"]
+        .as_array()
+        .expect("variables")
+    {
+        if let Some(q) = var["query"]["query"].as_str() {
+            queries.push((format!("variable {}", var["name"]), q.to_owned()));
+        }
+    }
+    queries
+}
+
+#[tokio::test(start_paused = true)]
+async fn rules_and_dashboard_query_only_series_that_exist() {
+    let exported = exported_names().await;
+    let recorded = recorded();
+    let mut queries: Vec<(String, String)> = rules()
+        .iter()
+        .map(|r| {
+            let name = r["record"].as_str().or(r["alert"].as_str()).unwrap_or("?");
+            (format!("rule {name}"), str_of(&r["expr"]).to_owned())
+        })
+        .collect();
+    queries.extend(dashboard_queries());
+    assert!(queries.len() > 50, "only {} queries found", queries.len());
+    for (place, expr) in &queries {
+        let names = tokentap_names(expr);
+        if !place.contains("TokentapTarget") && !expr.starts_with("vector(") {
+            assert!(
+                !names.is_empty(),
+                "{place}: queries no tokentap series: {expr}"
+            );
+        }
+        for name in names {
+            assert!(
+                exported.contains(&name) || recorded.contains(&name),
+                "{place}: `{name}` is neither exported by tokentap nor recorded by a rule"
+            );
+        }
+    }
+}
+
+#[test]
+fn dashboard_is_importable_and_has_the_promised_panels() {
+    let dashboard = dashboard();
+    assert_eq!(dashboard["uid"], "tokentap-overview");
+    let vars: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .expect("variables")
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert_eq!(vars, ["datasource", "model"]);
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let ids: HashSet<u64> = panels.iter().filter_map(|p| p["id"].as_u64()).collect();
+    assert_eq!(ids.len(), panels.len(), "panel ids must be unique");
+    // The heatmaps sit in a row that Grafana repeats for every selected model.
+    let repeated: Vec<&Json> = panels.iter().filter(|p| p["repeat"] == "model").collect();
+    assert_eq!(repeated.len(), 1);
+    assert_eq!(repeated[0]["type"], "row");
+    let titles: Vec<&str> = panels.iter().filter_map(|p| p["title"].as_str()).collect();
+    for wanted in [
+        "TTFT p50 / p90 / p99 by model",
+        "TTFT heatmap: $model",
+        "ITL p50 / p90 / p99 by model",
+        "ITL heatmap: $model",
+        "TPOT p50 / p90 / p99 by model",
+        "TPOT heatmap: $model",
+        "Tokens/s by model",
+        "Requests/s and goodput/s by model",
+        "Goodput ratio vs target",
+        "SLO violations by kind",
+        "In flight by API",
+        "Outcomes",
+    ] {
+        assert!(titles.contains(&wanted), "no panel {wanted:?}");
+    }
+    // The model variable filters every panel whose series have a model label.
+    for (place, expr) in dashboard_queries() {
+        let has_model_label = !expr.contains("tokentap_requests_in_flight")
+            && !expr.contains("metering_skipped")
+            && !expr.contains("goodput_ratio:target")
+            && place.starts_with("panel");
+        assert_eq!(
+            expr.contains("model=~\"$model\""),
+            has_model_label,
+            "{place}: {expr}"
+        );
+    }
+}
+
+/// promtool parses the dashboard's queries (Grafana's variables replaced by values), as recording rules.
+#[test]
+fn dashboard_queries_parse_as_promql() {
+    if Command::new("promtool").arg("--version").output().is_err() {
+        assert!(
+            std::env::var_os("TOKENTAP_REQUIRE_PROMETHEUS").is_none(),
+            "TOKENTAP_REQUIRE_PROMETHEUS is set but promtool is not on PATH"
+        );
+        eprintln!("SKIPPED dashboard_queries_parse_as_promql: `promtool` is not on PATH");
+        return;
+    }
+    let mut file = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, (_, expr)) in dashboard_queries().iter().enumerate() {
+        let expr = expr
+            .replace("$__rate_interval", "1m")
+            .replace("$model", ".*")
+            .replace(
+                "label_values(tokentap_requests_total, model)",
+                "tokentap_requests_total",
+            );
+        file.push_str(&format!(
+            "      - record: dashboard:query:{i}\n        expr: {}\n",
+            serde_json::to_string(&expr).expect("quote")
+        ));
+    }
+    let path = std::env::temp_dir().join(format!("tokentap-dashboard-{}.yml", std::process::id()));
+    std::fs::write(&path, file).expect("write");
+    let out = Command::new("promtool")
+        .arg("check")
+        .arg("rules")
+        .arg(&path)
+        .output()
+        .expect("promtool");
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn prometheusrule_object_carries_exactly_the_rule_files() {
+    let object = yaml("deploy/kubernetes/prometheusrule.yaml");
+    assert_eq!(object["kind"], "PrometheusRule");
+    assert_eq!(
+        object["spec"]["groups"],
+        Yaml::Sequence(rule_groups()),
+        "deploy/kubernetes/prometheusrule.yaml differs from deploy/prometheus/rules: run python3 deploy/generate.py"
+    );
+}
+
+#[test]
+fn every_rule_is_named_and_every_alert_tells_on_call_what_and_where() {
+    let all = rules();
+    assert!(all.len() >= 40);
+    let mut seen = HashSet::new();
+    for rule in &all {
+        if let Some(alert) = rule["alert"].as_str() {
+            assert!(seen.insert(alert.to_owned()), "alert {alert} defined twice");
+            let severity = str_of(&rule["labels"]["severity"]);
+            assert!(
+                ["critical", "warning", "info"].contains(&severity),
+                "{alert}: severity {severity:?}"
+            );
+            let summary = str_of(&rule["annotations"]["summary"]);
+            let description = str_of(&rule["annotations"]["description"]);
+            assert!(summary.len() > 20, "{alert}: summary too short");
+            assert!(description.len() > 150, "{alert}: description too short");
+        } else {
+            let record = str_of(&rule["record"]);
+            assert_eq!(
+                record.split(':').count(),
+                3,
+                "{record}: not level:metric:ops"
+            );
+        }
+    }
+    for alert in [
+        "TokentapGoodputBudgetBurnFast",
+        "TokentapGoodputBudgetBurnSlow",
+        "TokentapTTFTAboveSLO",
+        "TokentapITLAboveSLO",
+        "TokentapTokenStreamStalls",
+        "TokentapUpstreamErrors",
+        "TokentapClientCancellations",
+        "TokentapTargetDown",
+    ] {
+        assert!(seen.contains(alert), "no alert {alert}");
+    }
+}
+
+/// Ports, probes, selectors and embedded configs of the Kubernetes manifests fit tokentap.
+#[test]
+fn kubernetes_manifests_fit_tokentap() {
+    let monitor = yaml("deploy/kubernetes/servicemonitor.yaml");
+    let job_label = str_of(&monitor["spec"]["jobLabel"]).to_owned();
+    let monitor_port = str_of(&monitor["spec"]["endpoints"][0]["port"]).to_owned();
+    assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
+
+    for file in [
+        "deploy/kubernetes/standalone.yaml",
+        "deploy/kubernetes/sidecar.yaml",
+    ] {
+        let docs = yaml_documents(file);
+        let kind = |k: &str| -> Vec<&Yaml> { docs.iter().filter(|d| d["kind"] == k).collect() };
+        let [config_map] = kind("ConfigMap")[..] else {
+            panic!("{file}: one ConfigMap")
+        };
+        let config = tokentap::Config::from_yaml_str(str_of(&config_map["data"]["tokentap.yaml"]))
+            .unwrap_or_else(|e| panic!("{file}: embedded tokentap.yaml: {e}"));
+        let [deployment] = kind("Deployment")[..] else {
+            panic!("{file}: one Deployment")
+        };
+        let pod = &deployment["spec"]["template"];
+        let pod_labels = &pod["metadata"]["labels"];
+        assert_eq!(
+            &deployment["spec"]["selector"]["matchLabels"], pod_labels,
+            "{file}"
+        );
+        assert!(
+            pod["spec"]["terminationGracePeriodSeconds"]
+                .as_u64()
+                .unwrap_or(30)
+                > 30,
+            "{file}: tokentap drains for up to 30 s; the grace period must be longer"
+        );
+        let containers = pod["spec"]["containers"].as_sequence().expect("containers");
+        let tokentap = containers
+            .iter()
+            .find(|c| c["name"] == "tokentap")
+            .unwrap_or_else(|| panic!("{file}: no tokentap container"));
+        let port = |name: &str| {
+            tokentap["ports"]
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .find(|p| p["name"] == name)
+                .and_then(|p| p["containerPort"].as_u64())
+                .unwrap_or_else(|| panic!("{file}: no container port {name}"))
+        };
+        assert_eq!(port("proxy"), u64::from(config.listen.port()), "{file}");
+        assert_eq!(
+            port("metrics"),
+            u64::from(config.metrics_listen.port()),
+            "{file}"
+        );
+        for probe in ["readinessProbe", "livenessProbe"] {
+            assert_eq!(
+                tokentap[probe]["httpGet"]["path"], "/healthz",
+                "{file} {probe}"
+            );
+            assert_eq!(
+                tokentap[probe]["httpGet"]["port"], "metrics",
+                "{file} {probe}"
+            );
+        }
+        assert!(
+            tokentap["resources"]["requests"]["memory"].is_string(),
+            "{file}"
+        );
+        assert!(
+            tokentap["resources"]["limits"]["memory"].is_string(),
+            "{file}"
+        );
+        let mount = &tokentap["volumeMounts"][0];
+        assert_eq!(mount["mountPath"], "/etc/tokentap", "{file}");
+        assert_eq!(
+            tokentap["args"],
+            serde_yaml::from_str::<Yaml>("[--config, /etc/tokentap/tokentap.yaml]").expect("yaml"),
+            "{file}"
+        );
+
+        let [service] = kind("Service")[..] else {
+            panic!("{file}: one Service")
+        };
+        assert_eq!(
+            &service["spec"]["selector"], pod_labels,
+            "{file}: Service selector"
+        );
+        assert_eq!(
+            str_of(&service["metadata"]["labels"][job_label.as_str()]),
+            "tokentap",
+            "{file}: the ServiceMonitor's jobLabel must give job=\"tokentap\""
+        );
+        let service_ports = service["spec"]["ports"].as_sequence().expect("ports");
+        assert!(
+            service_ports
+                .iter()
+                .any(|p| p["name"] == monitor_port.as_str() && p["targetPort"] == "metrics"),
+            "{file}: the Service has no port {monitor_port} for the ServiceMonitor"
+        );
+        assert!(
+            service_ports.iter().any(|p| p["targetPort"] == "proxy"),
+            "{file}: client traffic must enter through tokentap"
+        );
+        let [budget] = kind("PodDisruptionBudget")[..] else {
+            panic!("{file}: one PodDisruptionBudget")
+        };
+        assert_eq!(
+            &budget["spec"]["selector"]["matchLabels"], pod_labels,
+            "{file}"
+        );
+    }
+}
+
+#[test]
+fn compose_mounts_files_that_exist_and_the_image_matches_the_docs() {
+    let compose = yaml("deploy/compose/docker-compose.yml");
+    let dir = repo("deploy/compose");
+    for (name, service) in compose["services"].as_mapping().expect("services") {
+        for volume in service["volumes"].as_sequence().into_iter().flatten() {
+            let source = str_of(volume).split(':').next().unwrap_or_default();
+            if source.starts_with('.') {
+                assert!(
+                    dir.join(source).exists(),
+                    "{name:?} mounts missing {source}"
+                );
+            }
+        }
+    }
+    assert!(dir.join("../grafana/tokentap-dashboard.json").exists());
+    let prometheus = yaml("deploy/compose/prometheus.yml");
+    assert_eq!(
+        prometheus["scrape_configs"][0]["static_configs"][0]["targets"][0],
+        "tokentap:9464"
+    );
+
+    // The Dockerfile exposes tokentap's default ports and reads the documented config path.
+    let dockerfile = read("Dockerfile");
+    let defaults = tokentap::Config::default();
+    let expose = format!(
+        "EXPOSE {} {}",
+        defaults.listen.port(),
+        defaults.metrics_listen.port()
+    );
+    assert!(dockerfile.contains(&expose), "Dockerfile lacks `{expose}`");
+    assert!(dockerfile.contains("COPY config/tokentap.yaml /etc/tokentap/tokentap.yaml"));
+    assert!(dockerfile.contains("CMD [\"--config\", \"/etc/tokentap/tokentap.yaml\"]"));
+    assert!(dockerfile.contains("cargo build --release --locked"));
+    assert!(dockerfile.contains("USER 65532"));
+}

@@ -1,0 +1,367 @@
+//! A real Prometheus (Debian's `prometheus` binary) scrapes an in-process tokentap on loopback, with
+//! deploy/prometheus's recording and alert rules loaded, while a scripted upstream serves a known load.
+//! The recording rules are then read back through Prometheus' HTTP API: the p99 TTFT, the goodput
+//! ratio and tokens/s come out as the load dictates, which proves that the metric names, labels and
+//! buckets tokentap exports work in real PromQL, and that every rule evaluates without error.
+//!
+//! Skipped, with a message, only when `prometheus` is not on PATH; `.ci/run` installs it and sets
+//! TOKENTAP_REQUIRE_PROMETHEUS=1, which turns the skip into a failure.
+//!
+//! Why the load is sent twice: `rate()` extrapolates each series from its first sample, and how far
+//! depends on that sample's value. A series first scraped at 0 and one first scraped at 1 would get
+//! different extrapolations, and ratios between them would be off by a few percent. So an identical
+//! priming load runs before Prometheus starts: every series is first seen at exactly the values the
+//! measured load then adds once more, all series get the same extrapolation, and the ratios are exact.
+
+mod support;
+
+use std::net::TcpListener as StdListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use serde_json::Value;
+use support::*;
+use tokentap::Running;
+
+const CHAT: &str = "/v1/chat/completions";
+/// Requests per load; every fourth is slow.
+const REQUESTS: usize = 40;
+const SLOW_EVERY: usize = 4;
+/// Output tokens per request (five content chunks, and the usage chunk says 5).
+const TOKENS: usize = 5;
+/// Between request starts.
+const PACE: Duration = Duration::from_millis(100);
+/// TTFT buckets 0.1, 0.2 (the ceiling, added by tokentap), 0.3, 1.
+const CONFIG: &str = "slo:\n  ttft: 200ms\nbuckets:\n  ttft: [0.1, 0.3, 1]\n";
+
+/// Fast requests get their first token after 20 ms (within the 200 ms ceiling), slow ones after
+/// 330 ms: in the TTFT bucket (0.3, 1], over the ceiling. The wide buckets (CONFIG) leave each request
+/// hundreds of milliseconds of room for a busy machine before it would change bucket.
+fn script(slow: bool) -> Vec<Step> {
+    let mut steps = vec![
+        sse_head(),
+        chunk(ROLE_CHUNK.as_bytes()),
+        Step::Sleep(ms(if slow { 330 } else { 20 })),
+    ];
+    for i in 0..TOKENS {
+        if i > 0 {
+            steps.push(Step::Sleep(ms(10)));
+        }
+        steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
+    }
+    steps.push(chunk(usage_chunk(10, TOKENS as u64).as_bytes()));
+    steps.push(chunk(DONE.as_bytes()));
+    steps.push(last_chunk());
+    steps
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_recording_rules_report_the_p99_ttft_goodput_ratio_and_tokens_per_second_of_a_known_load(
+) {
+    if !prometheus_installed() {
+        return;
+    }
+    let started = Instant::now();
+    let served = Arc::new(AtomicUsize::new(0));
+    let counter = served.clone();
+    let upstream = upstream(move |_| {
+        let n = counter.fetch_add(1, Ordering::SeqCst);
+        script(n % SLOW_EVERY == SLOW_EVERY - 1)
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), CONFIG).await;
+
+    drive(&proxy).await; // priming: see the module comment
+    let mut prom = Prometheus::start(proxy.metrics_addr().port());
+    prom.wait_until(
+        "the first scrape has the priming load",
+        "sum(tokentap_requests_total)",
+        |v| v == REQUESTS as f64,
+    )
+    .await;
+
+    drive(&proxy).await; // the measured load
+    assert_eq!(served.load(Ordering::SeqCst), 2 * REQUESTS);
+    prom.wait_until(
+        "a scrape has the measured load",
+        "sum(tokentap_requests_total)",
+        |v| v == 2.0 * REQUESTS as f64,
+    )
+    .await;
+    // Recording rules run every second, on their own timer: let a few evaluations see that scrape.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+
+    // p99 TTFT: 30 of 40 first tokens are within 0.3 s, 10 in (0.3, 1]. Rank 0.99 × 40 = 39.6 lies
+    // in that bucket, 9.6 of its 10 observations in: 0.3 + 0.96 × 0.7 = 0.972 s.
+    let p99 = prom
+        .query_model("model:tokentap_time_to_first_token_seconds:p99_rate5m")
+        .await;
+    assert!(
+        (p99 - 0.972).abs() < 1e-9,
+        "p99 TTFT: got {p99}, expected 0.972"
+    );
+    // The bucket boundaries PromQL sees are the configured ones plus the ceiling.
+    let boundaries = prom
+        .query("count by (le) (tokentap_time_to_first_token_seconds_bucket)")
+        .await;
+    let mut les: Vec<String> = boundaries
+        .iter()
+        .map(|(labels, _)| labels["le"].as_str().expect("le").to_owned())
+        .collect();
+    les.sort();
+    assert_eq!(les, ["+Inf", "0.1", "0.2", "0.3", "1"]);
+
+    // Goodput ratio: 30 of 40 requests met the 200 ms TTFT ceiling.
+    let ratio = prom
+        .query_model("model:tokentap_goodput:ratio_rate5m")
+        .await;
+    assert!((ratio - 0.75).abs() < 1e-9, "goodput ratio: got {ratio}");
+    let burn = prom
+        .query_model("model:tokentap_slo_errors:ratio_rate5m")
+        .await;
+    assert!((burn - 0.25).abs() < 1e-9, "error ratio: got {burn}");
+    let ttft_misses = prom
+        .query_model("model:tokentap_slo_violations_ttft:ratio_rate5m")
+        .await;
+    assert!(
+        (ttft_misses - 0.25).abs() < 1e-9,
+        "TTFT misses: {ttft_misses}"
+    );
+
+    // tokens/s over 1 minute: exactly 5 tokens per request, so 5 × requests/s...
+    let tokens_per_second = prom
+        .query_model("model:tokentap_output_tokens:rate1m")
+        .await;
+    let requests_per_second = prom.query_model("model:tokentap_requests:rate1m").await;
+    assert!(
+        (tokens_per_second / requests_per_second - TOKENS as f64).abs() < 1e-3,
+        "tokens/s {tokens_per_second} is not {TOKENS} × requests/s {requests_per_second}"
+    );
+    // ...and the 200 tokens of the measured load over the 60 s window, plus what rate() adds by
+    // extrapolating from the samples to the window's edges (at most about 1.6 scrape intervals over
+    // the ≥ 5 s the samples span, i.e. < 35 %).
+    let delivered = (REQUESTS * TOKENS) as f64 / 60.0;
+    assert!(
+        tokens_per_second >= delivered * 0.999 && tokens_per_second < delivered * 1.35,
+        "tokens/s: got {tokens_per_second}, expected {delivered} (+ extrapolation)"
+    );
+
+    // Every rule, recording and alert, loaded and evaluated without error in this Prometheus.
+    let rules = prom.get("/api/v1/rules").await;
+    let mut count = 0;
+    for group in rules["data"]["groups"].as_array().expect("groups") {
+        for rule in group["rules"].as_array().expect("rules") {
+            count += 1;
+            assert_eq!(
+                rule["health"], "ok",
+                "rule {} in group {}: {}",
+                rule["name"], group["name"], rule["lastError"]
+            );
+        }
+    }
+    assert!(count >= 40, "only {count} rules loaded");
+    eprintln!(
+        "prometheus test: p99 TTFT {p99}, goodput ratio {ratio}, tokens/s {tokens_per_second}, {count} rules ok, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Sends the load: REQUESTS chat streams, one every PACE, and checks each ended cleanly.
+async fn drive(proxy: &Running) {
+    let client = client();
+    let mut tasks = Vec::new();
+    for _ in 0..REQUESTS {
+        let (client, request) = (client.clone(), post(proxy, CHAT, &chat_request("m")));
+        tasks.push(tokio::spawn(async move { send(&client, request).await }));
+        tokio::time::sleep(PACE).await;
+    }
+    for task in tasks {
+        let got = task.await.expect("request task");
+        assert_eq!((got.status, got.end), (200, Ok(())));
+    }
+    settle(proxy).await;
+}
+
+/// True when `prometheus` runs; false (with a message) when it is not installed, unless CI requires it.
+fn prometheus_installed() -> bool {
+    match Command::new("prometheus").arg("--version").output() {
+        Ok(out) if out.status.success() => true,
+        Ok(out) => panic!("`prometheus --version` failed: {out:?}"),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            if std::env::var_os("TOKENTAP_REQUIRE_PROMETHEUS").is_some() {
+                panic!("TOKENTAP_REQUIRE_PROMETHEUS is set but `prometheus` is not on PATH");
+            }
+            eprintln!(
+                "SKIPPED prometheus_recording_rules_*: `prometheus` is not on PATH \
+                 (Debian: apt-get install prometheus; .ci/run does)"
+            );
+            false
+        }
+        Err(err) => panic!("running `prometheus --version`: {err}"),
+    }
+}
+
+/// A Prometheus server on 127.0.0.1 with its own temporary directory, killed and removed on drop.
+struct Prometheus {
+    child: Child,
+    dir: PathBuf,
+    addr: String,
+}
+
+impl Prometheus {
+    fn start(target_port: u16) -> Prometheus {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir = std::env::temp_dir().join(format!(
+            "tokentap-prometheus-{}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/rules");
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\n  - {}\n\
+             scrape_configs:\n  - job_name: tokentap\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n",
+            rules.join("tokentap-recording.yml").display(),
+            rules.join("tokentap-alerts.yml").display(),
+        );
+        std::fs::write(dir.join("prometheus.yml"), config).expect("write config");
+        // A free port: bind :0, read it, release it. Prometheus binds it a moment later.
+        let port = StdListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let log = std::fs::File::create(dir.join("prometheus.log")).expect("log file");
+        let child = Command::new("prometheus")
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--log.level=warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log)
+            .spawn()
+            .expect("start prometheus");
+        Prometheus {
+            child,
+            dir,
+            addr: format!("127.0.0.1:{port}"),
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
+    }
+
+    async fn get(&self, path_and_query: &str) -> Value {
+        let request = http::Request::get(format!("http://{}{path_and_query}", self.addr))
+            .body(Full::new(Bytes::new()))
+            .expect("request");
+        let response = tokio::time::timeout(Duration::from_secs(5), client().request(request))
+            .await
+            .expect("prometheus answers within 5 s")
+            .expect("prometheus response");
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        serde_json::from_slice(&body).expect("prometheus JSON")
+    }
+
+    /// An instant query; the values of the vector it returns, with their labels.
+    async fn query(&self, expr: &str) -> Vec<(Value, f64)> {
+        let answer = self
+            .get(&format!("/api/v1/query?query={}", percent_encode(expr)))
+            .await;
+        assert_eq!(answer["status"], "success", "{expr}: {answer}");
+        answer["data"]["result"]
+            .as_array()
+            .expect("vector")
+            .iter()
+            .map(|s| {
+                let value = s["value"][1].as_str().expect("value").parse().expect("f64");
+                (s["metric"].clone(), value)
+            })
+            .collect()
+    }
+
+    /// A recorded per-model series: exactly one, labelled model="m" and nothing else.
+    async fn query_model(&self, record: &str) -> f64 {
+        let result = self.query(record).await;
+        assert_eq!(result.len(), 1, "{record}: {result:?}");
+        let (labels, value) = &result[0];
+        assert_eq!(
+            labels,
+            &serde_json::json!({"__name__": record, "model": "m"}),
+            "{record}: labels"
+        );
+        *value
+    }
+
+    /// Waits (at most 20 s) until `expr` returns one sample for which `done` holds.
+    async fn wait_until(&mut self, what: &str, expr: &str, done: impl Fn(f64) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut last = None;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("prometheus exited ({status}):\n{}", self.log());
+            }
+            if self.ready().await {
+                let result = self.query(expr).await;
+                if let [(_, value)] = result.as_slice() {
+                    if done(*value) {
+                        return;
+                    }
+                }
+                last = Some(result);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!(
+            "waited 20 s for {what} ({expr}); last answer {last:?}\nprometheus log:\n{}",
+            self.log()
+        );
+    }
+
+    async fn ready(&self) -> bool {
+        let request = http::Request::get(format!("http://{}/-/ready", self.addr))
+            .body(Full::new(Bytes::new()))
+            .expect("request");
+        matches!(
+            tokio::time::timeout(Duration::from_secs(2), client().request(request)).await,
+            Ok(Ok(response)) if response.status() == 200
+        )
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
