@@ -92,6 +92,11 @@ impl Reading {
         if self.skipped.is_some() {
             return false;
         }
+        // An event without data, or the OpenAI-style `[DONE]` some gateways add to every API, carries
+        // nothing in any dialect.
+        if matches!(event.data.trim_ascii(), b"" | b"[DONE]") {
+            return false;
+        }
         let mut text = OutputText::new(self.text.buffer());
         let kind = self.dialect.on_event(event, &mut self.obs, &mut text);
         self.text.after_event(self.obs.model.as_deref());
@@ -255,6 +260,26 @@ mod tests {
         assert_eq!(meter.feed(usage.as_bytes()), 0);
         assert_eq!(meter.observations().output_tokens, Some(2));
         assert_eq!(meter.skipped(), None);
+    }
+
+    #[test]
+    fn empty_and_done_events_carry_nothing_in_any_dialect() {
+        for path in [
+            "/v1/messages",
+            "/v1/responses",
+            "/generate_stream",
+            "/completion",
+        ] {
+            let (_, dialect) = detect(path);
+            let mut meter =
+                Meter::new(dialect.expect(path), Format::Sse, &limits(), TextCount::Off);
+            assert_eq!(
+                meter.feed(b"event: ping\ndata:\n\ndata: [DONE]\n\n"),
+                0,
+                "{path}"
+            );
+            assert_eq!(meter.skipped(), None, "{path}");
+        }
     }
 
     #[test]

@@ -82,7 +82,9 @@ impl NdjsonFramer {
     ) -> Result<(), Overflow> {
         let max = self.max_line_bytes;
         while let Some(pos) = memchr::memchr(b'\n', bytes) {
-            let (line, rest) = bytes.split_at(pos);
+            let Some((line, rest)) = bytes.split_at_checked(pos) else {
+                break; // unreachable: memchr returns an index inside `bytes`
+            };
             let rest = rest.get(1..).unwrap_or_default();
             if self.line.is_empty() {
                 if line.len() > max {
