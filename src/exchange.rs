@@ -193,7 +193,8 @@ impl Exchange {
             } else {
                 let usage = meter.observations().output_tokens;
                 input_tokens = meter.observations().input_tokens;
-                let counted = meter.tokenizer_count();
+                // The tokenizer runs only when the server reported no usage.
+                let counted = usage.is_none().then(|| meter.tokenizer_count()).flatten();
                 (tokens, source) = match (usage, counted) {
                     (Some(n), _) => (Some(n), Some(TokenSource::Usage)),
                     (None, Some(n)) if streaming => (Some(n), Some(TokenSource::Tokenizer)),
