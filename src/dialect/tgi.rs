@@ -34,7 +34,7 @@ struct Token<'a> {
     #[serde(borrow, default)]
     text: Text<'a>,
     #[serde(default)]
-    special: bool,
+    special: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -74,7 +74,11 @@ impl Dialect for Tgi {
         }
         match &event.token {
             Some(token) => {
-                if let Some(s) = token.text.non_empty().filter(|_| !token.special) {
+                if let Some(s) = token
+                    .text
+                    .non_empty()
+                    .filter(|_| token.special != Some(true))
+                {
                     text.push(s);
                 }
                 EventKind::Output
