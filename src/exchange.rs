@@ -14,11 +14,12 @@ use tokio::time::Instant;
 
 use crate::config::{Metering, Slo};
 use crate::dialect::{Api, Dialect};
-use crate::meter::{is_event_stream, Meter};
+use crate::meter::{Format, Meter};
 use crate::metrics::{Metrics, Series};
 use crate::slo::{judge, Measured};
 use crate::tap::ModelSlot;
 use crate::timeline::{Mark, Timeline};
+use crate::tokenizer::{TextCount, Tokenizers};
 
 /// How a request ended, the `outcome` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,11 +45,34 @@ impl Outcome {
     }
 }
 
-/// What every exchange records into: the metrics, the SLO ceilings and the metering bounds.
+/// Where a request's output token count `N` came from, the `token_source` label (SPEC §3 order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenSource {
+    /// The usage the server reported.
+    Usage,
+    /// The configured tokenizer, counting the streamed output text.
+    Tokenizer,
+    /// One token per output-bearing chunk.
+    Chunks,
+}
+
+impl TokenSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenSource::Usage => "usage",
+            TokenSource::Tokenizer => "tokenizer",
+            TokenSource::Chunks => "chunks",
+        }
+    }
+}
+
+/// What every exchange records into: the metrics, the SLO ceilings, the metering bounds and the
+/// configured tokenizers.
 pub struct Recorder {
     pub metrics: Metrics,
     pub slo: Slo,
     pub metering: Metering,
+    pub tokenizers: Arc<Tokenizers>,
 }
 
 pub struct Exchange {
@@ -97,8 +121,13 @@ impl Exchange {
         self.status = Some(status);
         if status.is_success() {
             if let Some(dialect) = self.dialect.take() {
-                let streaming = is_event_stream(content_type);
-                self.meter = Some(Meter::new(dialect, streaming, &self.recorder.metering));
+                let format = Format::of(content_type);
+                let text = match format {
+                    Format::Json => TextCount::Off,
+                    _ => TextCount::start(&self.recorder.tokenizers, self.request_model.get()),
+                };
+                let metering = &self.recorder.metering;
+                self.meter = Some(Meter::new(dialect, format, metering, text));
             }
         }
     }
@@ -109,6 +138,11 @@ impl Exchange {
             return;
         };
         let outputs = meter.feed(bytes);
+        self.mark_outputs(outputs, now);
+    }
+
+    /// `outputs` output-bearing events passed at `now`: TTFT or a gap each, observed as it happens.
+    fn mark_outputs(&mut self, outputs: u32, now: Instant) {
         for _ in 0..outputs {
             let mark = self.timeline.on_output(now);
             let series = self.series();
@@ -143,8 +177,12 @@ impl Exchange {
         let mut streaming = false;
         let mut tokens = None;
         let mut input_tokens = None;
+        let mut source = None;
         if let Some(meter) = self.meter.as_mut() {
-            meter.finish();
+            let outputs = meter.finish(outcome == Outcome::Ok);
+            self.mark_outputs(outputs, end);
+        }
+        if let Some(meter) = self.meter.as_mut() {
             streaming = meter.is_streaming();
             if meter.saw_error_event() && outcome == Outcome::Ok {
                 outcome = Outcome::UpstreamError;
@@ -153,11 +191,19 @@ impl Exchange {
                 metrics.count_metering_skipped(self.api, reason.as_str());
                 streaming = false;
             } else {
-                let obs = meter.observations();
-                input_tokens = obs.input_tokens;
-                tokens = obs
-                    .output_tokens
-                    .or(streaming.then(|| self.timeline.output_chunks()));
+                let usage = meter.observations().output_tokens;
+                input_tokens = meter.observations().input_tokens;
+                // The tokenizer runs only when the server reported no usage.
+                let counted = usage.is_none().then(|| meter.tokenizer_count()).flatten();
+                (tokens, source) = match (usage, counted) {
+                    (Some(n), _) => (Some(n), Some(TokenSource::Usage)),
+                    (None, Some(n)) if streaming => (Some(n), Some(TokenSource::Tokenizer)),
+                    _ if streaming => (
+                        Some(self.timeline.output_chunks()),
+                        Some(TokenSource::Chunks),
+                    ),
+                    _ => (None, None),
+                };
             }
         }
         let figures = self.timeline.figures(end, tokens.unwrap_or(0));
@@ -168,6 +214,9 @@ impl Exchange {
         metrics.count_request(&series, &status, outcome.as_str());
         if let Some(n) = tokens {
             series.output_tokens.inc_by(n);
+        }
+        if let Some(source) = source {
+            metrics.count_token_source(&series, source.as_str());
         }
         if let Some(n) = input_tokens {
             series.input_tokens.inc_by(n);
@@ -225,6 +274,7 @@ impl Exchange {
             tpot_ms = figures.tpot.filter(|_| streaming && outcome == Outcome::Ok).map(millis),
             e2e_ms = millis(figures.e2e),
             output_tokens = tokens,
+            token_source = source.map(TokenSource::as_str),
             input_tokens = input_tokens,
             slo = %verdict.describe(),
             "request finished"

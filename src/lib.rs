@@ -16,12 +16,14 @@ pub mod hop_by_hop;
 pub mod json_scan;
 pub mod meter;
 pub mod metrics;
+pub mod ndjson;
 pub mod proxy;
 pub mod server;
 pub mod slo;
 pub mod sse;
 pub mod tap;
 pub mod timeline;
+pub mod tokenizer;
 pub mod upstream;
 
 pub use config::Config;

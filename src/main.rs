@@ -98,13 +98,16 @@ fn execute(cli: Cli) -> Result<(), String> {
     match &cli.command {
         Some(Command::CheckConfig { file }) => {
             let config = Config::load(file).map_err(|e| e.to_string())?;
+            tokentap::tokenizer::Tokenizers::load(&config.tokenizers)
+                .map_err(|e| format!("{}: {e}", file.display()))?;
             println!(
-                "{}: ok (upstream {}, listen {}, metrics {}, {} per-model SLO override(s))",
+                "{}: ok (upstream {}, listen {}, metrics {}, {} per-model SLO override(s), {} tokenizer(s))",
                 file.display(),
                 config.upstream,
                 config.listen,
                 config.metrics_listen,
-                config.slo.models.len()
+                config.slo.models.len(),
+                config.tokenizers.len()
             );
             Ok(())
         }

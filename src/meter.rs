@@ -1,6 +1,8 @@
-//! The meter of one response body: frames the bytes that pass (SSE for streams, a top-level field scan for
-//! JSON bodies), hands each decoded event to the API dialect, and tells the exchange how many
-//! output-bearing events a frame carried. It only reads the bytes it is lent; forwarding never waits on it.
+//! The meter of one response body: frames the bytes that pass (SSE or NDJSON for streams, a top-level
+//! field scan for JSON bodies), hands each decoded event to the API dialect, and tells the exchange how
+//! many output-bearing events a frame carried. It only reads the bytes it is lent; forwarding never
+//! waits on it. The framing follows the response's content type, not the path: `text/event-stream` is
+//! SSE, `application/x-ndjson` (Ollama's streams) is NDJSON, anything else is one JSON body.
 //!
 //! When the stream cannot be understood (an event over the framer's bound, a payload the dialect cannot
 //! parse) metering switches off for the rest of that response with a reason; the bytes keep flowing.
@@ -8,9 +10,11 @@
 use http::HeaderValue;
 
 use crate::config::Metering;
-use crate::dialect::{Dialect, EventKind, Observations};
+use crate::dialect::{Dialect, EventKind, Observations, OutputText};
 use crate::json_scan::FieldScanner;
-use crate::sse::SseFramer;
+use crate::ndjson::NdjsonFramer;
+use crate::sse::{SseEvent, SseFramer};
+use crate::tokenizer::TextCount;
 
 /// Largest raw top-level value (e.g. `usage`) kept from a non-streaming body.
 const MAX_BODY_FIELD_BYTES: usize = 4096;
@@ -30,111 +34,199 @@ impl SkipReason {
     }
 }
 
+/// How a response body is laid out, from its content type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `text/event-stream`.
+    Sse,
+    /// `application/x-ndjson` and its aliases: one JSON object a line.
+    Ndjson,
+    /// Anything else: one JSON body, read for its top-level fields.
+    Json,
+}
+
+impl Format {
+    /// The format a `Content-Type` announces (any parameters, any case).
+    pub fn of(content_type: Option<&HeaderValue>) -> Format {
+        let essence = content_type
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .map(str::trim)
+            .unwrap_or_default();
+        let is = |name: &str| essence.eq_ignore_ascii_case(name);
+        if is("text/event-stream") {
+            Format::Sse
+        } else if [
+            "application/x-ndjson",
+            "application/ndjson",
+            "application/jsonl",
+        ]
+        .iter()
+        .any(|name| is(name))
+        {
+            Format::Ndjson
+        } else {
+            Format::Json
+        }
+    }
+}
+
 enum Framing {
     Sse(SseFramer),
+    Ndjson(NdjsonFramer),
     Json(FieldScanner),
 }
 
-pub struct Meter {
-    framing: Framing,
+/// Everything but the framer: what the events have told so far.
+struct Reading {
     dialect: Box<dyn Dialect>,
     obs: Observations,
+    text: TextCount,
     skipped: Option<SkipReason>,
     error_event: bool,
 }
 
-/// True for `text/event-stream` (any parameters, any case).
-pub fn is_event_stream(content_type: Option<&HeaderValue>) -> bool {
-    content_type
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("text/event-stream"))
+impl Reading {
+    /// Reads one event; true when it carried output.
+    fn event(&mut self, event: &SseEvent<'_>) -> bool {
+        if self.skipped.is_some() {
+            return false;
+        }
+        // An event without data, or the OpenAI-style `[DONE]` some gateways add to every API, carries
+        // nothing in any dialect.
+        if matches!(event.data.trim_ascii(), b"" | b"[DONE]") {
+            return false;
+        }
+        let mut text = OutputText::new(self.text.buffer());
+        let kind = self.dialect.on_event(event, &mut self.obs, &mut text);
+        self.text.after_event(self.obs.model.as_deref());
+        match kind {
+            EventKind::Output => return true,
+            EventKind::Other => {}
+            EventKind::Error => self.error_event = true,
+            EventKind::Malformed => self.skipped = Some(SkipReason::MalformedEvent),
+        }
+        false
+    }
+}
+
+pub struct Meter {
+    framing: Framing,
+    reading: Reading,
 }
 
 impl Meter {
-    pub fn new(dialect: Box<dyn Dialect>, streaming: bool, limits: &Metering) -> Self {
-        let framing = if streaming {
-            Framing::Sse(SseFramer::new(limits.max_event_bytes))
-        } else {
-            Framing::Json(FieldScanner::new(
+    /// `text` says whether (and with which tokenizer) the output text is to be counted.
+    pub fn new(
+        dialect: Box<dyn Dialect>,
+        format: Format,
+        limits: &Metering,
+        text: TextCount,
+    ) -> Self {
+        let framing = match format {
+            Format::Sse => Framing::Sse(SseFramer::new(limits.max_event_bytes)),
+            Format::Ndjson => Framing::Ndjson(NdjsonFramer::new(limits.max_event_bytes)),
+            Format::Json => Framing::Json(FieldScanner::new(
                 dialect.body_fields(),
                 MAX_BODY_FIELD_BYTES,
                 limits.max_event_bytes,
-            ))
+            )),
         };
         Meter {
             framing,
-            dialect,
-            obs: Observations::default(),
-            skipped: None,
-            error_event: false,
+            reading: Reading {
+                dialect,
+                obs: Observations::default(),
+                text,
+                skipped: None,
+                error_event: false,
+            },
         }
     }
 
+    /// A stream of events (SSE or NDJSON), as opposed to one JSON body.
     pub fn is_streaming(&self) -> bool {
-        matches!(self.framing, Framing::Sse(_))
+        !matches!(self.framing, Framing::Json(_))
     }
 
     /// Reads one body frame; returns how many output-bearing events it completed.
     pub fn feed(&mut self, bytes: &[u8]) -> u32 {
-        if self.skipped.is_some() {
+        let Meter { framing, reading } = self;
+        if reading.skipped.is_some() {
             return 0;
         }
-        let Meter {
-            framing,
-            dialect,
-            obs,
-            skipped,
-            error_event,
-        } = self;
-        match framing {
+        let mut outputs = 0;
+        let fed = match framing {
             Framing::Json(scanner) => {
                 scanner.feed(bytes);
+                Ok(())
+            }
+            Framing::Sse(framer) => framer.feed(bytes, |event| {
+                outputs += u32::from(reading.event(&event));
+            }),
+            Framing::Ndjson(framer) => framer.feed(bytes, |line| {
+                let event = SseEvent {
+                    event: b"",
+                    data: line,
+                };
+                outputs += u32::from(reading.event(&event));
+            }),
+        };
+        if fed.is_err() {
+            reading.skipped = Some(SkipReason::EventTooLarge);
+        }
+        if reading.skipped.is_some() {
+            0
+        } else {
+            outputs
+        }
+    }
+
+    /// Called once at the end of the body (`complete`: it ended normally). A JSON body's fields are
+    /// read now, and an NDJSON stream's last line if it had no LF; returns the output-bearing events
+    /// that line completed.
+    pub fn finish(&mut self, complete: bool) -> u32 {
+        let Meter { framing, reading } = self;
+        match framing {
+            Framing::Json(scanner) => {
+                reading.dialect.on_body(scanner, &mut reading.obs);
                 0
             }
-            Framing::Sse(framer) => {
+            Framing::Ndjson(framer) if complete && reading.skipped.is_none() => {
                 let mut outputs = 0;
-                let fed = framer.feed(bytes, |event| {
-                    if skipped.is_some() {
-                        return;
-                    }
-                    match dialect.on_event(&event, obs) {
-                        EventKind::Output => outputs += 1,
-                        EventKind::Other => {}
-                        EventKind::Error => *error_event = true,
-                        EventKind::Malformed => *skipped = Some(SkipReason::MalformedEvent),
-                    }
+                framer.finish(|line| {
+                    let event = SseEvent {
+                        event: b"",
+                        data: line,
+                    };
+                    outputs += u32::from(reading.event(&event));
                 });
-                if fed.is_err() {
-                    *skipped = Some(SkipReason::EventTooLarge);
-                }
-                if skipped.is_some() {
+                if reading.skipped.is_some() {
                     0
                 } else {
                     outputs
                 }
             }
+            _ => 0,
         }
     }
 
-    /// Called once at the end of the body: a JSON body's fields are read now.
-    pub fn finish(&mut self) {
-        if let Framing::Json(scanner) = &self.framing {
-            self.dialect.on_body(scanner, &mut self.obs);
-        }
+    /// The tokenizer's count of the output text, when one counted it (call after [`Meter::finish`]).
+    pub fn tokenizer_count(&mut self) -> Option<u64> {
+        self.reading.text.finish()
     }
 
     pub fn observations(&self) -> &Observations {
-        &self.obs
+        &self.reading.obs
     }
 
     pub fn skipped(&self) -> Option<SkipReason> {
-        self.skipped
+        self.reading.skipped
     }
 
     /// The server reported an error inside the stream (e.g. an OpenAI `{"error":...}` event).
     pub fn saw_error_event(&self) -> bool {
-        self.error_event
+        self.reading.error_event
     }
 }
 
@@ -153,7 +245,12 @@ mod tests {
     #[test]
     fn counts_output_events_and_reads_usage_from_a_stream() {
         let (_, dialect) = detect("/v1/chat/completions");
-        let mut meter = Meter::new(dialect.expect("openai"), true, &limits());
+        let mut meter = Meter::new(
+            dialect.expect("openai"),
+            Format::Sse,
+            &limits(),
+            TextCount::Off,
+        );
         let role =
             "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
         assert_eq!(meter.feed(role.as_bytes()), 0);
@@ -166,9 +263,34 @@ mod tests {
     }
 
     #[test]
+    fn empty_and_done_events_carry_nothing_in_any_dialect() {
+        for path in [
+            "/v1/messages",
+            "/v1/responses",
+            "/generate_stream",
+            "/completion",
+        ] {
+            let (_, dialect) = detect(path);
+            let mut meter =
+                Meter::new(dialect.expect(path), Format::Sse, &limits(), TextCount::Off);
+            assert_eq!(
+                meter.feed(b"event: ping\ndata:\n\ndata: [DONE]\n\n"),
+                0,
+                "{path}"
+            );
+            assert_eq!(meter.skipped(), None, "{path}");
+        }
+    }
+
+    #[test]
     fn oversized_event_switches_metering_off() {
         let (_, dialect) = detect("/v1/chat/completions");
-        let mut meter = Meter::new(dialect.expect("openai"), true, &limits());
+        let mut meter = Meter::new(
+            dialect.expect("openai"),
+            Format::Sse,
+            &limits(),
+            TextCount::Off,
+        );
         let big = format!("data: {}\n\n", "x".repeat(4096));
         assert_eq!(meter.feed(big.as_bytes()), 0);
         assert_eq!(meter.skipped(), Some(SkipReason::EventTooLarge));
@@ -181,11 +303,16 @@ mod tests {
     #[test]
     fn reads_usage_from_a_json_body_at_the_end() {
         let (_, dialect) = detect("/v1/completions");
-        let mut meter = Meter::new(dialect.expect("openai"), false, &limits());
+        let mut meter = Meter::new(
+            dialect.expect("openai"),
+            Format::Json,
+            &limits(),
+            TextCount::Off,
+        );
         let body = br#"{"model":"m","choices":[{"text":"hi"}],"usage":{"prompt_tokens":5,"completion_tokens":9}}"#;
         let (a, b) = body.split_at(30);
         assert_eq!(meter.feed(a) + meter.feed(b), 0);
-        meter.finish();
+        meter.finish(true);
         let obs = meter.observations();
         assert_eq!(
             (obs.input_tokens, obs.output_tokens, obs.model.as_deref()),
@@ -194,16 +321,38 @@ mod tests {
     }
 
     #[test]
-    fn event_stream_content_type_is_recognised_with_parameters() {
-        assert!(is_event_stream(Some(&HeaderValue::from_static(
-            "text/event-stream; charset=utf-8"
-        ))));
-        assert!(is_event_stream(Some(&HeaderValue::from_static(
-            "Text/Event-Stream"
-        ))));
-        assert!(!is_event_stream(Some(&HeaderValue::from_static(
-            "application/json"
-        ))));
-        assert!(!is_event_stream(None));
+    fn format_follows_the_content_type_with_parameters_in_any_case() {
+        let of = |ct: &'static str| Format::of(Some(&HeaderValue::from_static(ct)));
+        assert_eq!(of("text/event-stream; charset=utf-8"), Format::Sse);
+        assert_eq!(of("Text/Event-Stream"), Format::Sse);
+        assert_eq!(of("application/x-ndjson"), Format::Ndjson);
+        assert_eq!(of("application/x-ndjson; charset=utf-8"), Format::Ndjson);
+        assert_eq!(of("application/json"), Format::Json);
+        assert_eq!(of("application/json; charset=utf-8"), Format::Json);
+        assert_eq!(Format::of(None), Format::Json);
+    }
+
+    #[test]
+    fn ndjson_last_line_without_lf_is_read_only_when_the_body_ended_normally() {
+        let (_, dialect) = detect("/api/generate");
+        let body = b"{\"model\":\"m\",\"response\":\"a\",\"done\":false}\n{\"model\":\"m\",\"response\":\"b\",\"done\":false}";
+        let mut meter = Meter::new(
+            dialect.expect("ollama"),
+            Format::Ndjson,
+            &limits(),
+            TextCount::Off,
+        );
+        assert_eq!(meter.feed(body), 1);
+        assert_eq!(meter.finish(true), 1);
+        let (_, dialect) = detect("/api/generate");
+        let mut meter = Meter::new(
+            dialect.expect("ollama"),
+            Format::Ndjson,
+            &limits(),
+            TextCount::Off,
+        );
+        assert_eq!(meter.feed(body), 1);
+        assert_eq!(meter.finish(false), 0);
+        assert_eq!(meter.skipped(), None);
     }
 }

@@ -38,6 +38,7 @@ pub struct Metrics {
     slo_violations: IntCounterVec,
     in_flight: IntGaugeVec,
     metering_skipped: IntCounterVec,
+    token_source: IntCounterVec,
     pub models: ModelLabels,
 }
 
@@ -152,6 +153,11 @@ impl Metrics {
             "Responses forwarded whole whose token-level figures were skipped, by reason.",
             &["api", "reason"],
         )?;
+        let token_source = counter(
+            "tokentap_output_token_source_total",
+            "Requests with an output token count, by where it came from (usage, tokenizer, chunks).",
+            &["model", "api", "token_source"],
+        )?;
         let in_flight = IntGaugeVec::new(
             Opts::new(
                 "tokentap_requests_in_flight",
@@ -179,6 +185,7 @@ impl Metrics {
             slo_violations,
             in_flight,
             metering_skipped,
+            token_source,
             models: ModelLabels::new(
                 config.max_models,
                 config.slo.models.keys().map(String::as_str),
@@ -221,6 +228,12 @@ impl Metrics {
     pub fn count_violation(&self, series: &Series, slo: SloKind) {
         self.slo_violations
             .with_label_values(&[&*series.model, series.api.as_str(), slo.as_str()])
+            .inc();
+    }
+
+    pub fn count_token_source(&self, series: &Series, source: &str) {
+        self.token_source
+            .with_label_values(&[&*series.model, series.api.as_str(), source])
             .inc();
     }
 

@@ -21,6 +21,7 @@ use crate::config::Config;
 use crate::exchange::Recorder;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
+use crate::tokenizer::Tokenizers;
 use crate::upstream;
 
 /// How long in-flight requests may run on after SIGTERM/SIGINT before the process exits.
@@ -36,6 +37,8 @@ pub enum StartError {
     },
     #[error("registering metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("{0}")]
+    Tokenizer(#[from] crate::config::ConfigError),
     #[error("upstream TLS: {0}")]
     Tls(#[from] upstream::TlsSetupError),
 }
@@ -88,6 +91,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         metrics: Metrics::new(config)?,
         slo: config.slo.clone(),
         metering: config.metering.clone(),
+        tokenizers: Arc::new(Tokenizers::load(&config.tokenizers)?),
     });
     let client = upstream::client(config)?;
     let proxy = Proxy::new(client, config.upstream.clone(), recorder.clone());

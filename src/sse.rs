@@ -27,13 +27,13 @@ pub struct SseEvent<'a> {
     pub data: &'a [u8],
 }
 
-/// A line or the accumulated event exceeded `max_event_bytes`; the framer is poisoned.
+/// A line or the accumulated event exceeded `max_event_bytes`; the framer (SSE or NDJSON) is poisoned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Overflow;
 
 impl fmt::Display for Overflow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("SSE line or event exceeds max_event_bytes")
+        f.write_str("stream line or event exceeds max_event_bytes")
     }
 }
 
@@ -371,7 +371,7 @@ mod tests {
         assert_eq!(framer.feed(b"\n\ndata: ok\n\n", no_event), Err(Overflow));
         assert_eq!(framer.feed(b"", no_event), Err(Overflow));
         let message = Overflow.to_string();
-        assert_eq!(message, "SSE line or event exceeds max_event_bytes");
+        assert_eq!(message, "stream line or event exceeds max_event_bytes");
     }
 
     #[test]

@@ -66,6 +66,38 @@ fn check_config_rejects_bad_values_naming_key_and_value() {
 }
 
 #[test]
+fn check_config_checks_tokenizers_as_this_binary_can_use_them() {
+    let words = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/tokenizer/words.json"
+    );
+    let not_json = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    let run = |name: &str, path: &str| {
+        let config = write_temp(name, &format!("tokenizers:\n  my-model: {path}\n"));
+        let out = tokentap()
+            .arg("check-config")
+            .arg(&config)
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.success(), stderr)
+    };
+    let (ok, stderr) = run("tok-words.yaml", words);
+    let (bad_ok, bad_stderr) = run("tok-bad.yaml", not_json);
+    assert!(!bad_ok, "accepted a tokenizer that is not one");
+    assert!(bad_stderr.contains("tokenizers.my-model"), "{bad_stderr}");
+    if cfg!(feature = "tokenizer") {
+        assert!(ok, "{stderr}");
+    } else {
+        assert!(!ok, "a binary without the feature accepted a tokenizer");
+        assert!(
+            stderr.contains("built without the `tokenizer` feature"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
 fn check_config_rejects_unknown_keys() {
     let path = write_temp("unknown.yaml", "slo:\n  ttft: 1s\n  tffts: 2s\n");
     let out = tokentap()

@@ -38,6 +38,9 @@ pub struct Config {
     pub metering: Metering,
     pub buckets: Buckets,
     pub slo: Slo,
+    /// A local HuggingFace `tokenizer.json` per model name, to count output tokens when the server
+    /// reports no usage (needs the `tokenizer` cargo feature).
+    pub tokenizers: BTreeMap<String, PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -242,6 +245,7 @@ impl Default for Config {
             },
             buckets: Buckets::default(),
             slo: Slo::default(),
+            tokenizers: BTreeMap::new(),
         }
     }
 }
@@ -308,6 +312,18 @@ impl Config {
                     positive(&format!("{prefix}.{kind}"), d)?;
                 }
             }
+        }
+        for (model, path) in &self.tokenizers {
+            let key = format!("tokenizers.{model}");
+            if model.is_empty() {
+                return Err(invalid("tokenizers", "model name", "", "must not be empty"));
+            }
+            if !crate::tokenizer::AVAILABLE {
+                let value = path.display().to_string();
+                let reason = crate::tokenizer::WITHOUT_FEATURE;
+                return Err(invalid(&key, "tokenizer file", &value, reason));
+            }
+            check_readable_file(&key, path)?;
         }
         Ok(())
     }

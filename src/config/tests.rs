@@ -157,7 +157,7 @@ fn boundaries_collect_every_ceiling_sorted_and_deduplicated() {
 #[test]
 fn unknown_key_at_top_level_is_named() {
     let want = "unknown field `lisen`, expected one of `listen`, `upstream`, `metrics_listen`, \
-         `upstream_ca_file`, `max_models`, `timeouts`, `metering`, `buckets`, `slo` at line 2 column 1";
+         `upstream_ca_file`, `max_models`, `timeouts`, `metering`, `buckets`, `slo`, `tokenizers` at line 2 column 1";
     assert_eq!(err("listen: 0.0.0.0:1\nlisen: 0.0.0.0:2\n"), want);
 }
 
@@ -285,4 +285,46 @@ fn load_names_the_file() {
         (bad, good),
         (Err(format!("{want}{DURATION_SYNTAX}")), Ok(3))
     );
+}
+
+#[test]
+fn tokenizers_map_model_names_to_files_and_a_repeated_model_is_an_error() {
+    let c = yaml::parse("tokenizers:\n  llama-3.1-8b: /models/llama/tokenizer.json\n").unwrap();
+    let path = c
+        .tokenizers
+        .get("llama-3.1-8b")
+        .map(|p| p.display().to_string());
+    assert_eq!(path.as_deref(), Some("/models/llama/tokenizer.json"));
+    let msg = err("tokenizers:\n  m: /a.json\n  m: /b.json\n");
+    assert!(msg.contains("model `m` appears twice"), "{msg}");
+    let msg = err("tokenizers: [a]\n");
+    assert!(
+        msg.contains("a mapping from model name to a tokenizer.json path"),
+        "{msg}"
+    );
+}
+
+#[cfg(not(feature = "tokenizer"))]
+#[test]
+fn a_tokenizer_in_a_binary_built_without_the_feature_is_a_clear_error() {
+    let msg = err("tokenizers:\n  m: Cargo.toml\n");
+    assert_eq!(
+        msg,
+        "tokenizers.m: invalid tokenizer file \"Cargo.toml\": this tokentap was built without the \
+         `tokenizer` feature; rebuild it with `cargo build --release --features tokenizer`"
+    );
+}
+
+#[cfg(feature = "tokenizer")]
+#[test]
+fn a_missing_tokenizer_file_is_an_error_naming_the_model() {
+    let msg = err("tokenizers:\n  m: /nonexistent/tokenizer.json\n");
+    assert!(
+        msg.starts_with(
+            "tokenizers.m: invalid path \"/nonexistent/tokenizer.json\": cannot read it"
+        ),
+        "{msg}"
+    );
+    let msg = err("tokenizers:\n  '': Cargo.toml\n");
+    assert!(msg.starts_with("tokenizers: invalid model name"), "{msg}");
 }

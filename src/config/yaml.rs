@@ -52,31 +52,50 @@ impl<'de> Deserialize<'de> for Scalar {
     }
 }
 
-/// `slo.models`: a map that rejects a repeated model name instead of silently keeping the last.
-#[derive(Default)]
-struct Models(BTreeMap<String, RawCeilings>);
+/// A map keyed by model name (`slo.models`, `tokenizers`) that rejects a repeated model name instead
+/// of silently keeping the last.
+struct Models<T>(BTreeMap<String, T>);
 
-impl<'de> Deserialize<'de> for Models {
+impl<T> Default for Models<T> {
+    fn default() -> Self {
+        Models(BTreeMap::new())
+    }
+}
+
+/// What a [`Models`] map holds, for its error message.
+trait Described {
+    const EXPECTING: &'static str;
+}
+
+impl Described for RawCeilings {
+    const EXPECTING: &'static str = "a mapping from model name to SLO ceilings";
+}
+
+impl Described for PathBuf {
+    const EXPECTING: &'static str = "a mapping from model name to a tokenizer.json path";
+}
+
+impl<'de, T: Deserialize<'de> + Default + Described> Deserialize<'de> for Models<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Models;
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de> + Default + Described> Visitor<'de> for V<T> {
+            type Value = Models<T>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a mapping from model name to SLO ceilings")
+                f.write_str(T::EXPECTING)
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Models, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Models<T>, A::Error> {
                 let mut models = BTreeMap::new();
                 while let Some(name) = map.next_key::<String>()? {
-                    let ceilings = map.next_value::<Option<RawCeilings>>()?;
+                    let value = map.next_value::<Option<T>>()?;
                     if models.contains_key(&name) {
                         return Err(A::Error::custom(format!("model `{name}` appears twice")));
                     }
-                    models.insert(name, ceilings.unwrap_or_default());
+                    models.insert(name, value.unwrap_or_default());
                 }
                 Ok(Models(models))
             }
         }
-        d.deserialize_map(V)
+        d.deserialize_map(V(std::marker::PhantomData))
     }
 }
 
@@ -92,6 +111,7 @@ struct RawConfig {
     metering: Option<RawMetering>,
     buckets: Option<RawBuckets>,
     slo: Option<RawSlo>,
+    tokenizers: Option<Models<PathBuf>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -124,7 +144,7 @@ struct RawSlo {
     tpot: Option<Scalar>,
     itl: Option<Scalar>,
     e2e: Option<Scalar>,
-    models: Option<Models>,
+    models: Option<Models<RawCeilings>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -200,6 +220,7 @@ impl RawConfig {
             let ceilings = raw.convert(&format!("slo.models.{name}"))?;
             c.slo.models.insert(name, ceilings);
         }
+        c.tokenizers = self.tokenizers.unwrap_or_default().0;
         Ok(c)
     }
 }

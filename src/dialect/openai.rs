@@ -13,7 +13,8 @@ use std::borrow::Cow;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
-use super::{Dialect, EventKind, Observations};
+use super::text::Text;
+use super::{Dialect, EventKind, Observations, OutputText};
 use crate::json_scan::FieldScanner;
 use crate::sse::SseEvent;
 
@@ -48,10 +49,34 @@ struct Delta<'a> {
     reasoning_content: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     reasoning: Option<Cow<'a, str>>,
-    #[serde(default)]
-    tool_calls: Option<Vec<IgnoredAny>>,
-    #[serde(default)]
-    function_call: Option<IgnoredAny>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<ToolCall<'a>>>,
+    #[serde(borrow, default)]
+    function_call: Option<Function<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCall<'a> {
+    #[serde(borrow, default)]
+    function: Option<Function<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Function<'a> {
+    #[serde(borrow, default)]
+    name: Text<'a>,
+    #[serde(borrow, default)]
+    arguments: Text<'a>,
+}
+
+impl Function<'_> {
+    fn copy_text(&self, text: &mut OutputText<'_>) {
+        for part in [&self.name, &self.arguments] {
+            if let Some(s) = part.non_empty() {
+                text.push(s);
+            }
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -79,9 +104,36 @@ impl Delta<'_> {
     }
 }
 
+impl Delta<'_> {
+    /// Content, reasoning and tool-call names and arguments, as a tokenizer should see them.
+    fn copy_text(&self, text: &mut OutputText<'_>) {
+        for part in [&self.content, &self.reasoning_content, &self.reasoning] {
+            if let Some(s) = part.as_deref() {
+                text.push(s);
+            }
+        }
+        let calls = self.tool_calls.iter().flatten();
+        for function in calls.filter_map(|c| c.function.as_ref()) {
+            function.copy_text(text);
+        }
+        if let Some(function) = &self.function_call {
+            function.copy_text(text);
+        }
+    }
+}
+
 impl Choice<'_> {
     fn carries_output(&self) -> bool {
         self.delta.as_ref().is_some_and(Delta::carries_output) || non_empty(&self.text)
+    }
+
+    fn copy_text(&self, text: &mut OutputText<'_>) {
+        if let Some(delta) = &self.delta {
+            delta.copy_text(text);
+        }
+        if let Some(s) = self.text.as_deref() {
+            text.push(s);
+        }
     }
 }
 
@@ -95,7 +147,12 @@ fn record_usage(usage: &Usage, obs: &mut Observations) {
 }
 
 impl Dialect for OpenAi {
-    fn on_event(&mut self, event: &SseEvent<'_>, obs: &mut Observations) -> EventKind {
+    fn on_event(
+        &mut self,
+        event: &SseEvent<'_>,
+        obs: &mut Observations,
+        text: &mut OutputText<'_>,
+    ) -> EventKind {
         let data = event.data.trim_ascii();
         if data == b"[DONE]" || data.is_empty() {
             return EventKind::Other;
@@ -103,22 +160,16 @@ impl Dialect for OpenAi {
         let Ok(chunk) = serde_json::from_slice::<Chunk<'_>>(data) else {
             return EventKind::Malformed;
         };
-        if obs.model.is_none() {
-            if let Some(model) = chunk.model.as_deref().filter(|m| !m.is_empty()) {
-                obs.model = Some(model.to_owned());
-            }
-        }
+        obs.model(chunk.model.as_deref());
         if let Some(usage) = &chunk.usage {
             record_usage(usage, obs);
         }
         if chunk.error.is_some() {
             return EventKind::Error;
         }
-        let output = chunk
-            .choices
-            .as_ref()
-            .is_some_and(|choices| choices.iter().any(Choice::carries_output));
-        if output {
+        let choices = chunk.choices.as_deref().unwrap_or_default();
+        if choices.iter().any(Choice::carries_output) {
+            choices.iter().for_each(|choice| choice.copy_text(text));
             EventKind::Output
         } else {
             EventKind::Other
@@ -148,14 +199,49 @@ mod tests {
 
     fn classify(data: &str) -> (EventKind, Observations) {
         let mut obs = Observations::default();
+        let mut copied = String::new();
         let kind = OpenAi.on_event(
             &SseEvent {
                 event: b"",
                 data: data.as_bytes(),
             },
             &mut obs,
+            &mut OutputText::new(Some(&mut copied)),
         );
+        if kind != EventKind::Output {
+            assert_eq!(copied, "", "text copied from a non-output event");
+        }
         (kind, obs)
+    }
+
+    fn text_of(data: &str) -> String {
+        let mut copied = String::new();
+        let event = SseEvent {
+            event: b"",
+            data: data.as_bytes(),
+        };
+        let text = &mut OutputText::new(Some(&mut copied));
+        OpenAi.on_event(&event, &mut Observations::default(), text);
+        copied
+    }
+
+    #[test]
+    fn output_text_is_content_reasoning_and_tool_call_arguments() {
+        assert_eq!(
+            text_of(r#"{"choices":[{"delta":{"content":"a\nb"}}]}"#),
+            "a\nb"
+        );
+        assert_eq!(
+            text_of(r#"{"choices":[{"delta":{"reasoning_content":"r","content":"c"}}]}"#),
+            "cr"
+        );
+        assert_eq!(
+            text_of(
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"x","function":{"name":"f","arguments":"{\"a\""}}]}}]}"#
+            ),
+            "f{\"a\""
+        );
+        assert_eq!(text_of(r#"{"choices":[{"text":"t","index":0}]}"#), "t");
     }
 
     #[test]

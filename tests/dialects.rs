@@ -1,0 +1,389 @@
+//! Every API dialect end to end: a fixture stream in that server's real wire format (see the README in
+//! each tests/fixtures/<dialect>/) is replayed through the proxy by the scripted upstream. The client
+//! must get the very same bytes, and the figures must be exactly what the fixture implies. These tests
+//! run on tokio's paused clock with one event every 10 ms, so TTFT, ITL, E2E and TPOT are exact.
+
+mod support;
+
+use support::*;
+
+const TICK_MS: u64 = 10;
+
+struct Fixture {
+    name: &'static str,
+    bytes: &'static [u8],
+    path: &'static str,
+    content_type: &'static str,
+    request: &'static str,
+    /// The `model` and `api` labels the request gets.
+    labels: [(&'static str, &'static str); 2],
+    /// Events in the stream, and the 0-based positions of the first and last output-bearing ones.
+    events: usize,
+    first: usize,
+    last: usize,
+    outputs: usize,
+    /// Output and input tokens, from the server's usage.
+    tokens: u64,
+    input: u64,
+}
+
+fn fixtures() -> Vec<Fixture> {
+    vec![
+        Fixture {
+            name: "OpenAI Responses",
+            bytes: include_bytes!("fixtures/responses/responses-stream.sse"),
+            path: "/v1/responses",
+            content_type: "text/event-stream; charset=utf-8",
+            request: r#"{"model":"gpt-4.1","input":"Hi","stream":true}"#,
+            labels: [("model", "gpt-4.1"), ("api", "responses")],
+            events: 14,
+            first: 4,
+            last: 9,
+            outputs: 6,
+            tokens: 6,
+            input: 9,
+        },
+        Fixture {
+            name: "Anthropic Messages",
+            bytes: include_bytes!("fixtures/anthropic/messages-stream.sse"),
+            path: "/v1/messages",
+            content_type: "text/event-stream; charset=utf-8",
+            request: r#"{"model":"claude-sonnet-4-5","max_tokens":1024,"messages":[{"role":"user","content":"Weather in SF?"}],"stream":true}"#,
+            labels: [("model", "claude-sonnet-4-5"), ("api", "messages")],
+            events: 19,
+            first: 3,
+            last: 15,
+            outputs: 7,
+            tokens: 42,
+            input: 600,
+        },
+        Fixture {
+            name: "TGI generate_stream",
+            bytes: include_bytes!("fixtures/tgi/generate-stream.sse"),
+            path: "/generate_stream",
+            content_type: "text/event-stream",
+            request: r#"{"inputs":"What is Deep Learning?","parameters":{"max_new_tokens":20}}"#,
+            labels: [("model", "unknown"), ("api", "generate")],
+            events: 6,
+            first: 0,
+            last: 5,
+            outputs: 6,
+            tokens: 6,
+            input: 7,
+        },
+        Fixture {
+            name: "Ollama chat",
+            bytes: include_bytes!("fixtures/ollama/chat-stream.ndjson"),
+            path: "/api/chat",
+            content_type: "application/x-ndjson",
+            request: r#"{"model":"llama3.2","messages":[{"role":"user","content":"why is the sky blue?"}]}"#,
+            labels: [("model", "llama3.2"), ("api", "ollama")],
+            events: 7,
+            first: 0,
+            last: 5,
+            outputs: 6,
+            tokens: 9,
+            input: 26,
+        },
+        Fixture {
+            name: "Ollama generate",
+            bytes: include_bytes!("fixtures/ollama/generate-stream.ndjson"),
+            path: "/api/generate",
+            content_type: "application/x-ndjson",
+            request: r#"{"model":"qwen3:0.6b","prompt":"Why is the sky blue?"}"#,
+            labels: [("model", "qwen3:0.6b"), ("api", "ollama")],
+            events: 6,
+            first: 0,
+            last: 4,
+            outputs: 5,
+            tokens: 6,
+            input: 12,
+        },
+        Fixture {
+            name: "llama.cpp completion",
+            bytes: include_bytes!("fixtures/llamacpp/completion-stream.sse"),
+            path: "/completion",
+            content_type: "text/event-stream",
+            request: r#"{"prompt":"Once upon a time,","n_predict":5,"stream":true}"#,
+            // The model is named only in the last event, after the labels were fixed at the first token.
+            labels: [("model", "unknown"), ("api", "llamacpp")],
+            events: 6,
+            first: 0,
+            last: 4,
+            outputs: 5,
+            tokens: 5,
+            input: 8,
+        },
+    ]
+}
+
+fn head(content_type: &str) -> Step {
+    Step::Raw(
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
+        .into_bytes(),
+    )
+}
+
+/// The stream cut after each event: after each blank line (SSE) or each line (NDJSON).
+fn events(fixture: &Fixture) -> Vec<&'static [u8]> {
+    let separator: &[u8] = if fixture.content_type.contains("ndjson") {
+        b"\n"
+    } else {
+        b"\n\n"
+    };
+    let (mut out, mut rest) = (Vec::new(), fixture.bytes);
+    while let Some(at) = rest.windows(separator.len()).position(|w| w == separator) {
+        let (event, tail) = rest.split_at(at + separator.len());
+        out.push(event);
+        rest = tail;
+    }
+    assert!(rest.is_empty(), "{}: trailing bytes", fixture.name);
+    out
+}
+
+fn assert_close(actual: f64, expected: f64, what: &str) {
+    assert!(
+        (actual - expected).abs() < 1e-9,
+        "{what}: got {actual}, expected {expected}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_fixture_replayed_event_by_event_gives_exact_figures_and_identical_bytes() {
+    for f in fixtures() {
+        let steps: Vec<Step> = std::iter::once(head(f.content_type))
+            .chain(
+                events(&f)
+                    .into_iter()
+                    .flat_map(|event| [Step::Sleep(ms(TICK_MS)), chunk(event)]),
+            )
+            .chain([last_chunk()])
+            .collect();
+        assert_eq!(steps.len(), 2 + 2 * f.events, "{}: event count", f.name);
+        let upstream = upstream(move |_| steps.clone()).await;
+        let proxy = proxy(&upstream.url(), "").await;
+        let got = send(&client(), post(&proxy, f.path, f.request)).await;
+        assert_eq!((got.status, &got.end), (200, &Ok(())), "{}", f.name);
+        assert_eq!(got.body, f.bytes, "{}: bytes changed", f.name);
+        settle(&proxy).await;
+
+        let m = scrape(&proxy).await;
+        let l = &f.labels;
+        let name = f.name;
+        let tick = TICK_MS as f64 / 1000.0;
+        let ttft = tick * (f.first + 1) as f64;
+        let e2e = tick * f.events as f64;
+        assert_close(
+            m.get("tokentap_time_to_first_token_seconds_sum", l),
+            ttft,
+            &format!("{name} TTFT"),
+        );
+        let gaps = m.get("tokentap_inter_token_latency_seconds_count", l);
+        assert_eq!(
+            gaps,
+            (f.outputs - 1) as f64,
+            "{name}: one ITL observation per gap"
+        );
+        let itl_sum = tick * (f.last - f.first) as f64;
+        assert_close(
+            m.get("tokentap_inter_token_latency_seconds_sum", l),
+            itl_sum,
+            &format!("{name} ITL"),
+        );
+        assert_close(
+            m.get("tokentap_e2e_request_latency_seconds_sum", l),
+            e2e,
+            &format!("{name} E2E"),
+        );
+        let tpot = (e2e - ttft) / (f.tokens - 1) as f64;
+        assert_close(
+            m.get("tokentap_time_per_output_token_seconds_sum", l),
+            tpot,
+            &format!("{name} TPOT"),
+        );
+        assert_eq!(
+            m.get("tokentap_output_tokens_total", l),
+            f.tokens as f64,
+            "{name}"
+        );
+        assert_eq!(
+            m.get("tokentap_input_tokens_total", l),
+            f.input as f64,
+            "{name}"
+        );
+        let usage = [l[0], l[1], ("token_source", "usage")];
+        assert_eq!(
+            m.get("tokentap_output_token_source_total", &usage),
+            1.0,
+            "{name}"
+        );
+        let ok = [l[0], l[1], ("status", "200"), ("outcome", "ok")];
+        assert_eq!(m.get("tokentap_requests_total", &ok), 1.0, "{name}");
+        assert_eq!(m.get("tokentap_metering_skipped_total", &[]), 0.0, "{name}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn fixtures_cut_at_random_points_pass_unchanged_and_count_the_same() {
+    for f in fixtures() {
+        for seed in 1..=4u64 {
+            let frames = random_frames(f.bytes, &mut Lcg(seed * 7919), 61);
+            let steps: Vec<Step> = std::iter::once(head(f.content_type))
+                .chain(
+                    frames
+                        .iter()
+                        .flat_map(|frame| [Step::Sleep(ms(1)), chunk(frame)]),
+                )
+                .chain([last_chunk()])
+                .collect();
+            let upstream = upstream(move |_| steps.clone()).await;
+            let proxy = proxy(&upstream.url(), "").await;
+            let got = send(&client(), post(&proxy, f.path, f.request)).await;
+            assert_eq!(got.body, f.bytes, "{} seed {seed}: bytes changed", f.name);
+            settle(&proxy).await;
+            let m = scrape(&proxy).await;
+            let l = &f.labels;
+            let what = format!("{} seed {seed}", f.name);
+            assert_eq!(
+                m.get("tokentap_output_tokens_total", l),
+                f.tokens as f64,
+                "{what}"
+            );
+            assert_eq!(
+                m.get("tokentap_input_tokens_total", l),
+                f.input as f64,
+                "{what}"
+            );
+            let gaps = m.get("tokentap_inter_token_latency_seconds_count", l);
+            assert_eq!(gaps, (f.outputs - 1) as f64, "{what}");
+            assert_eq!(
+                m.get("tokentap_time_to_first_token_seconds_count", l),
+                1.0,
+                "{what}"
+            );
+        }
+    }
+}
+
+/// Serves `body` as one stream of the given content type, then ends it.
+fn script(content_type: &'static str, body: String) -> impl Fn(&RecordedRequest) -> Vec<Step> {
+    move |_| vec![head(content_type), chunk(body.as_bytes()), last_chunk()]
+}
+
+#[tokio::test(start_paused = true)]
+async fn anthropic_error_event_mid_stream_counts_upstream_error() {
+    let body = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude\",\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+        "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+    );
+    let upstream = upstream(script("text/event-stream", body.to_owned())).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let got = send(
+        &client(),
+        post(&proxy, "/v1/messages", r#"{"model":"claude"}"#),
+    )
+    .await;
+    assert_eq!(got.body, body.as_bytes());
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    let labels = [("api", "messages"), ("outcome", "upstream_error")];
+    assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
+    assert_eq!(
+        m.get("tokentap_goodput_requests_total", &[("api", "messages")]),
+        0.0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn responses_failed_is_an_upstream_error_and_incomplete_ends_normally() {
+    let delta = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"Hi\"}\n\n";
+    let failed = format!("{delta}event: response.failed\ndata: {{\"type\":\"response.failed\",\"response\":{{\"status\":\"failed\",\"error\":{{\"code\":\"server_error\",\"message\":\"x\"}}}}}}\n\n");
+    let incomplete = format!("{delta}event: response.incomplete\ndata: {{\"type\":\"response.incomplete\",\"response\":{{\"status\":\"incomplete\",\"incomplete_details\":{{\"reason\":\"max_output_tokens\"}},\"usage\":{{\"input_tokens\":3,\"output_tokens\":1}}}}}}\n\n");
+    for (body, outcome) in [(failed, "upstream_error"), (incomplete, "ok")] {
+        let upstream = upstream(script("text/event-stream", body)).await;
+        let proxy = proxy(&upstream.url(), "").await;
+        send(&client(), post(&proxy, "/v1/responses", r#"{"model":"m"}"#)).await;
+        settle(&proxy).await;
+        let m = scrape(&proxy).await;
+        let labels = [("api", "responses"), ("outcome", outcome)];
+        assert_eq!(m.get("tokentap_requests_total", &labels), 1.0, "{outcome}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn ollama_stream_without_counts_falls_back_to_chunks_and_says_so() {
+    let body = "{\"model\":\"m\",\"response\":\"a\",\"done\":false}\n{\"model\":\"m\",\"response\":\"b\",\"done\":false}\n{\"model\":\"m\",\"response\":\"\",\"done\":true}\n";
+    let upstream = upstream(script("application/x-ndjson", body.to_owned())).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    send(&client(), post(&proxy, "/api/generate", r#"{"model":"m"}"#)).await;
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    let l = [("model", "m"), ("api", "ollama")];
+    assert_eq!(m.get("tokentap_output_tokens_total", &l), 2.0);
+    let chunks = [l[0], l[1], ("token_source", "chunks")];
+    assert_eq!(m.get("tokentap_output_token_source_total", &chunks), 1.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn non_streaming_ollama_and_llamacpp_bodies_give_usage_without_timing() {
+    let cases = [
+        (
+            "/api/chat",
+            r#"{"model":"llama3.2","created_at":"t","message":{"role":"assistant","content":"Hi"},"done":true,"prompt_eval_count":26,"eval_count":290}"#,
+            "ollama",
+            290.0,
+            26.0,
+        ),
+        (
+            "/completion",
+            r#"{"content":" the quick","model":"g.gguf","tokens_predicted":2,"tokens_evaluated":4,"stop":true,"timings":{"prompt_n":4,"predicted_n":2}}"#,
+            "llamacpp",
+            2.0,
+            4.0,
+        ),
+    ];
+    for (path, body, api, tokens, input) in cases {
+        let upstream = upstream(move |_| vec![json_response(200, "OK", body)]).await;
+        let proxy = proxy(&upstream.url(), "").await;
+        let got = send(&client(), post(&proxy, path, "{}")).await;
+        assert_eq!(got.body, body.as_bytes());
+        settle(&proxy).await;
+        let m = scrape(&proxy).await;
+        let l = [("api", api)];
+        assert_eq!(m.get("tokentap_output_tokens_total", &l), tokens, "{api}");
+        assert_eq!(m.get("tokentap_input_tokens_total", &l), input, "{api}");
+        assert_eq!(
+            m.get("tokentap_time_to_first_token_seconds_count", &l),
+            0.0,
+            "{api}"
+        );
+        assert_eq!(
+            m.get("tokentap_e2e_request_latency_seconds_count", &l),
+            1.0,
+            "{api}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_paths_stay_other_with_no_token_figures() {
+    let body = "{\"model\":\"m\",\"response\":\"a\",\"done\":false}\n";
+    let upstream = upstream(script("application/x-ndjson", body.to_owned())).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    send(&client(), post(&proxy, "/api/pull", r#"{"model":"m"}"#)).await;
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get("tokentap_requests_total", &[("api", "other")]), 1.0);
+    assert_eq!(
+        m.get("tokentap_output_tokens_total", &[("api", "other")]),
+        0.0
+    );
+    assert_eq!(
+        m.get("tokentap_time_to_first_token_seconds_count", &[]),
+        0.0
+    );
+    assert!(!m.has("tokentap_output_token_source_total", &[]));
+}
