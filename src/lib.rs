@@ -7,6 +7,7 @@
 //! [`timeline`] and, when it ends, records it into [`metrics`] with its [`slo`] verdict.
 #![forbid(unsafe_code)]
 
+pub mod client_conn;
 pub mod config;
 pub mod demo;
 pub mod dialect;
@@ -18,6 +19,7 @@ pub mod meter;
 pub mod metrics;
 pub mod proxy;
 pub mod server;
+pub mod shutdown;
 pub mod slo;
 pub mod sse;
 pub mod tap;
@@ -26,3 +28,4 @@ pub mod upstream;
 
 pub use config::Config;
 pub use server::{run, start, Running, StartError};
+pub use shutdown::Drained;

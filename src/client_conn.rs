@@ -1,0 +1,207 @@
+//! One client connection as the proxy port sees it, below HTTP: the two downstream timeouts. A client
+//! must send a complete request head within `client_header_read` of connecting, or of the first byte
+//! of its next request on a kept-alive connection (slowloris); a connection with no request in progress
+//! is closed after `client_idle`. While a request is in progress (from its head being read until its
+//! response body is done) neither runs, so a long wait for the first token is never cut here.
+//!
+//! [`TimedIo`] wraps the socket and sees every read; [`Activity`] counts the connection's requests in
+//! progress, each held by an [`InProgress`] that lives in the response body ([`Tracked`]). A timeout
+//! reads as end of file, so hyper closes the connection as if the client had.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+/// The HTTP/2 connection preface: its clients are timed by `client_idle` only (h2 has its own
+/// flow control and stream limits against slow senders).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Requests in progress on one connection.
+#[derive(Debug, Default)]
+pub struct Activity(AtomicUsize);
+
+impl Activity {
+    /// Marks a request in progress until the returned guard is dropped.
+    pub fn begin(self: &Arc<Self>) -> InProgress {
+        self.0.fetch_add(1, Ordering::AcqRel);
+        InProgress(self.clone())
+    }
+
+    fn busy(&self) -> bool {
+        self.0.load(Ordering::Acquire) > 0
+    }
+}
+
+pub struct InProgress(Arc<Activity>);
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Armed {
+    None,
+    Head,
+    Idle,
+}
+
+/// The client's socket, with the header-read and idle timers on its read side.
+pub struct TimedIo<T> {
+    inner: T,
+    activity: Arc<Activity>,
+    header_read: Duration,
+    idle: Duration,
+    armed: Armed,
+    h2: bool,
+    seen: usize,
+    timer: Pin<Box<Sleep>>,
+}
+
+impl<T> TimedIo<T> {
+    pub fn new(inner: T, activity: Arc<Activity>, header_read: Duration, idle: Duration) -> Self {
+        TimedIo {
+            inner,
+            activity,
+            header_read,
+            idle,
+            armed: Armed::Head,
+            h2: false,
+            seen: 0,
+            timer: Box::pin(tokio::time::sleep_until(Instant::now() + header_read)),
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let busy = this.activity.busy();
+        if busy {
+            this.armed = Armed::None;
+        }
+        if let Poll::Ready(result) = polled {
+            let read = &buf.filled()[before..];
+            if this.seen < H2_PREFACE.len() {
+                let n = read.len().min(H2_PREFACE.len() - this.seen);
+                let expected = &H2_PREFACE[this.seen..this.seen + n];
+                this.h2 = (this.seen == 0 || this.h2) && read[..n] == *expected;
+                this.seen += n;
+                if this.h2 && this.armed == Armed::Head {
+                    this.armed = Armed::None;
+                }
+            }
+            if !read.is_empty() && !busy && !this.h2 && this.armed != Armed::Head {
+                this.armed = Armed::Head;
+                let deadline = Instant::now() + this.header_read;
+                this.timer.as_mut().reset(deadline);
+            }
+            return Poll::Ready(result);
+        }
+        if busy {
+            return Poll::Pending;
+        }
+        if this.armed == Armed::None {
+            this.armed = Armed::Idle;
+            this.timer.as_mut().reset(Instant::now() + this.idle);
+        }
+        match this.timer.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                tracing::debug!(waiting_for = ?this.armed, "closing a client connection that timed out");
+                this.armed = Armed::None;
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+pin_project! {
+    /// A response body that keeps its request counted as in progress on its connection until done.
+    pub struct Tracked<B> {
+        #[pin]
+        inner: B,
+        in_progress: Option<InProgress>,
+    }
+}
+
+impl<B> Tracked<B> {
+    pub fn new(inner: B, in_progress: InProgress) -> Self {
+        Tracked {
+            inner,
+            in_progress: Some(in_progress),
+        }
+    }
+}
+
+impl<B: Body<Data = Bytes>> Body for Tracked<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.project();
+        let polled = this.inner.poll_frame(cx);
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+            this.in_progress.take();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
