@@ -12,8 +12,8 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -26,19 +26,29 @@ use tokio::time::{Instant, Sleep};
 /// flow control and stream limits against slow senders).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Requests in progress on one connection.
+/// Requests in progress on one connection, and the reader to wake when the last one is done (it was
+/// told to wait for the socket only, and must now start the idle timer).
 #[derive(Debug, Default)]
-pub struct Activity(AtomicUsize);
+pub struct Activity {
+    in_progress: AtomicUsize,
+    reader: Mutex<Option<Waker>>,
+}
 
 impl Activity {
     /// Marks a request in progress until the returned guard is dropped.
     pub fn begin(self: &Arc<Self>) -> InProgress {
-        self.0.fetch_add(1, Ordering::AcqRel);
+        self.in_progress.fetch_add(1, Ordering::AcqRel);
         InProgress(self.clone())
     }
 
-    fn busy(&self) -> bool {
-        self.0.load(Ordering::Acquire) > 0
+    /// Whether a request is in progress; if so, `waker` is woken when none is.
+    fn busy(&self, waker: &Waker) -> bool {
+        let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
+        let busy = self.in_progress.load(Ordering::Acquire) > 0;
+        if busy && !reader.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *reader = Some(waker.clone());
+        }
+        busy
     }
 }
 
@@ -46,7 +56,17 @@ pub struct InProgress(Arc<Activity>);
 
 impl Drop for InProgress {
     fn drop(&mut self) {
-        self.0 .0.fetch_sub(1, Ordering::AcqRel);
+        let activity = &self.0;
+        let mut reader = activity
+            .reader
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if activity.in_progress.fetch_sub(1, Ordering::AcqRel) == 1 {
+            if let Some(waker) = reader.take() {
+                drop(reader);
+                waker.wake();
+            }
+        }
     }
 }
 
@@ -93,7 +113,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
         let this = self.get_mut();
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        let busy = this.activity.busy();
+        let busy = this.activity.busy(cx.waker());
         if busy {
             this.armed = Armed::None;
         }

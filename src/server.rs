@@ -11,6 +11,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -54,8 +55,7 @@ pub struct Running {
     recorder: Arc<Recorder>,
     shutdown: Shutdown,
     grace: Duration,
-    connections: Arc<Semaphore>,
-    max_connections: usize,
+    open: Arc<AtomicUsize>,
     proxy_task: Mutex<Option<JoinHandle<()>>>,
     metrics_task: JoinHandle<()>,
 }
@@ -76,8 +76,7 @@ impl Running {
 
     /// Client connections open on the proxy port.
     pub fn open_connections(&self) -> usize {
-        self.max_connections
-            .saturating_sub(self.connections.available_permits())
+        self.open.load(Ordering::Acquire)
     }
 
     /// Starts a graceful shutdown at once: `/readyz` answers 503 from now on and the proxy port is
@@ -97,8 +96,7 @@ impl Running {
             self.shutdown.clone(),
             accept_loop,
             self.recorder.clone(),
-            self.connections.clone(),
-            self.max_connections,
+            self.open.clone(),
             self.grace,
         )
     }
@@ -135,11 +133,11 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let local = |l: &TcpListener, addr| l.local_addr().unwrap_or(addr);
     let proxy_addr = local(&proxy_listener, config.listen);
     let metrics_addr = local(&metrics_listener, config.metrics_listen);
-    let max_connections = config.limits.max_connections;
-    let connections = Arc::new(Semaphore::new(max_connections));
+    let open = Arc::new(AtomicUsize::new(0));
     let serve = ServeProxy {
         proxy,
-        connections: connections.clone(),
+        slots: Arc::new(Semaphore::new(config.limits.max_connections)),
+        open: open.clone(),
         builder: connection_builder(&config.limits),
         timeouts: config.timeouts.clone(),
         shutdown: shutdown.clone(),
@@ -152,8 +150,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         recorder,
         shutdown,
         grace: config.shutdown_grace,
-        connections,
-        max_connections,
+        open,
         proxy_task: Mutex::new(Some(proxy_task)),
         metrics_task: tokio::spawn(metrics),
     })
@@ -237,7 +234,10 @@ fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
 /// The proxy port's accept loop and what each connection needs.
 struct ServeProxy {
     proxy: Proxy,
-    connections: Arc<Semaphore>,
+    /// One permit per connection served, `limits.max_connections` in all.
+    slots: Arc<Semaphore>,
+    /// Connections being served.
+    open: Arc<AtomicUsize>,
     builder: auto::Builder<TokioExecutor>,
     timeouts: Timeouts,
     shutdown: Shutdown,
@@ -248,13 +248,15 @@ impl ServeProxy {
         let this = Arc::new(self);
         loop {
             // Only accept with a free slot: beyond max_connections clients wait in the backlog.
-            let Ok(permit) = this.connections.clone().acquire_owned().await else {
+            let Ok(permit) = this.slots.clone().acquire_owned().await else {
                 return;
             };
             let stream = accept(&listener).await;
+            this.open.fetch_add(1, Ordering::AcqRel);
             let this = this.clone();
             tokio::spawn(async move {
                 this.serve(stream).await;
+                this.open.fetch_sub(1, Ordering::AcqRel);
                 drop(permit);
             });
         }

@@ -5,10 +5,11 @@
 //! `outcome="timeout"`). [`drain`] runs the sequence and reports what it had to cut.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -82,8 +83,7 @@ pub(crate) async fn drain(
     shutdown: Shutdown,
     accept_loop: Option<JoinHandle<()>>,
     recorder: Arc<Recorder>,
-    connections: Arc<Semaphore>,
-    max_connections: usize,
+    open_connections: Arc<AtomicUsize>,
     grace: Duration,
 ) -> Drained {
     let deadline = Instant::now() + grace;
@@ -92,7 +92,7 @@ pub(crate) async fn drain(
         let _ = task.await;
     }
     let in_flight = || recorder.metrics.in_flight_total();
-    let open = || max_connections.saturating_sub(connections.available_permits());
+    let open = || open_connections.load(Ordering::Acquire);
     // Connections are awaited too: a request stops counting as in flight when its last frame is
     // handed to the connection, a moment before that connection has written it.
     while (in_flight() > 0 || open() > 0) && Instant::now() < deadline {
