@@ -79,6 +79,15 @@ impl Running {
         self.open.load(Ordering::Acquire)
     }
 
+    /// Stops accepting connections on both ports at once, without draining (see [`Running::shutdown`]).
+    pub fn stop_accepting(&mut self) {
+        let proxy_task = self.proxy_task.get_mut();
+        if let Some(task) = proxy_task.unwrap_or_else(PoisonError::into_inner).take() {
+            task.abort();
+        }
+        self.metrics_task.abort();
+    }
+
     /// Starts a graceful shutdown at once: `/readyz` answers 503 from now on and the proxy port is
     /// closed. The future completes when every request and client connection has finished, or when
     /// `shutdown_grace` has run out and what was left has been cut. The metrics port stays up.
@@ -104,11 +113,7 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let proxy_task = self.proxy_task.get_mut();
-        if let Some(task) = proxy_task.unwrap_or_else(PoisonError::into_inner).take() {
-            task.abort();
-        }
-        self.metrics_task.abort();
+        self.stop_accepting();
     }
 }
 

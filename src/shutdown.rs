@@ -108,3 +108,28 @@ pub(crate) async fn drain(
     }
     Drained { cut }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn phases_only_move_forward_and_reached_sees_past_phases() {
+        let shutdown = Shutdown::default();
+        assert_eq!(shutdown.phase(), Phase::Serving);
+        let cut = tokio::spawn(shutdown.reached(Phase::Cut));
+        shutdown.advance(Phase::Draining);
+        assert_eq!(shutdown.phase(), Phase::Draining);
+        // Already reached: completes at once.
+        shutdown.reached(Phase::Draining).await;
+        shutdown.reached(Phase::Serving).await;
+        assert!(!cut.is_finished());
+        shutdown.advance(Phase::Cut);
+        shutdown.advance(Phase::Draining);
+        assert_eq!(shutdown.phase(), Phase::Cut, "never goes back");
+        tokio::time::timeout(Duration::from_secs(5), cut)
+            .await
+            .expect("a watcher created before the cut sees it")
+            .expect("task");
+    }
+}
