@@ -213,3 +213,50 @@ async fn an_idle_proxy_shuts_down_at_once() {
         started.elapsed()
     );
 }
+
+// On the real clock, so the bounds are generous: on tokio's paused clock this h2c exchange stalls until the
+// auto-advanced timers fire (not understood yet; the same exchange passes on the real clock).
+#[tokio::test]
+async fn an_h2c_stream_in_flight_finishes_within_the_grace() {
+    let upstream = upstream(|_| stream_of(5, ms(400))).await;
+    let proxy = proxy(&upstream.url(), "shutdown_grace: 30s\n").await;
+    let stream = TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(stream),
+    )
+    .await
+    .expect("h2 handshake");
+    let conn = tokio::spawn(conn);
+    let response = sender
+        .send_request(post(&proxy, CHAT, &chat_request("m")))
+        .await
+        .expect("head");
+    let started = Instant::now();
+    let drained = tokio::spawn(proxy.shutdown());
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("the stream is not cut");
+    assert!(body.to_bytes().ends_with(DONE.as_bytes()));
+    let drained = tokio::time::timeout(Duration::from_secs(60), drained)
+        .await
+        .expect("shutdown never finished")
+        .expect("task");
+    assert_eq!(drained.cut, 0);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // GOAWAY: the connection ends once its stream has.
+    tokio::time::timeout(Duration::from_secs(5), conn)
+        .await
+        .expect("the h2c connection stayed open after shutdown")
+        .ok();
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get("tokentap_requests_total", &[("outcome", "ok")]), 1.0);
+}

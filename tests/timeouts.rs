@@ -234,3 +234,50 @@ async fn a_kept_alive_connection_is_closed_after_client_idle_and_not_before() {
         "the connection's slot is freed"
     );
 }
+
+// On the real clock, so the figures are short and the bounds generous: on tokio's paused clock this h2c
+// exchange stalls until the auto-advanced timers fire (not understood yet; it passes on the real clock).
+#[tokio::test]
+async fn an_h2c_connection_is_timed_by_client_idle_only_and_never_while_a_stream_runs() {
+    let upstream = upstream(|_| {
+        let mut steps = vec![sse_head()];
+        for i in 0..4 {
+            steps.push(Step::Sleep(ms(500)));
+            steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
+        }
+        steps.push(chunk(DONE.as_bytes()));
+        steps.push(last_chunk());
+        steps
+    })
+    .await;
+    let yaml = "timeouts:\n  client_header_read: 200ms\n  client_idle: 1s\n";
+    let proxy = proxy(&upstream.url(), yaml).await;
+    let stream = TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(stream),
+    )
+    .await
+    .expect("h2 handshake");
+    let conn = tokio::spawn(conn);
+    // A 2 s stream: beyond client_header_read and client_idle, and never cut by them.
+    let response = sender
+        .send_request(post(&proxy, CHAT, &chat_request("m")))
+        .await
+        .expect("head");
+    assert_eq!(response.version(), http::Version::HTTP_2);
+    let body = response.into_body().collect().await.expect("whole stream");
+    assert!(body.to_bytes().ends_with(DONE.as_bytes()));
+    let idle_since = Instant::now();
+    let closed = tokio::time::timeout(secs(30), conn).await;
+    assert!(closed.is_ok(), "the idle h2c connection was never closed");
+    let waited = idle_since.elapsed();
+    assert!(
+        waited >= ms(900) && waited < secs(5),
+        "closed after idling {waited:?}, client_idle 1s"
+    );
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get("tokentap_requests_total", &[("outcome", "ok")]), 1.0);
+}
