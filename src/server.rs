@@ -163,6 +163,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
 
 /// Runs until SIGTERM or SIGINT, then shuts down gracefully (see [`Running::shutdown`]).
 pub async fn run(config: &Config) -> Result<(), StartError> {
+    let signalled = shutdown_signal();
     let running = start(config).await?;
     tracing::info!(
         listen = %running.proxy_addr(),
@@ -170,7 +171,7 @@ pub async fn run(config: &Config) -> Result<(), StartError> {
         metrics = %format!("http://{}/metrics", running.metrics_addr()),
         "tokentap is forwarding"
     );
-    shutdown_signal().await;
+    signalled.await;
     let in_flight = running.in_flight();
     let grace = crate::config::format_duration(config.shutdown_grace);
     tracing::info!(in_flight, %grace, "shutdown requested: not ready, no new connections, draining");
@@ -179,27 +180,41 @@ pub async fn run(config: &Config) -> Result<(), StartError> {
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
+/// Registers for SIGTERM and SIGINT at once (a signal that arrives before the returned future is
+/// first polled is not lost, nor left to its default action of killing the process); the future
+/// completes at the first of them.
+fn shutdown_signal() -> impl Future<Output = ()> {
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(err) => {
-                    tracing::warn!(%err, "cannot listen for SIGTERM; only SIGINT stops tokentap");
-                    let _ = interrupt.await;
-                    return;
+        use tokio::signal::unix::{signal, SignalKind};
+        let (term, interrupt) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        );
+        async move {
+            match (term, interrupt) {
+                (Ok(mut term), Ok(mut interrupt)) => {
+                    tokio::select! {
+                        _ = term.recv() => {},
+                        _ = interrupt.recv() => {},
+                    }
                 }
-            };
-        tokio::select! {
-            _ = interrupt => {},
-            _ = term.recv() => {},
+                (Ok(mut only), Err(err)) | (Err(err), Ok(mut only)) => {
+                    tracing::warn!(%err, "cannot listen for one of SIGTERM/SIGINT");
+                    only.recv().await;
+                }
+                (Err(err), Err(_)) => {
+                    tracing::warn!(%err, "cannot listen for SIGTERM/SIGINT; falling back to Ctrl-C");
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = interrupt.await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
@@ -236,6 +251,22 @@ fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     builder
 }
 
+/// Counts a client connection as open until dropped, however its task ends.
+struct OpenConnection(Arc<AtomicUsize>);
+
+impl OpenConnection {
+    fn new(open: &Arc<AtomicUsize>) -> Self {
+        open.fetch_add(1, Ordering::AcqRel);
+        OpenConnection(open.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// The proxy port's accept loop and what each connection needs.
 struct ServeProxy {
     proxy: Proxy,
@@ -257,12 +288,11 @@ impl ServeProxy {
                 return;
             };
             let stream = accept(&listener).await;
-            this.open.fetch_add(1, Ordering::AcqRel);
+            let open = OpenConnection::new(&this.open);
             let this = this.clone();
             tokio::spawn(async move {
                 this.serve(stream).await;
-                this.open.fetch_sub(1, Ordering::AcqRel);
-                drop(permit);
+                drop((open, permit));
             });
         }
     }
