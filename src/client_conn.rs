@@ -124,7 +124,8 @@ impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
                 let expected = &H2_PREFACE[this.seen..this.seen + n];
                 this.h2 = (this.seen == 0 || this.h2) && read[..n] == *expected;
                 this.seen += n;
-                if this.h2 && this.armed == Armed::Head {
+                // Only a complete preface lifts the head deadline set at connect.
+                if this.h2 && this.seen == H2_PREFACE.len() && this.armed == Armed::Head {
                     this.armed = Armed::None;
                 }
             }
@@ -223,5 +224,82 @@ impl<B: Body<Data = Bytes>> Body for Tracked<B> {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    const HEAD_READ: Duration = Duration::from_secs(2);
+    const IDLE: Duration = Duration::from_secs(10);
+
+    fn timed() -> (TimedIo<DuplexStream>, DuplexStream, Arc<Activity>) {
+        let (server, client) = tokio::io::duplex(1 << 16);
+        let activity = Arc::new(Activity::default());
+        let io = TimedIo::new(server, activity.clone(), HEAD_READ, IDLE);
+        (io, client, activity)
+    }
+
+    /// Reads until end of file (a timeout), returning what was read and when it ended.
+    async fn read_to_timeout(io: &mut TimedIo<DuplexStream>) -> (Vec<u8>, Instant) {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 256];
+        loop {
+            match io.read(&mut buf).await {
+                Ok(0) | Err(_) => return (all, Instant::now()),
+                Ok(n) => all.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_connection_gets_the_head_deadline_from_connect() {
+        let start = Instant::now();
+        let (mut io, _client, _) = timed();
+        let (_, ended) = read_to_timeout(&mut io).await;
+        assert_eq!(ended - start, HEAD_READ);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_partial_h2_preface_does_not_lift_the_head_deadline() {
+        let start = Instant::now();
+        let (mut io, mut client, _) = timed();
+        client.write_all(&H2_PREFACE[..5]).await.unwrap_or_default();
+        let (read, ended) = read_to_timeout(&mut io).await;
+        assert_eq!((read.len(), ended - start), (5, HEAD_READ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_h2_connection_is_timed_by_idle_only() {
+        let start = Instant::now();
+        let (mut io, mut client, _) = timed();
+        client.write_all(H2_PREFACE).await.unwrap_or_default();
+        let (read, ended) = read_to_timeout(&mut io).await;
+        assert_eq!((read.len(), ended - start), (H2_PREFACE.len(), IDLE));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_timer_runs_while_a_request_is_in_progress_and_idle_starts_when_it_ends() {
+        let (mut io, mut client, activity) = timed();
+        client
+            .write_all(b"GET / HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap_or_default();
+        let in_progress = activity.begin();
+        let ender = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(100)).await;
+            drop(in_progress);
+            Instant::now()
+        });
+        let (read, ended) = read_to_timeout(&mut io).await;
+        let request_ended = ender.await.unwrap_or_else(|_| Instant::now());
+        assert_eq!(read.len(), 18);
+        assert_eq!(
+            ended - request_ended,
+            IDLE,
+            "idle counted from the request's end"
+        );
     }
 }

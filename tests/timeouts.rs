@@ -188,6 +188,7 @@ async fn a_client_trickling_its_request_head_is_disconnected_after_client_header
     assert_eq!(upstream.connection_count(), 0, "nothing was forwarded");
     let m = scrape(&proxy).await;
     assert_eq!(m.get("tokentap_requests_total", &[]), 0.0);
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -222,6 +223,10 @@ async fn a_kept_alive_connection_is_closed_after_client_idle_and_not_before() {
     assert_near("closed after idling", idle_since.elapsed(), secs(20));
     let m = scrape(&proxy).await;
     assert_eq!(m.get("tokentap_requests_total", &[("outcome", "ok")]), 2.0);
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    // The upstream side is a separate, pooled connection: both requests used it, and it stays open.
+    assert_eq!(upstream.connection_count(), 1);
+    assert_eq!(upstream.closed_at(0), None);
     for _ in 0..100 {
         if proxy.open_connections() == 0 {
             break;
