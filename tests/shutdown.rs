@@ -214,8 +214,9 @@ async fn an_idle_proxy_shuts_down_at_once() {
     );
 }
 
-// On the real clock, so the bounds are generous: on tokio's paused clock this h2c exchange stalls until the
-// auto-advanced timers fire (not understood yet; the same exchange passes on the real clock).
+// On the real clock, so the bounds are generous: on tokio's paused clock an h2c request body does not
+// arrive before the auto-advanced timers fire (also with the client-connection timers removed, so not
+// theirs; the same exchange passes on the real clock).
 #[tokio::test]
 async fn an_h2c_stream_in_flight_finishes_within_the_grace() {
     let upstream = upstream(|_| stream_of(5, ms(400))).await;

@@ -2,7 +2,7 @@
 //! `/metrics` says. Upstream-side: `timeouts.response_headers` (504) and `timeouts.idle` (the client's
 //! stream is broken, never ended cleanly). Client-side: `timeouts.client_header_read` (slowloris) and
 //! `timeouts.client_idle` (kept-alive connections), neither of which ever cuts a request in progress.
-//! All on tokio's paused clock, so the instants are exact.
+//! On tokio's paused clock, so the instants are exact (but for h2c, see below).
 
 mod support;
 
@@ -240,8 +240,9 @@ async fn a_kept_alive_connection_is_closed_after_client_idle_and_not_before() {
     );
 }
 
-// On the real clock, so the figures are short and the bounds generous: on tokio's paused clock this h2c
-// exchange stalls until the auto-advanced timers fire (not understood yet; it passes on the real clock).
+// On the real clock, so the figures are short and the bounds generous: on tokio's paused clock an h2c
+// request body does not arrive before the auto-advanced timers fire (also with the client-connection
+// timers removed, so not theirs; the same exchange passes on the real clock).
 #[tokio::test]
 async fn an_h2c_connection_is_timed_by_client_idle_only_and_never_while_a_stream_runs() {
     let upstream = upstream(|_| {
