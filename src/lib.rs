@@ -5,6 +5,9 @@
 //! timestamped on the way down) → [`sse`] frames the stream (or [`json_scan`] reads a JSON body's fields)
 //! → a [`dialect`] says which events carry generated output → [`exchange`] keeps the request's
 //! [`timeline`] and, when it ends, records it into [`metrics`] with its [`slo`] verdict.
+//!
+//! Around it: [`client_conn`] times each client connection (header read, idle), and [`shutdown`] takes
+//! the whole proxy from serving through draining to cutting what outlives the grace period.
 #![forbid(unsafe_code)]
 
 pub mod client_conn;

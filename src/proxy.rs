@@ -94,6 +94,7 @@ impl Proxy {
             let error = ProxyError::RequestBodyTooLarge {
                 limit: inner.max_body_bytes,
             };
+            tracing::warn!(%error, "request refused");
             return Ok(refuse(&mut guard, &error));
         }
         parts.uri = upstream_uri(&inner.upstream, parts.uri.path_and_query());
