@@ -2,7 +2,7 @@
 //! SIGTERM/SIGINT: `/readyz` answers 503 at once, the proxy port closes, open connections finish the
 //! request they carry and close, idle ones close now); `Cut` (the grace period is over: streams still
 //! running are broken, requests still waiting for a response head get a 503, each counted
-//! `outcome="timeout"`). [`drain`] runs the sequence and reports what it had to cut.
+//! `outcome="timeout"`). `drain` runs the sequence and reports what it had to cut ([`Drained`]).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
