@@ -214,3 +214,23 @@ async fn beyond_max_connections_new_clients_wait_and_open_streams_carry_on() {
     assert_eq!(m.get("tokentap_requests_total", &[("outcome", "ok")]), 2.0);
     assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
 }
+
+#[tokio::test]
+async fn an_h2c_header_list_over_the_limit_gets_431_and_the_connection_serves_on() {
+    let upstream = upstream(|_| ok_upstream_steps()).await;
+    let yaml = "limits:\n  max_request_header_bytes: 8KiB\n";
+    let proxy = proxy(&upstream.url(), yaml).await;
+    let h2: TestClient =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http();
+    let too_big = send(&h2, with_header(&proxy, 16 << 10)).await;
+    assert_eq!(too_big.status, 431);
+    assert_eq!(upstream.connection_count(), 0, "nothing was forwarded");
+    let fits = send(&h2, with_header(&proxy, 4 << 10)).await;
+    assert_eq!(fits.status, 200);
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get("tokentap_requests_total", &[]), 1.0);
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+}
