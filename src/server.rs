@@ -238,11 +238,16 @@ fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // The upstream's response headers are passed on as they are: no `date` is added where it sent none.
     // An HTTP/1.1 head must fit the read buffer whole: beyond it hyper answers 431 and closes.
-    builder.http1().auto_date_header(false).max_buf_size(
-        limits
-            .max_request_header_bytes
-            .max(Limits::MIN_HEADER_BYTES),
-    );
+    // hyper's own header_read_timeout is off: its clock also runs while a kept-alive connection waits
+    // for its next request, which would cap client_idle at client_header_read; client_conn.rs times both.
+    let read_buffer = limits
+        .max_request_header_bytes
+        .max(Limits::MIN_HEADER_BYTES);
+    builder
+        .http1()
+        .auto_date_header(false)
+        .header_read_timeout(None)
+        .max_buf_size(read_buffer);
     let h2_header_list = u32::try_from(limits.max_request_header_bytes).unwrap_or(u32::MAX);
     builder
         .http2()
