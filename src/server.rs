@@ -148,7 +148,12 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         shutdown: shutdown.clone(),
     };
     let proxy_task = tokio::spawn(serve.run(proxy_listener));
-    let metrics = serve_metrics(metrics_listener, recorder.clone(), shutdown.clone());
+    let metrics = serve_metrics(
+        metrics_listener,
+        recorder.clone(),
+        shutdown.clone(),
+        config.timeouts.clone(),
+    );
     Ok(Running {
         proxy_addr,
         metrics_addr,
@@ -332,19 +337,31 @@ impl ServeProxy {
     }
 }
 
-async fn serve_metrics(listener: TcpListener, recorder: Arc<Recorder>, shutdown: Shutdown) {
+/// The metrics port: no request limits (it serves only tokentap's own small answers), but the same
+/// client timers as the proxy port, so a slow or idle client cannot hold its sockets for ever.
+async fn serve_metrics(
+    listener: TcpListener,
+    recorder: Arc<Recorder>,
+    shutdown: Shutdown,
+    timeouts: Timeouts,
+) {
     loop {
         let stream = accept(&listener).await;
         let recorder = recorder.clone();
         let shutdown = shutdown.clone();
+        let activity = Arc::new(Activity::default());
+        let (header_read, idle) = (timeouts.client_header_read, timeouts.client_idle);
+        let io = TokioIo::new(TimedIo::new(stream, activity.clone(), header_read, idle));
         tokio::spawn(async move {
             let service = service_fn(move |request| {
-                let recorder = recorder.clone();
+                let in_progress = activity.begin();
                 let ready = shutdown.phase() == Phase::Serving;
-                async move { Ok::<_, Infallible>(metrics_endpoint(&request, &recorder, ready)) }
+                let response = metrics_endpoint(&request, &recorder, ready);
+                async move { Ok::<_, Infallible>(response.map(|b| Tracked::new(b, in_progress))) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service);
+                .header_read_timeout(None)
+                .serve_connection(io, service);
             if let Err(err) = conn.await {
                 tracing::debug!(%err, "metrics connection ended with an error");
             }

@@ -287,3 +287,26 @@ async fn an_h2c_connection_is_timed_by_client_idle_only_and_never_while_a_stream
     let m = scrape(&proxy).await;
     assert_eq!(m.get("tokentap_requests_total", &[("outcome", "ok")]), 1.0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_metrics_port_has_the_same_client_timers() {
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let yaml = "timeouts:\n  client_header_read: 2s\n  client_idle: 60s\n";
+    let proxy = proxy(&upstream.url(), yaml).await;
+    let connected = Instant::now();
+    let mut stream = TcpStream::connect(proxy.metrics_addr())
+        .await
+        .expect("connect");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .expect("partial head");
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(secs(30), stream.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+    assert_near("closed after", connected.elapsed(), secs(2));
+    assert_eq!(
+        scrape(&proxy).await.get("tokentap_requests_total", &[]),
+        0.0
+    );
+}
