@@ -3,12 +3,15 @@
 
 use std::error::Error as StdError;
 use std::io;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 
+use crate::config::format_duration;
 use crate::exchange::Outcome;
+use crate::tap::ModelSlot;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
@@ -18,8 +21,14 @@ pub enum ProxyError {
     UpstreamConnectTimeout { upstream: String },
     #[error("upstream {upstream} failed before sending a response: {reason}")]
     UpstreamFailed { upstream: String, reason: String },
+    #[error("upstream {upstream} sent no response head within {} (timeouts.response_headers)", format_duration(*.after))]
+    UpstreamHeadersTimeout { upstream: String, after: Duration },
     #[error("the client's request body broke off before it was complete")]
     ClientBodyBroken,
+    #[error("the request body is larger than the limit of {limit} bytes (limits.max_request_body_bytes)")]
+    RequestBodyTooLarge { limit: u64 },
+    #[error("shutting down: the grace period ran out before the upstream answered")]
+    ShutdownCut,
 }
 
 impl ProxyError {
@@ -27,10 +36,16 @@ impl ProxyError {
     pub fn from_client(
         err: &hyper_util::client::legacy::Error,
         upstream: &str,
-        client_body_broken: bool,
+        request: &ModelSlot,
+        max_body_bytes: u64,
     ) -> Self {
         let upstream = upstream.to_owned();
-        if client_body_broken {
+        if request.body_too_large() {
+            return ProxyError::RequestBodyTooLarge {
+                limit: max_body_bytes,
+            };
+        }
+        if request.body_broken() {
             return ProxyError::ClientBodyBroken;
         }
         let reason = root_cause(err);
@@ -50,8 +65,11 @@ impl ProxyError {
             ProxyError::UpstreamUnreachable { .. } | ProxyError::UpstreamFailed { .. } => {
                 StatusCode::BAD_GATEWAY
             }
-            ProxyError::UpstreamConnectTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::UpstreamConnectTimeout { .. }
+            | ProxyError::UpstreamHeadersTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::ClientBodyBroken => StatusCode::BAD_REQUEST,
+            ProxyError::RequestBodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::ShutdownCut => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -60,17 +78,25 @@ impl ProxyError {
             ProxyError::UpstreamUnreachable { .. } | ProxyError::UpstreamFailed { .. } => {
                 Outcome::UpstreamError
             }
-            ProxyError::UpstreamConnectTimeout { .. } => Outcome::Timeout,
+            ProxyError::UpstreamConnectTimeout { .. }
+            | ProxyError::UpstreamHeadersTimeout { .. }
+            | ProxyError::ShutdownCut => Outcome::Timeout,
             ProxyError::ClientBodyBroken => Outcome::Cancelled,
+            // A complete answer to a request tokentap refused: the status says it was refused.
+            ProxyError::RequestBodyTooLarge { .. } => Outcome::Ok,
         }
     }
 
     fn error_type(&self) -> &'static str {
         match self {
             ProxyError::UpstreamUnreachable { .. } => "upstream_unreachable",
-            ProxyError::UpstreamConnectTimeout { .. } => "upstream_timeout",
+            ProxyError::UpstreamConnectTimeout { .. }
+            | ProxyError::UpstreamHeadersTimeout { .. } => "upstream_timeout",
             ProxyError::UpstreamFailed { .. } => "upstream_error",
-            ProxyError::ClientBodyBroken => "invalid_request_error",
+            ProxyError::ClientBodyBroken | ProxyError::RequestBodyTooLarge { .. } => {
+                "invalid_request_error"
+            }
+            ProxyError::ShutdownCut => "shutting_down",
         }
     }
 

@@ -5,8 +5,12 @@
 //! timestamped on the way down) → [`sse`] frames the stream (or [`json_scan`] reads a JSON body's fields)
 //! → a [`dialect`] says which events carry generated output → [`exchange`] keeps the request's
 //! [`timeline`] and, when it ends, records it into [`metrics`] with its [`slo`] verdict.
+//!
+//! Around it: [`client_conn`] times each client connection (header read, idle), and [`shutdown`] takes
+//! the whole proxy from serving through draining to cutting what outlives the grace period.
 #![forbid(unsafe_code)]
 
+pub mod client_conn;
 pub mod config;
 pub mod demo;
 pub mod dialect;
@@ -19,6 +23,7 @@ pub mod metrics;
 pub mod ndjson;
 pub mod proxy;
 pub mod server;
+pub mod shutdown;
 pub mod slo;
 pub mod sse;
 pub mod tap;
@@ -28,3 +33,4 @@ pub mod upstream;
 
 pub use config::Config;
 pub use server::{run, start, Running, StartError};
+pub use shutdown::Drained;

@@ -25,7 +25,7 @@ struct Cli {
     /// The inference server to forward to, http:// or https:// [default: http://127.0.0.1:8000].
     #[arg(long, value_name = "URL")]
     upstream: Option<String>,
-    /// Address of the /metrics and /healthz endpoint [default: 0.0.0.0:9464].
+    /// Address of the /metrics, /healthz and /readyz endpoints [default: 0.0.0.0:9464].
     #[arg(long, global = true, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
 }

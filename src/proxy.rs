@@ -1,7 +1,10 @@
 //! The forwarding service: one request in from the client, the same request out to the upstream, the
 //! upstream's response back. The clock starts when the request head has been read (t_arrive). Only
 //! hop-by-hop headers are touched and `Host` is set to the upstream's, as a reverse proxy must for
-//! virtual-hosted and TLS upstreams; bodies stream through the taps in both directions.
+//! virtual-hosted and TLS upstreams; bodies stream through the taps in both directions. Here too are the
+//! limits and timeouts of one request: a body declared over `limits.max_request_body_bytes` is refused
+//! with 413 before anything is sent upstream, and the wait for the response head is bounded by
+//! `timeouts.response_headers` and by a shutdown's grace period.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +17,12 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
+use crate::config::Config;
 use crate::dialect;
 use crate::error::ProxyError;
 use crate::exchange::{Exchange, ExchangeGuard, Outcome, Recorder};
 use crate::hop_by_hop;
+use crate::shutdown::{Phase, Shutdown};
 use crate::tap::{MeteredBody, ModelSlot, RequestTap};
 use crate::upstream::UpstreamClient;
 
@@ -36,10 +41,20 @@ struct Inner {
     upstream: Uri,
     upstream_shown: String,
     recorder: Arc<Recorder>,
+    response_headers: Duration,
+    idle: Duration,
+    max_body_bytes: u64,
+    shutdown: Shutdown,
 }
 
 impl Proxy {
-    pub fn new(client: UpstreamClient, upstream: Uri, recorder: Arc<Recorder>) -> Self {
+    pub fn new(
+        client: UpstreamClient,
+        config: &Config,
+        recorder: Arc<Recorder>,
+        shutdown: Shutdown,
+    ) -> Self {
+        let upstream = config.upstream.clone();
         let upstream_shown = upstream.to_string().trim_end_matches('/').to_owned();
         Proxy {
             inner: Arc::new(Inner {
@@ -47,6 +62,10 @@ impl Proxy {
                 upstream,
                 upstream_shown,
                 recorder,
+                response_headers: config.timeouts.response_headers,
+                idle: config.timeouts.idle,
+                max_body_bytes: config.limits.max_request_body_bytes,
+                shutdown,
             }),
         }
     }
@@ -71,14 +90,39 @@ impl Proxy {
             slot.clone(),
         ));
 
+        if declared_length(&parts.headers).is_some_and(|n| n > inner.max_body_bytes) {
+            let error = ProxyError::RequestBodyTooLarge {
+                limit: inner.max_body_bytes,
+            };
+            tracing::warn!(%error, "request refused");
+            return Ok(refuse(&mut guard, &error));
+        }
         parts.uri = upstream_uri(&inner.upstream, parts.uri.path_and_query());
         parts.version = Version::HTTP_11;
         hop_by_hop::strip(&mut parts.headers);
         parts.headers.remove(header::HOST);
+        let scan_bytes = inner.recorder.metering.model_scan_bytes;
         let (body, leftover) =
-            RequestTap::new(body, inner.recorder.metering.model_scan_bytes, slot.clone());
+            RequestTap::new(body, scan_bytes, inner.max_body_bytes, slot.clone());
 
-        match inner.client.request(Request::from_parts(parts, body)).await {
+        let forward = inner.client.request(Request::from_parts(parts, body));
+        let answered = tokio::select! {
+            answered = tokio::time::timeout(inner.response_headers, forward) => match answered {
+                Ok(Ok(response)) => Ok(response),
+                Ok(Err(err)) => Err(ProxyError::from_client(
+                    &err,
+                    &inner.upstream_shown,
+                    &slot,
+                    inner.max_body_bytes,
+                )),
+                Err(_) => Err(ProxyError::UpstreamHeadersTimeout {
+                    upstream: inner.upstream_shown.clone(),
+                    after: inner.response_headers,
+                }),
+            },
+            () = inner.shutdown.reached(Phase::Cut) => Err(ProxyError::ShutdownCut),
+        };
+        match answered {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
                 hop_by_hop::strip(&mut parts.headers);
@@ -88,25 +132,38 @@ impl Proxy {
                 if body.is_end_stream() {
                     guard.finish(Outcome::Ok);
                 }
-                Ok(Response::from_parts(
-                    parts,
-                    Either::Left(MeteredBody::new(body, guard)),
-                ))
+                let cut = inner.shutdown.reached(Phase::Cut);
+                let body = MeteredBody::new(body, guard, inner.idle, cut);
+                Ok(Response::from_parts(parts, Either::Left(body)))
             }
-            Err(err) => {
-                let error =
-                    ProxyError::from_client(&err, &inner.upstream_shown, slot.body_broken());
+            Err(error) => {
                 tracing::warn!(%error, "request not forwarded");
                 leftover.read_model(LEFTOVER_READ_LIMIT).await;
-                let response = error.to_response();
-                if let Some(exchange) = guard.get_mut() {
-                    exchange.on_response(response.status(), None);
-                }
-                guard.finish(error.outcome());
-                Ok(response.map(Either::Right))
+                Ok(refuse(&mut guard, &error))
             }
         }
     }
+}
+
+/// tokentap's own answer for `error`, recorded as the exchange's response.
+fn refuse(guard: &mut ExchangeGuard, error: &ProxyError) -> Response<ProxyBody> {
+    let response = error.to_response();
+    if let Some(exchange) = guard.get_mut() {
+        exchange.on_response(response.status(), None);
+    }
+    guard.finish(error.outcome());
+    response.map(Either::Right)
+}
+
+/// The request's `Content-Length`, when it has one that parses.
+fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The upstream base (scheme, authority, optional path prefix) joined with the request's path and query.

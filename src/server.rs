@@ -1,10 +1,18 @@
 //! The listeners: the proxy port (HTTP/1.1 and h2c on one socket) and the metrics port (`/metrics`,
-//! `/healthz`). [`start`] binds both and returns a handle with the bound addresses, so tests run the whole
-//! proxy in-process on `127.0.0.1:0`; [`run`] is the binary's main loop with graceful shutdown.
+//! `/healthz`, `/readyz`). [`start`] binds both and returns a handle with the bound addresses, so tests
+//! run the whole proxy in-process on `127.0.0.1:0`; [`run`] is the binary's main loop, which ends with a
+//! graceful shutdown ([`Running::shutdown`], see `shutdown.rs`).
+//!
+//! The proxy port holds at most `limits.max_connections` client connections: the accept loop takes a
+//! permit before it accepts, so further clients wait in the kernel's listen backlog while connections
+//! already open carry on untouched. Each connection is timed by `client_conn.rs` and its request heads
+//! are bounded by `limits.max_request_header_bytes`.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,17 +23,17 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
-use crate::config::Config;
+use crate::client_conn::{Activity, TimedIo, Tracked};
+use crate::config::{Config, Limits, Timeouts};
 use crate::exchange::Recorder;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
+use crate::shutdown::{self, Drained, Phase, Shutdown};
 use crate::tokenizer::Tokenizers;
 use crate::upstream;
-
-/// How long in-flight requests may run on after SIGTERM/SIGINT before the process exits.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -48,7 +56,11 @@ pub struct Running {
     proxy_addr: SocketAddr,
     metrics_addr: SocketAddr,
     recorder: Arc<Recorder>,
-    tasks: Vec<JoinHandle<()>>,
+    shutdown: Shutdown,
+    grace: Duration,
+    open: Arc<AtomicUsize>,
+    proxy_task: Mutex<Option<JoinHandle<()>>>,
+    metrics_task: JoinHandle<()>,
 }
 
 impl Running {
@@ -65,11 +77,40 @@ impl Running {
         self.recorder.metrics.in_flight_total()
     }
 
-    /// Stops accepting connections on both ports.
+    /// Client connections open on the proxy port.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// Stops accepting connections on both ports at once, without draining (see [`Running::shutdown`]).
     pub fn stop_accepting(&mut self) {
-        for task in self.tasks.drain(..) {
+        let proxy_task = self.proxy_task.get_mut();
+        if let Some(task) = proxy_task.unwrap_or_else(PoisonError::into_inner).take() {
             task.abort();
         }
+        self.metrics_task.abort();
+    }
+
+    /// Starts a graceful shutdown at once: `/readyz` answers 503 from now on and the proxy port is
+    /// closed. The future completes when every request and client connection has finished, or when
+    /// `shutdown_grace` has run out and what was left has been cut. The metrics port stays up.
+    pub fn shutdown(&self) -> impl Future<Output = Drained> + Send + 'static {
+        self.shutdown.advance(Phase::Draining);
+        let accept_loop = self
+            .proxy_task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(task) = &accept_loop {
+            task.abort();
+        }
+        shutdown::drain(
+            self.shutdown.clone(),
+            accept_loop,
+            self.recorder.clone(),
+            self.open.clone(),
+            self.grace,
+        )
     }
 }
 
@@ -94,66 +135,96 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         tokenizers: Arc::new(Tokenizers::load(&config.tokenizers)?),
     });
     let client = upstream::client(config)?;
-    let proxy = Proxy::new(client, config.upstream.clone(), recorder.clone());
+    let shutdown = Shutdown::default();
+    let proxy = Proxy::new(client, config, recorder.clone(), shutdown.clone());
     let proxy_listener = bind("the proxy listener", config.listen).await?;
     let metrics_listener = bind("the metrics listener", config.metrics_listen).await?;
     let local = |l: &TcpListener, addr| l.local_addr().unwrap_or(addr);
     let proxy_addr = local(&proxy_listener, config.listen);
     let metrics_addr = local(&metrics_listener, config.metrics_listen);
-    let tasks = vec![
-        tokio::spawn(serve_proxy(proxy_listener, proxy)),
-        tokio::spawn(serve_metrics(metrics_listener, recorder.clone())),
-    ];
+    let open = Arc::new(AtomicUsize::new(0));
+    let serve = ServeProxy {
+        proxy,
+        slots: Arc::new(Semaphore::new(config.limits.max_connections)),
+        open: open.clone(),
+        builder: connection_builder(&config.limits),
+        timeouts: config.timeouts.clone(),
+        shutdown: shutdown.clone(),
+    };
+    let proxy_task = tokio::spawn(serve.run(proxy_listener));
+    let metrics = serve_metrics(
+        metrics_listener,
+        recorder.clone(),
+        shutdown.clone(),
+        config.timeouts.clone(),
+    );
     Ok(Running {
         proxy_addr,
         metrics_addr,
         recorder,
-        tasks,
+        shutdown,
+        grace: config.shutdown_grace,
+        open,
+        proxy_task: Mutex::new(Some(proxy_task)),
+        metrics_task: tokio::spawn(metrics),
     })
 }
 
-/// Runs until SIGTERM or SIGINT, then stops accepting and lets in-flight requests finish (up to 30 s).
+/// Runs until SIGTERM or SIGINT, then shuts down gracefully (see [`Running::shutdown`]).
 pub async fn run(config: &Config) -> Result<(), StartError> {
-    let mut running = start(config).await?;
+    let signalled = shutdown_signal();
+    let running = start(config).await?;
     tracing::info!(
         listen = %running.proxy_addr(),
         upstream = %config.upstream,
         metrics = %format!("http://{}/metrics", running.metrics_addr()),
         "tokentap is forwarding"
     );
-    shutdown_signal().await;
-    running.stop_accepting();
-    let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-    while running.in_flight() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tracing::info!(in_flight = running.in_flight(), "tokentap stopped");
+    signalled.await;
+    let in_flight = running.in_flight();
+    let grace = crate::config::format_duration(config.shutdown_grace);
+    tracing::info!(in_flight, %grace, "shutdown requested: not ready, no new connections, draining");
+    let drained = running.shutdown().await;
+    tracing::info!(cut = drained.cut, "tokentap stopped");
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
+/// Registers for SIGTERM and SIGINT at once (a signal that arrives before the returned future is
+/// first polled is not lost, nor left to its default action of killing the process); the future
+/// completes at the first of them.
+fn shutdown_signal() -> impl Future<Output = ()> {
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(err) => {
-                    tracing::warn!(%err, "cannot listen for SIGTERM; only SIGINT stops tokentap");
-                    let _ = interrupt.await;
-                    return;
+        use tokio::signal::unix::{signal, SignalKind};
+        let (term, interrupt) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        );
+        async move {
+            match (term, interrupt) {
+                (Ok(mut term), Ok(mut interrupt)) => {
+                    tokio::select! {
+                        _ = term.recv() => {},
+                        _ = interrupt.recv() => {},
+                    }
                 }
-            };
-        tokio::select! {
-            _ = interrupt => {},
-            _ = term.recv() => {},
+                (Ok(mut only), Err(err)) | (Err(err), Ok(mut only)) => {
+                    tracing::warn!(%err, "cannot listen for one of SIGTERM/SIGINT");
+                    only.recv().await;
+                }
+                (Err(err), Err(_)) => {
+                    tracing::warn!(%err, "cannot listen for SIGTERM/SIGINT; falling back to Ctrl-C");
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = interrupt.await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
-    tracing::info!("shutdown requested: no new connections, draining in-flight requests");
 }
 
 async fn accept(listener: &TcpListener) -> tokio::net::TcpStream {
@@ -172,38 +243,129 @@ async fn accept(listener: &TcpListener) -> tokio::net::TcpStream {
     }
 }
 
-async fn serve_proxy(listener: TcpListener, proxy: Proxy) {
+fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // The upstream's response headers are passed on as they are: no `date` is added where it sent none.
-    builder.http1().auto_date_header(false);
-    builder.http2().auto_date_header(false);
-    loop {
-        let stream = accept(&listener).await;
-        let proxy = proxy.clone();
-        let builder = builder.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |request| proxy.clone().handle(request));
-            if let Err(err) = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                tracing::debug!(%err, "client connection ended with an error");
-            }
-        });
+    // An HTTP/1.1 head must fit the read buffer whole: beyond it hyper answers 431 and closes.
+    // hyper's own header_read_timeout is off: its clock also runs while a kept-alive connection waits
+    // for its next request, which would cap client_idle at client_header_read; client_conn.rs times both.
+    let read_buffer = limits
+        .max_request_header_bytes
+        .max(Limits::MIN_HEADER_BYTES);
+    builder
+        .http1()
+        .auto_date_header(false)
+        .header_read_timeout(None)
+        .max_buf_size(read_buffer);
+    let h2_header_list = u32::try_from(limits.max_request_header_bytes).unwrap_or(u32::MAX);
+    builder
+        .http2()
+        .auto_date_header(false)
+        .max_header_list_size(h2_header_list);
+    builder
+}
+
+/// Counts a client connection as open until dropped, however its task ends.
+struct OpenConnection(Arc<AtomicUsize>);
+
+impl OpenConnection {
+    fn new(open: &Arc<AtomicUsize>) -> Self {
+        open.fetch_add(1, Ordering::AcqRel);
+        OpenConnection(open.clone())
     }
 }
 
-async fn serve_metrics(listener: TcpListener, recorder: Arc<Recorder>) {
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The proxy port's accept loop and what each connection needs.
+struct ServeProxy {
+    proxy: Proxy,
+    /// One permit per connection served, `limits.max_connections` in all.
+    slots: Arc<Semaphore>,
+    /// Connections being served.
+    open: Arc<AtomicUsize>,
+    builder: auto::Builder<TokioExecutor>,
+    timeouts: Timeouts,
+    shutdown: Shutdown,
+}
+
+impl ServeProxy {
+    async fn run(self, listener: TcpListener) {
+        let this = Arc::new(self);
+        loop {
+            // Only accept with a free slot: beyond max_connections clients wait in the backlog.
+            let Ok(permit) = this.slots.clone().acquire_owned().await else {
+                return;
+            };
+            let stream = accept(&listener).await;
+            let open = OpenConnection::new(&this.open);
+            let this = this.clone();
+            tokio::spawn(async move {
+                this.serve(stream).await;
+                drop((open, permit));
+            });
+        }
+    }
+
+    async fn serve(&self, stream: tokio::net::TcpStream) {
+        let activity = Arc::new(Activity::default());
+        let (header_read, idle) = (self.timeouts.client_header_read, self.timeouts.client_idle);
+        let io = TokioIo::new(TimedIo::new(stream, activity.clone(), header_read, idle));
+        let proxy = self.proxy.clone();
+        let service = service_fn(move |request| {
+            let in_progress = activity.begin();
+            let handled = proxy.clone().handle(request);
+            async move {
+                let response = handled.await?;
+                Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_progress)))
+            }
+        });
+        let conn = self.builder.serve_connection(io, service);
+        tokio::pin!(conn);
+        let draining = self.shutdown.reached(Phase::Draining);
+        let result = tokio::select! {
+            result = conn.as_mut() => result,
+            () = draining => {
+                // Finish the request in progress (h1) or the open streams (h2), take no more.
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        };
+        if let Err(err) = result {
+            tracing::debug!(%err, "client connection ended with an error");
+        }
+    }
+}
+
+/// The metrics port: no request limits (it serves only tokentap's own small answers), but the same
+/// client timers as the proxy port, so a slow or idle client cannot hold its sockets for ever.
+async fn serve_metrics(
+    listener: TcpListener,
+    recorder: Arc<Recorder>,
+    shutdown: Shutdown,
+    timeouts: Timeouts,
+) {
     loop {
         let stream = accept(&listener).await;
         let recorder = recorder.clone();
+        let shutdown = shutdown.clone();
+        let activity = Arc::new(Activity::default());
+        let (header_read, idle) = (timeouts.client_header_read, timeouts.client_idle);
+        let io = TokioIo::new(TimedIo::new(stream, activity.clone(), header_read, idle));
         tokio::spawn(async move {
             let service = service_fn(move |request| {
-                let recorder = recorder.clone();
-                async move { Ok::<_, Infallible>(metrics_endpoint(&request, &recorder)) }
+                let in_progress = activity.begin();
+                let ready = shutdown.phase() == Phase::Serving;
+                let response = metrics_endpoint(&request, &recorder, ready);
+                async move { Ok::<_, Infallible>(response.map(|b| Tracked::new(b, in_progress))) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service);
+                .header_read_timeout(None)
+                .serve_connection(io, service);
             if let Err(err) = conn.await {
                 tracing::debug!(%err, "metrics connection ended with an error");
             }
@@ -211,7 +373,11 @@ async fn serve_metrics(listener: TcpListener, recorder: Arc<Recorder>) {
     }
 }
 
-fn metrics_endpoint(request: &Request<Incoming>, recorder: &Recorder) -> Response<Full<Bytes>> {
+fn metrics_endpoint(
+    request: &Request<Incoming>,
+    recorder: &Recorder,
+    ready: bool,
+) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (request.method(), request.uri().path()) {
         (&Method::GET, "/metrics") => (
             StatusCode::OK,
@@ -219,10 +385,18 @@ fn metrics_endpoint(request: &Request<Incoming>, recorder: &Recorder) -> Respons
             Bytes::from(recorder.metrics.encode()),
         ),
         (&Method::GET, "/healthz") => (StatusCode::OK, "text/plain", Bytes::from_static(b"ok\n")),
+        (&Method::GET, "/readyz") if ready => {
+            (StatusCode::OK, "text/plain", Bytes::from_static(b"ready\n"))
+        }
+        (&Method::GET, "/readyz") => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            Bytes::from_static(b"shutting down\n"),
+        ),
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain",
-            Bytes::from_static(b"not found: try /metrics or /healthz\n"),
+            Bytes::from_static(b"not found: try /metrics, /healthz or /readyz\n"),
         ),
     };
     let mut response = Response::new(Full::new(body));

@@ -35,6 +35,9 @@ pub struct Config {
     /// Distinct `model` label values before the rest count as `other`.
     pub max_models: usize,
     pub timeouts: Timeouts,
+    pub limits: Limits,
+    /// After SIGTERM/SIGINT, how long in-flight requests may run on before they are cut.
+    pub shutdown_grace: Duration,
     pub metering: Metering,
     pub buckets: Buckets,
     pub slo: Slo,
@@ -47,6 +50,26 @@ pub struct Config {
 pub struct Timeouts {
     /// Upstream TCP connect.
     pub connect: Duration,
+    /// From forwarding a request to the upstream's response head (connect included).
+    pub response_headers: Duration,
+    /// Longest wait for the next upstream body frame, counted from the head or the last frame.
+    pub idle: Duration,
+    /// A client's request head must be complete within this, counted from the connection's start
+    /// or from the first byte of a later request on a kept-alive connection (slowloris).
+    pub client_header_read: Duration,
+    /// A client connection with no request in progress is closed after this.
+    pub client_idle: Duration,
+}
+
+/// Bounds on what clients may send and how many may connect at once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Request line and headers (HTTP/1.1), or the header list size (h2); beyond it: 431.
+    pub max_request_header_bytes: usize,
+    /// Request body; beyond it: 413.
+    pub max_request_body_bytes: u64,
+    /// Client connections served at once; further ones wait in the listen backlog.
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -238,7 +261,17 @@ impl Default for Config {
             max_models: 100,
             timeouts: Timeouts {
                 connect: Duration::from_secs(10),
+                response_headers: Duration::from_secs(600),
+                idle: Duration::from_secs(600),
+                client_header_read: Duration::from_secs(30),
+                client_idle: Duration::from_secs(660),
             },
+            limits: Limits {
+                max_request_header_bytes: 64 << 10,
+                max_request_body_bytes: 64 << 20,
+                max_connections: 10_000,
+            },
+            shutdown_grace: Duration::from_secs(30),
             metering: Metering {
                 max_event_bytes: 256 << 10,
                 model_scan_bytes: 8 << 20,
@@ -286,7 +319,14 @@ impl Config {
         if self.max_models == 0 {
             return Err(invalid("max_models", "value", "0", "must be at least 1"));
         }
-        positive("timeouts.connect", self.timeouts.connect)?;
+        let t = &self.timeouts;
+        positive("timeouts.connect", t.connect)?;
+        positive("timeouts.response_headers", t.response_headers)?;
+        positive("timeouts.idle", t.idle)?;
+        positive("timeouts.client_header_read", t.client_header_read)?;
+        positive("timeouts.client_idle", t.client_idle)?;
+        positive("shutdown_grace", self.shutdown_grace)?;
+        self.limits.validate()?;
         let m = &self.metering;
         if !(1 << 10..=64 << 20).contains(&m.max_event_bytes) {
             let (key, value) = ("metering.max_event_bytes", m.max_event_bytes.to_string());
@@ -324,6 +364,45 @@ impl Config {
                 return Err(invalid(&key, "tokenizer file", &value, reason));
             }
             check_readable_file(&key, path)?;
+        }
+        Ok(())
+    }
+}
+
+impl Limits {
+    /// Largest `max_request_header_bytes`: the HTTP/1.1 read buffer must hold the whole head.
+    pub const MAX_HEADER_BYTES: usize = 256 << 10;
+    /// Smallest `max_request_header_bytes`: hyper's minimum read buffer.
+    pub const MIN_HEADER_BYTES: usize = 8 << 10;
+    pub const MAX_CONNECTIONS: usize = 1_000_000;
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let h = self.max_request_header_bytes;
+        if !(Self::MIN_HEADER_BYTES..=Self::MAX_HEADER_BYTES).contains(&h) {
+            let reason = "must be between 8KiB and 256KiB (8192 to 262144 bytes)";
+            let key = "limits.max_request_header_bytes";
+            return Err(invalid(key, "size", &h.to_string(), reason));
+        }
+        if self.max_request_body_bytes < 1 << 10 {
+            let (key, value) = (
+                "limits.max_request_body_bytes",
+                self.max_request_body_bytes.to_string(),
+            );
+            return Err(invalid(
+                key,
+                "size",
+                &value,
+                "must be at least 1KiB (1024 bytes)",
+            ));
+        }
+        if !(1..=Self::MAX_CONNECTIONS).contains(&self.max_connections) {
+            let (key, value) = ("limits.max_connections", self.max_connections.to_string());
+            return Err(invalid(
+                key,
+                "value",
+                &value,
+                "must be between 1 and 1000000",
+            ));
         }
         Ok(())
     }

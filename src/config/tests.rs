@@ -10,7 +10,9 @@ listen: 127.0.0.1:18080
 upstream: https://api.example.com/openai/
 metrics_listen: '[::1]:19464'
 max_models: 7
-timeouts: {connect: 2.5s}
+timeouts: {connect: 2.5s, response_headers: 1m, idle: 45s, client_header_read: 5s, client_idle: 90s}
+limits: {max_request_header_bytes: 16KiB, max_request_body_bytes: 1MiB, max_connections: 50}
+shutdown_grace: 2m
 metering: {max_event_bytes: 1MiB, model_scan_bytes: 65536}
 buckets: {ttft: [0.1, 1, 10], itl: [0.01, 0.1], tpot: [0.02], e2e: [1, 60], output_tokens_per_second: [10, 100]}
 slo:
@@ -53,7 +55,28 @@ fn full_example_parses_to_the_given_values() {
     assert_eq!(c.upstream.to_string(), "https://api.example.com/openai");
     assert_eq!(c.metrics_listen.to_string(), "[::1]:19464");
     assert_eq!((c.upstream_ca_file, c.max_models), (None, 7));
-    assert_eq!(Some(c.timeouts.connect), ms(2500));
+    let t = &c.timeouts;
+    assert_eq!(Some(t.connect), ms(2500));
+    assert_eq!(
+        [
+            t.response_headers,
+            t.idle,
+            t.client_header_read,
+            t.client_idle
+        ]
+        .map(Some),
+        [ms(60_000), ms(45_000), ms(5_000), ms(90_000)]
+    );
+    let l = &c.limits;
+    assert_eq!(
+        (
+            l.max_request_header_bytes,
+            l.max_request_body_bytes,
+            l.max_connections
+        ),
+        (16 << 10, 1 << 20, 50)
+    );
+    assert_eq!(Some(c.shutdown_grace), ms(120_000));
     let m = c.metering;
     assert_eq!((m.max_event_bytes, m.model_scan_bytes), (1 << 20, 65536));
     let b = c.buckets;
@@ -96,6 +119,27 @@ fn empty_document_gives_the_defaults() {
         "0.0.0.0:8080 0.0.0.0:9464"
     );
     assert_eq!((d.max_models, Some(d.timeouts.connect)), (100, ms(10_000)));
+    let t = &d.timeouts;
+    assert_eq!(
+        [
+            t.response_headers,
+            t.idle,
+            t.client_header_read,
+            t.client_idle
+        ]
+        .map(Some),
+        [ms(600_000), ms(600_000), ms(30_000), ms(660_000)]
+    );
+    let l = &d.limits;
+    assert_eq!(
+        (
+            l.max_request_header_bytes,
+            l.max_request_body_bytes,
+            l.max_connections
+        ),
+        (64 << 10, 64 << 20, 10_000)
+    );
+    assert_eq!(Some(d.shutdown_grace), ms(30_000));
     let m = d.metering;
     assert_eq!((m.max_event_bytes, m.model_scan_bytes), (262_144, 8 << 20));
     assert_eq!(d.slo, Slo::default());
@@ -157,7 +201,8 @@ fn boundaries_collect_every_ceiling_sorted_and_deduplicated() {
 #[test]
 fn unknown_key_at_top_level_is_named() {
     let want = "unknown field `lisen`, expected one of `listen`, `upstream`, `metrics_listen`, \
-         `upstream_ca_file`, `max_models`, `timeouts`, `metering`, `buckets`, `slo`, `tokenizers` at line 2 column 1";
+         `upstream_ca_file`, `max_models`, `timeouts`, `limits`, `shutdown_grace`, `metering`, \
+         `buckets`, `slo`, `tokenizers` at line 2 column 1";
     assert_eq!(err("listen: 0.0.0.0:1\nlisen: 0.0.0.0:2\n"), want);
 }
 
@@ -204,6 +249,19 @@ fn bad_values_give_errors_naming_the_key_and_the_value() {
         metering: {model_scan_bytes: 1000} | metering.model_scan_bytes | 1000
         slo: {tpot: 0ms} | slo.tpot | 0ms
         timeouts: {connect: 0s} | timeouts.connect | 0s
+        timeouts: {response_headers: 0s} | timeouts.response_headers | 0s
+        timeouts: {idle: 5} | timeouts.idle | 5
+        timeouts: {client_header_read: soon} | timeouts.client_header_read | soon
+        timeouts: {client_idle: 0ms} | timeouts.client_idle | 0ms
+        limits: {max_request_header_bytes: 4KiB} | limits.max_request_header_bytes | 4096
+        limits: {max_request_header_bytes: 1MiB} | limits.max_request_header_bytes | 1048576
+        limits: {max_request_header_bytes: lots} | limits.max_request_header_bytes | lots
+        limits: {max_request_body_bytes: 100} | limits.max_request_body_bytes | 100
+        limits: {max_request_body_bytes: 1.5MiB} | limits.max_request_body_bytes | 1.5MiB
+        limits: {max_connections: 0} | limits.max_connections | 0
+        limits: {max_connections: 2000000} | limits.max_connections | 2000000
+        shutdown_grace: 0s | shutdown_grace | 0s
+        shutdown_grace: 30 | shutdown_grace | 30
         buckets: {ttft: [0.1, 0.5, 0.5]} | buckets.ttft[2] | 0.5
         buckets: {e2e: [0, 1]} | buckets.e2e[0] | 0
         buckets: {itl: [0.1, .inf]} | buckets.itl[1] | inf

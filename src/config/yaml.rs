@@ -108,6 +108,8 @@ struct RawConfig {
     upstream_ca_file: Option<PathBuf>,
     max_models: Option<usize>,
     timeouts: Option<RawTimeouts>,
+    limits: Option<RawLimits>,
+    shutdown_grace: Option<Scalar>,
     metering: Option<RawMetering>,
     buckets: Option<RawBuckets>,
     slo: Option<RawSlo>,
@@ -118,6 +120,18 @@ struct RawConfig {
 #[serde(deny_unknown_fields, default, expecting = "a mapping")]
 struct RawTimeouts {
     connect: Option<Scalar>,
+    response_headers: Option<Scalar>,
+    idle: Option<Scalar>,
+    client_header_read: Option<Scalar>,
+    client_idle: Option<Scalar>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default, expecting = "a mapping")]
+struct RawLimits {
+    max_request_header_bytes: Option<Scalar>,
+    max_request_body_bytes: Option<Scalar>,
+    max_connections: Option<usize>,
 }
 
 #[derive(Deserialize, Default)]
@@ -187,8 +201,39 @@ impl RawConfig {
         }
         c.upstream_ca_file = self.upstream_ca_file;
         c.max_models = self.max_models.unwrap_or(c.max_models);
-        if let Some(s) = self.timeouts.and_then(|t| t.connect) {
-            c.timeouts.connect = duration_at("timeouts.connect", &s.0)?;
+        let t = self.timeouts.unwrap_or_default();
+        let timeouts = [
+            (&t.connect, "connect", &mut c.timeouts.connect),
+            (
+                &t.response_headers,
+                "response_headers",
+                &mut c.timeouts.response_headers,
+            ),
+            (&t.idle, "idle", &mut c.timeouts.idle),
+            (
+                &t.client_header_read,
+                "client_header_read",
+                &mut c.timeouts.client_header_read,
+            ),
+            (&t.client_idle, "client_idle", &mut c.timeouts.client_idle),
+        ];
+        for (raw, key, slot) in timeouts {
+            if let Some(s) = raw {
+                *slot = duration_at(&format!("timeouts.{key}"), &s.0)?;
+            }
+        }
+        let limits = self.limits.unwrap_or_default();
+        if let Some(s) = &limits.max_request_header_bytes {
+            let key = "limits.max_request_header_bytes";
+            c.limits.max_request_header_bytes = size_at(key, &s.0)?;
+        }
+        if let Some(s) = &limits.max_request_body_bytes {
+            let key = "limits.max_request_body_bytes";
+            c.limits.max_request_body_bytes = size_at(key, &s.0)? as u64;
+        }
+        c.limits.max_connections = limits.max_connections.unwrap_or(c.limits.max_connections);
+        if let Some(s) = &self.shutdown_grace {
+            c.shutdown_grace = duration_at("shutdown_grace", &s.0)?;
         }
         let metering = self.metering.unwrap_or_default();
         if let Some(s) = &metering.max_event_bytes {

@@ -1,9 +1,9 @@
 //! Body wrappers that observe the bytes passing through the proxy and hand back the very same frames:
-//! [`RequestTap`] reads the request's `model` on its way upstream, [`MeteredBody`] timestamps the
+//! [`RequestTap`] reads the request's `model` on its way upstream (and cuts a body over its size limit), [`MeteredBody`] timestamps the
 //! response's frames on their way to the client and finishes the exchange when the body ends.
 
 mod request;
 mod response;
 
 pub use request::{Leftover, ModelSlot, RequestTap};
-pub use response::MeteredBody;
+pub use response::{BoxError, MeteredBody, StreamCut};

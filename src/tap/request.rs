@@ -2,6 +2,10 @@
 //! a bounded scan reads its top-level `model` field (never holding a byte back), and publishes it in a
 //! [`ModelSlot`] the response side reads when it resolves the request's labels.
 //!
+//! A body that grows past `limits.max_request_body_bytes` is cut: the tap returns an error instead of the
+//! frame that crossed the limit, so the upstream sees an aborted request, never a complete truncated one,
+//! and the slot records why, for the 413 answer.
+//!
 //! When the upstream cannot be reached, the client library drops the request unread; the [`Leftover`]
 //! handle then lets the proxy read what is left of the body (bounded in bytes and time) so that even a 502
 //! is counted under the request's model.
@@ -16,17 +20,27 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 
+use super::BoxError;
 use crate::json_scan::FieldScanner;
 
 /// Largest `model` value kept, quotes and escapes included.
 const MAX_MODEL_VALUE_BYTES: usize = 1024;
 const MODEL_FIELD: &[&str] = &["model"];
 
-/// The request's `model`, once the scan has ended, and whether the client's body broke off.
+/// The request's `model`, once the scan has ended, and whether the client's body broke off or was cut
+/// for its size.
 #[derive(Debug, Default)]
 pub struct ModelSlot {
     model: OnceLock<Option<String>>,
     body_broken: AtomicBool,
+    body_too_large: AtomicBool,
+}
+
+/// The error a [`RequestTap`] returns in place of the frame that took the body over its limit.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body is larger than {limit} bytes (limits.max_request_body_bytes)")]
+pub struct BodyTooLarge {
+    pub limit: u64,
 }
 
 impl ModelSlot {
@@ -37,11 +51,18 @@ impl ModelSlot {
     pub fn body_broken(&self) -> bool {
         self.body_broken.load(Ordering::Relaxed)
     }
+
+    pub fn body_too_large(&self) -> bool {
+        self.body_too_large.load(Ordering::Relaxed)
+    }
 }
 
 struct Shared<B> {
     body: Option<B>,
     scanner: Option<FieldScanner>,
+    /// Bytes still allowed before the body is over `limits.max_request_body_bytes`.
+    allowed: u64,
+    limit: u64,
 }
 
 impl<B> Shared<B> {
@@ -68,7 +89,12 @@ pub struct Leftover<B> {
 }
 
 impl<B> RequestTap<B> {
-    pub fn new(inner: B, scan_bytes: usize, slot: Arc<ModelSlot>) -> (Self, Leftover<B>) {
+    pub fn new(
+        inner: B,
+        scan_bytes: usize,
+        max_body_bytes: u64,
+        slot: Arc<ModelSlot>,
+    ) -> (Self, Leftover<B>) {
         let scanner = Some(FieldScanner::new(
             MODEL_FIELD,
             MAX_MODEL_VALUE_BYTES,
@@ -77,6 +103,8 @@ impl<B> RequestTap<B> {
         let shared = Arc::new(Mutex::new(Shared {
             body: Some(inner),
             scanner,
+            allowed: max_body_bytes,
+            limit: max_body_bytes,
         }));
         (
             RequestTap {
@@ -121,14 +149,15 @@ where
 impl<B> Body for RequestTap<B>
 where
     B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
 {
     type Data = Bytes;
-    type Error = B::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         let mut shared = lock(&this.shared);
         let Some(body) = shared.body.as_mut() else {
@@ -138,6 +167,15 @@ where
         let ended = body.is_end_stream();
         match &polled {
             Some(Ok(frame)) => {
+                let len = frame.data_ref().map_or(0, |d| d.len() as u64);
+                if len > shared.allowed {
+                    this.slot.body_too_large.store(true, Ordering::Relaxed);
+                    shared.body = None;
+                    shared.publish(&this.slot);
+                    let limit = shared.limit;
+                    return Poll::Ready(Some(Err(BodyTooLarge { limit }.into())));
+                }
+                shared.allowed -= len;
                 if let (Some(data), Some(scanner)) = (frame.data_ref(), shared.scanner.as_mut()) {
                     scanner.feed(data);
                     if scanner.is_done() || ended {
@@ -151,7 +189,7 @@ where
             }
             None => shared.publish(&this.slot),
         }
-        Poll::Ready(polled)
+        Poll::Ready(polled.map(|r| r.map_err(Into::into)))
     }
 
     fn is_end_stream(&self) -> bool {

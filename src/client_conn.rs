@@ -1,0 +1,305 @@
+//! One client connection as the proxy port sees it, below HTTP: the two downstream timeouts. A client
+//! must send a complete request head within `client_header_read` of connecting, or of the first byte
+//! of its next request on a kept-alive connection (slowloris); a connection with no request in progress
+//! is closed after `client_idle`. While a request is in progress (from its head being read until its
+//! response body is done) neither runs, so a long wait for the first token is never cut here.
+//!
+//! [`TimedIo`] wraps the socket and sees every read; [`Activity`] counts the connection's requests in
+//! progress, each held by an [`InProgress`] that lives in the response body ([`Tracked`]). A timeout
+//! reads as end of file, so hyper closes the connection as if the client had.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+/// The HTTP/2 connection preface: its clients are timed by `client_idle` only (h2 has its own
+/// flow control and stream limits against slow senders).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Requests in progress on one connection, and the reader to wake when the last one is done (it was
+/// told to wait for the socket only, and must now start the idle timer).
+#[derive(Debug, Default)]
+pub struct Activity {
+    in_progress: AtomicUsize,
+    reader: Mutex<Option<Waker>>,
+}
+
+impl Activity {
+    /// Marks a request in progress until the returned guard is dropped.
+    pub fn begin(self: &Arc<Self>) -> InProgress {
+        self.in_progress.fetch_add(1, Ordering::AcqRel);
+        InProgress(self.clone())
+    }
+
+    /// Whether a request is in progress; if so, `waker` is woken when none is.
+    fn busy(&self, waker: &Waker) -> bool {
+        let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
+        let busy = self.in_progress.load(Ordering::Acquire) > 0;
+        if busy && !reader.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *reader = Some(waker.clone());
+        }
+        busy
+    }
+}
+
+pub struct InProgress(Arc<Activity>);
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        let activity = &self.0;
+        let mut reader = activity
+            .reader
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if activity.in_progress.fetch_sub(1, Ordering::AcqRel) == 1 {
+            if let Some(waker) = reader.take() {
+                drop(reader);
+                waker.wake();
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Armed {
+    None,
+    Head,
+    Idle,
+}
+
+/// The client's socket, with the header-read and idle timers on its read side.
+pub struct TimedIo<T> {
+    inner: T,
+    activity: Arc<Activity>,
+    header_read: Duration,
+    idle: Duration,
+    armed: Armed,
+    h2: bool,
+    seen: usize,
+    timer: Pin<Box<Sleep>>,
+}
+
+impl<T> TimedIo<T> {
+    pub fn new(inner: T, activity: Arc<Activity>, header_read: Duration, idle: Duration) -> Self {
+        TimedIo {
+            inner,
+            activity,
+            header_read,
+            idle,
+            armed: Armed::Head,
+            h2: false,
+            seen: 0,
+            timer: Box::pin(tokio::time::sleep_until(Instant::now() + header_read)),
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let busy = this.activity.busy(cx.waker());
+        if busy {
+            this.armed = Armed::None;
+        }
+        if let Poll::Ready(result) = polled {
+            let read = &buf.filled()[before..];
+            if this.seen < H2_PREFACE.len() {
+                let n = read.len().min(H2_PREFACE.len() - this.seen);
+                let expected = &H2_PREFACE[this.seen..this.seen + n];
+                this.h2 = (this.seen == 0 || this.h2) && read[..n] == *expected;
+                this.seen += n;
+                // Only a complete preface lifts the head deadline set at connect.
+                if this.h2 && this.seen == H2_PREFACE.len() && this.armed == Armed::Head {
+                    this.armed = Armed::None;
+                }
+            }
+            if !read.is_empty() && !busy && !this.h2 && this.armed != Armed::Head {
+                this.armed = Armed::Head;
+                let deadline = Instant::now() + this.header_read;
+                this.timer.as_mut().reset(deadline);
+            }
+            return Poll::Ready(result);
+        }
+        if busy {
+            return Poll::Pending;
+        }
+        if this.armed == Armed::None {
+            this.armed = Armed::Idle;
+            this.timer.as_mut().reset(Instant::now() + this.idle);
+        }
+        match this.timer.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                tracing::debug!(waiting_for = ?this.armed, "closing a client connection that timed out");
+                this.armed = Armed::None;
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+pin_project! {
+    /// A response body that keeps its request counted as in progress on its connection until done.
+    pub struct Tracked<B> {
+        #[pin]
+        inner: B,
+        in_progress: Option<InProgress>,
+    }
+}
+
+impl<B> Tracked<B> {
+    pub fn new(inner: B, in_progress: InProgress) -> Self {
+        Tracked {
+            inner,
+            in_progress: Some(in_progress),
+        }
+    }
+}
+
+impl<B: Body<Data = Bytes>> Body for Tracked<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.project();
+        let polled = this.inner.poll_frame(cx);
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+            this.in_progress.take();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    const HEAD_READ: Duration = Duration::from_secs(2);
+    const IDLE: Duration = Duration::from_secs(10);
+
+    fn timed() -> (TimedIo<DuplexStream>, DuplexStream, Arc<Activity>) {
+        let (server, client) = tokio::io::duplex(1 << 16);
+        let activity = Arc::new(Activity::default());
+        let io = TimedIo::new(server, activity.clone(), HEAD_READ, IDLE);
+        (io, client, activity)
+    }
+
+    /// Reads until end of file (a timeout), returning what was read and when it ended.
+    async fn read_to_timeout(io: &mut TimedIo<DuplexStream>) -> (Vec<u8>, Instant) {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 256];
+        loop {
+            match io.read(&mut buf).await {
+                Ok(0) | Err(_) => return (all, Instant::now()),
+                Ok(n) => all.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_connection_gets_the_head_deadline_from_connect() {
+        let start = Instant::now();
+        let (mut io, _client, _) = timed();
+        let (_, ended) = read_to_timeout(&mut io).await;
+        assert_eq!(ended - start, HEAD_READ);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_partial_h2_preface_does_not_lift_the_head_deadline() {
+        let start = Instant::now();
+        let (mut io, mut client, _) = timed();
+        client.write_all(&H2_PREFACE[..5]).await.unwrap_or_default();
+        let (read, ended) = read_to_timeout(&mut io).await;
+        assert_eq!((read.len(), ended - start), (5, HEAD_READ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_h2_connection_is_timed_by_idle_only() {
+        let start = Instant::now();
+        let (mut io, mut client, _) = timed();
+        client.write_all(H2_PREFACE).await.unwrap_or_default();
+        let (read, ended) = read_to_timeout(&mut io).await;
+        assert_eq!((read.len(), ended - start), (H2_PREFACE.len(), IDLE));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_timer_runs_while_a_request_is_in_progress_and_idle_starts_when_it_ends() {
+        let (mut io, mut client, activity) = timed();
+        client
+            .write_all(b"GET / HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap_or_default();
+        let in_progress = activity.begin();
+        let ender = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(100)).await;
+            drop(in_progress);
+            Instant::now()
+        });
+        let (read, ended) = read_to_timeout(&mut io).await;
+        let request_ended = ender.await.unwrap_or_else(|_| Instant::now());
+        assert_eq!(read.len(), 18);
+        assert_eq!(
+            ended - request_ended,
+            IDLE,
+            "idle counted from the request's end"
+        );
+    }
+}

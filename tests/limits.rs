@@ -1,0 +1,236 @@
+//! Every limit, end to end: an oversized request head gets 431 and a body over the limit 413 (declared
+//! up front: refused before the upstream is contacted; chunked: cut mid-way, so the upstream sees an
+//! aborted request, never a complete truncated one), and beyond `limits.max_connections` new clients
+//! wait while the streams already open carry on untouched.
+
+mod support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const CHAT: &str = "/v1/chat/completions";
+
+fn ok_upstream_steps() -> Vec<Step> {
+    vec![json_response(200, "OK", r#"{"choices":[]}"#)]
+}
+
+fn with_header(proxy: &tokentap::Running, bytes: usize) -> http::Request<Full<Bytes>> {
+    let mut request = post(proxy, CHAT, &chat_request("m"));
+    let value = http::HeaderValue::from_str(&"v".repeat(bytes)).expect("header value");
+    request.headers_mut().insert("x-padding", value);
+    request
+}
+
+#[tokio::test]
+async fn a_request_head_over_the_limit_gets_431_and_is_not_forwarded() {
+    let upstream = upstream(|_| ok_upstream_steps()).await;
+    let yaml = "limits:\n  max_request_header_bytes: 8KiB\n";
+    let proxy = proxy(&upstream.url(), yaml).await;
+    let fits = send(&client(), with_header(&proxy, 4 << 10)).await;
+    assert_eq!(fits.status, 200);
+    let too_big = send(&client(), with_header(&proxy, 16 << 10)).await;
+    assert_eq!(too_big.status, 431);
+    assert_eq!(
+        upstream.requests().len(),
+        1,
+        "only the head that fits went upstream"
+    );
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    // hyper refuses the head before a request exists: only the one forwarded is counted.
+    assert_eq!(m.get("tokentap_requests_total", &[]), 1.0);
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+}
+
+#[tokio::test]
+async fn a_declared_body_over_the_limit_gets_413_without_contacting_the_upstream() {
+    let upstream = upstream(|_| ok_upstream_steps()).await;
+    let proxy = proxy(&upstream.url(), "limits:\n  max_request_body_bytes: 1KiB\n").await;
+    let exactly = format!("{{\"model\":\"m\",\"pad\":\"{}\"}}", "x".repeat(1024 - 22));
+    assert_eq!(exactly.len(), 1024);
+    let fits = send(&client(), post(&proxy, CHAT, &exactly)).await;
+    assert_eq!(fits.status, 200, "a body of exactly the limit passes");
+    let over = format!("{exactly} ");
+    let got = send(&client(), post(&proxy, CHAT, &over)).await;
+    assert_eq!(got.status, 413);
+    assert_eq!(got.headers["content-type"], "application/json");
+    let json: serde_json::Value = serde_json::from_slice(&got.body).expect("JSON error");
+    assert_eq!(json["error"]["type"], "invalid_request_error");
+    assert_eq!(json["error"]["code"], 413);
+    let message = json["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("limits.max_request_body_bytes"),
+        "{message}"
+    );
+    assert_eq!(
+        upstream.requests().len(),
+        1,
+        "the refused request never went upstream"
+    );
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    let refused = [("status", "413"), ("outcome", "ok")];
+    assert_eq!(m.get("tokentap_requests_total", &refused), 1.0);
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(
+        m.get("tokentap_goodput_requests_total", &[]),
+        1.0,
+        "only the 200"
+    );
+}
+
+#[tokio::test]
+async fn a_chunked_body_growing_past_the_limit_is_cut_upstream_and_answered_413() {
+    let upstream = upstream(|_| ok_upstream_steps()).await;
+    let proxy = proxy(&upstream.url(), "limits:\n  max_request_body_bytes: 1KiB\n").await;
+    let mut stream = TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+    stream.write_all(head.as_bytes()).await.expect("head");
+    let piece = format!("{{\"model\":\"m\",\"pad\":\"{}", "x".repeat(500));
+    let mut body_sent = 0;
+    for _ in 0..3 {
+        let chunk = format!("{:x}\r\n{piece}\r\n", piece.len());
+        if stream.write_all(chunk.as_bytes()).await.is_err() {
+            break;
+        }
+        body_sent += piece.len();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(body_sent > 1024);
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "no answer");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
+    assert!(answer.contains("limits.max_request_body_bytes"), "{answer}");
+    // The upstream got the head and part of the body, then an aborted connection: no complete request.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while upstream.closed_at(0).is_none() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the upstream connection was not closed");
+    assert!(
+        upstream.requests().is_empty(),
+        "a truncated body was delivered as complete"
+    );
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    let labels = [("status", "413"), ("outcome", "ok")];
+    assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+}
+
+async fn open(
+    proxy: &tokentap::Running,
+) -> (
+    hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let stream = TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    (
+        sender,
+        tokio::spawn(async move {
+            let _ = conn.await;
+        }),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn beyond_max_connections_new_clients_wait_and_open_streams_carry_on() {
+    let upstream = upstream(|_| {
+        let mut steps = vec![sse_head()];
+        for i in 0..5 {
+            steps.push(Step::Sleep(ms(200)));
+            steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
+        }
+        steps.push(chunk(DONE.as_bytes()));
+        steps.push(last_chunk());
+        steps
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "limits:\n  max_connections: 1\n").await;
+    let (mut first, first_conn) = open(&proxy).await;
+    let response = first
+        .send_request(post(&proxy, CHAT, &chat_request("m")))
+        .await
+        .expect("head");
+    let mut first_body = response.into_body();
+    // The second client connects (the kernel's backlog takes it) but is not served yet.
+    let (mut second, second_conn) = open(&proxy).await;
+    let second_response = tokio::spawn(second.send_request(post(&proxy, CHAT, &chat_request("m"))));
+    tokio::time::sleep(ms(500)).await;
+    assert!(
+        !second_response.is_finished(),
+        "served beyond max_connections"
+    );
+    assert_eq!(proxy.open_connections(), 1);
+    let mut got = Vec::new();
+    while let Some(frame) = first_body.frame().await {
+        let frame = frame.expect("the open stream is not disturbed");
+        if let Ok(data) = frame.into_data() {
+            got.extend_from_slice(&data);
+        }
+    }
+    assert!(got.ends_with(DONE.as_bytes()));
+    assert_eq!(
+        upstream.connection_count(),
+        1,
+        "one upstream request so far"
+    );
+    drop(first);
+    first_conn.abort();
+    // The first connection is gone: the waiting client is served now.
+    let response = tokio::time::timeout(Duration::from_secs(10), second_response)
+        .await
+        .expect("the waiting client was never served")
+        .expect("task")
+        .expect("head");
+    assert_eq!(response.status(), 200);
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    assert!(body.ends_with(DONE.as_bytes()));
+    second_conn.abort();
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get("tokentap_requests_total", &[("outcome", "ok")]), 2.0);
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+}
+
+#[tokio::test]
+async fn an_h2c_header_list_over_the_limit_gets_431_and_the_connection_serves_on() {
+    let upstream = upstream(|_| ok_upstream_steps()).await;
+    let yaml = "limits:\n  max_request_header_bytes: 8KiB\n";
+    let proxy = proxy(&upstream.url(), yaml).await;
+    let h2: TestClient =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http();
+    let too_big = send(&h2, with_header(&proxy, 16 << 10)).await;
+    assert_eq!(too_big.status, 431);
+    assert_eq!(upstream.connection_count(), 0, "nothing was forwarded");
+    let fits = send(&h2, with_header(&proxy, 4 << 10)).await;
+    assert_eq!(fits.status, 200);
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get("tokentap_requests_total", &[]), 1.0);
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+}
