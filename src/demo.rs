@@ -116,11 +116,14 @@ pub async fn run(mut config: Config, duration: Option<Duration>) -> Result<(), D
     for worker in 0..3 {
         tokio::spawn(client_loop(shown(proxy), worker));
     }
+    // Stops on Ctrl-C or SIGTERM (as `docker stop` sends), or after `duration`.
+    let signal = crate::server::shutdown_signal();
     match duration {
-        Some(duration) => tokio::time::sleep(duration).await,
-        None => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
+        Some(duration) => tokio::select! {
+            _ = tokio::time::sleep(duration) => {},
+            _ = signal => {},
+        },
+        None => signal.await,
     }
     drop(running);
     Ok(())

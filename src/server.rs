@@ -192,7 +192,7 @@ pub async fn run(config: &Config) -> Result<(), StartError> {
 /// Registers for SIGTERM and SIGINT at once (a signal that arrives before the returned future is
 /// first polled is not lost, nor left to its default action of killing the process); the future
 /// completes at the first of them.
-fn shutdown_signal() -> impl Future<Output = ()> {
+pub fn shutdown_signal() -> impl Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -147,7 +147,7 @@ fn get(addr: &str, path: &str) -> Result<String, String> {
 }
 
 #[test]
-fn demo_serves_metered_traffic_and_stops_by_itself() {
+fn demo_serves_metered_traffic_and_stops_on_sigterm() {
     let log = write_temp("demo.log", "");
     let mut child = tokentap()
         .args([
@@ -203,6 +203,26 @@ fn demo_serves_metered_traffic_and_stops_by_itself() {
         std::fs::read_to_string(&log).unwrap_or_default()
     );
     assert!(seen.contains("model=\"demo-"), "demo models missing");
+    // SIGTERM (what `docker stop` and Kubernetes send) stops the demo cleanly, long before --duration.
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(term.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let _ = child.kill();
     let _ = child.wait();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "demo did not exit cleanly on SIGTERM: {status:?}"
+    );
 }

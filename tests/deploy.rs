@@ -400,11 +400,8 @@ fn kubernetes_manifests_fit_tokentap() {
             u64::from(config.metrics_listen.port()),
             "{file}"
         );
-        for probe in ["readinessProbe", "livenessProbe"] {
-            assert_eq!(
-                tokentap[probe]["httpGet"]["path"], "/healthz",
-                "{file} {probe}"
-            );
+        for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
+            assert_eq!(tokentap[probe]["httpGet"]["path"], path, "{file} {probe}");
             assert_eq!(
                 tokentap[probe]["httpGet"]["port"], "metrics",
                 "{file} {probe}"
