@@ -75,7 +75,8 @@ impl Meter {
         matches!(self.framing, Framing::Sse(_))
     }
 
-    /// Reads one body frame; returns how many output-bearing events it completed.
+    /// Reads one body frame; returns how many output-bearing events it completed. The figures depend only
+    /// on the bytes, never on where the network cut them into frames.
     pub fn feed(&mut self, bytes: &[u8]) -> u32 {
         if self.skipped.is_some() {
             return 0;
@@ -106,13 +107,11 @@ impl Meter {
                     }
                 });
                 if fed.is_err() {
-                    *skipped = Some(SkipReason::EventTooLarge);
+                    skipped.get_or_insert(SkipReason::EventTooLarge);
                 }
-                if skipped.is_some() {
-                    0
-                } else {
-                    outputs
-                }
+                // Output events completed before the stream turned unreadable were real token arrivals,
+                // whether or not the unreadable part came in the same frame.
+                outputs
             }
         }
     }
