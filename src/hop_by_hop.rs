@@ -8,7 +8,13 @@ const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection")
 
 /// Removes the hop-by-hop headers and every header the `Connection` header names.
 /// `TE: trailers` survives on requests: it is how a client says it accepts trailers, which are forwarded.
+/// A message that came with `Transfer-Encoding` was framed by it, so any `Content-Length` beside it is
+/// dropped too (RFC 9112 §6.3: an intermediary must remove it before forwarding); left in place, it would
+/// frame the re-encoded body for the next hop with a length the body does not have.
 pub fn strip(headers: &mut HeaderMap) {
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        headers.remove(header::CONTENT_LENGTH);
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -69,6 +75,22 @@ mod tests {
         let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["authorization", "content-type", "x-multi"]);
         assert_eq!(h.get_all("x-multi").iter().count(), 2);
+    }
+
+    #[test]
+    fn content_length_beside_transfer_encoding_is_dropped() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        strip(&mut h);
+        assert!(h.is_empty());
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
+        strip(&mut h);
+        assert_eq!(h.len(), 1);
     }
 
     #[test]
