@@ -41,6 +41,10 @@ pub struct Meter {
     obs: Observations,
     skipped: Option<SkipReason>,
     error_event: bool,
+    /// Body bytes were fed / an SSE event was decoded: a body with the first and not the second was not
+    /// an event stream at all.
+    fed_bytes: bool,
+    decoded_event: bool,
 }
 
 /// True for `text/event-stream` (any parameters, any case).
@@ -68,6 +72,8 @@ impl Meter {
             obs: Observations::default(),
             skipped: None,
             error_event: false,
+            fed_bytes: false,
+            decoded_event: false,
         }
     }
 
@@ -87,7 +93,10 @@ impl Meter {
             obs,
             skipped,
             error_event,
+            fed_bytes,
+            decoded_event,
         } = self;
+        *fed_bytes |= !bytes.is_empty();
         match framing {
             Framing::Json(scanner) => {
                 scanner.feed(bytes);
@@ -99,6 +108,7 @@ impl Meter {
                     if skipped.is_some() {
                         return;
                     }
+                    *decoded_event = true;
                     match dialect.on_event(&event, obs) {
                         EventKind::Output => outputs += 1,
                         EventKind::Other => {}
@@ -116,10 +126,17 @@ impl Meter {
         }
     }
 
-    /// Called once at the end of the body: a JSON body's fields are read now.
+    /// Called once at the end of the body: a JSON body's fields are read now, and an "event stream" that
+    /// ended without a single complete event (a JSON or HTML body, binary bytes under an SSE content
+    /// type) is reported as malformed rather than as a stream that carried no tokens.
     pub fn finish(&mut self) {
-        if let Framing::Json(scanner) = &self.framing {
-            self.dialect.on_body(scanner, &mut self.obs);
+        match &self.framing {
+            Framing::Json(scanner) => self.dialect.on_body(scanner, &mut self.obs),
+            Framing::Sse(_) => {
+                if self.fed_bytes && !self.decoded_event {
+                    self.skipped.get_or_insert(SkipReason::MalformedEvent);
+                }
+            }
         }
     }
 
@@ -175,6 +192,22 @@ mod tests {
             meter.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"),
             0
         );
+    }
+
+    #[test]
+    fn a_stream_without_a_single_event_is_malformed() {
+        let (_, dialect) = detect("/v1/chat/completions");
+        let mut meter = Meter::new(dialect.expect("openai"), true, &limits());
+        assert_eq!(
+            meter.feed(b"{\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n"),
+            0
+        );
+        meter.finish();
+        assert_eq!(meter.skipped(), Some(SkipReason::MalformedEvent));
+        let (_, dialect) = detect("/v1/chat/completions");
+        let mut empty = Meter::new(dialect.expect("openai"), true, &limits());
+        empty.finish();
+        assert_eq!(empty.skipped(), None);
     }
 
     #[test]
