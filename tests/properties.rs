@@ -4,24 +4,15 @@
 //! is fed the whole body at once. Inputs mix well-formed OpenAI streams with the hostile cases: invalid
 //! JSON, non-UTF-8, NUL bytes, lone CR line endings, BOMs, events over the bound, plain garbage.
 
+mod support;
+
 use proptest::prelude::*;
+use support::streams::{cut, piece, splits, stream};
 use tokentap::config::Metering;
 use tokentap::dialect::detect;
 use tokentap::json_scan::FieldScanner;
 use tokentap::meter::Meter;
 use tokentap::sse::SseFramer;
-
-/// Cuts `data` at the given points (taken modulo its length, sorted, deduplicated).
-fn cut<'a>(data: &'a [u8], points: &[usize]) -> Vec<&'a [u8]> {
-    let mut at: Vec<usize> = points
-        .iter()
-        .map(|p| p % (data.len() + 1))
-        .chain([0, data.len()])
-        .collect();
-    at.sort_unstable();
-    at.dedup();
-    at.windows(2).map(|w| &data[w[0]..w[1]]).collect()
-}
 
 type Events = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -38,48 +29,6 @@ fn frame_all(max: usize, frames: &[&[u8]]) -> (Events, bool, usize) {
         }
     }
     (events, false, most_held)
-}
-
-/// One piece of an OpenAI-style event stream, good or hostile.
-fn piece() -> impl Strategy<Value = Vec<u8>> {
-    let text = prop_oneof![
-        "[a-z ]{0,8}",
-        "[\\PC]{0,4}",
-        Just("\\\"quoted\\\" \\u00e9 \\n".to_owned()),
-    ];
-    prop_oneof![
-        text.clone().prop_map(|t| format!(
-            "data: {{\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{t}\"}}}}]}}\n\n"
-        )
-        .into_bytes()),
-        Just(
-            b"data: {\"model\":\"m\",\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
-                .to_vec()
-        ),
-        text.prop_map(|t| format!("data: {{\"choices\":[{{\"text\":\"{t}\"}}]}}\r\n\r\n").into_bytes()),
-        (0u64..1000, 0u64..1000).prop_map(|(p, c)| format!(
-            "data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":{p},\"completion_tokens\":{c}}}}}\n\n"
-        )
-        .into_bytes()),
-        Just(b"data: [DONE]\n\n".to_vec()),
-        Just(b": ping\r\r".to_vec()),
-        Just(b"event: x\nid: 7\nretry: 10\ndata: {\"choices\":[{\"delta\":{\"tool_calls\":[{}]}}]}\n\n".to_vec()),
-        Just(b"data: {\"error\":{\"message\":\"boom\"}}\n\n".to_vec()),
-        Just(b"data: {not json\n\n".to_vec()),
-        Just(b"data: {\"choices\":[{\"delta\":{\"content\":\"\xff\xfe\"}}]}\n\n".to_vec()),
-        Just(b"data: \x00\x00\n\n".to_vec()),
-        Just(b"\xEF\xBB\xBF".to_vec()),
-        (0usize..600).prop_map(|n| format!("data: {{\"pad\":\"{}\"}}\n\n", "x".repeat(n)).into_bytes()),
-        prop::collection::vec(any::<u8>(), 0..24),
-    ]
-}
-
-fn stream() -> impl Strategy<Value = Vec<u8>> {
-    prop::collection::vec(piece(), 0..24).prop_map(|pieces| pieces.concat())
-}
-
-fn splits() -> impl Strategy<Value = Vec<usize>> {
-    prop::collection::vec(any::<usize>(), 0..40)
 }
 
 /// Everything the meter reports about one body: per-frame output counts summed, and what it learnt.
@@ -118,7 +67,7 @@ proptest! {
 
     #[test]
     fn sse_framer_gives_the_same_events_for_any_split(
-        data in stream(), points in splits(), max in 16usize..2048,
+        data in stream(24), points in splits(), max in 16usize..2048,
     ) {
         let whole = frame_all(max, &[&data]);
         let (events, overflow, most_held) = frame_all(max, &cut(&data, &points));
@@ -139,7 +88,7 @@ proptest! {
     }
 
     #[test]
-    fn sse_framer_byte_at_a_time_matches_whole(data in stream()) {
+    fn sse_framer_byte_at_a_time_matches_whole(data in stream(24)) {
         let bytes: Vec<&[u8]> = data.chunks(1).collect();
         let (events, overflow, _) = frame_all(1 << 16, &bytes);
         let whole = frame_all(1 << 16, &[&data]);
@@ -148,7 +97,7 @@ proptest! {
 
     #[test]
     fn meter_gives_the_same_figures_for_any_split_of_a_stream(
-        data in stream(), points in splits(), max in 64usize..1024,
+        data in stream(24), points in splits(), max in 64usize..1024,
         chat in any::<bool>(),
     ) {
         let path = if chat { "/v1/chat/completions" } else { "/v1/completions" };
@@ -182,7 +131,7 @@ proptest! {
     fn field_scanner_keeps_the_same_fields_for_any_bytes_and_split(
         data in prop_oneof![
             prop::collection::vec(any::<u8>(), 0..256),
-            stream(),
+            stream(24),
             "\\{\"model\":\"[a-z\\\\\"]{0,6}\",\"usage\":\\{\"a\":[0-9]{1,3}\\}\\}".prop_map(String::into_bytes),
         ],
         points in splits(),
