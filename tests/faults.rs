@@ -609,3 +609,30 @@ async fn a_client_vanishing_at_any_phase_closes_the_upstream_and_is_counted_once
         }
     }
 }
+
+#[tokio::test]
+async fn a_transfer_coding_other_than_chunked_is_kept_for_the_client_to_decode() {
+    // tokentap decodes only `chunked`: the bytes under any other transfer coding pass as they are, so the
+    // client must still be told about that coding, or it would take gzip bytes for the body.
+    let gzip_bytes = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03not really gzip".to_vec();
+    let mut raw = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: gzip, chunked\r\n\r\n".to_vec();
+    if let Step::Raw(bytes) = chunk(&gzip_bytes) {
+        raw.extend_from_slice(&bytes);
+    }
+    raw.extend_from_slice(b"0\r\n\r\n");
+    let upstream = faulty_upstream(move |_| vec![Step::Raw(raw.clone()).into()]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let answer = raw_exchange(
+        proxy.proxy_addr(),
+        b"GET /v1/models HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    let (head, body) = raw_split(&answer);
+    assert_eq!(raw_status(&answer), 200, "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("transfer-encoding: gzip, chunked"),
+        "{head}"
+    );
+    assert_eq!(dechunk(&body), Some(gzip_bytes));
+}
