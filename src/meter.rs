@@ -41,9 +41,8 @@ pub struct Meter {
     obs: Observations,
     skipped: Option<SkipReason>,
     error_event: bool,
-    /// Body bytes were fed / an SSE event was decoded: a body with the first and not the second was not
-    /// an event stream at all.
-    fed_bytes: bool,
+    /// An SSE event was decoded: a body with other lines than comments and none of these was not an
+    /// event stream at all.
     decoded_event: bool,
 }
 
@@ -72,7 +71,6 @@ impl Meter {
             obs: Observations::default(),
             skipped: None,
             error_event: false,
-            fed_bytes: false,
             decoded_event: false,
         }
     }
@@ -93,10 +91,8 @@ impl Meter {
             obs,
             skipped,
             error_event,
-            fed_bytes,
             decoded_event,
         } = self;
-        *fed_bytes |= !bytes.is_empty();
         match framing {
             Framing::Json(scanner) => {
                 scanner.feed(bytes);
@@ -127,13 +123,14 @@ impl Meter {
     }
 
     /// Called once at the end of the body: a JSON body's fields are read now, and an "event stream" that
-    /// ended without a single complete event (a JSON or HTML body, binary bytes under an SSE content
-    /// type) is reported as malformed rather than as a stream that carried no tokens.
+    /// held other lines than comments but not a single complete event (a JSON or HTML body, binary bytes
+    /// under an SSE content type) is reported as malformed rather than as a stream that carried no tokens.
+    /// Keep-alive comments alone (a client that left during a long prefill) are not malformed.
     pub fn finish(&mut self) {
         match &self.framing {
             Framing::Json(scanner) => self.dialect.on_body(scanner, &mut self.obs),
-            Framing::Sse(_) => {
-                if self.fed_bytes && !self.decoded_event {
+            Framing::Sse(framer) => {
+                if !self.decoded_event && framer.saw_non_comment() {
                     self.skipped.get_or_insert(SkipReason::MalformedEvent);
                 }
             }
@@ -204,10 +201,18 @@ mod tests {
         );
         meter.finish();
         assert_eq!(meter.skipped(), Some(SkipReason::MalformedEvent));
+        for quiet in [&b""[..], b": ping\n\n: ping\r\n\r\n: pi"] {
+            let (_, dialect) = detect("/v1/chat/completions");
+            let mut meter = Meter::new(dialect.expect("openai"), true, &limits());
+            meter.feed(quiet);
+            meter.finish();
+            assert_eq!(meter.skipped(), None);
+        }
         let (_, dialect) = detect("/v1/chat/completions");
-        let mut empty = Meter::new(dialect.expect("openai"), true, &limits());
-        empty.finish();
-        assert_eq!(empty.skipped(), None);
+        let mut meter = Meter::new(dialect.expect("openai"), true, &limits());
+        meter.feed(b": ping\n\n{\"error\":");
+        meter.finish();
+        assert_eq!(meter.skipped(), Some(SkipReason::MalformedEvent));
     }
 
     #[test]

@@ -636,3 +636,30 @@ async fn a_transfer_coding_other_than_chunked_is_kept_for_the_client_to_decode()
     );
     assert_eq!(dechunk(&body), Some(gzip_bytes));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_client_leaving_during_keep_alive_comments_is_cancelled_not_skipped() {
+    let upstream = faulty_upstream(|_| {
+        let mut s: Vec<Fault> = vec![sse_head().into()];
+        for _ in 0..20 {
+            s.push(chunk(b": keep-alive\n\n").into());
+            s.push(Step::Sleep(Duration::from_secs(1)).into());
+        }
+        s.push(last_chunk().into());
+        s
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let client = client();
+    let sent = send(&client, post(&proxy, CHAT, &chat_request("m")));
+    assert!(tokio::time::timeout(Duration::from_secs(3), sent)
+        .await
+        .is_err());
+    drop(client);
+    upstream.wait_closed(0).await;
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(requests(&m, "200", "cancelled"), 1.0);
+    assert_eq!(m.get("tokentap_metering_skipped_total", &[]), 0.0);
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+}
