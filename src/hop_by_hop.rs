@@ -8,7 +8,15 @@ const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection")
 
 /// Removes the hop-by-hop headers and every header the `Connection` header names.
 /// `TE: trailers` survives on requests: it is how a client says it accepts trailers, which are forwarded.
+/// A message that came with `Transfer-Encoding` was framed by it, so any `Content-Length` beside it is
+/// dropped too (RFC 9112 §6.3: an intermediary must remove it before forwarding); left in place, it would
+/// frame the re-encoded body for the next hop with a length the body does not have. Of the transfer
+/// codings only `chunked` is undone; any other (`gzip, chunked`) stays named, since the bytes still carry it.
 pub fn strip(headers: &mut HeaderMap) {
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        headers.remove(header::CONTENT_LENGTH);
+    }
+    let other_codings = non_chunked_codings(headers);
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -38,6 +46,27 @@ pub fn strip(headers: &mut HeaderMap) {
     if te_trailers {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }
+    if let Some(codings) = other_codings {
+        headers.insert(header::TRANSFER_ENCODING, codings);
+    }
+}
+
+/// The transfer codings other than `chunked`, in order: hyper decodes only `chunked`, so the bytes still
+/// carry any other coding and the next hop must be told (hyper adds `chunked` back when it sends).
+fn non_chunked_codings(headers: &HeaderMap) -> Option<HeaderValue> {
+    let mut codings = Vec::new();
+    for value in headers.get_all(header::TRANSFER_ENCODING) {
+        for coding in value.as_bytes().split(|&b| b == b',') {
+            let coding = coding.trim_ascii();
+            if !coding.is_empty() && !coding.eq_ignore_ascii_case(b"chunked") {
+                codings.push(coding);
+            }
+        }
+    }
+    if codings.is_empty() {
+        return None;
+    }
+    HeaderValue::from_bytes(&codings.join(&b", "[..])).ok()
 }
 
 #[cfg(test)]
@@ -69,6 +98,37 @@ mod tests {
         let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, ["authorization", "content-type", "x-multi"]);
         assert_eq!(h.get_all("x-multi").iter().count(), 2);
+    }
+
+    #[test]
+    fn content_length_beside_transfer_encoding_is_dropped() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        strip(&mut h);
+        assert!(h.is_empty());
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
+        strip(&mut h);
+        assert_eq!(h.len(), 1);
+    }
+
+    #[test]
+    fn transfer_codings_other_than_chunked_stay_named() {
+        let mut h = HeaderMap::new();
+        h.append(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("gzip, Chunked"),
+        );
+        h.append(header::TRANSFER_ENCODING, HeaderValue::from_static("br"));
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
+        strip(&mut h);
+        let te: Vec<_> = h.get_all(header::TRANSFER_ENCODING).iter().collect();
+        assert_eq!(te, [&HeaderValue::from_static("gzip, br")]);
+        assert!(h.get(header::CONTENT_LENGTH).is_none());
     }
 
     #[test]

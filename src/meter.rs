@@ -84,6 +84,9 @@ struct Reading {
     text: TextCount,
     skipped: Option<SkipReason>,
     error_event: bool,
+    /// An SSE event was decoded: a body with other lines than comments and none of these was not an
+    /// event stream at all.
+    decoded_event: bool,
 }
 
 impl Reading {
@@ -92,6 +95,7 @@ impl Reading {
         if self.skipped.is_some() {
             return false;
         }
+        self.decoded_event = true;
         // An event without data, or the OpenAI-style `[DONE]` some gateways add to every API, carries
         // nothing in any dialect.
         if matches!(event.data.trim_ascii(), b"" | b"[DONE]") {
@@ -140,6 +144,7 @@ impl Meter {
                 text,
                 skipped: None,
                 error_event: false,
+                decoded_event: false,
             },
         }
     }
@@ -173,18 +178,17 @@ impl Meter {
             }),
         };
         if fed.is_err() {
-            reading.skipped = Some(SkipReason::EventTooLarge);
+            reading.skipped.get_or_insert(SkipReason::EventTooLarge);
         }
-        if reading.skipped.is_some() {
-            0
-        } else {
-            outputs
-        }
+        // Output events completed before the stream turned unreadable were real token arrivals,
+        // whether or not the unreadable part came in the same frame: the figures depend only on the
+        // bytes, never on where the network cut them into frames.
+        outputs
     }
 
     /// Called once at the end of the body (`complete`: it ended normally). A JSON body's fields are
     /// read now, and an NDJSON stream's last line if it had no LF; returns the output-bearing events
-    /// that line completed.
+    /// that line completed. An SSE body that held no event at all is reported as malformed here.
     pub fn finish(&mut self, complete: bool) -> u32 {
         let Meter { framing, reading } = self;
         match framing {
@@ -201,11 +205,17 @@ impl Meter {
                     };
                     outputs += u32::from(reading.event(&event));
                 });
-                if reading.skipped.is_some() {
-                    0
-                } else {
-                    outputs
+                outputs
+            }
+            // An "event stream" that held other lines than comments but not a single complete event (a
+            // JSON or HTML body, binary bytes under an SSE content type) is malformed, not a stream that
+            // carried no tokens. Keep-alive comments alone (a client that left during a long prefill)
+            // are not malformed.
+            Framing::Sse(framer) => {
+                if !reading.decoded_event && framer.saw_non_comment() {
+                    reading.skipped.get_or_insert(SkipReason::MalformedEvent);
                 }
+                0
             }
             _ => 0,
         }
@@ -354,5 +364,44 @@ mod tests {
         assert_eq!(meter.feed(body), 1);
         assert_eq!(meter.finish(false), 0);
         assert_eq!(meter.skipped(), None);
+    }
+
+    #[test]
+    fn a_stream_without_a_single_event_is_malformed() {
+        let (_, dialect) = detect("/v1/chat/completions");
+        let mut meter = Meter::new(
+            dialect.expect("openai"),
+            Format::Sse,
+            &limits(),
+            TextCount::Off,
+        );
+        assert_eq!(
+            meter.feed(b"{\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n"),
+            0
+        );
+        meter.finish(true);
+        assert_eq!(meter.skipped(), Some(SkipReason::MalformedEvent));
+        for quiet in [&b""[..], b": ping\n\n: ping\r\n\r\n: pi"] {
+            let (_, dialect) = detect("/v1/chat/completions");
+            let mut meter = Meter::new(
+                dialect.expect("openai"),
+                Format::Sse,
+                &limits(),
+                TextCount::Off,
+            );
+            meter.feed(quiet);
+            meter.finish(true);
+            assert_eq!(meter.skipped(), None);
+        }
+        let (_, dialect) = detect("/v1/chat/completions");
+        let mut meter = Meter::new(
+            dialect.expect("openai"),
+            Format::Sse,
+            &limits(),
+            TextCount::Off,
+        );
+        meter.feed(b": ping\n\n{\"error\":");
+        meter.finish(true);
+        assert_eq!(meter.skipped(), Some(SkipReason::MalformedEvent));
     }
 }

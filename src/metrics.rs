@@ -272,12 +272,15 @@ impl ModelLabels {
         }
     }
 
-    /// The label for a model name: itself while the cap allows, else `other`; `unknown` when absent.
+    /// The label for a model name: itself while the cap allows, else `other` (also for names over 200 bytes
+    /// or with control characters); `unknown` when absent.
     pub fn label(&self, model: Option<&str>) -> Arc<str> {
         let Some(model) = model.filter(|m| !m.is_empty()) else {
             return self.unknown.clone();
         };
-        if model.len() > MAX_MODEL_LEN {
+        // A control character is in no real model's name; admitted, it would take one of the capped
+        // places and carry line breaks into the per-request log line.
+        if model.len() > MAX_MODEL_LEN || model.chars().any(char::is_control) {
             return self.other.clone();
         }
         let Ok(mut known) = self.known.lock() else {
@@ -310,6 +313,11 @@ mod tests {
         assert_eq!(&*labels.label(None), UNKNOWN_MODEL);
         assert_eq!(&*labels.label(Some("")), UNKNOWN_MODEL);
         assert_eq!(&*labels.label(Some(&"x".repeat(500))), OTHER_MODEL);
+        let labels = ModelLabels::new(3, std::iter::empty());
+        for forged in ["a\nINFO forged", "b\r", "c\u{0}", "d\u{7f}", "e\u{85}"] {
+            assert_eq!(&*labels.label(Some(forged)), OTHER_MODEL, "{forged:?}");
+        }
+        assert_eq!(&*labels.label(Some("ünï-模型 v2")), "ünï-模型 v2");
     }
 
     #[test]

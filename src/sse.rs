@@ -44,6 +44,8 @@ impl std::error::Error for Overflow {}
 struct Pending {
     data: Vec<u8>,
     event: Vec<u8>,
+    /// A line other than a comment or a blank line has been seen.
+    saw_field: bool,
 }
 
 impl Pending {
@@ -65,6 +67,7 @@ impl Pending {
         if self.held().saturating_add(line.len()) > max {
             return Err(Overflow);
         }
+        self.saw_field |= line.first() != Some(&b':');
         let (name, value) = match memchr::memchr(b':', line) {
             Some(0) => return Ok(()), // comment
             Some(colon) => {
@@ -156,6 +159,12 @@ impl SseFramer {
             self.pending = Pending::default();
         }
         result
+    }
+
+    /// Whether the stream so far holds anything but comments and blank lines (a finished line, or the
+    /// unfinished one): a stream of keep-alive comments only is still an event stream.
+    pub fn saw_non_comment(&self) -> bool {
+        self.pending.saw_field || self.line.first().is_some_and(|&b| b != b':')
     }
 
     /// Bytes currently held (unfinished line + pending event data), for memory accounting in tests.

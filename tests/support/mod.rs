@@ -514,3 +514,262 @@ pub fn random_frames(data: &[u8], rng: &mut Lcg, max_frame: usize) -> Vec<Vec<u8
     }
     frames
 }
+
+// ---- faults: what the plain script cannot do ----------------------------------------------------
+
+/// One step of a faulty upstream's answer.
+#[derive(Clone, Debug)]
+pub enum Fault {
+    /// A plain scripted step.
+    Step(Step),
+    /// Write these bytes one at a time, pausing between them.
+    Trickle(Vec<u8>, Duration),
+    /// Abort the connection with a TCP reset (SO_LINGER 0), whatever state the response is in.
+    Reset,
+}
+
+impl From<Step> for Fault {
+    fn from(step: Step) -> Self {
+        Fault::Step(step)
+    }
+}
+
+/// Starts an upstream like [`upstream`] whose script may also trickle bytes and reset the connection.
+/// Each connection's log records its requests and when tokentap closed it.
+pub async fn faulty_upstream(
+    handler: impl Fn(&RecordedRequest) -> Vec<Fault> + Send + Sync + 'static,
+) -> Upstream {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind upstream");
+    let addr = listener.local_addr().expect("addr");
+    let connections: Arc<Mutex<Vec<Arc<Mutex<ConnectionLog>>>>> = Arc::default();
+    let peer_closed = Arc::new(Notify::new());
+    let handler = Arc::new(handler);
+    let (conns, notify) = (connections.clone(), peer_closed.clone());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            stream.set_nodelay(true).ok();
+            let log = Arc::new(Mutex::new(ConnectionLog::default()));
+            conns.lock().expect("log").push(log.clone());
+            let (handler, notify) = (handler.clone(), notify.clone());
+            tokio::spawn(async move {
+                let (mut rd, mut wr) = stream.into_split();
+                let mut buf = Vec::new();
+                loop {
+                    let Some(request) = read_request(&mut rd, &mut buf).await else {
+                        log.lock()
+                            .expect("log")
+                            .closed_by_peer_at
+                            .get_or_insert_with(Instant::now);
+                        notify.notify_waiters();
+                        return;
+                    };
+                    log.lock().expect("log").requests.push(request.clone());
+                    let faults = handler(&request);
+                    let script = async {
+                        for fault in faults {
+                            match fault {
+                                Fault::Step(Step::Raw(bytes)) => {
+                                    if wr.write_all(&bytes).await.is_err() {
+                                        return Some(false);
+                                    }
+                                }
+                                Fault::Step(Step::Sleep(d)) => tokio::time::sleep(d).await,
+                                Fault::Step(Step::Close) => return Some(false),
+                                Fault::Trickle(bytes, pause) => {
+                                    for b in bytes {
+                                        if wr.write_all(&[b]).await.is_err() {
+                                            return Some(false);
+                                        }
+                                        tokio::time::sleep(pause).await;
+                                    }
+                                }
+                                Fault::Reset => return None,
+                            }
+                        }
+                        Some(true)
+                    };
+                    let mut probe = [0u8; 1];
+                    let outcome = tokio::select! {
+                        done = script => done,
+                        n = rd.read(&mut probe) => {
+                            if matches!(n, Ok(0) | Err(_)) {
+                                log.lock().expect("log").closed_by_peer_at = Some(Instant::now());
+                                notify.notify_waiters();
+                            }
+                            Some(false)
+                        }
+                    };
+                    log.lock().expect("log").script_done_at = Some(Instant::now());
+                    match outcome {
+                        Some(true) => continue,
+                        Some(false) => {
+                            let _ = wr.shutdown().await;
+                            return;
+                        }
+                        None => {
+                            if let Ok(stream) = rd.reunite(wr) {
+                                stream.set_zero_linger().ok();
+                            }
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Upstream {
+        addr,
+        connections,
+        peer_closed,
+    }
+}
+
+impl Upstream {
+    /// Waits (bounded by 5 s) until tokentap has closed upstream connection `i`.
+    pub async fn wait_closed(&self, i: usize) -> Instant {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let notified = self.peer_closed.notified();
+                if let Some(at) = self.closed_at(i) {
+                    return at;
+                }
+                notified.await;
+            }
+        })
+        .await
+        .expect("tokentap did not close the upstream connection")
+    }
+}
+
+// ---- raw clients: bytes no well-behaved client library would send ----------------------------------
+
+/// Writes `request` as it is to the proxy port and reads the answer until the proxy closes the
+/// connection (bounded by 5 s). Returns everything read.
+pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request).await.expect("write request");
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    answer
+}
+
+/// The status code of a raw HTTP/1.1 answer, 0 when there is none.
+pub fn raw_status(answer: &[u8]) -> u16 {
+    answer
+        .strip_prefix(b"HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| std::str::from_utf8(code).ok())
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A raw HTTP/1.1 answer's head (up to the blank line) and body bytes.
+pub fn raw_split(answer: &[u8]) -> (String, Vec<u8>) {
+    match answer.windows(4).position(|w| w == b"\r\n\r\n") {
+        Some(at) => (
+            String::from_utf8_lossy(&answer[..at]).into_owned(),
+            answer[at + 4..].to_vec(),
+        ),
+        None => (String::from_utf8_lossy(answer).into_owned(), Vec::new()),
+    }
+}
+
+/// Decodes a chunked body (as written by the proxy); None when it is not complete and well-formed.
+pub fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = body.windows(2).position(|w| w == b"\r\n")?;
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&body[..line_end]).ok()?.trim(), 16).ok()?;
+        body = &body[line_end + 2..];
+        if size == 0 {
+            return (body == b"\r\n").then_some(out);
+        }
+        out.extend_from_slice(body.get(..size)?);
+        body = body.get(size..)?.strip_prefix(b"\r\n")?;
+    }
+}
+
+/// Open file descriptors of this process.
+pub fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+/// Resident set size of this process in KiB.
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+// ---- generated streams, for property tests ------------------------------------------------------
+
+/// Strategies for OpenAI-style event streams mixing well-formed events with hostile ones.
+pub mod streams {
+    use proptest::prelude::*;
+
+    /// One piece of a stream, good or hostile: token, role, text-completion and usage chunks, [DONE],
+    /// comments with lone-CR endings, tool calls, error events, invalid JSON, invalid UTF-8, NUL bytes, a
+    /// BOM, padding events of varied size and plain random bytes.
+    pub fn piece() -> impl Strategy<Value = Vec<u8>> {
+        let text = prop_oneof![
+            "[a-z ]{0,8}",
+            "[\\PC]{0,4}",
+            Just("\\\"quoted\\\" \\u00e9 \\n".to_owned()),
+        ];
+        prop_oneof![
+            text.clone().prop_map(|t| format!(
+                "data: {{\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{t}\"}}}}]}}\n\n"
+            )
+            .into_bytes()),
+            Just(
+                b"data: {\"model\":\"m\",\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+                    .to_vec()
+            ),
+            text.prop_map(|t| format!("data: {{\"choices\":[{{\"text\":\"{t}\"}}]}}\r\n\r\n").into_bytes()),
+            (0u64..1000, 0u64..1000).prop_map(|(p, c)| format!(
+                "data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":{p},\"completion_tokens\":{c}}}}}\n\n"
+            )
+            .into_bytes()),
+            Just(b"data: [DONE]\n\n".to_vec()),
+            Just(b": ping\r\r".to_vec()),
+            Just(b"event: x\nid: 7\nretry: 10\ndata: {\"choices\":[{\"delta\":{\"tool_calls\":[{}]}}]}\n\n".to_vec()),
+            Just(b"data: {\"error\":{\"message\":\"boom\"}}\n\n".to_vec()),
+            Just(b"data: {not json\n\n".to_vec()),
+            Just(b"data: {\"choices\":[{\"delta\":{\"content\":\"\xff\xfe\"}}]}\n\n".to_vec()),
+            Just(b"data: \x00\x00\n\n".to_vec()),
+            Just(b"\xEF\xBB\xBF".to_vec()),
+            (0usize..600).prop_map(|n| format!("data: {{\"pad\":\"{}\"}}\n\n", "x".repeat(n)).into_bytes()),
+            prop::collection::vec(any::<u8>(), 0..24),
+        ]
+    }
+
+    /// A stream of up to `max_pieces` pieces.
+    pub fn stream(max_pieces: usize) -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(piece(), 0..max_pieces).prop_map(|pieces| pieces.concat())
+    }
+
+    /// Cut points, applied with [`cut`].
+    pub fn splits() -> impl Strategy<Value = Vec<usize>> {
+        prop::collection::vec(any::<usize>(), 0..40)
+    }
+
+    /// Cuts `data` at the given points (taken modulo its length + 1, sorted, deduplicated).
+    pub fn cut<'a>(data: &'a [u8], points: &[usize]) -> Vec<&'a [u8]> {
+        let mut at: Vec<usize> = points
+            .iter()
+            .map(|p| p % (data.len() + 1))
+            .chain([0, data.len()])
+            .collect();
+        at.sort_unstable();
+        at.dedup();
+        at.windows(2).map(|w| &data[w[0]..w[1]]).collect()
+    }
+}

@@ -1,0 +1,428 @@
+//! Soak test: holds many concurrent streams through a tokentap process for minutes and reports its memory
+//! (RSS), open file descriptors, and any byte or count mismatch. Loopback only, bounded in time.
+//!
+//! It starts a scripted OpenAI-style upstream in this process (a role chunk, then `--tokens` content
+//! chunks `--gap-ms` apart, usage, `[DONE]`), starts the tokentap binary given by `--tokentap` in front of
+//! it, and keeps `--streams` client streams open for `--duration` seconds: every stream that ends is
+//! replaced by a new one. Every client checks that it got exactly the bytes the upstream sent. At the
+//! end it waits for the last streams, scrapes tokentap's `/metrics` and compares its request and token
+//! counts with what the clients saw. Exit status 1 on any mismatch.
+//!
+//!     scripts/soak.sh                      # builds, raises the descriptor limit, runs with the defaults
+//!     cargo run --example soak -- --tokentap target/release/tokentap --streams 1000 --duration 180
+
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+struct Args {
+    tokentap: String,
+    streams: usize,
+    duration: Duration,
+    tokens: usize,
+    gap: Duration,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        tokentap: "target/release/tokentap".into(),
+        streams: 1000,
+        duration: Duration::from_secs(180),
+        tokens: 100,
+        gap: Duration::from_millis(100),
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    for pair in argv.chunks(2) {
+        let value = pair.get(1).map(String::as_str).unwrap_or_default();
+        let number = || value.parse::<u64>().unwrap_or_else(|_| usage(&pair[0]));
+        match pair[0].as_str() {
+            "--tokentap" => a.tokentap = value.to_owned(),
+            "--streams" => a.streams = number() as usize,
+            "--duration" => a.duration = Duration::from_secs(number()),
+            "--tokens" => a.tokens = number() as usize,
+            "--gap-ms" => a.gap = Duration::from_millis(number()),
+            other => usage(other),
+        }
+    }
+    a
+}
+
+fn usage(bad: &str) -> ! {
+    eprintln!("soak: bad argument {bad}\nusage: soak [--tokentap PATH] [--streams N] [--duration SECS] [--tokens N] [--gap-ms MS]");
+    std::process::exit(2)
+}
+
+fn event(i: usize) -> String {
+    format!("data: {{\"id\":\"s\",\"object\":\"chat.completion.chunk\",\"model\":\"soak\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"tok{i} \"}},\"finish_reason\":null}}]}}\n\n")
+}
+
+const ROLE: &str = "data: {\"id\":\"s\",\"object\":\"chat.completion.chunk\",\"model\":\"soak\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n";
+
+fn usage_event(tokens: usize) -> String {
+    format!("data: {{\"id\":\"s\",\"object\":\"chat.completion.chunk\",\"model\":\"soak\",\"choices\":[],\"usage\":{{\"prompt_tokens\":7,\"completion_tokens\":{tokens},\"total_tokens\":{}}}}}\n\n", tokens + 7)
+}
+
+/// The exact body every stream carries.
+fn expected_body(tokens: usize) -> Vec<u8> {
+    let mut body = ROLE.to_owned();
+    (0..tokens).for_each(|i| body.push_str(&event(i)));
+    body.push_str(&usage_event(tokens));
+    body.push_str("data: [DONE]\n\n");
+    body.into_bytes()
+}
+
+fn chunked(data: &str) -> Vec<u8> {
+    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
+    out.extend_from_slice(data.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// The scripted upstream: keep-alive HTTP/1.1, one stream per request. When `closing` turns true, idle
+/// connections are closed, so tokentap's pool lets go of them and its descriptors can be compared.
+async fn upstream(
+    listener: TcpListener,
+    tokens: usize,
+    gap: Duration,
+    closing: watch::Receiver<bool>,
+) {
+    while let Ok((stream, _)) = listener.accept().await {
+        stream.set_nodelay(true).ok();
+        tokio::spawn(serve(stream, tokens, gap, closing.clone()));
+    }
+}
+
+async fn serve(
+    mut stream: TcpStream,
+    tokens: usize,
+    gap: Duration,
+    mut closing: watch::Receiver<bool>,
+) {
+    let mut buf = Vec::new();
+    loop {
+        if buf.is_empty() {
+            let mut chunk = [0u8; 4096];
+            tokio::select! {
+                read = stream.read(&mut chunk) => match read {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                },
+                _ = closing.wait_for(|c| *c) => return,
+            }
+        }
+        // Read a head and its Content-Length body (tokentap forwards the client's request as it is).
+        let head_end = loop {
+            if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        while buf.len() < head_end + length {
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        buf.drain(..head_end + length);
+        let mut out = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        out.extend_from_slice(&chunked(ROLE));
+        if stream.write_all(&out).await.is_err() {
+            return;
+        }
+        for i in 0..tokens {
+            tokio::time::sleep(gap).await;
+            if stream.write_all(&chunked(&event(i))).await.is_err() {
+                return;
+            }
+        }
+        let mut tail = chunked(&usage_event(tokens));
+        tail.extend_from_slice(&chunked("data: [DONE]\n\n"));
+        tail.extend_from_slice(b"0\r\n\r\n");
+        if stream.write_all(&tail).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn free_port() -> SocketAddr {
+    StdListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+}
+
+#[derive(Default)]
+struct Tally {
+    active: AtomicI64,
+    completed: AtomicU64,
+    bytes: AtomicU64,
+    mismatched: AtomicU64,
+    failed: AtomicU64,
+}
+
+type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+
+/// One client slot: opens stream after stream until the deadline.
+async fn slot(
+    client: HttpClient,
+    url: String,
+    expected: Arc<Vec<u8>>,
+    tally: Arc<Tally>,
+    deadline: Instant,
+) {
+    let body = Bytes::from_static(br#"{"model":"soak","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true}}"#);
+    while Instant::now() < deadline {
+        let request = http::Request::post(&url)
+            .header("content-type", "application/json")
+            .body(Full::new(body.clone()))
+            .expect("request");
+        tally.active.fetch_add(1, Relaxed);
+        let result = async {
+            let response = client.request(request).await.map_err(|e| e.to_string())?;
+            if response.status() != 200 {
+                return Err(format!("status {}", response.status()));
+            }
+            let mut body = response.into_body();
+            let mut got = Vec::with_capacity(expected.len());
+            while let Some(frame) = body.frame().await {
+                if let Ok(data) = frame.map_err(|e| e.to_string())?.into_data() {
+                    got.extend_from_slice(&data);
+                }
+            }
+            Ok(got)
+        }
+        .await;
+        tally.active.fetch_sub(1, Relaxed);
+        match result {
+            Ok(got) => {
+                tally.bytes.fetch_add(got.len() as u64, Relaxed);
+                tally.completed.fetch_add(1, Relaxed);
+                if got != *expected {
+                    tally.mismatched.fetch_add(1, Relaxed);
+                }
+            }
+            Err(err) => {
+                if tally.failed.fetch_add(1, Relaxed) < 5 {
+                    eprintln!("soak: a stream failed: {err}");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+async fn scrape(client: &HttpClient, metrics: SocketAddr) -> String {
+    let request = http::Request::get(format!("http://{metrics}/metrics"))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    match client.request(request).await {
+        Ok(response) => match response.into_body().collect().await {
+            Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
+            Err(_) => String::new(),
+        },
+        Err(_) => String::new(),
+    }
+}
+
+/// Sum of the samples of `name` whose label set contains every `label="value"` in `with`.
+fn sample(text: &str, name: &str, with: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter(|l| with.iter().all(|w| l.contains(w)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let args = args();
+    let upstream_listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind upstream");
+    let upstream_addr = upstream_listener.local_addr().expect("addr");
+    let (close_upstream, closing) = watch::channel(false);
+    tokio::spawn(upstream(upstream_listener, args.tokens, args.gap, closing));
+    let (listen, metrics) = (free_port(), free_port());
+    let child = Command::new(&args.tokentap)
+        .args([
+            "--listen",
+            &listen.to_string(),
+            "--metrics-listen",
+            &metrics.to_string(),
+        ])
+        .args(["--upstream", &format!("http://{upstream_addr}")])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            eprintln!("soak: cannot start {}: {e}", args.tokentap);
+            std::process::exit(2)
+        });
+    let child = KillOnDrop(child);
+    let pid = child.0.id();
+    let client: HttpClient = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(args.streams * 2)
+        .build_http();
+    // Bounded wait for tokentap to answer.
+    let started = Instant::now();
+    while scrape(&client, metrics).await.is_empty() {
+        if started.elapsed() > Duration::from_secs(10) {
+            eprintln!("soak: tokentap did not start");
+            std::process::exit(2);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (rss_idle, fds_idle) = (rss_kib(pid), fds(pid));
+    println!(
+        "soak: {} streams for {:?}, {} tokens {:?} apart per stream, tokentap pid {pid} ({})",
+        args.streams, args.duration, args.tokens, args.gap, args.tokentap
+    );
+    println!("idle: RSS {rss_idle} KiB, {fds_idle} fds");
+
+    let expected = Arc::new(expected_body(args.tokens));
+    let tally = Arc::new(Tally::default());
+    let t0 = Instant::now();
+    let deadline = t0 + args.duration;
+    let url = format!("http://{listen}/v1/chat/completions");
+    let slots: Vec<_> = (0..args.streams)
+        .map(|_| {
+            tokio::spawn(slot(
+                client.clone(),
+                url.clone(),
+                expected.clone(),
+                tally.clone(),
+                deadline,
+            ))
+        })
+        .collect();
+
+    let (mut rss_max, mut fds_max) = (0u64, 0usize);
+    let (mut held_min, mut held_sum, mut held_samples) = (i64::MAX, 0i64, 0i64);
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    ticks.tick().await;
+    let mut second = 0u64;
+    while Instant::now() < deadline {
+        ticks.tick().await;
+        second += 1;
+        let (rss, open) = (rss_kib(pid), fds(pid));
+        rss_max = rss_max.max(rss);
+        fds_max = fds_max.max(open);
+        let active = tally.active.load(Relaxed);
+        // Ramp-up is the first 10 s; from then to the deadline every slot should hold a stream.
+        if second > 10 && Instant::now() < deadline {
+            held_min = held_min.min(active);
+            held_sum += active;
+            held_samples += 1;
+        }
+        if second % 10 == 0 {
+            let text = scrape(&client, metrics).await;
+            let in_flight = sample(&text, "tokentap_requests_in_flight", &[]);
+            println!(
+                "t={second:>4}s active {active:>5} in_flight {in_flight:>5} completed {:>7} RSS {rss:>7} KiB fds {open:>5}",
+                tally.completed.load(Relaxed)
+            );
+        }
+    }
+    // Let the last streams end (each lasts tokens × gap), bounded.
+    let drain = args.gap * (args.tokens as u32) + Duration::from_secs(30);
+    let _ = tokio::time::timeout(drain, async {
+        for s in slots {
+            let _ = s.await;
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let text = scrape(&client, metrics).await;
+    drop(client);
+    let _ = close_upstream.send(true);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (rss_end, fds_end) = (rss_kib(pid), fds(pid));
+
+    let completed = tally.completed.load(Relaxed);
+    let failed = tally.failed.load(Relaxed);
+    let mismatched = tally.mismatched.load(Relaxed);
+    let ok = sample(
+        &text,
+        "tokentap_requests_total",
+        &["outcome=\"ok\"", "status=\"200\""],
+    );
+    let all = sample(&text, "tokentap_requests_total", &[]);
+    let tokens = sample(&text, "tokentap_output_tokens_total", &["model=\"soak\""]);
+    let ttft = sample(&text, "tokentap_time_to_first_token_seconds_count", &[]);
+    let itl = sample(&text, "tokentap_inter_token_latency_seconds_count", &[]);
+    let in_flight = sample(&text, "tokentap_requests_in_flight", &[]);
+    let want_tokens = completed as f64 * args.tokens as f64;
+    let want_itl = completed as f64 * (args.tokens as f64 - 1.0);
+    let count_mismatch = ok != completed as f64
+        || all != (completed + failed) as f64
+        || tokens != want_tokens
+        || ttft != completed as f64
+        || itl != want_itl
+        || in_flight != 0.0;
+    println!("---");
+    println!(
+        "concurrent streams after ramp-up: min {held_min}, mean {} (target {}, sampled each second)",
+        held_sum / held_samples.max(1),
+        args.streams
+    );
+    println!(
+        "completed streams: {completed}, failed: {failed}, bytes received: {}",
+        tally.bytes.load(Relaxed)
+    );
+    println!("byte mismatches: {mismatched}");
+    println!("tokentap counted: requests {all} (ok {ok}), output tokens {tokens} (expected {want_tokens}), TTFT {ttft}, ITL {itl} (expected {want_itl}), in flight {in_flight}");
+    println!(
+        "count mismatches: {}",
+        if count_mismatch { "YES" } else { "none" }
+    );
+    println!("tokentap RSS: idle {rss_idle} KiB, peak {rss_max} KiB, after {rss_end} KiB");
+    println!("tokentap fds: idle {fds_idle}, peak {fds_max}, after {fds_end}");
+    drop(child);
+    if mismatched > 0 || count_mismatch || failed > 0 {
+        std::process::exit(1);
+    }
+}

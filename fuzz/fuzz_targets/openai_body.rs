@@ -1,0 +1,48 @@
+//! The meter on a non-streaming OpenAI response body (JSON field scan + OpenAI dialect decoder), any
+//! bytes: it never panics and reads the same model and usage however the body is cut into frames.
+//! Input: 1 byte of scan bound, 1 byte of split seed, then the body.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tokentap::config::Metering;
+use tokentap::dialect::{detect, Observations};
+use tokentap::meter::{Format, Meter};
+use tokentap::tokenizer::TextCount;
+
+fn meter(max_event_bytes: usize, frames: &[&[u8]]) -> (u32, Observations) {
+    let (_, dialect) = detect("/v1/chat/completions");
+    let Some(dialect) = dialect else {
+        panic!("chat has no dialect");
+    };
+    let limits = Metering {
+        max_event_bytes,
+        model_scan_bytes: 4096,
+    };
+    let mut meter = Meter::new(dialect, Format::Json, &limits, TextCount::Off);
+    let outputs = frames.iter().map(|f| meter.feed(f)).sum();
+    meter.finish(true);
+    assert_eq!(meter.skipped(), None, "a JSON body is never skipped");
+    (outputs, meter.observations().clone())
+}
+
+fn frames(data: &[u8], seed: u8) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let (mut rest, mut n) = (data, usize::from(seed));
+    while !rest.is_empty() {
+        n = n.wrapping_mul(31).wrapping_add(7);
+        let (head, tail) = rest.split_at((n % 17 + 1).min(rest.len()));
+        out.push(head);
+        rest = tail;
+    }
+    out
+}
+
+fuzz_target!(|data: &[u8]| {
+    let [bound, seed, body @ ..] = data else {
+        return;
+    };
+    let max = 1 + usize::from(*bound) * 64;
+    let whole = meter(max, &[body]);
+    assert_eq!(whole.0, 0, "a JSON body has no output events");
+    assert_eq!(meter(max, &frames(body, *seed)), whole);
+});

@@ -1,0 +1,69 @@
+//! The meter on a streaming OpenAI response (SSE framer + OpenAI dialect decoder), any bytes: it never
+//! panics and gives the same figures however the stream is cut into frames.
+//! Input: 1 byte choosing chat or completions and the event bound, 1 byte of split seed, then the stream.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tokentap::config::Metering;
+use tokentap::dialect::detect;
+use tokentap::meter::{Format, Meter};
+use tokentap::tokenizer::TextCount;
+
+#[derive(Debug, PartialEq)]
+struct Figures {
+    outputs: u32,
+    output_tokens: Option<u64>,
+    input_tokens: Option<u64>,
+    model: Option<String>,
+    skipped: Option<&'static str>,
+    error_event: bool,
+}
+
+fn meter(path: &str, max_event_bytes: usize, frames: &[&[u8]]) -> Figures {
+    let (_, dialect) = detect(path);
+    let Some(dialect) = dialect else {
+        panic!("{path} has no dialect");
+    };
+    let limits = Metering {
+        max_event_bytes,
+        model_scan_bytes: 4096,
+    };
+    let mut meter = Meter::new(dialect, Format::Sse, &limits, TextCount::Off);
+    let outputs = frames.iter().map(|f| meter.feed(f)).sum();
+    meter.finish(true);
+    let obs = meter.observations();
+    Figures {
+        outputs,
+        output_tokens: obs.output_tokens,
+        input_tokens: obs.input_tokens,
+        model: obs.model.clone(),
+        skipped: meter.skipped().map(|r| r.as_str()),
+        error_event: meter.saw_error_event(),
+    }
+}
+
+fn frames(data: &[u8], seed: u8) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let (mut rest, mut n) = (data, usize::from(seed));
+    while !rest.is_empty() {
+        n = n.wrapping_mul(31).wrapping_add(7);
+        let (head, tail) = rest.split_at((n % 17 + 1).min(rest.len()));
+        out.push(head);
+        rest = tail;
+    }
+    out
+}
+
+fuzz_target!(|data: &[u8]| {
+    let [mode, seed, stream @ ..] = data else {
+        return;
+    };
+    let path = if mode & 1 == 0 {
+        "/v1/chat/completions"
+    } else {
+        "/v1/completions"
+    };
+    let max = 16 + usize::from(mode >> 1) * 16;
+    let whole = meter(path, max, &[stream]);
+    assert_eq!(meter(path, max, &frames(stream, *seed)), whole);
+});

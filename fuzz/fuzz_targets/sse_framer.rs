@@ -1,0 +1,44 @@
+//! The SSE framer on any bytes: it never panics, never holds more than its bound, and decodes the same
+//! events (and overflows at the same point) however the input is cut into frames.
+//! Input: 2 bytes of bound, 1 byte of split seed, then the stream.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tokentap::sse::SseFramer;
+
+type Events = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn run(max: usize, frames: &[&[u8]]) -> (Events, bool) {
+    let mut framer = SseFramer::new(max);
+    let mut events = Vec::new();
+    for frame in frames {
+        let fed = framer.feed(frame, |e| events.push((e.event.to_vec(), e.data.to_vec())));
+        assert!(framer.buffered_bytes() <= max, "held more than the bound");
+        if fed.is_err() {
+            return (events, true);
+        }
+    }
+    (events, false)
+}
+
+/// Cuts `data` into frames whose lengths follow the seed (1..=seed%17+1 bytes, cycling).
+fn frames(data: &[u8], seed: u8) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let (mut rest, mut n) = (data, usize::from(seed));
+    while !rest.is_empty() {
+        n = n.wrapping_mul(31).wrapping_add(7);
+        let (head, tail) = rest.split_at((n % 17 + 1).min(rest.len()));
+        out.push(head);
+        rest = tail;
+    }
+    out
+}
+
+fuzz_target!(|data: &[u8]| {
+    let [a, b, seed, stream @ ..] = data else {
+        return;
+    };
+    let max = usize::from(u16::from_le_bytes([*a, *b])) + 1;
+    let whole = run(max, &[stream]);
+    assert_eq!(run(max, &frames(stream, *seed)), whole);
+});

@@ -1,0 +1,665 @@
+//! Fault injection: an upstream that resets, hangs, trickles bytes one at a time or sends garbage, clients
+//! that vanish at each phase of a request, and hostile or malformed HTTP from either side. Each case says
+//! what the client saw, what the upstream saw (and when tokentap closed its connection) and what
+//! `/metrics` says; in every case the in-flight gauge returns to 0 and nothing panics.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+const CHAT: &str = "/v1/chat/completions";
+
+fn requests(m: &Metrics, status: &str, outcome: &str) -> f64 {
+    m.get(
+        "tokentap_requests_total",
+        &[("status", status), ("outcome", outcome)],
+    )
+}
+
+fn all_requests(m: &Metrics) -> f64 {
+    m.get("tokentap_requests_total", &[])
+}
+
+fn error_type(body: &[u8]) -> String {
+    let json: serde_json::Value = serde_json::from_slice(body).expect("error body is JSON");
+    json["error"]["type"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A vLLM-like stream: head, role chunk, then `tokens` content chunks 50 ms apart, [DONE], end.
+fn stream_of(tokens: usize) -> (Vec<Fault>, Vec<u8>) {
+    let mut faults: Vec<Fault> = vec![sse_head().into(), chunk(ROLE_CHUNK.as_bytes()).into()];
+    let mut body = ROLE_CHUNK.as_bytes().to_vec();
+    for i in 0..tokens {
+        let event = content_chunk(&format!("t{i}"));
+        faults.push(Step::Sleep(ms(50)).into());
+        faults.push(chunk(event.as_bytes()).into());
+        body.extend_from_slice(event.as_bytes());
+    }
+    faults.push(chunk(DONE.as_bytes()).into());
+    faults.push(last_chunk().into());
+    body.extend_from_slice(DONE.as_bytes());
+    (faults, body)
+}
+
+// ---- the upstream misbehaves --------------------------------------------------------------------
+
+#[tokio::test]
+async fn upstream_reset_before_the_head_answers_502_and_counts_upstream_error() {
+    let upstream = faulty_upstream(|_| vec![Step::Sleep(ms(10)).into(), Fault::Reset]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let body = chat_request("m");
+    let got = send(&client(), post(&proxy, CHAT, &body)).await;
+    assert_eq!(got.status, 502);
+    assert_eq!(error_type(&got.body), "upstream_error");
+    let seen = upstream.requests();
+    assert_eq!(
+        seen.len(),
+        1,
+        "the upstream got the request once, not retried"
+    );
+    assert_eq!(seen[0].body, body.as_bytes());
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[
+                ("model", "m"),
+                ("status", "502"),
+                ("outcome", "upstream_error")
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(all_requests(&m), 1.0);
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+}
+
+#[tokio::test]
+async fn upstream_reset_mid_stream_breaks_the_client_stream_after_every_byte_before_it() {
+    let (mut faults, _) = stream_of(0);
+    faults.truncate(2);
+    let mut expected = ROLE_CHUNK.as_bytes().to_vec();
+    for text in ["a", "b"] {
+        let event = content_chunk(text);
+        faults.push(chunk(event.as_bytes()).into());
+        expected.extend_from_slice(event.as_bytes());
+    }
+    faults.push(Step::Sleep(ms(20)).into());
+    faults.push(Fault::Reset);
+    let upstream = faulty_upstream(move |_| faults.clone()).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body, expected);
+    assert!(got.end.is_err(), "a reset stream must not end cleanly");
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(requests(&m, "200", "upstream_error"), 1.0);
+    assert_eq!(all_requests(&m), 1.0);
+    assert_eq!(m.get("tokentap_output_tokens_total", &[]), 2.0);
+    assert_eq!(
+        m.get("tokentap_time_to_first_token_seconds_count", &[]),
+        1.0
+    );
+    assert_eq!(
+        m.get("tokentap_e2e_request_latency_seconds_count", &[]),
+        0.0
+    );
+    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+}
+
+#[tokio::test]
+async fn upstream_closing_without_an_answer_gives_502() {
+    let upstream = faulty_upstream(|_| vec![Step::Close.into()]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+    assert_eq!(got.status, 502);
+    assert_eq!(upstream.requests().len(), 1);
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(requests(&m, "502", "upstream_error"), 1.0);
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn upstream_trickling_one_byte_at_a_time_is_forwarded_whole_and_metered_exactly() {
+    // The whole answer, head included, one byte a millisecond.
+    let events = [
+        ROLE_CHUNK.to_owned(),
+        content_chunk("a"),
+        content_chunk("b"),
+        content_chunk("c"),
+        usage_chunk(4, 3),
+        DONE.to_owned(),
+    ];
+    let body: Vec<u8> = events.concat().into_bytes();
+    let mut raw =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            .to_vec();
+    let mut first_token_end = 0;
+    for (i, event) in events.iter().enumerate() {
+        raw.extend_from_slice(format!("{:x}\r\n", event.len()).as_bytes());
+        raw.extend_from_slice(event.as_bytes());
+        if i == 1 {
+            first_token_end = raw.len() - 1; // the blank line that completes the first content event
+        }
+        raw.extend_from_slice(b"\r\n");
+    }
+    raw.extend_from_slice(b"0\r\n\r\n");
+    let upstream = faulty_upstream(move |_| vec![Fault::Trickle(raw.clone(), ms(1))]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body, body);
+    assert_eq!(got.end, Ok(()));
+    assert!(got.frames.len() > 100, "bytes were held back and batched");
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(requests(&m, "200", "ok"), 1.0);
+    assert_eq!(m.get("tokentap_output_tokens_total", &[]), 3.0);
+    assert_eq!(m.get("tokentap_input_tokens_total", &[]), 4.0);
+    assert_eq!(
+        m.get("tokentap_inter_token_latency_seconds_count", &[]),
+        2.0
+    );
+    // Byte k is written k ms after the request: TTFT is the arrival of the first token's last byte.
+    let ttft = m.get("tokentap_time_to_first_token_seconds_sum", &[]);
+    let expected = first_token_end as f64 / 1000.0;
+    assert!(
+        (ttft - expected).abs() <= 0.0015,
+        "TTFT {ttft}, expected {expected}"
+    );
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn upstream_hanging_after_the_head_is_cut_when_the_client_leaves() {
+    let upstream = faulty_upstream(|_| {
+        vec![
+            sse_head().into(),
+            chunk(ROLE_CHUNK.as_bytes()).into(),
+            Step::Sleep(Duration::from_secs(600)).into(),
+            last_chunk().into(),
+        ]
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "slo:\n  ttft: 1s\n").await;
+    let request = post(&proxy, CHAT, &chat_request("m"));
+    let client = client();
+    let waited = tokio::time::timeout(Duration::from_secs(3), send(&client, request)).await;
+    assert!(waited.is_err(), "a hung stream cannot have ended");
+    let left_at = Instant::now();
+    drop(client);
+    let closed_at = upstream.wait_closed(0).await;
+    assert!(closed_at.duration_since(left_at) < ms(50));
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(requests(&m, "200", "cancelled"), 1.0);
+    assert_eq!(
+        m.get("tokentap_time_to_first_token_seconds_count", &[]),
+        0.0
+    );
+    // It had already waited 3 s for a first token against a 1 s ceiling.
+    assert_eq!(
+        m.get("tokentap_slo_violations_total", &[("slo", "ttft")]),
+        1.0
+    );
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+}
+
+#[tokio::test]
+async fn garbage_instead_of_a_response_head_gives_502() {
+    for garbage in [
+        &b"\x00\xff\xfeSSH-2.0-OpenSSH\r\n\r\n"[..],
+        b"HTTP/1.1 2OO OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nbad header line\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nx-a: b\x00c\r\ncontent-length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nx-a: b\rx-injected: 1\r\ncontent-length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 7\r\n\r\nhello",
+        b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+    ] {
+        let upstream = faulty_upstream(move |_| vec![Step::Raw(garbage.to_vec()).into()]).await;
+        let proxy = proxy(&upstream.url(), "").await;
+        let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+        let shown = String::from_utf8_lossy(garbage);
+        assert_eq!(got.status, 502, "{shown:?}");
+        assert_eq!(error_type(&got.body), "upstream_error", "{shown:?}");
+        settle(&proxy).await;
+        let m = scrape(&proxy).await;
+        assert_eq!(requests(&m, "502", "upstream_error"), 1.0, "{shown:?}");
+        assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    }
+}
+
+#[tokio::test]
+async fn broken_framing_mid_body_breaks_the_client_stream() {
+    let good = content_chunk("a");
+    let cases: Vec<(&str, Vec<Fault>)> = vec![
+        (
+            "invalid chunk size",
+            vec![
+                sse_head().into(),
+                chunk(good.as_bytes()).into(),
+                Step::Raw(b"zz\r\nxx\r\n".to_vec()).into(),
+            ],
+        ),
+        (
+            "content-length longer than the body",
+            vec![
+                Step::Raw(
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{good}",
+                        good.len() + 100
+                    )
+                    .into_bytes(),
+                )
+                .into(),
+                Step::Sleep(ms(10)).into(),
+                Step::Close.into(),
+            ],
+        ),
+        (
+            "chunked body cut before its last chunk",
+            vec![
+                sse_head().into(),
+                chunk(good.as_bytes()).into(),
+                Step::Sleep(ms(10)).into(),
+                Step::Close.into(),
+            ],
+        ),
+    ];
+    for (what, faults) in cases {
+        let upstream = faulty_upstream(move |_| faults.clone()).await;
+        let proxy = proxy(&upstream.url(), "").await;
+        let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+        assert_eq!(got.status, 200, "{what}");
+        assert_eq!(got.body, good.as_bytes(), "{what}");
+        assert!(got.end.is_err(), "{what}: the client saw a clean end");
+        settle(&proxy).await;
+        let m = scrape(&proxy).await;
+        assert_eq!(requests(&m, "200", "upstream_error"), 1.0, "{what}");
+        assert_eq!(m.get("tokentap_output_tokens_total", &[]), 1.0, "{what}");
+        assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0, "{what}");
+    }
+}
+
+#[tokio::test]
+async fn upstream_sending_both_content_length_and_chunked_is_read_as_chunked_and_the_length_dropped(
+) {
+    // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length, and an intermediary forwarding such a
+    // message must remove the Content-Length first.
+    let events = format!("{}{}{DONE}", content_chunk("a"), content_chunk("b"));
+    let mut raw = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 7\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+    if let Step::Raw(bytes) = chunk(events.as_bytes()) {
+        raw.extend_from_slice(&bytes);
+    }
+    raw.extend_from_slice(b"0\r\n\r\n");
+    let upstream = faulty_upstream(move |_| vec![Step::Raw(raw.clone()).into()]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let answer = raw_exchange(
+        proxy.proxy_addr(),
+        format!(
+            "POST {CHAT} HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{}",
+            chat_request("m").len(),
+            chat_request("m")
+        )
+        .as_bytes(),
+    )
+    .await;
+    let (head, body) = raw_split(&answer);
+    assert_eq!(raw_status(&answer), 200, "{head}");
+    let lower = head.to_ascii_lowercase();
+    assert!(!lower.contains("content-length"), "{head}");
+    assert!(lower.contains("transfer-encoding: chunked"), "{head}");
+    assert_eq!(dechunk(&body).as_deref(), Some(events.as_bytes()));
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(requests(&m, "200", "ok"), 1.0);
+    assert_eq!(m.get("tokentap_output_tokens_total", &[]), 2.0);
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_an_event_stream_under_an_sse_content_type_is_forwarded_and_skipped() {
+    let cases: [&[u8]; 4] = [
+        br#"{"id":"x","choices":[{"message":{"content":"hi"}}],"usage":{"completion_tokens":9}}"#,
+        b"{\"a\":1}\n{\"b\":2}\n",
+        b"\x00\x01\x02\xff\xfe binary \x00",
+        b"<html><body>502 Bad Gateway</body></html>\r\n\r\n",
+    ];
+    for body in cases {
+        let upstream = faulty_upstream(move |_| {
+            vec![sse_head().into(), chunk(body).into(), last_chunk().into()]
+        })
+        .await;
+        let proxy = proxy(&upstream.url(), "").await;
+        let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+        let shown = String::from_utf8_lossy(body);
+        assert_eq!(got.body, body, "{shown:?}");
+        assert_eq!(got.end, Ok(()), "{shown:?}");
+        settle(&proxy).await;
+        let m = scrape(&proxy).await;
+        assert_eq!(requests(&m, "200", "ok"), 1.0, "{shown:?}");
+        assert_eq!(
+            m.get(
+                "tokentap_metering_skipped_total",
+                &[("api", "chat"), ("reason", "malformed_event")]
+            ),
+            1.0,
+            "{shown:?}"
+        );
+        assert_eq!(m.get("tokentap_output_tokens_total", &[]), 0.0, "{shown:?}");
+        assert_eq!(
+            m.get("tokentap_time_to_first_token_seconds_count", &[]),
+            0.0
+        );
+        assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    }
+}
+
+#[tokio::test]
+async fn a_data_line_of_many_megabytes_is_forwarded_whole_with_metering_off() {
+    const LINE: usize = 8 << 20;
+    let mut body = content_chunk("a").into_bytes();
+    body.extend_from_slice(b"data: {\"choices\":[{\"delta\":{\"content\":\"");
+    body.resize(body.len() + LINE, b'z');
+    body.extend_from_slice(b"\"}}]}\n\n");
+    body.extend_from_slice(content_chunk("b").as_bytes());
+    body.extend_from_slice(DONE.as_bytes());
+    let script: Vec<Fault> = std::iter::once(sse_head().into())
+        .chain(body.chunks(64 << 10).map(|c| chunk(c).into()))
+        .chain(std::iter::once(last_chunk().into()))
+        .collect();
+    let upstream = faulty_upstream(move |_| script.clone()).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+    assert_eq!(got.body.len(), body.len());
+    assert!(got.body == body, "the bytes changed on the way");
+    assert_eq!(got.end, Ok(()));
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(requests(&m, "200", "ok"), 1.0);
+    assert_eq!(
+        m.get(
+            "tokentap_metering_skipped_total",
+            &[("reason", "event_too_large")]
+        ),
+        1.0
+    );
+    // The token before the huge line was seen; no count is guessed for the rest.
+    assert_eq!(
+        m.get("tokentap_time_to_first_token_seconds_count", &[]),
+        1.0
+    );
+    assert_eq!(m.get("tokentap_output_tokens_total", &[]), 0.0);
+}
+
+#[tokio::test]
+async fn nul_bytes_and_invalid_utf8_in_events_are_forwarded_and_counted_as_skipped() {
+    for bad in [
+        &b"data: {\"choices\":[{\"delta\":{\"content\":\"a\x00b\"}}]}\n\n"[..],
+        b"data: \x00\n\n",
+        b"data: {\"choices\":[{\"delta\":{\"content\":\"\xc3\x28\"}}]}\n\n",
+        b"\x00data: x\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"\xed\xa0\x80\"}}]}\n\n",
+    ] {
+        let mut body = content_chunk("a").into_bytes();
+        body.extend_from_slice(bad);
+        body.extend_from_slice(content_chunk("b").as_bytes());
+        let script = vec![sse_head().into(), chunk(&body).into(), last_chunk().into()];
+        let upstream = faulty_upstream(move |_| script.clone()).await;
+        let proxy = proxy(&upstream.url(), "").await;
+        let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+        let shown = String::from_utf8_lossy(bad);
+        assert_eq!(got.body, body, "{shown:?}");
+        settle(&proxy).await;
+        let m = scrape(&proxy).await;
+        assert_eq!(requests(&m, "200", "ok"), 1.0, "{shown:?}");
+        assert_eq!(
+            m.get(
+                "tokentap_metering_skipped_total",
+                &[("reason", "malformed_event")]
+            ),
+            1.0,
+            "{shown:?}"
+        );
+        assert_eq!(
+            m.get("tokentap_time_to_first_token_seconds_count", &[]),
+            1.0
+        );
+        assert_eq!(m.get("tokentap_output_tokens_total", &[]), 0.0);
+    }
+}
+
+// ---- the client vanishes ------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// Half of the request head sent.
+    InRequestHead,
+    /// Head sent, 10 of 1000 body bytes sent.
+    InRequestBody,
+    /// Whole request sent, no response head yet.
+    BeforeResponseHead,
+    /// Response head and role chunk received, no token yet (waiting for the first token).
+    BeforeFirstToken,
+    /// Three tokens received.
+    MidStream,
+}
+
+/// Runs one request from a raw client that goes away at `phase` (with a FIN, or a reset when `reset`).
+async fn vanish(phase: Phase, reset: bool) {
+    let upstream = faulty_upstream(move |_| {
+        let (faults, _) = stream_of(100);
+        let delay = if matches!(phase, Phase::BeforeResponseHead) {
+            Duration::from_secs(10)
+        } else {
+            Duration::ZERO
+        };
+        let mut all = vec![Step::Sleep(delay).into()];
+        all.extend(faults.into_iter().take(2));
+        if matches!(phase, Phase::BeforeFirstToken) {
+            all.push(Step::Sleep(Duration::from_secs(10)).into());
+        }
+        all.extend(stream_of(100).0.into_iter().skip(2));
+        all
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let body = chat_request("m");
+    let head = format!(
+        "POST {CHAT} HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        match phase {
+            Phase::InRequestBody => 1000,
+            _ => body.len(),
+        }
+    );
+    let mut stream = TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    let mut read = Vec::new();
+    match phase {
+        Phase::InRequestHead => {
+            stream
+                .write_all(&head.as_bytes()[..head.len() / 2])
+                .await
+                .expect("write");
+            tokio::time::sleep(ms(100)).await;
+        }
+        Phase::InRequestBody => {
+            stream.write_all(head.as_bytes()).await.expect("write");
+            stream
+                .write_all(&body.as_bytes()[..10])
+                .await
+                .expect("write");
+            // The request is forwarded as soon as its head is read: wait for the upstream to have it open.
+            for _ in 0..100 {
+                if upstream.connection_count() > 0 {
+                    break;
+                }
+                tokio::time::sleep(ms(10)).await;
+            }
+            tokio::time::sleep(ms(50)).await;
+        }
+        _ => {
+            stream.write_all(head.as_bytes()).await.expect("write");
+            stream.write_all(body.as_bytes()).await.expect("write");
+            let wanted = match phase {
+                Phase::BeforeResponseHead => 0,
+                Phase::BeforeFirstToken => 1,
+                _ => 4,
+            };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while count(&read, b"data: ") < wanted && Instant::now() < deadline {
+                let mut buf = [0u8; 4096];
+                match tokio::time::timeout(ms(200), stream.read(&mut buf)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => break,
+                    Ok(Ok(n)) => read.extend_from_slice(&buf[..n]),
+                    Err(_) => {}
+                }
+            }
+            assert!(
+                count(&read, b"data: ") >= wanted,
+                "{phase:?}: never got there"
+            );
+            if wanted == 0 {
+                tokio::time::sleep(ms(200)).await;
+            }
+        }
+    }
+    if reset {
+        stream.set_zero_linger().ok();
+    }
+    let left_at = Instant::now();
+    drop(stream);
+    let what = format!("{phase:?}, reset {reset}");
+    match phase {
+        Phase::InRequestHead => {
+            tokio::time::sleep(ms(100)).await;
+            assert_eq!(upstream.connection_count(), 0, "{what}");
+        }
+        _ => {
+            let closed_at = upstream.wait_closed(0).await;
+            assert!(
+                closed_at.saturating_duration_since(left_at) < Duration::from_secs(1),
+                "{what}: upstream closed {:?} after the client left",
+                closed_at.saturating_duration_since(left_at)
+            );
+        }
+    }
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0, "{what}");
+    let (status, ttft, tokens) = match phase {
+        Phase::InRequestHead => {
+            assert_eq!(all_requests(&m), 0.0, "{what}: no request was read");
+            return;
+        }
+        // tokentap answers a body that broke off with 400 (the client, gone, never reads it).
+        Phase::InRequestBody => ("400", 0.0, 0.0),
+        Phase::BeforeResponseHead => ("none", 0.0, 0.0),
+        Phase::BeforeFirstToken => ("200", 0.0, 0.0),
+        Phase::MidStream => ("200", 1.0, 3.0),
+    };
+    assert_eq!(all_requests(&m), 1.0, "{what}");
+    assert_eq!(requests(&m, status, "cancelled"), 1.0, "{what}");
+    assert_eq!(
+        m.get("tokentap_time_to_first_token_seconds_count", &[]),
+        ttft,
+        "{what}"
+    );
+    assert!(
+        m.get("tokentap_output_tokens_total", &[]) >= tokens,
+        "{what}"
+    );
+    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0, "{what}");
+    assert_eq!(
+        m.get("tokentap_e2e_request_latency_seconds_count", &[]),
+        0.0,
+        "{what}"
+    );
+}
+
+fn count(haystack: &[u8], needle: &[u8]) -> usize {
+    haystack
+        .windows(needle.len())
+        .filter(|w| *w == needle)
+        .count()
+}
+
+#[tokio::test]
+async fn a_client_vanishing_at_any_phase_closes_the_upstream_and_is_counted_once() {
+    for phase in [
+        Phase::InRequestHead,
+        Phase::InRequestBody,
+        Phase::BeforeResponseHead,
+        Phase::BeforeFirstToken,
+        Phase::MidStream,
+    ] {
+        for reset in [false, true] {
+            vanish(phase, reset).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_transfer_coding_other_than_chunked_is_kept_for_the_client_to_decode() {
+    // tokentap decodes only `chunked`: the bytes under any other transfer coding pass as they are, so the
+    // client must still be told about that coding, or it would take gzip bytes for the body.
+    let gzip_bytes = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03not really gzip".to_vec();
+    let mut raw = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: gzip, chunked\r\n\r\n".to_vec();
+    if let Step::Raw(bytes) = chunk(&gzip_bytes) {
+        raw.extend_from_slice(&bytes);
+    }
+    raw.extend_from_slice(b"0\r\n\r\n");
+    let upstream = faulty_upstream(move |_| vec![Step::Raw(raw.clone()).into()]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let answer = raw_exchange(
+        proxy.proxy_addr(),
+        b"GET /v1/models HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    let (head, body) = raw_split(&answer);
+    assert_eq!(raw_status(&answer), 200, "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("transfer-encoding: gzip, chunked"),
+        "{head}"
+    );
+    assert_eq!(dechunk(&body), Some(gzip_bytes));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_leaving_during_keep_alive_comments_is_cancelled_not_skipped() {
+    let upstream = faulty_upstream(|_| {
+        let mut s: Vec<Fault> = vec![sse_head().into()];
+        for _ in 0..20 {
+            s.push(chunk(b": keep-alive\n\n").into());
+            s.push(Step::Sleep(Duration::from_secs(1)).into());
+        }
+        s.push(last_chunk().into());
+        s
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let client = client();
+    let sent = send(&client, post(&proxy, CHAT, &chat_request("m")));
+    assert!(tokio::time::timeout(Duration::from_secs(3), sent)
+        .await
+        .is_err());
+    drop(client);
+    upstream.wait_closed(0).await;
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(requests(&m, "200", "cancelled"), 1.0);
+    assert_eq!(m.get("tokentap_metering_skipped_total", &[]), 0.0);
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+}
