@@ -1,6 +1,6 @@
-//! The meter on a streaming OpenAI response (SSE framer + OpenAI dialect decoder), any bytes: it never
-//! panics and gives the same figures however the stream is cut into frames.
-//! Input: 1 byte choosing chat or completions and the event bound, 1 byte of split seed, then the stream.
+//! The meter on a streaming response of every API dialect (the SSE or NDJSON framer + that dialect's
+//! event decoder), any bytes: it never panics and gives the same figures however the stream is cut.
+//! Input: 1 byte choosing the API and the event bound, 1 byte of split seed, then the stream.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -19,7 +19,18 @@ struct Figures {
     error_event: bool,
 }
 
-fn meter(path: &str, max_event_bytes: usize, frames: &[&[u8]]) -> Figures {
+/// Every streaming dialect, with the framing its server uses.
+const STREAMS: [(&str, Format); 7] = [
+    ("/v1/chat/completions", Format::Sse),
+    ("/v1/completions", Format::Sse),
+    ("/v1/responses", Format::Sse),
+    ("/v1/messages", Format::Sse),
+    ("/generate_stream", Format::Sse),
+    ("/completion", Format::Sse),
+    ("/api/chat", Format::Ndjson),
+];
+
+fn meter(path: &str, format: Format, max_event_bytes: usize, frames: &[&[u8]]) -> Figures {
     let (_, dialect) = detect(path);
     let Some(dialect) = dialect else {
         panic!("{path} has no dialect");
@@ -28,9 +39,8 @@ fn meter(path: &str, max_event_bytes: usize, frames: &[&[u8]]) -> Figures {
         max_event_bytes,
         model_scan_bytes: 4096,
     };
-    let mut meter = Meter::new(dialect, Format::Sse, &limits, TextCount::Off);
-    let outputs = frames.iter().map(|f| meter.feed(f)).sum();
-    meter.finish(true);
+    let mut meter = Meter::new(dialect, format, &limits, TextCount::Off);
+    let outputs = frames.iter().map(|f| meter.feed(f)).sum::<u32>() + meter.finish(true);
     let obs = meter.observations();
     Figures {
         outputs,
@@ -58,12 +68,8 @@ fuzz_target!(|data: &[u8]| {
     let [mode, seed, stream @ ..] = data else {
         return;
     };
-    let path = if mode & 1 == 0 {
-        "/v1/chat/completions"
-    } else {
-        "/v1/completions"
-    };
-    let max = 16 + usize::from(mode >> 1) * 16;
-    let whole = meter(path, max, &[stream]);
-    assert_eq!(meter(path, max, &frames(stream, *seed)), whole);
+    let (path, format) = STREAMS[usize::from(mode % 7)];
+    let max = 16 + usize::from(mode / 7) * 16;
+    let whole = meter(path, format, max, &[stream]);
+    assert_eq!(meter(path, format, max, &frames(stream, *seed)), whole);
 });
