@@ -99,9 +99,7 @@ impl Dialect for Anthropic {
             "message_delta" => {
                 if let Some(usage) = &event.usage {
                     usage.record_input(obs);
-                    if let Some(n) = usage.output_tokens {
-                        obs.output_tokens = Some(n);
-                    }
+                    obs.record(usage.output_tokens, None);
                 }
                 EventKind::Other
             }
@@ -132,9 +130,7 @@ impl Dialect for Anthropic {
             .and_then(|raw| serde_json::from_slice::<Usage>(raw).ok())
         {
             usage.record_input(obs);
-            if let Some(n) = usage.output_tokens {
-                obs.output_tokens = Some(n);
-            }
+            obs.record(usage.output_tokens, None);
         }
     }
 }
@@ -144,13 +140,7 @@ mod tests {
     use super::*;
 
     fn classify(data: &str) -> (EventKind, Observations, String) {
-        let (mut obs, mut copied) = (Observations::default(), String::new());
-        let event = SseEvent {
-            event: b"",
-            data: data.as_bytes(),
-        };
-        let kind = Anthropic.on_event(&event, &mut obs, &mut OutputText::new(Some(&mut copied)));
-        (kind, obs, copied)
+        crate::dialect::classify_with(&mut Anthropic, data)
     }
 
     #[test]

@@ -49,12 +49,10 @@ fn record(
     evaluated: Option<u64>,
     obs: &mut Observations,
 ) {
-    if let Some(n) = timings.and_then(|t| t.predicted_n).or(predicted) {
-        obs.output_tokens = Some(n);
-    }
-    if let Some(n) = evaluated.or(timings.and_then(|t| t.prompt_n)) {
-        obs.input_tokens = Some(n);
-    }
+    obs.record(
+        timings.and_then(|t| t.predicted_n).or(predicted),
+        evaluated.or(timings.and_then(|t| t.prompt_n)),
+    );
 }
 
 fn parse<T: serde::de::DeserializeOwned>(fields: &FieldScanner, key: &str) -> Option<T> {
@@ -106,13 +104,7 @@ mod tests {
     use super::*;
 
     fn classify(data: &str) -> (EventKind, Observations, String) {
-        let (mut obs, mut copied) = (Observations::default(), String::new());
-        let event = SseEvent {
-            event: b"",
-            data: data.as_bytes(),
-        };
-        let kind = LlamaCpp.on_event(&event, &mut obs, &mut OutputText::new(Some(&mut copied)));
-        (kind, obs, copied)
+        crate::dialect::classify_with(&mut LlamaCpp, data)
     }
 
     #[test]

@@ -97,6 +97,30 @@ impl Observations {
             }
         }
     }
+
+    /// Takes the server's token counts, each only when it reported one (later reports win: usage is
+    /// cumulative in every API that repeats it).
+    fn record(&mut self, output_tokens: Option<u64>, input_tokens: Option<u64>) {
+        if output_tokens.is_some() {
+            self.output_tokens = output_tokens;
+        }
+        if input_tokens.is_some() {
+            self.input_tokens = input_tokens;
+        }
+    }
+}
+
+/// Classifies one event's data with a dialect, for the dialects' unit tests: the kind, what was
+/// observed, and the output text handed to a tokenizer.
+#[cfg(test)]
+fn classify_with(dialect: &mut dyn Dialect, data: &str) -> (EventKind, Observations, String) {
+    let (mut obs, mut copied) = (Observations::default(), String::new());
+    let event = SseEvent {
+        event: b"",
+        data: data.as_bytes(),
+    };
+    let kind = dialect.on_event(&event, &mut obs, &mut OutputText::new(Some(&mut copied)));
+    (kind, obs, copied)
 }
 
 /// Where a dialect copies the generated text of an event, for a tokenizer to count. Without a

@@ -74,12 +74,7 @@ impl Dialect for Ollama {
             return EventKind::Malformed;
         };
         obs.model(line.model.0.as_deref());
-        if let Some(n) = line.eval_count {
-            obs.output_tokens = Some(n);
-        }
-        if let Some(n) = line.prompt_eval_count {
-            obs.input_tokens = Some(n);
-        }
+        obs.record(line.eval_count, line.prompt_eval_count);
         if line.error.is_some() {
             return EventKind::Error;
         }
@@ -114,12 +109,10 @@ impl Dialect for Ollama {
 
     fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
         obs.model(fields.string("model").as_deref());
-        if let Some(n) = parse_count(fields, "eval_count") {
-            obs.output_tokens = Some(n);
-        }
-        if let Some(n) = parse_count(fields, "prompt_eval_count") {
-            obs.input_tokens = Some(n);
-        }
+        obs.record(
+            parse_count(fields, "eval_count"),
+            parse_count(fields, "prompt_eval_count"),
+        );
     }
 }
 
@@ -128,13 +121,7 @@ mod tests {
     use super::*;
 
     fn classify(data: &str) -> (EventKind, Observations, String) {
-        let (mut obs, mut copied) = (Observations::default(), String::new());
-        let event = SseEvent {
-            event: b"",
-            data: data.as_bytes(),
-        };
-        let kind = Ollama.on_event(&event, &mut obs, &mut OutputText::new(Some(&mut copied)));
-        (kind, obs, copied)
+        crate::dialect::classify_with(&mut Ollama, data)
     }
 
     #[test]

@@ -138,12 +138,7 @@ impl Choice<'_> {
 }
 
 fn record_usage(usage: &Usage, obs: &mut Observations) {
-    if let Some(n) = usage.completion_tokens {
-        obs.output_tokens = Some(n);
-    }
-    if let Some(n) = usage.prompt_tokens {
-        obs.input_tokens = Some(n);
-    }
+    obs.record(usage.completion_tokens, usage.prompt_tokens);
 }
 
 impl Dialect for OpenAi {
@@ -198,19 +193,7 @@ mod tests {
     use super::*;
 
     fn classify(data: &str) -> (EventKind, Observations) {
-        let mut obs = Observations::default();
-        let mut copied = String::new();
-        let kind = OpenAi.on_event(
-            &SseEvent {
-                event: b"",
-                data: data.as_bytes(),
-            },
-            &mut obs,
-            &mut OutputText::new(Some(&mut copied)),
-        );
-        if kind != EventKind::Output {
-            assert_eq!(copied, "", "text copied from a non-output event");
-        }
+        let (kind, obs, _) = crate::dialect::classify_with(&mut OpenAi, data);
         (kind, obs)
     }
 

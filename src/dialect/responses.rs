@@ -49,12 +49,7 @@ struct Usage {
 }
 
 fn record_usage(usage: &Usage, obs: &mut Observations) {
-    if let Some(n) = usage.output_tokens {
-        obs.output_tokens = Some(n);
-    }
-    if let Some(n) = usage.input_tokens {
-        obs.input_tokens = Some(n);
-    }
+    obs.record(usage.output_tokens, usage.input_tokens);
 }
 
 impl Dialect for Responses {
@@ -109,13 +104,7 @@ mod tests {
     use super::*;
 
     fn classify(data: &str) -> (EventKind, Observations, String) {
-        let (mut obs, mut copied) = (Observations::default(), String::new());
-        let event = SseEvent {
-            event: b"",
-            data: data.as_bytes(),
-        };
-        let kind = Responses.on_event(&event, &mut obs, &mut OutputText::new(Some(&mut copied)));
-        (kind, obs, copied)
+        crate::dialect::classify_with(&mut Responses, data)
     }
 
     #[test]

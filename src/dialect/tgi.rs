@@ -47,12 +47,7 @@ struct Details {
 
 impl Details {
     fn record(&self, obs: &mut Observations) {
-        if let Some(n) = self.generated_tokens {
-            obs.output_tokens = Some(n);
-        }
-        if let Some(n) = self.input_length {
-            obs.input_tokens = Some(n);
-        }
+        obs.record(self.generated_tokens, self.input_length);
     }
 }
 
@@ -106,13 +101,7 @@ mod tests {
     use super::*;
 
     fn classify(data: &str) -> (EventKind, Observations, String) {
-        let (mut obs, mut copied) = (Observations::default(), String::new());
-        let event = SseEvent {
-            event: b"",
-            data: data.as_bytes(),
-        };
-        let kind = Tgi.on_event(&event, &mut obs, &mut OutputText::new(Some(&mut copied)));
-        (kind, obs, copied)
+        crate::dialect::classify_with(&mut Tgi, data)
     }
 
     #[test]
