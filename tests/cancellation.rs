@@ -17,17 +17,9 @@ use tokio::time::Instant;
 const CHAT: &str = "/v1/chat/completions";
 
 async fn upstream_closed(upstream: &Upstream, i: usize) -> Instant {
-    tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            let notified = upstream.peer_closed.notified();
-            if let Some(at) = upstream.closed_at(i) {
-                return at;
-            }
-            notified.await;
-        }
-    })
-    .await
-    .expect("tokentap never closed the upstream connection")
+    upstream
+        .wait_closed_within(i, Duration::from_secs(30))
+        .await
 }
 
 #[tokio::test(start_paused = true)]

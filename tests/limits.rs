@@ -112,13 +112,9 @@ async fn a_chunked_body_growing_past_the_limit_is_cut_upstream_and_answered_413(
     assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
     assert!(answer.contains("limits.max_request_body_bytes"), "{answer}");
     // The upstream got the head and part of the body, then an aborted connection: no complete request.
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while upstream.closed_at(0).is_none() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the upstream connection was not closed");
+    upstream
+        .wait_closed_within(0, Duration::from_secs(10))
+        .await;
     assert!(
         upstream.requests().is_empty(),
         "a truncated body was delivered as complete"

@@ -23,17 +23,7 @@ fn secs(n: u64) -> Duration {
 
 /// Waits (bounded) until tokentap has closed the upstream's connection `i`, and says when it did.
 async fn upstream_closed(upstream: &Upstream, i: usize) -> Instant {
-    tokio::time::timeout(secs(120), async {
-        loop {
-            let notified = upstream.peer_closed.notified();
-            if let Some(at) = upstream.closed_at(i) {
-                return at;
-            }
-            notified.await;
-        }
-    })
-    .await
-    .expect("tokentap never closed the upstream connection")
+    upstream.wait_closed_within(i, secs(120)).await
 }
 
 fn assert_near(what: &str, got: Duration, want: Duration) {

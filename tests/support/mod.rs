@@ -627,9 +627,14 @@ pub async fn faulty_upstream(
 }
 
 impl Upstream {
-    /// Waits (bounded by 5 s) until tokentap has closed upstream connection `i`.
+    /// Waits (bounded by 5 s) until tokentap has closed upstream connection `i`; says when it did.
     pub async fn wait_closed(&self, i: usize) -> Instant {
-        tokio::time::timeout(Duration::from_secs(5), async {
+        self.wait_closed_within(i, Duration::from_secs(5)).await
+    }
+
+    /// As [`Upstream::wait_closed`], with a bound of its own (on the paused clock it is virtual time).
+    pub async fn wait_closed_within(&self, i: usize, bound: Duration) -> Instant {
+        tokio::time::timeout(bound, async {
             loop {
                 let notified = self.peer_closed.notified();
                 if let Some(at) = self.closed_at(i) {
