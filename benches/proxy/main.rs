@@ -246,10 +246,10 @@ async fn bench(args: &Args) -> Result<Report, String> {
     let mut report = Report::new(args.reps, args.setup.proxy_cpu.is_some());
     let secs = |full: f64, small: f64| Duration::from_secs_f64(if quick { small } else { full });
 
-    // 1. Added latency at a steady, realistic load: 64 tokens at 20 ms after a 50 ms prefill.
+    // 1. Added latency at a steady, realistic load: 48 tokens at 20 tokens/s after a 50 ms prefill.
     let script = Script {
-        tokens: if quick { 16 } else { 64 },
-        gap: Duration::from_millis(20),
+        tokens: if quick { 16 } else { 48 },
+        gap: Duration::from_millis(50),
         prefill: Duration::from_millis(50),
     };
     let loads: &[usize] = match (args.runs("latency"), quick) {
@@ -263,8 +263,8 @@ async fn bench(args: &Args) -> Result<Report, String> {
             users,
             script,
             ramp: secs(1.0, 0.2),
-            warmup: secs(2.0, 0.5),
-            duration: secs(7.0, 1.5),
+            warmup: secs(3.0, 0.5),
+            duration: secs(8.0, 1.5),
         };
         let highest = i + 1 == loads.len();
         let mut row = LatencyRow::new(users, script);
@@ -295,15 +295,15 @@ async fn bench(args: &Args) -> Result<Report, String> {
         }
     }
 
-    // 2. Maximum sustained chunks/s: more and more streams at 10 ms per token.
+    // 2. Maximum sustained chunks/s: more and more streams at 50 tokens/s each.
     let sweep: &[usize] = match (args.runs("sweep"), quick) {
         (false, _) => &[],
         (true, true) => &[50, 100],
-        (true, false) => &[500, 1000, 2000, 3000],
+        (true, false) => &[250, 500, 1000, 1500],
     };
     let script = Script {
         tokens: if quick { 16 } else { 64 },
-        gap: Duration::from_millis(10),
+        gap: Duration::from_millis(20),
         prefill: Duration::ZERO,
     };
     for &users in sweep {

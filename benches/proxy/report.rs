@@ -514,7 +514,7 @@ fn render_accuracy(o: &mut String, acc: &Accuracy) {
     let _ = writeln!(
         o,
         "\nThe clients' TTFT includes both loopback hops through the proxy (the request on its way up, the \
-         first chunk on its way down): TTFT path p50 {} µs. Bucket width around these values: 100 µs.\n",
+         first chunk on its way down): TTFT path p50 {} µs. Bucket width around these values: 250 µs.\n",
         us(p(&acc.ttft_path_ns, 0.5))
     );
 }

@@ -83,27 +83,3 @@ pub fn histogram_quantile(q: f64, buckets: &[(f64, f64)]) -> Option<f64> {
     }
     None
 }
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn interpolates_inside_the_bucket_like_prometheus() {
-        let b = [
-            (0.01, 0.0),
-            (0.02, 50.0),
-            (0.03, 100.0),
-            (f64::INFINITY, 100.0),
-        ];
-        assert_eq!(super::histogram_quantile(0.5, &b), Some(0.02));
-        let q = super::histogram_quantile(0.25, &b).unwrap_or_default();
-        assert!((q - 0.015).abs() < 1e-12);
-    }
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let mut v: Vec<u64> = (1..=100).collect();
-        assert_eq!(super::percentile(&mut v, 0.5), Some(50));
-        assert_eq!(super::percentile(&mut v, 0.99), Some(99));
-        assert_eq!(super::percentile(&mut v, 0.999), Some(100));
-    }
-}

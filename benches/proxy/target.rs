@@ -50,7 +50,19 @@ pub struct Proxy {
 }
 
 impl Drop for Proxy {
+    /// SIGTERM first (both proxies shut down cleanly on it, and a profiler wrapped around one gets to
+    /// write its output), SIGKILL after 3 s.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        for _ in 0..60 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -71,7 +83,7 @@ fn pinned(setup: &Setup, program: &Path) -> Command {
     }
 }
 
-/// Fine buckets around the scripted gap and prefill so the accuracy check is not limited by bucket width;
+/// Fine buckets (250 µs) around the scripted 50 ms gap and prefill so the accuracy check is not limited by bucket width;
 /// the defaults stay in as well.
 fn tokentap_config(listen: SocketAddr, metrics: SocketAddr, upstream: SocketAddr) -> String {
     let fine = |from_ms: f64, to_ms: f64, step_ms: f64| {
@@ -84,9 +96,9 @@ fn tokentap_config(listen: SocketAddr, metrics: SocketAddr, upstream: SocketAddr
         v.join(", ")
     };
     format!(
-        "listen: {listen}\nmetrics_listen: {metrics}\nupstream: http://{upstream}\nbuckets:\n  itl: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0075, {}, 0.03, 0.05, 0.1, 1]\n  ttft: [0.001, 0.005, 0.01, 0.025, 0.04, {}, 0.075, 0.1, 0.25, 1]\n",
-        fine(10.0, 25.0, 0.1),
-        fine(45.0, 60.0, 0.1),
+        "listen: {listen}\nmetrics_listen: {metrics}\nupstream: http://{upstream}\nbuckets:\n  itl: [0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, {}, 0.075, 0.1, 0.25, 1]\n  ttft: [0.001, 0.005, 0.01, 0.025, {}, 0.075, 0.1, 0.25, 1]\n",
+        fine(44.0, 56.0, 0.25),
+        fine(44.0, 60.0, 0.25),
     )
 }
 
