@@ -9,9 +9,10 @@
 //! continuous usage stats, which are cumulative) and from a non-streaming body's `usage`.
 
 use std::borrow::Cow;
+use std::fmt;
 
-use serde::de::IgnoredAny;
-use serde::Deserialize;
+use serde::de::{IgnoredAny, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 
 use super::{Dialect, EventKind, Observations};
 use crate::json_scan::FieldScanner;
@@ -20,12 +21,15 @@ use crate::sse::SseEvent;
 #[derive(Debug, Default)]
 pub struct OpenAi;
 
+// Every chunk of every stream is decoded on the proxy's hot path, so nothing here allocates: strings
+// are only checked for emptiness and the choices are folded into one flag as they are read.
+
 #[derive(Deserialize)]
 struct Chunk<'a> {
     #[serde(borrow, default)]
     model: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    choices: Option<Vec<Choice<'a>>>,
+    #[serde(default)]
+    choices: Option<AnyOutput>,
     #[serde(default)]
     usage: Option<Usage>,
     #[serde(default)]
@@ -33,21 +37,21 @@ struct Chunk<'a> {
 }
 
 #[derive(Deserialize)]
-struct Choice<'a> {
-    #[serde(borrow, default)]
-    delta: Option<Delta<'a>>,
-    #[serde(borrow, default)]
-    text: Option<Cow<'a, str>>,
+struct Choice {
+    #[serde(default)]
+    delta: Option<Delta>,
+    #[serde(default)]
+    text: Option<NonEmpty>,
 }
 
 #[derive(Deserialize)]
-struct Delta<'a> {
-    #[serde(borrow, default)]
-    content: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    reasoning_content: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    reasoning: Option<Cow<'a, str>>,
+struct Delta {
+    #[serde(default)]
+    content: Option<NonEmpty>,
+    #[serde(default)]
+    reasoning_content: Option<NonEmpty>,
+    #[serde(default)]
+    reasoning: Option<NonEmpty>,
     #[serde(default)]
     tool_calls: Option<Vec<IgnoredAny>>,
     #[serde(default)]
@@ -62,11 +66,53 @@ struct Usage {
     completion_tokens: Option<u64>,
 }
 
-fn non_empty(s: &Option<Cow<'_, str>>) -> bool {
-    s.as_deref().is_some_and(|s| !s.is_empty())
+/// A JSON string, read only for whether it is empty (escaped strings are not unescaped into a copy).
+struct NonEmpty(bool);
+
+impl<'de> Deserialize<'de> for NonEmpty {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = NonEmpty;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<NonEmpty, E> {
+                Ok(NonEmpty(!v.is_empty()))
+            }
+        }
+        deserializer.deserialize_str(V)
+    }
 }
 
-impl Delta<'_> {
+/// The `choices` array, folded into "does any choice carry output" without collecting it.
+struct AnyOutput(bool);
+
+impl<'de> Deserialize<'de> for AnyOutput {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = AnyOutput;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of choices")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<AnyOutput, A::Error> {
+                let mut any = false;
+                while let Some(choice) = seq.next_element::<Choice>()? {
+                    any |= choice.carries_output();
+                }
+                Ok(AnyOutput(any))
+            }
+        }
+        deserializer.deserialize_seq(V)
+    }
+}
+
+fn non_empty(s: &Option<NonEmpty>) -> bool {
+    s.as_ref().is_some_and(|s| s.0)
+}
+
+impl Delta {
     fn carries_output(&self) -> bool {
         non_empty(&self.content)
             || non_empty(&self.reasoning_content)
@@ -79,7 +125,7 @@ impl Delta<'_> {
     }
 }
 
-impl Choice<'_> {
+impl Choice {
     fn carries_output(&self) -> bool {
         self.delta.as_ref().is_some_and(Delta::carries_output) || non_empty(&self.text)
     }
@@ -114,10 +160,7 @@ impl Dialect for OpenAi {
         if chunk.error.is_some() {
             return EventKind::Error;
         }
-        let output = chunk
-            .choices
-            .as_ref()
-            .is_some_and(|choices| choices.iter().any(Choice::carries_output));
+        let output = chunk.choices.is_some_and(|choices| choices.0);
         if output {
             EventKind::Output
         } else {
