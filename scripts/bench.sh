@@ -25,7 +25,7 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 echo "== building (release)" >&2
 cargo build --release --quiet
 HARNESS=$(cargo bench --bench proxy --no-run --message-format=json 2>/dev/null \
-    | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+    | grep '"name":"proxy"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
 [ -x "$HARNESS" ] || { echo "bench.sh: could not find the harness binary" >&2; exit 1; }
 
 # One stream holds a socket on each side of the proxy, and 5,000 are held open at once.
