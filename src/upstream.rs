@@ -17,11 +17,6 @@ use rustls::RootCertStore;
 use crate::config::Config;
 use crate::tap::RequestTap;
 
-/// Read buffer of each upstream connection. A token chunk is a few hundred bytes, so 4 KiB holds many;
-/// hyper's adaptive default starts at 8 KiB per connection, which is most of the memory an open stream
-/// costs.
-const UPSTREAM_READ_BUF: usize = 4096;
-
 pub type UpstreamBody = RequestTap<hyper::body::Incoming>;
 pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, UpstreamBody>;
 
@@ -98,6 +93,5 @@ pub fn client(config: &Config) -> Result<UpstreamClient, TlsSetupError> {
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(1024)
-        .http1_read_buf_exact_size(UPSTREAM_READ_BUF)
         .build(connector))
 }
