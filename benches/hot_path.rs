@@ -1,0 +1,160 @@
+//! Micro-benchmarks of tokentap's per-chunk hot path, so a change that slows it shows up:
+//! the SSE framer, the OpenAI dialect decoder, the meter (framer + dialect), and the exchange (meter +
+//! timeline + histogram observations). Every figure is per vLLM-shaped chunk of ~240 bytes unless the
+//! name says otherwise. Run with `cargo bench --bench hot_path`.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use divan::counter::{BytesCount, ItemsCount};
+use divan::{black_box, Bencher};
+use http::{HeaderValue, Method, StatusCode};
+use tokentap::config::{Config, Metering};
+use tokentap::dialect::{detect, Dialect, Observations, OutputText};
+use tokentap::exchange::{Exchange, Recorder};
+use tokentap::meter::{Format, Meter};
+use tokentap::metrics::Metrics;
+use tokentap::sse::{SseEvent, SseFramer};
+use tokentap::tap::ModelSlot;
+use tokentap::tokenizer::{TextCount, Tokenizers};
+
+fn main() {
+    divan::main();
+}
+
+/// A content chunk as vLLM 0.x sends it (one token).
+const CONTENT: &[u8] = br#"data: {"id":"chatcmpl-a86038c5d743ac9b","object":"chat.completion.chunk","created":1796207719,"model":"tiny-llama","choices":[{"index":0,"delta":{"content":" control"},"logprobs":null,"finish_reason":null,"token_ids":null}]}
+
+"#;
+const ROLE: &[u8] = br#"data: {"id":"chatcmpl-a86038c5d743ac9b","object":"chat.completion.chunk","created":1796207719,"model":"tiny-llama","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}
+
+"#;
+const USAGE: &[u8] = br#"data: {"id":"chatcmpl-a86038c5d743ac9b","object":"chat.completion.chunk","created":1796207719,"model":"tiny-llama","choices":[],"usage":{"prompt_tokens":17,"total_tokens":33,"completion_tokens":16},"system_fingerprint":"vllm-0.32.0-967dd6de"}
+
+"#;
+const CAPTURE: &[u8] = include_bytes!("../tests/fixtures/openai/vllm-0.32-chat-stream.sse");
+
+fn limits() -> Metering {
+    Config::default().metering
+}
+
+fn chat_dialect() -> Box<dyn Dialect> {
+    match detect("/v1/chat/completions").1 {
+        Some(dialect) => dialect,
+        None => unreachable!("the chat path has a dialect"),
+    }
+}
+
+/// The data of an SSE event line, as the framer hands it to the dialect.
+fn event_data(chunk: &[u8]) -> &[u8] {
+    chunk
+        .strip_prefix(b"data: ")
+        .unwrap_or(chunk)
+        .trim_ascii_end()
+}
+
+#[divan::bench]
+fn framer_one_event_per_feed(bencher: Bencher) {
+    let mut framer = SseFramer::new(limits().max_event_bytes);
+    bencher
+        .counter(BytesCount::of_slice(CONTENT))
+        .bench_local(|| {
+            let mut n = 0usize;
+            let _ = framer.feed(black_box(CONTENT), |e| n += e.data.len());
+            n
+        });
+}
+
+#[divan::bench]
+fn framer_event_split_in_two_feeds(bencher: Bencher) {
+    let mut framer = SseFramer::new(limits().max_event_bytes);
+    let (a, b) = CONTENT.split_at(CONTENT.len() / 2);
+    bencher
+        .counter(BytesCount::of_slice(CONTENT))
+        .bench_local(|| {
+            let mut n = 0usize;
+            let _ = framer.feed(black_box(a), |e| n += e.data.len());
+            let _ = framer.feed(black_box(b), |e| n += e.data.len());
+            n
+        });
+}
+
+#[divan::bench(args = ["content", "role", "usage"])]
+fn openai_dialect_per_event(bencher: Bencher, kind: &str) {
+    let chunk = match kind {
+        "role" => ROLE,
+        "usage" => USAGE,
+        _ => CONTENT,
+    };
+    let event = SseEvent {
+        event: b"",
+        data: event_data(chunk),
+    };
+    let mut dialect = chat_dialect();
+    let mut obs = Observations::default();
+    bencher
+        .bench_local(|| dialect.on_event(black_box(&event), &mut obs, &mut OutputText::new(None)));
+}
+
+#[divan::bench]
+fn meter_per_content_chunk(bencher: Bencher) {
+    let mut meter = Meter::new(chat_dialect(), Format::Sse, &limits(), TextCount::Off);
+    meter.feed(ROLE);
+    bencher
+        .counter(ItemsCount::new(1usize))
+        .bench_local(|| meter.feed(black_box(CONTENT)));
+}
+
+/// The whole vLLM capture (19 events), fed as one frame per event as a server flushes them.
+#[divan::bench]
+fn meter_vllm_capture_per_stream(bencher: Bencher) {
+    let mut events: Vec<&[u8]> = Vec::new();
+    let mut rest = CAPTURE;
+    while let Some(end) = memchr::memmem::find(rest, b"\n\n") {
+        let (event, tail) = rest.split_at(end + 2);
+        events.push(event);
+        rest = tail;
+    }
+    let limits = limits();
+    bencher
+        .counter(ItemsCount::new(events.len()))
+        .bench_local(|| {
+            let mut meter = Meter::new(chat_dialect(), Format::Sse, &limits, TextCount::Off);
+            let mut outputs = 0;
+            for event in &events {
+                outputs += meter.feed(black_box(event));
+            }
+            outputs + meter.finish(true)
+        });
+}
+
+/// What the response tap does per frame: meter, timeline, TTFT/ITL histogram observations.
+#[divan::bench]
+fn exchange_on_data_per_content_chunk(bencher: Bencher) {
+    let config = Config::default();
+    let recorder = Arc::new(Recorder {
+        metrics: Metrics::new(&config).unwrap_or_else(|e| panic!("metrics: {e}")),
+        slo: config.slo.clone(),
+        metering: config.metering.clone(),
+        tokenizers: Arc::new(Tokenizers::default()),
+    });
+    let (api, dialect) = detect("/v1/chat/completions");
+    let start = tokio::time::Instant::now();
+    let mut exchange = Exchange::begin(
+        recorder,
+        api,
+        dialect,
+        Method::POST,
+        "/v1/chat/completions".to_owned(),
+        start,
+        Arc::new(ModelSlot::default()),
+    );
+    exchange.on_response(
+        StatusCode::OK,
+        Some(&HeaderValue::from_static("text/event-stream")),
+    );
+    exchange.on_data(ROLE, start);
+    bencher
+        .counter(ItemsCount::new(1usize))
+        .bench_local(|| exchange.on_data(black_box(CONTENT), tokio::time::Instant::now()));
+}

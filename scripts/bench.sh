@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The end-to-end benchmark: tokentap vs a direct connection vs nginx, in one run, on loopback only.
+# Builds the release binary and the harness, installs Debian's nginx if it is missing, pins the scripted
+# upstream + load generator to one core and the proxy under test to another, and prints a Markdown table.
+#
+#   bash scripts/bench.sh                 # the full run (about 6 minutes), table on stdout
+#   bash scripts/bench.sh --quick         # a small-scale smoke run (about 40 s)
+#   BENCH_OUT=docs/benchmark-table.md bash scripts/bench.sh   # also write the table to a file
+#
+# Extra arguments go to the harness (benches/proxy/main.rs): --reps N, --only latency,sweep,requests,memory,
+# --baseline PATH (a second tokentap binary measured alongside, for before/after comparisons).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+    echo "== installing nginx (Debian's package)" >&2
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
+    else
+        sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
+    fi
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+echo "== building (release)" >&2
+cargo build --release --quiet
+HARNESS=$(cargo bench --bench proxy --no-run --message-format=json 2>/dev/null \
+    | grep '"name":"proxy"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+[ -x "$HARNESS" ] || { echo "bench.sh: could not find the harness binary" >&2; exit 1; }
+
+# One stream holds a socket on each side of the proxy, and 5,000 are held open at once.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+CORES=$(nproc)
+PIN=()
+PROXY_CPU=()
+if [ "$CORES" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
+    PIN=(taskset -c 0)
+    PROXY_CPU=(--proxy-cpu 1)
+else
+    echo "bench.sh: fewer than 2 cores or no taskset: nothing is pinned" >&2
+fi
+
+OUT=()
+if [ -n "${BENCH_OUT:-}" ]; then
+    OUT=(--out "$BENCH_OUT")
+fi
+
+echo "== running on $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+exec "${PIN[@]}" "$HARNESS" --tokentap target/release/tokentap --nginx "$NGINX" "${PROXY_CPU[@]}" "${OUT[@]}" "$@"
