@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use support::*;
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::Instant;
@@ -102,25 +101,6 @@ fn endless_stream() -> Vec<Step> {
     }
     steps.push(last_chunk());
     steps
-}
-
-/// A raw HTTP/1.1 connection the test can drop, as a client that goes away does.
-async fn open(
-    proxy: &tokentap::Running,
-) -> (
-    hyper::client::conn::http1::SendRequest<Full<Bytes>>,
-    tokio::task::JoinHandle<()>,
-) {
-    let stream = TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    let task = tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    (sender, task)
 }
 
 #[tokio::test(start_paused = true)]

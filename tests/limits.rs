@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -124,26 +123,6 @@ async fn a_chunked_body_growing_past_the_limit_is_cut_upstream_and_answered_413(
     let labels = [("status", "413"), ("outcome", "ok")];
     assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
     assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
-}
-
-async fn open(
-    proxy: &tokentap::Running,
-) -> (
-    hyper::client::conn::http1::SendRequest<Full<Bytes>>,
-    tokio::task::JoinHandle<()>,
-) {
-    let stream = TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    (
-        sender,
-        tokio::spawn(async move {
-            let _ = conn.await;
-        }),
-    )
 }
 
 #[tokio::test(start_paused = true)]

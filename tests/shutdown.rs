@@ -22,24 +22,6 @@ async fn get_status(proxy: &tokentap::Running, path: &str) -> u16 {
     send(&client(), request).await.status
 }
 
-async fn open(
-    proxy: &tokentap::Running,
-) -> (
-    hyper::client::conn::http1::SendRequest<Full<Bytes>>,
-    tokio::task::JoinHandle<()>,
-) {
-    let stream = TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    let task = tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    (sender, task)
-}
-
 /// A token every `gap`, `n` of them, then `[DONE]`.
 fn stream_of(n: usize, gap: Duration) -> Vec<Step> {
     let mut steps = vec![sse_head(), chunk(ROLE_CHUNK.as_bytes())];

@@ -479,6 +479,27 @@ impl Metrics {
     }
 }
 
+/// A raw HTTP/1.1 connection to the proxy that the test can drop, as a client that goes away does:
+/// abort the returned task (and drop the sender) to close it.
+pub async fn open(
+    proxy: &Running,
+) -> (
+    hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    let (sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("handshake");
+    let task = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    (sender, task)
+}
+
 /// Waits (bounded) until the proxy has no request in flight.
 pub async fn settle(proxy: &Running) {
     for _ in 0..200 {
