@@ -10,7 +10,7 @@ use divan::counter::{BytesCount, ItemsCount};
 use divan::{black_box, Bencher};
 use http::{HeaderValue, Method, StatusCode};
 use tokentap::config::{Config, Metering};
-use tokentap::dialect::{detect, Dialect, Observations, OutputText};
+use tokentap::dialect::{detect, Dialect, EventOutput, Observations};
 use tokentap::exchange::{Exchange, Recorder};
 use tokentap::meter::{Format, Meter};
 use tokentap::metrics::Metrics;
@@ -91,18 +91,23 @@ fn openai_dialect_per_event(bencher: Bencher, kind: &str) {
         data: event_data(chunk),
     };
     let mut dialect = chat_dialect();
-    let mut obs = Observations::default();
-    bencher
-        .bench_local(|| dialect.on_event(black_box(&event), &mut obs, &mut OutputText::new(None)));
+    let (mut obs, mut choices) = (Observations::default(), Vec::new());
+    bencher.bench_local(|| {
+        choices.clear();
+        let mut output = EventOutput::new(None, &mut choices);
+        dialect.on_event(black_box(&event), &mut obs, &mut output)
+    });
 }
 
 #[divan::bench]
 fn meter_per_content_chunk(bencher: Bencher) {
     let mut meter = Meter::new(chat_dialect(), Format::Sse, &limits(), TextCount::Off);
-    meter.feed(ROLE);
-    bencher
-        .counter(ItemsCount::new(1usize))
-        .bench_local(|| meter.feed(black_box(CONTENT)));
+    let mut marks = Vec::new();
+    meter.feed(ROLE, &mut marks);
+    bencher.counter(ItemsCount::new(1usize)).bench_local(|| {
+        marks.clear();
+        meter.feed(black_box(CONTENT), &mut marks)
+    });
 }
 
 /// The whole vLLM capture (19 events), fed as one frame per event as a server flushes them.
@@ -120,11 +125,12 @@ fn meter_vllm_capture_per_stream(bencher: Bencher) {
         .counter(ItemsCount::new(events.len()))
         .bench_local(|| {
             let mut meter = Meter::new(chat_dialect(), Format::Sse, &limits, TextCount::Off);
-            let mut outputs = 0;
+            let mut marks = Vec::new();
             for event in &events {
-                outputs += meter.feed(black_box(event));
+                meter.feed(black_box(event), &mut marks);
             }
-            outputs + meter.finish(true)
+            meter.finish(true, &mut marks);
+            marks.len()
         });
 }
 

@@ -4,6 +4,9 @@
 //! The state lives in an [`ExchangeGuard`]: first inside the forwarding future, then inside the response
 //! body. Whichever way the exchange ends — the body's last frame, an upstream error, or the guard being
 //! dropped because the client went away — it is finished exactly once, and the in-flight gauge with it.
+//! A client that goes away after the API's terminal event has passed (the openai SDK's sync stream
+//! closes at `data: [DONE]`, before the server's chunked terminator) had the whole answer: that request
+//! is complete, and ends when the terminal event passed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +23,7 @@ use crate::slo::{judge, Measured};
 use crate::tap::ModelSlot;
 use crate::timeline::{Mark, Timeline};
 use crate::tokenizer::{TextCount, Tokenizers};
+use crate::tokens::{output_tokens, Offered, TokenSource};
 
 /// How a request ended, the `outcome` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,27 +49,6 @@ impl Outcome {
     }
 }
 
-/// Where a request's output token count `N` came from, the `token_source` label (SPEC §3 order).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TokenSource {
-    /// The usage the server reported.
-    Usage,
-    /// The configured tokenizer, counting the streamed output text.
-    Tokenizer,
-    /// One token per output-bearing chunk.
-    Chunks,
-}
-
-impl TokenSource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TokenSource::Usage => "usage",
-            TokenSource::Tokenizer => "tokenizer",
-            TokenSource::Chunks => "chunks",
-        }
-    }
-}
-
 /// What every exchange records into: the metrics, the SLO ceilings, the metering bounds and the
 /// configured tokenizers.
 pub struct Recorder {
@@ -84,6 +67,10 @@ pub struct Exchange {
     request_model: Arc<ModelSlot>,
     dialect: Option<Box<dyn Dialect>>,
     meter: Option<Meter>,
+    /// The choice of each output the meter found in the frame being read; reused.
+    marks: Vec<u32>,
+    /// When the API's terminal event passed.
+    ended: Option<Instant>,
     status: Option<StatusCode>,
     series: Option<Series>,
     in_flight: IntGauge,
@@ -110,6 +97,8 @@ impl Exchange {
             request_model,
             dialect,
             meter: None,
+            marks: Vec::new(),
+            ended: None,
             status: None,
             series: None,
             in_flight,
@@ -137,20 +126,27 @@ impl Exchange {
         let Some(meter) = self.meter.as_mut() else {
             return;
         };
-        let outputs = meter.feed(bytes);
-        self.mark_outputs(outputs, now);
+        meter.feed(bytes, &mut self.marks);
+        if self.ended.is_none() && meter.ended() {
+            self.ended = Some(now);
+        }
+        self.observe_marks(now);
     }
 
-    /// `outputs` output-bearing events passed at `now`: TTFT or a gap each, observed as it happens.
-    fn mark_outputs(&mut self, outputs: u32, now: Instant) {
-        for _ in 0..outputs {
-            let mark = self.timeline.on_output(now);
+    /// The outputs in `marks` passed at `now`: TTFT or a gap each, observed as it happens.
+    fn observe_marks(&mut self, now: Instant) {
+        let marks = std::mem::take(&mut self.marks);
+        for &choice in &marks {
+            let mark = self.timeline.on_output(choice, now);
             let series = self.series();
             match mark {
                 Mark::First(ttft) => series.ttft.observe(ttft.as_secs_f64()),
                 Mark::Gap(gap) => series.itl.observe(gap.as_secs_f64()),
+                Mark::ChoiceStart => {}
             }
         }
+        self.marks = marks;
+        self.marks.clear();
     }
 
     /// Labels are resolved once: from the request's `model`, else the response's, else `unknown`.
@@ -170,7 +166,7 @@ impl Exchange {
         })
     }
 
-    fn finish(mut self, mut outcome: Outcome, end: Instant) {
+    fn finish(mut self, mut outcome: Outcome, mut end: Instant) {
         self.in_flight.dec();
         let recorder = self.recorder.clone();
         let metrics = &recorder.metrics;
@@ -178,9 +174,13 @@ impl Exchange {
         let mut tokens = None;
         let mut input_tokens = None;
         let mut source = None;
+        if let (Outcome::Cancelled, Some(ended)) = (outcome, self.ended) {
+            outcome = Outcome::Ok;
+            end = ended;
+        }
         if let Some(meter) = self.meter.as_mut() {
-            let outputs = meter.finish(outcome == Outcome::Ok);
-            self.mark_outputs(outputs, end);
+            meter.finish(outcome == Outcome::Ok, &mut self.marks);
+            self.observe_marks(end);
         }
         if let Some(meter) = self.meter.as_mut() {
             streaming = meter.is_streaming();
@@ -191,19 +191,16 @@ impl Exchange {
                 metrics.count_metering_skipped(self.api, reason.as_str());
                 streaming = false;
             } else {
-                let usage = meter.observations().output_tokens;
-                input_tokens = meter.observations().input_tokens;
-                // The tokenizer runs only when the server reported no usage.
-                let counted = usage.is_none().then(|| meter.tokenizer_count()).flatten();
-                (tokens, source) = match (usage, counted) {
-                    (Some(n), _) => (Some(n), Some(TokenSource::Usage)),
-                    (None, Some(n)) if streaming => (Some(n), Some(TokenSource::Tokenizer)),
-                    _ if streaming => (
-                        Some(self.timeline.output_chunks()),
-                        Some(TokenSource::Chunks),
-                    ),
-                    _ => (None, None),
+                let obs = meter.observations();
+                input_tokens = obs.input_tokens;
+                let offered = Offered {
+                    usage: obs.output_tokens,
+                    reasoning: obs.reasoning_tokens,
+                    events: self.timeline.output_chunks(),
+                    streaming,
                 };
+                let counted = output_tokens(offered, || meter.tokenizer_count());
+                (tokens, source) = (counted.map(|c| c.0), counted.map(|c| c.1));
             }
         }
         let figures = self.timeline.figures(end, tokens.unwrap_or(0));
@@ -257,6 +254,7 @@ impl Exchange {
             &measured,
             succeeded,
         );
+        let slo = verdict.describe(outcome.as_str(), self.status);
         for &kind in &verdict.missed {
             metrics.count_violation(&series, kind);
         }
@@ -276,7 +274,7 @@ impl Exchange {
             output_tokens = tokens,
             token_source = source.map(TokenSource::as_str),
             input_tokens = input_tokens,
-            slo = %verdict.describe(),
+            slo = %slo,
             "request finished"
         );
     }

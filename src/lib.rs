@@ -29,6 +29,7 @@ pub mod sse;
 pub mod tap;
 pub mod timeline;
 pub mod tokenizer;
+pub mod tokens;
 pub mod upstream;
 
 pub use config::Config;

@@ -1,6 +1,7 @@
 //! The meter of one response body: frames the bytes that pass (SSE or NDJSON for streams, a top-level
-//! field scan for JSON bodies), hands each decoded event to the API dialect, and tells the exchange how
-//! many output-bearing events a frame carried. It only reads the bytes it is lent; forwarding never
+//! field scan for JSON bodies), hands each decoded event to the API dialect, and tells the exchange
+//! which output-bearing events a frame carried (one mark per event and choice) and whether the API's
+//! terminal event has passed. It only reads the bytes it is lent; forwarding never
 //! waits on it. The framing follows the response's content type, not the path: `text/event-stream` is
 //! SSE, `application/x-ndjson` (Ollama's streams) is NDJSON, anything else is one JSON body.
 //!
@@ -10,7 +11,7 @@
 use http::HeaderValue;
 
 use crate::config::Metering;
-use crate::dialect::{Dialect, EventKind, Observations, OutputText};
+use crate::dialect::{Dialect, EventKind, EventOutput, Observations};
 use crate::json_scan::FieldScanner;
 use crate::ndjson::NdjsonFramer;
 use crate::sse::{SseEvent, SseFramer};
@@ -87,30 +88,38 @@ struct Reading {
     /// An SSE event was decoded: a body with other lines than comments and none of these was not an
     /// event stream at all.
     decoded_event: bool,
+    /// The choices the current event advanced; reused from event to event.
+    choices: Vec<u32>,
 }
 
 impl Reading {
-    /// Reads one event; true when it carried output.
-    fn event(&mut self, event: &SseEvent<'_>) -> bool {
+    /// Reads one event and appends a mark for each choice it carried output for.
+    fn event(&mut self, event: &SseEvent<'_>, marks: &mut Vec<u32>) {
         if self.skipped.is_some() {
-            return false;
+            return;
         }
         self.decoded_event = true;
-        // An event without data, or the OpenAI-style `[DONE]` some gateways add to every API, carries
-        // nothing in any dialect.
-        if matches!(event.data.trim_ascii(), b"" | b"[DONE]") {
-            return false;
+        // An event without data carries nothing in any dialect. `[DONE]` ends OpenAI's streams, and the
+        // same marker some gateways add to every API ends theirs.
+        match event.data.trim_ascii() {
+            b"" => return,
+            b"[DONE]" => {
+                self.obs.ended = true;
+                return;
+            }
+            _ => {}
         }
-        let mut text = OutputText::new(self.text.buffer());
-        let kind = self.dialect.on_event(event, &mut self.obs, &mut text);
+        self.choices.clear();
+        let mut output = EventOutput::new(self.text.buffer(), &mut self.choices);
+        let kind = self.dialect.on_event(event, &mut self.obs, &mut output);
         self.text.after_event(self.obs.model.as_deref());
         match kind {
-            EventKind::Output => return true,
+            EventKind::Output if self.choices.is_empty() => marks.push(0),
+            EventKind::Output => marks.extend_from_slice(&self.choices),
             EventKind::Other => {}
             EventKind::Error => self.error_event = true,
             EventKind::Malformed => self.skipped = Some(SkipReason::MalformedEvent),
         }
-        false
     }
 }
 
@@ -145,6 +154,7 @@ impl Meter {
                 skipped: None,
                 error_event: false,
                 decoded_event: false,
+                choices: Vec::new(),
             },
         }
     }
@@ -154,27 +164,25 @@ impl Meter {
         !matches!(self.framing, Framing::Json(_))
     }
 
-    /// Reads one body frame; returns how many output-bearing events it completed.
-    pub fn feed(&mut self, bytes: &[u8]) -> u32 {
+    /// Reads one body frame and appends to `marks` the choice of each output it completed, in order
+    /// (an event that advanced two choices leaves two marks).
+    pub fn feed(&mut self, bytes: &[u8], marks: &mut Vec<u32>) {
         let Meter { framing, reading } = self;
         if reading.skipped.is_some() {
-            return 0;
+            return;
         }
-        let mut outputs = 0;
         let fed = match framing {
             Framing::Json(scanner) => {
                 scanner.feed(bytes);
                 Ok(())
             }
-            Framing::Sse(framer) => framer.feed(bytes, |event| {
-                outputs += u32::from(reading.event(&event));
-            }),
+            Framing::Sse(framer) => framer.feed(bytes, |event| reading.event(&event, marks)),
             Framing::Ndjson(framer) => framer.feed(bytes, |line| {
                 let event = SseEvent {
                     event: b"",
                     data: line,
                 };
-                outputs += u32::from(reading.event(&event));
+                reading.event(&event, marks);
             }),
         };
         if fed.is_err() {
@@ -183,29 +191,23 @@ impl Meter {
         // Output events completed before the stream turned unreadable were real token arrivals,
         // whether or not the unreadable part came in the same frame: the figures depend only on the
         // bytes, never on where the network cut them into frames.
-        outputs
     }
 
     /// Called once at the end of the body (`complete`: it ended normally). A JSON body's fields are
-    /// read now, and an NDJSON stream's last line if it had no LF; returns the output-bearing events
-    /// that line completed. An SSE body that held no event at all is reported as malformed here.
-    pub fn finish(&mut self, complete: bool) -> u32 {
+    /// read now, and an NDJSON stream's last line if it had no LF, whose outputs are appended to
+    /// `marks`. An SSE body that held no event at all is reported as malformed here.
+    pub fn finish(&mut self, complete: bool, marks: &mut Vec<u32>) {
         let Meter { framing, reading } = self;
         match framing {
-            Framing::Json(scanner) => {
-                reading.dialect.on_body(scanner, &mut reading.obs);
-                0
-            }
+            Framing::Json(scanner) => reading.dialect.on_body(scanner, &mut reading.obs),
             Framing::Ndjson(framer) if complete && reading.skipped.is_none() => {
-                let mut outputs = 0;
                 framer.finish(|line| {
                     let event = SseEvent {
                         event: b"",
                         data: line,
                     };
-                    outputs += u32::from(reading.event(&event));
+                    reading.event(&event, marks);
                 });
-                outputs
             }
             // An "event stream" that held other lines than comments but not a single complete event (a
             // JSON or HTML body, binary bytes under an SSE content type) is malformed, not a stream that
@@ -215,9 +217,8 @@ impl Meter {
                 if !reading.decoded_event && framer.saw_non_comment() {
                     reading.skipped.get_or_insert(SkipReason::MalformedEvent);
                 }
-                0
             }
-            _ => 0,
+            Framing::Ndjson(_) => {}
         }
     }
 
@@ -238,12 +239,30 @@ impl Meter {
     pub fn saw_error_event(&self) -> bool {
         self.reading.error_event
     }
+
+    /// The API's terminal event has passed: the client has the whole answer.
+    pub fn ended(&self) -> bool {
+        self.reading.obs.ended
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::dialect::detect;
+
+    /// Feeds a frame; the number of output marks it made.
+    fn feed(meter: &mut Meter, bytes: &[u8]) -> usize {
+        let mut marks = Vec::new();
+        meter.feed(bytes, &mut marks);
+        marks.len()
+    }
+
+    fn finish(meter: &mut Meter, complete: bool) -> usize {
+        let mut marks = Vec::new();
+        meter.finish(complete, &mut marks);
+        marks.len()
+    }
 
     fn limits() -> Metering {
         Metering {
@@ -263,11 +282,11 @@ mod tests {
         );
         let role =
             "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
-        assert_eq!(meter.feed(role.as_bytes()), 0);
+        assert_eq!(feed(&mut meter, role.as_bytes()), 0);
         let two = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n";
-        assert_eq!(meter.feed(two.as_bytes()), 2);
+        assert_eq!(feed(&mut meter, two.as_bytes()), 2);
         let usage = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n";
-        assert_eq!(meter.feed(usage.as_bytes()), 0);
+        assert_eq!(feed(&mut meter, usage.as_bytes()), 0);
         assert_eq!(meter.observations().output_tokens, Some(2));
         assert_eq!(meter.skipped(), None);
     }
@@ -284,11 +303,24 @@ mod tests {
             let mut meter =
                 Meter::new(dialect.expect(path), Format::Sse, &limits(), TextCount::Off);
             assert_eq!(
-                meter.feed(b"event: ping\ndata:\n\ndata: [DONE]\n\n"),
+                feed(&mut meter, b"event: ping\ndata:\n\ndata: [DONE]\n\n"),
                 0,
                 "{path}"
             );
             assert_eq!(meter.skipped(), None, "{path}");
+        }
+    }
+
+    #[test]
+    fn done_ends_the_stream_in_every_dialect() {
+        for path in ["/v1/chat/completions", "/v1/completions", "/v1/messages"] {
+            let (_, dialect) = detect(path);
+            let mut meter =
+                Meter::new(dialect.expect(path), Format::Sse, &limits(), TextCount::Off);
+            feed(&mut meter, b"data: {\"choices\":[]}\n\n: ping\n\n");
+            assert!(!meter.ended(), "{path}");
+            feed(&mut meter, b"data: [DONE]\n\n");
+            assert!(meter.ended(), "{path}");
         }
     }
 
@@ -302,10 +334,13 @@ mod tests {
             TextCount::Off,
         );
         let big = format!("data: {}\n\n", "x".repeat(4096));
-        assert_eq!(meter.feed(big.as_bytes()), 0);
+        assert_eq!(feed(&mut meter, big.as_bytes()), 0);
         assert_eq!(meter.skipped(), Some(SkipReason::EventTooLarge));
         assert_eq!(
-            meter.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"),
+            feed(
+                &mut meter,
+                b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"
+            ),
             0
         );
     }
@@ -321,8 +356,8 @@ mod tests {
         );
         let body = br#"{"model":"m","choices":[{"text":"hi"}],"usage":{"prompt_tokens":5,"completion_tokens":9}}"#;
         let (a, b) = body.split_at(30);
-        assert_eq!(meter.feed(a) + meter.feed(b), 0);
-        meter.finish(true);
+        assert_eq!(feed(&mut meter, a) + feed(&mut meter, b), 0);
+        finish(&mut meter, true);
         let obs = meter.observations();
         assert_eq!(
             (obs.input_tokens, obs.output_tokens, obs.model.as_deref()),
@@ -352,8 +387,8 @@ mod tests {
             &limits(),
             TextCount::Off,
         );
-        assert_eq!(meter.feed(body), 1);
-        assert_eq!(meter.finish(true), 1);
+        assert_eq!(feed(&mut meter, body), 1);
+        assert_eq!(finish(&mut meter, true), 1);
         let (_, dialect) = detect("/api/generate");
         let mut meter = Meter::new(
             dialect.expect("ollama"),
@@ -361,8 +396,8 @@ mod tests {
             &limits(),
             TextCount::Off,
         );
-        assert_eq!(meter.feed(body), 1);
-        assert_eq!(meter.finish(false), 0);
+        assert_eq!(feed(&mut meter, body), 1);
+        assert_eq!(finish(&mut meter, false), 0);
         assert_eq!(meter.skipped(), None);
     }
 
@@ -376,10 +411,13 @@ mod tests {
             TextCount::Off,
         );
         assert_eq!(
-            meter.feed(b"{\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n"),
+            feed(
+                &mut meter,
+                b"{\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n"
+            ),
             0
         );
-        meter.finish(true);
+        finish(&mut meter, true);
         assert_eq!(meter.skipped(), Some(SkipReason::MalformedEvent));
         for quiet in [&b""[..], b": ping\n\n: ping\r\n\r\n: pi"] {
             let (_, dialect) = detect("/v1/chat/completions");
@@ -389,8 +427,8 @@ mod tests {
                 &limits(),
                 TextCount::Off,
             );
-            meter.feed(quiet);
-            meter.finish(true);
+            feed(&mut meter, quiet);
+            finish(&mut meter, true);
             assert_eq!(meter.skipped(), None);
         }
         let (_, dialect) = detect("/v1/chat/completions");
@@ -400,8 +438,8 @@ mod tests {
             &limits(),
             TextCount::Off,
         );
-        meter.feed(b": ping\n\n{\"error\":");
-        meter.finish(true);
+        feed(&mut meter, b": ping\n\n{\"error\":");
+        finish(&mut meter, true);
         assert_eq!(meter.skipped(), Some(SkipReason::MalformedEvent));
     }
 }

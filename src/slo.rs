@@ -37,17 +37,24 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// "met", or the missed ceilings joined ("missed:ttft,itl"), or "failed" for a request that did not
-    /// finish ok with a 2xx status but missed no ceiling — for the log line.
-    pub fn describe(&self) -> String {
+    /// For the log line: `met` for goodput, else why not, joined by `;`: the outcome when it was not
+    /// `ok` (`cancelled`, `upstream_error`, `timeout`), `not_2xx` for an answer outside 2xx, and the
+    /// ceilings missed (`missed:ttft,itl`). With no ceiling configured, an `ok` 2xx request is `met`.
+    pub fn describe(&self, outcome: &str, status: Option<http::StatusCode>) -> String {
         if self.goodput {
-            "met".to_owned()
-        } else if self.missed.is_empty() {
-            "failed".to_owned()
-        } else {
-            let kinds: Vec<&str> = self.missed.iter().map(|k| k.as_str()).collect();
-            format!("missed:{}", kinds.join(","))
+            return "met".to_owned();
         }
+        let mut why = Vec::new();
+        if outcome != "ok" {
+            why.push(outcome.to_owned());
+        } else if !status.is_some_and(|s| s.is_success()) {
+            why.push("not_2xx".to_owned());
+        }
+        if !self.missed.is_empty() {
+            let kinds: Vec<&str> = self.missed.iter().map(|k| k.as_str()).collect();
+            why.push(format!("missed:{}", kinds.join(",")));
+        }
+        why.join(";")
     }
 }
 
@@ -97,7 +104,7 @@ mod tests {
                 goodput: true
             }
         );
-        assert_eq!(v.describe(), "met");
+        assert_eq!(v.describe("ok", Some(http::StatusCode::OK)), "met");
     }
 
     #[test]
@@ -111,7 +118,10 @@ mod tests {
         let v = judge(&ceilings(), &m, true);
         assert_eq!(v.missed, vec![SloKind::Ttft, SloKind::Itl]);
         assert!(!v.goodput);
-        assert_eq!(v.describe(), "missed:ttft,itl");
+        assert_eq!(
+            v.describe("ok", Some(http::StatusCode::OK)),
+            "missed:ttft,itl"
+        );
     }
 
     #[test]
@@ -129,7 +139,27 @@ mod tests {
     fn failed_request_is_never_goodput_even_within_ceilings() {
         let v = judge(&ceilings(), &Measured::default(), false);
         assert!(!v.goodput);
-        assert_eq!(v.describe(), "failed");
+    }
+
+    #[test]
+    fn the_log_says_why_a_request_is_not_goodput() {
+        let within = judge(&Ceilings::default(), &Measured::default(), false);
+        assert_eq!(within.describe("cancelled", None), "cancelled");
+        let not_found = Some(http::StatusCode::NOT_FOUND);
+        assert_eq!(within.describe("ok", not_found), "not_2xx");
+        assert_eq!(
+            within.describe("upstream_error", not_found),
+            "upstream_error"
+        );
+        let slow = Measured {
+            ttft: ms(900),
+            ..Measured::default()
+        };
+        let v = judge(&ceilings(), &slow, false);
+        assert_eq!(v.describe("timeout", None), "timeout;missed:ttft");
+        // No ceiling configured: an ok 2xx request is met, nothing else is "failed".
+        let ok = judge(&Ceilings::default(), &slow, true);
+        assert_eq!(ok.describe("ok", Some(http::StatusCode::OK)), "met");
     }
 
     #[test]

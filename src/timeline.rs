@@ -1,8 +1,12 @@
-//! The timeline of one request as the proxy sees it (SPEC §1) and the figures derived from it (SPEC §2).
+//! The timeline of one request as the proxy sees it and the figures derived from it (docs/metrics.md).
 //!
-//! Pure time arithmetic: it is told when the request arrived, when each output-bearing chunk passed and
-//! when the body ended, and computes TTFT, gaps, E2E, TPOT and tokens/s. No I/O, no metrics, so every
-//! formula is tested here with exact instants.
+//! Pure time arithmetic: it is told when the request arrived, when each output-bearing chunk passed (and
+//! for which choice) and when the body ended, and computes TTFT, gaps, E2E, TPOT and tokens/s. No I/O, no
+//! metrics, so every formula is tested here with exact instants.
+//!
+//! Several choices (OpenAI's `n` > 1) are timed as the reader of one choice sees them: TTFT is the first
+//! output of any choice, a gap is between two consecutive outputs of the same choice, and TPOT and
+//! tokens/s divide the request's tokens evenly over the choices that produced output.
 
 use std::time::Duration;
 
@@ -12,7 +16,10 @@ use tokio::time::Instant;
 pub struct Timeline {
     arrive: Instant,
     first: Option<Instant>,
+    /// The last output of any choice.
     last: Option<Instant>,
+    /// The last output of each choice that has produced one; one entry for the usual single answer.
+    choices: Vec<(u32, Instant)>,
     output_chunks: u64,
     max_gap: Option<Duration>,
 }
@@ -20,10 +27,12 @@ pub struct Timeline {
 /// What one output-bearing chunk meant, so it can be observed as it happens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mark {
-    /// The first output: TTFT = t_first − t_arrive.
+    /// The first output of the request: TTFT = t_first − t_arrive.
     First(Duration),
-    /// A later output: the gap t_i − t_(i−1).
+    /// A later output of the same choice: the gap t_i − t_(i−1).
     Gap(Duration),
+    /// The first output of another choice: neither a TTFT nor a gap.
+    ChoiceStart,
 }
 
 /// The whole-request figures at t_end. `None` where the formula does not apply.
@@ -33,11 +42,11 @@ pub struct Figures {
     pub ttft: Option<Duration>,
     /// t_end − t_first.
     pub generation: Option<Duration>,
-    /// (t_end − t_first) / (N − 1), N ≥ 2.
+    /// (t_end − t_first) / (N/k − 1) for k choices with output, N/k ≥ 2.
     pub tpot: Option<Duration>,
-    /// (N − 1) / (t_end − t_first), N ≥ 2 and a non-zero generation time.
+    /// (N/k − 1) / (t_end − t_first), N/k ≥ 2 and a non-zero generation time.
     pub output_tokens_per_second: Option<f64>,
-    /// max(t_i − t_(i−1)), at least two output chunks.
+    /// max(t_i − t_(i−1)) over the gaps of every choice, at least one gap.
     pub max_gap: Option<Duration>,
 }
 
@@ -47,6 +56,7 @@ impl Timeline {
             arrive,
             first: None,
             last: None,
+            choices: Vec::new(),
             output_chunks: 0,
             max_gap: None,
         }
@@ -56,6 +66,7 @@ impl Timeline {
         self.arrive
     }
 
+    /// Output-bearing chunks, one per event and choice it advanced.
     pub fn output_chunks(&self) -> u64 {
         self.output_chunks
     }
@@ -68,33 +79,36 @@ impl Timeline {
         self.last
     }
 
-    pub fn on_output(&mut self, now: Instant) -> Mark {
+    /// An output of `choice` passed at `now`.
+    pub fn on_output(&mut self, choice: u32, now: Instant) -> Mark {
         self.output_chunks += 1;
-        let mark = match self.last {
-            None => {
-                self.first = Some(now);
-                Mark::First(now.saturating_duration_since(self.arrive))
-            }
-            Some(last) => {
-                let gap = now.saturating_duration_since(last);
-                self.max_gap = Some(self.max_gap.map_or(gap, |m| m.max(gap)));
-                Mark::Gap(gap)
-            }
-        };
         self.last = Some(now);
-        mark
+        let Some(slot) = self.choices.iter_mut().find(|(c, _)| *c == choice) else {
+            self.choices.push((choice, now));
+            if self.first.is_some() {
+                return Mark::ChoiceStart;
+            }
+            self.first = Some(now);
+            return Mark::First(now.saturating_duration_since(self.arrive));
+        };
+        let gap = now.saturating_duration_since(slot.1);
+        slot.1 = now;
+        self.max_gap = Some(self.max_gap.map_or(gap, |m| m.max(gap)));
+        Mark::Gap(gap)
     }
 
-    /// Figures at t_end, with N output tokens (from usage, or the chunk count when the server sent none).
+    /// Figures at t_end, with N output tokens over all choices (from usage, a tokenizer, or the chunk
+    /// count).
     pub fn figures(&self, end: Instant, tokens: u64) -> Figures {
         let e2e = end.saturating_duration_since(self.arrive);
         let ttft = self
             .first
             .map(|first| first.saturating_duration_since(self.arrive));
         let generation = self.first.map(|first| end.saturating_duration_since(first));
+        let per_choice = tokens as f64 / self.choices.len().max(1) as f64;
         let (tpot, output_tokens_per_second) = match generation {
-            Some(generation) if tokens >= 2 => {
-                let steps = (tokens - 1) as f64;
+            Some(generation) if per_choice >= 2.0 => {
+                let steps = per_choice - 1.0;
                 let tpot = Duration::from_secs_f64(generation.as_secs_f64() / steps);
                 let rate = (!generation.is_zero()).then(|| steps / generation.as_secs_f64());
                 (Some(tpot), rate)
@@ -124,10 +138,10 @@ mod tests {
     fn ttft_gaps_tpot_and_rate_follow_the_spec_formulas() {
         let t0 = Instant::now();
         let mut tl = Timeline::new(t0);
-        assert_eq!(tl.on_output(t0 + ms(200)), Mark::First(ms(200)));
-        assert_eq!(tl.on_output(t0 + ms(220)), Mark::Gap(ms(20)));
-        assert_eq!(tl.on_output(t0 + ms(300)), Mark::Gap(ms(80)));
-        assert_eq!(tl.on_output(t0 + ms(310)), Mark::Gap(ms(10)));
+        assert_eq!(tl.on_output(0, t0 + ms(200)), Mark::First(ms(200)));
+        assert_eq!(tl.on_output(0, t0 + ms(220)), Mark::Gap(ms(20)));
+        assert_eq!(tl.on_output(0, t0 + ms(300)), Mark::Gap(ms(80)));
+        assert_eq!(tl.on_output(0, t0 + ms(310)), Mark::Gap(ms(10)));
         let f = tl.figures(t0 + ms(350), 4);
         assert_eq!(f.e2e, ms(350));
         assert_eq!(f.ttft, Some(ms(200)));
@@ -142,7 +156,7 @@ mod tests {
     fn single_token_has_ttft_but_no_tpot_rate_or_gap() {
         let t0 = Instant::now();
         let mut tl = Timeline::new(t0);
-        tl.on_output(t0 + ms(5));
+        tl.on_output(0, t0 + ms(5));
         let f = tl.figures(t0 + ms(9), 1);
         assert_eq!(f.ttft, Some(ms(5)));
         assert_eq!(
@@ -155,8 +169,8 @@ mod tests {
     fn usage_count_not_chunk_count_drives_tpot() {
         let t0 = Instant::now();
         let mut tl = Timeline::new(t0);
-        tl.on_output(t0 + ms(100));
-        tl.on_output(t0 + ms(200));
+        tl.on_output(0, t0 + ms(100));
+        tl.on_output(0, t0 + ms(200));
         let f = tl.figures(t0 + ms(200), 11);
         assert_eq!(f.tpot, Some(ms(10)));
     }
@@ -168,5 +182,28 @@ mod tests {
         let f = tl.figures(t0 + ms(42), 0);
         assert_eq!(f.e2e, ms(42));
         assert_eq!((f.ttft, f.generation, f.tpot), (None, None, None));
+    }
+
+    #[test]
+    fn several_choices_are_timed_as_one_reader_sees_them() {
+        // n = 2: choice 0 at 100, 120, 140 ms; choice 1 at 110, 150 ms (one event carries both at 140
+        // and 150 would be two marks at one instant: here they interleave).
+        let t0 = Instant::now();
+        let mut tl = Timeline::new(t0);
+        assert_eq!(tl.on_output(0, t0 + ms(100)), Mark::First(ms(100)));
+        assert_eq!(tl.on_output(1, t0 + ms(110)), Mark::ChoiceStart);
+        assert_eq!(tl.on_output(0, t0 + ms(120)), Mark::Gap(ms(20)));
+        assert_eq!(tl.on_output(0, t0 + ms(140)), Mark::Gap(ms(20)));
+        assert_eq!(tl.on_output(1, t0 + ms(150)), Mark::Gap(ms(40)));
+        assert_eq!(tl.output_chunks(), 5);
+        // 6 tokens over 2 choices: 3 a choice, TPOT = 100 ms / (3 − 1).
+        let f = tl.figures(t0 + ms(200), 6);
+        assert_eq!(f.ttft, Some(ms(100)));
+        assert_eq!(f.tpot, Some(ms(50)));
+        assert_eq!(f.max_gap, Some(ms(40)));
+        let rate = f.output_tokens_per_second.unwrap_or_default();
+        assert!((rate - 20.0).abs() < 1e-9, "{rate}");
+        // Fewer than two tokens a choice: no TPOT.
+        assert_eq!(tl.figures(t0 + ms(200), 3).tpot, None);
     }
 }

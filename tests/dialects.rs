@@ -387,3 +387,133 @@ async fn unknown_paths_stay_other_with_no_token_figures() {
     );
     assert!(!m.has("tokentap_output_token_source_total", &[]));
 }
+
+/// The openai SDK's sync stream stops reading at `data: [DONE]` and closes; vLLM, uvicorn and
+/// llama-cpp-python send the chunked terminator in a later write. Every API has such a terminal event: a
+/// client that leaves right after it got the whole answer, and the request is complete (`ok`, with its
+/// E2E, TPOT and goodput), ending when that event passed.
+#[tokio::test(start_paused = true)]
+async fn a_client_that_leaves_right_after_the_terminal_event_got_the_whole_answer() {
+    let mut cases: Vec<(&str, &[u8], &str, &str, &str)> = fixtures()
+        .into_iter()
+        .map(|f| (f.name, f.bytes, f.path, f.content_type, f.request))
+        .collect();
+    cases.push((
+        "vLLM chat",
+        include_bytes!("fixtures/openai/vllm-0.32-chat-stream.sse"),
+        "/v1/chat/completions",
+        "text/event-stream",
+        r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}"#,
+    ));
+    for (name, bytes, path, content_type, request) in cases {
+        let f = Fixture {
+            name,
+            bytes,
+            path,
+            content_type,
+            request,
+            labels: [("model", ""), ("api", "")],
+            events: 0,
+            first: 0,
+            last: 0,
+            outputs: 0,
+            tokens: 0,
+            input: 0,
+        };
+        let events = events(&f);
+        let count = events.len();
+        let steps: Vec<Step> = std::iter::once(head(content_type))
+            .chain(
+                events
+                    .into_iter()
+                    .flat_map(|event| [Step::Sleep(ms(TICK_MS)), chunk(event)]),
+            )
+            .chain([
+                Step::Sleep(std::time::Duration::from_secs(60)),
+                last_chunk(),
+            ])
+            .collect();
+        let upstream = upstream(move |_| steps.clone()).await;
+        let proxy = proxy(
+            &upstream.url(),
+            "slo:\n  ttft: 1s\n  tpot: 1s\n  e2e: 10s\n",
+        )
+        .await;
+        let (mut sender, conn) = open(&proxy).await;
+        let response = sender
+            .send_request(post(&proxy, path, request))
+            .await
+            .expect("head");
+        let mut body = response.into_body();
+        let mut got = Vec::new();
+        while got.len() < bytes.len() {
+            let frame = http_body_util::BodyExt::frame(&mut body).await;
+            let frame = frame.expect("a frame").expect("data");
+            got.extend_from_slice(frame.data_ref().expect("data"));
+        }
+        assert_eq!(got, bytes, "{name}");
+        drop(body);
+        drop(sender);
+        conn.abort();
+        settle(&proxy).await;
+        let m = scrape(&proxy).await;
+        let ok = [("status", "200"), ("outcome", "ok")];
+        assert_eq!(m.get("tokentap_requests_total", &ok), 1.0, "{name}");
+        let cancelled = [("outcome", "cancelled")];
+        assert_eq!(m.get("tokentap_requests_total", &cancelled), 0.0, "{name}");
+        assert_close(
+            m.get("tokentap_e2e_request_latency_seconds_sum", &[]),
+            (TICK_MS * count as u64) as f64 / 1000.0,
+            &format!("{name}: E2E ends at the terminal event"),
+        );
+        let tpot = m.get("tokentap_time_per_output_token_seconds_count", &[]);
+        assert_eq!(tpot, 1.0, "{name}");
+        assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 1.0, "{name}");
+    }
+}
+
+/// A client that leaves before the terminal event did not get the whole answer: `cancelled`.
+#[tokio::test(start_paused = true)]
+async fn a_client_that_leaves_before_the_terminal_event_is_cancelled() {
+    let script = vec![
+        sse_head(),
+        chunk(ROLE_CHUNK.as_bytes()),
+        chunk(content_chunk("a").as_bytes()),
+        chunk(content_chunk("b").as_bytes()),
+        Step::Sleep(std::time::Duration::from_secs(60)),
+        chunk(DONE.as_bytes()),
+        last_chunk(),
+    ];
+    let upstream = upstream(move |_| script.clone()).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let (mut sender, conn) = open(&proxy).await;
+    let response = sender
+        .send_request(post(&proxy, "/v1/chat/completions", &chat_request("m")))
+        .await
+        .expect("head");
+    let mut body = response.into_body();
+    let mut got = Vec::new();
+    while !got.ends_with(content_chunk("b").as_bytes()) {
+        let frame = http_body_util::BodyExt::frame(&mut body).await;
+        got.extend_from_slice(
+            frame
+                .expect("frame")
+                .expect("data")
+                .data_ref()
+                .expect("data"),
+        );
+    }
+    drop(body);
+    drop(sender);
+    conn.abort();
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get("tokentap_requests_total", &[("outcome", "cancelled")]),
+        1.0
+    );
+    assert_eq!(
+        m.get("tokentap_e2e_request_latency_seconds_count", &[]),
+        0.0
+    );
+}

@@ -449,3 +449,163 @@ async fn guidellm_capture_without_role_chunk_is_metered_from_its_usage() {
         "TTFT",
     );
 }
+
+fn chat_chunk(delta: &str, index: u32) -> Step {
+    chunk(format!("data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{{\"index\":{index},\"delta\":{delta},\"finish_reason\":null}}]}}\n\n").as_bytes())
+}
+
+fn usage_with(details: &str, completion: u64) -> Step {
+    chunk(format!("data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[],\"usage\":{{\"prompt_tokens\":4,\"completion_tokens\":{completion}{details}}}}}\n\n").as_bytes())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_stream_has_a_ttft_gaps_and_tpot_and_is_judged_on_them() {
+    let upstream = upstream(|_| {
+        vec![
+            sse_head(),
+            chat_chunk(r#"{"role":"assistant","content":""}"#, 0),
+            Step::Sleep(ms(300)),
+            chat_chunk(r#"{"refusal":"I"}"#, 0),
+            Step::Sleep(ms(20)),
+            chat_chunk(r#"{"refusal":" can't"}"#, 0),
+            Step::Sleep(ms(20)),
+            chat_chunk(r#"{"refusal":" help."}"#, 0),
+            usage_with("", 3),
+            chunk(DONE.as_bytes()),
+            last_chunk(),
+        ]
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "slo:\n  ttft: 100ms\n").await;
+    send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_close(
+        m.get("tokentap_time_to_first_token_seconds_sum", M),
+        0.300,
+        "TTFT",
+    );
+    assert_eq!(m.get("tokentap_inter_token_latency_seconds_count", M), 2.0);
+    assert_close(
+        m.get("tokentap_time_per_output_token_seconds_sum", M),
+        0.020,
+        "TPOT",
+    );
+    // The 300 ms refusal missed the 100 ms ceiling: not goodput.
+    assert_eq!(m.get("tokentap_goodput_requests_total", M), 0.0);
+    let ttft = [("model", "m"), ("slo", "ttft")];
+    assert_eq!(m.get("tokentap_slo_violations_total", &ttft), 1.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn several_choices_are_timed_as_the_reader_of_one_choice_sees_them() {
+    // n = 2. Choice 0 at 100, 120, 140 ms; choice 1 at 110, 150, 160 ms; usage 6 tokens; [DONE] at 200.
+    let upstream = upstream(|_| {
+        let at = |sleep: u64, index: u32, text: &str| {
+            [
+                Step::Sleep(ms(sleep)),
+                chat_chunk(&format!(r#"{{"content":"{text}"}}"#), index),
+            ]
+        };
+        let mut steps = vec![
+            sse_head(),
+            chat_chunk(r#"{"role":"assistant","content":""}"#, 0),
+            chat_chunk(r#"{"role":"assistant","content":""}"#, 1),
+        ];
+        for (sleep, index, text) in [
+            (100, 0, "a"),
+            (10, 1, "x"),
+            (10, 0, "b"),
+            (20, 0, "c"),
+            (10, 1, "y"),
+            (10, 1, "z"),
+        ] {
+            steps.extend(at(sleep, index, text));
+        }
+        steps.extend([
+            Step::Sleep(ms(40)),
+            usage_with("", 6),
+            chunk(DONE.as_bytes()),
+            last_chunk(),
+        ]);
+        steps
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "").await;
+    send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_close(
+        m.get("tokentap_time_to_first_token_seconds_sum", M),
+        0.100,
+        "TTFT: the first output of any choice",
+    );
+    // Gaps within each choice: 20 + 20 (choice 0), 40 + 10 (choice 1).
+    assert_eq!(m.get("tokentap_inter_token_latency_seconds_count", M), 4.0);
+    assert_close(
+        m.get("tokentap_inter_token_latency_seconds_sum", M),
+        0.090,
+        "ITL",
+    );
+    assert_close(
+        m.get("tokentap_max_inter_token_gap_seconds_sum", M),
+        0.040,
+        "max gap",
+    );
+    // 6 tokens over 2 choices: 3 a choice. TPOT = (200 − 100) / (3 − 1).
+    assert_close(
+        m.get("tokentap_time_per_output_token_seconds_sum", M),
+        0.050,
+        "TPOT",
+    );
+    assert_eq!(m.get("tokentap_output_tokens_total", M), 6.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn usage_that_leaves_the_streamed_reasoning_out_is_corrected_and_says_so() {
+    // Five reasoning events and one answer event, 10 ms apart; usage says 1 completion token and
+    // reports the 5 reasoning tokens apart (as xAI's reasoning models do).
+    let script = |details: &'static str, completion: u64| {
+        move |_: &RecordedRequest| {
+            let mut steps = vec![sse_head(), chat_chunk(r#"{"role":"assistant"}"#, 0)];
+            for i in 0..6 {
+                let delta = if i < 5 {
+                    r#"{"reasoning_content":"hm"}"#
+                } else {
+                    r#"{"content":"Yes"}"#
+                };
+                steps.extend([Step::Sleep(ms(10)), chat_chunk(delta, 0)]);
+            }
+            steps.extend([
+                usage_with(details, completion),
+                chunk(DONE.as_bytes()),
+                last_chunk(),
+            ]);
+            steps
+        }
+    };
+    let cases = [
+        (
+            script(r#","completion_tokens_details":{"reasoning_tokens":5}"#, 1),
+            6.0,
+        ),
+        // No details, and fewer tokens than events: raised to the events.
+        (script("", 2), 6.0),
+    ];
+    for (script, tokens) in cases {
+        let upstream = upstream(script).await;
+        let proxy = proxy(&upstream.url(), "").await;
+        send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+        settle(&proxy).await;
+        let m = scrape(&proxy).await;
+        assert_eq!(m.get("tokentap_output_tokens_total", M), tokens);
+        let corrected = [("model", "m"), ("token_source", "usage_corrected")];
+        assert_eq!(m.get("tokentap_output_token_source_total", &corrected), 1.0);
+        // TPOT = 50 ms over 5 steps, not 50 ms over 0.
+        assert_close(
+            m.get("tokentap_time_per_output_token_seconds_sum", M),
+            0.010,
+            "TPOT",
+        );
+    }
+}

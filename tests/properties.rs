@@ -56,7 +56,10 @@ fn meter(path: &str, streaming: bool, max_event_bytes: usize, frames: &[&[u8]]) 
         &limits,
         TextCount::Off,
     );
-    let outputs = frames.iter().map(|f| meter.feed(f)).sum::<u32>() + meter.finish(true);
+    let mut marks = Vec::new();
+    frames.iter().for_each(|f| meter.feed(f, &mut marks));
+    meter.finish(true, &mut marks);
+    let outputs = u32::try_from(marks.len()).unwrap_or(u32::MAX);
     let obs = meter.observations();
     Figures {
         outputs,

@@ -19,8 +19,10 @@ fn meter(max_event_bytes: usize, frames: &[&[u8]]) -> (u32, Observations) {
         model_scan_bytes: 4096,
     };
     let mut meter = Meter::new(dialect, Format::Json, &limits, TextCount::Off);
-    let outputs = frames.iter().map(|f| meter.feed(f)).sum();
-    meter.finish(true);
+    let mut marks = Vec::new();
+    frames.iter().for_each(|f| meter.feed(f, &mut marks));
+    meter.finish(true, &mut marks);
+    let outputs = u32::try_from(marks.len()).unwrap_or(u32::MAX);
     assert_eq!(meter.skipped(), None, "a JSON body is never skipped");
     (outputs, meter.observations().clone())
 }

@@ -3,7 +3,7 @@
 //! output-bearing events, the usage, the model and the output text must be the same however the network
 //! cuts the stream.
 
-use super::{detect, OutputText};
+use super::{detect, EventOutput};
 use crate::config::Metering;
 use crate::meter::{Format, Meter};
 use crate::ndjson::NdjsonFramer;
@@ -76,10 +76,17 @@ fn meter(case: &Case, pieces: &[&[u8]]) -> (u32, Option<u64>, Option<u64>, Optio
     let (_, dialect) = detect(case.path);
     let dialect = dialect.unwrap_or_else(|| panic!("{}: no dialect", case.path));
     let mut meter = Meter::new(dialect, case.format, &limits, TextCount::Off);
-    let mut outputs: u32 = pieces.iter().map(|p| meter.feed(p)).sum();
-    outputs += meter.finish(true);
+    let mut marks = Vec::new();
+    pieces.iter().for_each(|p| meter.feed(p, &mut marks));
+    meter.finish(true, &mut marks);
+    let outputs = u32::try_from(marks.len()).unwrap_or(u32::MAX);
     assert_eq!(meter.skipped(), None, "{}", case.file);
     assert!(!meter.saw_error_event(), "{}", case.file);
+    assert!(
+        meter.ended(),
+        "{}: the terminal event was not seen",
+        case.file
+    );
     let obs = meter.observations();
     (
         outputs,
@@ -118,9 +125,10 @@ fn every_fixture_hands_its_output_text_to_the_tokenizer_buffer() {
     for case in cases() {
         let (_, dialect) = detect(case.path);
         let mut dialect = dialect.unwrap_or_else(|| panic!("{}: no dialect", case.path));
-        let (mut obs, mut text) = (Default::default(), String::new());
+        let (mut obs, mut text, mut choices) = (Default::default(), String::new(), Vec::new());
         let mut on_event = |event: SseEvent<'_>| {
-            dialect.on_event(&event, &mut obs, &mut OutputText::new(Some(&mut text)));
+            let mut output = EventOutput::new(Some(&mut text), &mut choices);
+            dialect.on_event(&event, &mut obs, &mut output);
         };
         let fed = match case.format {
             Format::Ndjson => NdjsonFramer::new(1 << 20).feed(case.bytes, |line| {
@@ -145,6 +153,9 @@ fn tgi_and_llamacpp_json_bodies_give_their_counts() {
     let body = include_bytes!("../../tests/fixtures/tgi/generate.json");
     let (_, dialect) = detect("/generate");
     let mut meter = Meter::new(dialect.expect("tgi"), Format::Json, &limits, TextCount::Off);
-    assert_eq!(meter.feed(body) + meter.finish(true), 0);
+    let mut marks = Vec::new();
+    meter.feed(body, &mut marks);
+    meter.finish(true, &mut marks);
+    assert!(marks.is_empty());
     assert_eq!(meter.observations().output_tokens, Some(8));
 }

@@ -3,7 +3,7 @@
 //! body without streaming.
 //!
 //! Output-bearing: an event with non-empty `content`. Not output: the final `stop: true` event when its
-//! content is empty. Output tokens come from `timings.predicted_n` (else `tokens_predicted`), the last
+//! content is empty. That event is terminal: the client has the whole answer once it has passed. Output tokens come from `timings.predicted_n` (else `tokens_predicted`), the last
 //! value seen. Input tokens come from `tokens_evaluated`, the whole prompt (`timings.prompt_n` counts
 //! only the prompt tokens not served from the cache, so it is the fallback). An event with an `error`
 //! object means `upstream_error`.
@@ -12,7 +12,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 use super::text::Text;
-use super::{Dialect, EventKind, Observations, OutputText};
+use super::{Dialect, EventKind, EventOutput, Observations};
 use crate::json_scan::FieldScanner;
 use crate::sse::SseEvent;
 
@@ -25,6 +25,8 @@ struct Chunk<'a> {
     content: Text<'a>,
     #[serde(borrow, default)]
     model: Text<'a>,
+    #[serde(default)]
+    stop: Option<bool>,
     #[serde(default)]
     tokens_predicted: Option<u64>,
     #[serde(default)]
@@ -64,7 +66,7 @@ impl Dialect for LlamaCpp {
         &mut self,
         event: &SseEvent<'_>,
         obs: &mut Observations,
-        text: &mut OutputText<'_>,
+        text: &mut EventOutput<'_>,
     ) -> EventKind {
         let Ok(chunk) = serde_json::from_slice::<Chunk<'_>>(event.data) else {
             return EventKind::Malformed;
@@ -72,6 +74,9 @@ impl Dialect for LlamaCpp {
         obs.model(chunk.model.0.as_deref());
         let (predicted, evaluated) = (chunk.tokens_predicted, chunk.tokens_evaluated);
         record(chunk.timings.as_ref(), predicted, evaluated, obs);
+        if chunk.stop == Some(true) {
+            obs.ended = true;
+        }
         if chunk.error.is_some() {
             return EventKind::Error;
         }

@@ -2,10 +2,12 @@
 //!
 //! The proxy picks a dialect from the request path. A dialect sees one decoded event at a time (an SSE
 //! event, or one line of an NDJSON stream with an empty event name) or the top-level fields of a
-//! non-streaming JSON body, and reports what it learnt into [`Observations`]. When a tokenizer will count
-//! the request's output, it also copies each event's output text into [`OutputText`]; otherwise that is a
-//! no-op and nothing is copied. It never sees raw bytes and never decides timing: that is the meter's and
-//! the timeline's job. Adding an API means adding a module here and a line in [`detect`].
+//! non-streaming JSON body, and reports what it learnt into [`Observations`]: usage, the model, and
+//! whether the API's terminal event has passed. What an output-bearing event produced goes into
+//! [`EventOutput`]: which choices it advanced (OpenAI's `n` > 1) and, when a tokenizer will count the
+//! request's output, its text (otherwise nothing is copied). A dialect never sees raw bytes and never
+//! decides timing: that is the meter's and the timeline's job. Adding an API means adding a module here
+//! and a line in [`detect`].
 
 mod anthropic;
 mod llamacpp;
@@ -70,7 +72,8 @@ impl Api {
 /// What one event meant for the request's timeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
-    /// Carries generated output (text, reasoning or a tool-call delta, non-empty): a token arrival.
+    /// Carries generated output (text, a refusal, reasoning or a tool-call delta, non-empty): a token
+    /// arrival.
     Output,
     /// Framing, metadata, role-only or usage-only chunks, keep-alives, `[DONE]`.
     Other,
@@ -85,7 +88,15 @@ pub enum EventKind {
 pub struct Observations {
     pub output_tokens: Option<u64>,
     pub input_tokens: Option<u64>,
+    /// Reasoning tokens the usage details report (OpenAI `completion_tokens_details.reasoning_tokens`,
+    /// Responses `output_tokens_details.reasoning_tokens`). Most servers count them inside the output
+    /// tokens; some leave them out, which the token count corrects for.
+    pub reasoning_tokens: Option<u64>,
     pub model: Option<String>,
+    /// The API's terminal event has passed (`[DONE]`, `response.completed`, `message_stop`, Ollama's
+    /// `done: true`, llama.cpp's `stop: true`, TGI's event with `generated_text`): the client has the
+    /// whole answer, whether or not it stays for the end of the body.
+    pub ended: bool,
 }
 
 impl Observations {
@@ -114,40 +125,68 @@ impl Observations {
 /// observed, and the output text handed to a tokenizer.
 #[cfg(test)]
 fn classify_with(dialect: &mut dyn Dialect, data: &str) -> (EventKind, Observations, String) {
-    let (mut obs, mut copied) = (Observations::default(), String::new());
+    let (kind, obs, copied, _) = classify_choices(dialect, data);
+    (kind, obs, copied)
+}
+
+/// [`classify_with`], also returning the choices the event advanced.
+#[cfg(test)]
+fn classify_choices(
+    dialect: &mut dyn Dialect,
+    data: &str,
+) -> (EventKind, Observations, String, Vec<u32>) {
+    let (mut obs, mut copied, mut choices) = (Observations::default(), String::new(), Vec::new());
     let event = SseEvent {
         event: b"",
         data: data.as_bytes(),
     };
-    let kind = dialect.on_event(&event, &mut obs, &mut OutputText::new(Some(&mut copied)));
-    (kind, obs, copied)
+    let mut output = EventOutput::new(Some(&mut copied), &mut choices);
+    let kind = dialect.on_event(&event, &mut obs, &mut output);
+    (kind, obs, copied, choices)
 }
 
-/// Where a dialect copies the generated text of an event, for a tokenizer to count. Without a
-/// tokenizer it holds no buffer and [`OutputText::push`] does nothing, so no text is ever copied.
-pub struct OutputText<'a>(Option<&'a mut String>);
+/// What one event produced, beyond its kind: the generated text, for a tokenizer to count, and the
+/// choices it advanced. Without a tokenizer it holds no text buffer and [`EventOutput::push`] does
+/// nothing, so no text is ever copied. The choice list is the caller's, cleared before each event and
+/// reused, so marking a choice allocates nothing once a stream is under way.
+pub struct EventOutput<'a> {
+    text: Option<&'a mut String>,
+    choices: &'a mut Vec<u32>,
+}
 
-impl<'a> OutputText<'a> {
-    pub fn new(buffer: Option<&'a mut String>) -> Self {
-        OutputText(buffer)
+/// Choices beyond this index share the last slot: a client's `n` must not grow per-stream state.
+pub const MAX_CHOICE: u32 = 63;
+
+impl<'a> EventOutput<'a> {
+    pub fn new(text: Option<&'a mut String>, choices: &'a mut Vec<u32>) -> Self {
+        EventOutput { text, choices }
     }
 
-    /// Appends generated text (content, reasoning or tool-call arguments).
+    /// Appends generated text (content, refusal, reasoning or tool-call arguments).
     pub fn push(&mut self, text: &str) {
-        if let Some(buffer) = self.0.as_mut() {
+        if let Some(buffer) = self.text.as_mut() {
             buffer.push_str(text);
+        }
+    }
+
+    /// The event carried output for choice `index` (APIs with one answer per response never call it:
+    /// their output is choice 0). Marked once per choice and event, whatever the event repeats.
+    pub fn choice(&mut self, index: u32) {
+        let index = index.min(MAX_CHOICE);
+        if !self.choices.contains(&index) {
+            self.choices.push(index);
         }
     }
 }
 
 pub trait Dialect: Send {
-    /// Classifies one event of a streaming response, records any usage or model it carries, and
-    /// copies its generated text into `text`.
+    /// Classifies one event of a streaming response, records any usage, model or end it carries, and
+    /// reports what an output-bearing event produced into `output`.
     fn on_event(
         &mut self,
         event: &SseEvent<'_>,
         obs: &mut Observations,
-        text: &mut OutputText<'_>,
+        output: &mut EventOutput<'_>,
     ) -> EventKind;
     /// The top-level fields of a non-streaming JSON body this dialect reads.
     fn body_fields(&self) -> &'static [&'static str];
@@ -167,7 +206,7 @@ pub fn detect(path: &str) -> (Api, Option<Box<dyn Dialect>>) {
     } else if path.ends_with("/v1/responses") {
         (Api::Responses, Box::new(responses::Responses))
     } else if path.ends_with("/v1/messages") {
-        (Api::Messages, Box::new(anthropic::Anthropic))
+        (Api::Messages, Box::<anthropic::Anthropic>::default())
     } else if path.ends_with("/api/generate") || path.ends_with("/api/chat") {
         (Api::Ollama, Box::new(ollama::Ollama))
     } else if path.ends_with("/generate_stream") || path.ends_with("/generate") {
@@ -209,6 +248,75 @@ mod tests {
             let (got, dialect) = detect(path);
             assert_eq!(got, api, "{path}");
             assert_eq!(dialect.is_some(), api != Api::Other, "{path}");
+        }
+    }
+
+    #[test]
+    fn each_api_says_when_its_terminal_event_has_passed() {
+        let cases = [
+            (
+                "/v1/responses",
+                r#"{"type":"response.completed","response":{"status":"completed"}}"#,
+                true,
+            ),
+            (
+                "/v1/responses",
+                r#"{"type":"response.incomplete","response":{"status":"incomplete"}}"#,
+                true,
+            ),
+            (
+                "/v1/responses",
+                r#"{"type":"response.failed","response":{"status":"failed"}}"#,
+                true,
+            ),
+            (
+                "/v1/responses",
+                r#"{"type":"response.output_text.done","text":"a"}"#,
+                false,
+            ),
+            ("/v1/messages", r#"{"type":"message_stop"}"#, true),
+            (
+                "/v1/messages",
+                r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}"#,
+                false,
+            ),
+            (
+                "/api/chat",
+                r#"{"model":"m","message":{"role":"assistant","content":""},"done":true,"eval_count":3}"#,
+                true,
+            ),
+            (
+                "/api/generate",
+                r#"{"model":"m","response":"a","done":false}"#,
+                false,
+            ),
+            (
+                "/completion",
+                r#"{"content":"","stop":true,"timings":{"predicted_n":3}}"#,
+                true,
+            ),
+            ("/completion", r#"{"content":"a","stop":false}"#, false),
+            (
+                "/generate_stream",
+                r#"{"token":{"id":2,"text":"</s>","special":true},"generated_text":"a b","details":null}"#,
+                true,
+            ),
+            (
+                "/generate_stream",
+                r#"{"token":{"id":5,"text":"a","special":false},"generated_text":null,"details":null}"#,
+                false,
+            ),
+            (
+                "/v1/chat/completions",
+                r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+                false,
+            ),
+        ];
+        for (path, data, terminal) in cases {
+            let (_, dialect) = detect(path);
+            let mut dialect = dialect.unwrap_or_else(|| panic!("{path}"));
+            let (_, obs, _) = classify_with(dialect.as_mut(), data);
+            assert_eq!(obs.ended, terminal, "{path}: {data}");
         }
     }
 

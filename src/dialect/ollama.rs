@@ -3,7 +3,8 @@
 //!
 //! Output-bearing: a line with non-empty `response` (generate) or `message.content` (chat), non-empty
 //! `thinking` / `message.thinking` (reasoning models), or any `message.tool_calls` entry. Not output: the
-//! final `done: true` line when its text is empty. Output tokens come from `eval_count`, input tokens
+//! final `done: true` line when its text is empty. That line is terminal: the client has the whole
+//! answer once it has passed. Output tokens come from `eval_count`, input tokens
 //! from `prompt_eval_count`, both on the `done: true` line (or the non-streaming body). A line with an
 //! `error` field means `upstream_error`. Tool-call arguments arrive as JSON objects, not text, so a
 //! tokenizer sees only the names of the called tools.
@@ -12,7 +13,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 use super::text::Text;
-use super::{Dialect, EventKind, Observations, OutputText};
+use super::{Dialect, EventKind, EventOutput, Observations};
 use crate::json_scan::FieldScanner;
 use crate::sse::SseEvent;
 
@@ -29,6 +30,8 @@ struct Line<'a> {
     thinking: Text<'a>,
     #[serde(borrow, default)]
     message: Option<Message<'a>>,
+    #[serde(default)]
+    done: Option<bool>,
     #[serde(default)]
     eval_count: Option<u64>,
     #[serde(default)]
@@ -68,13 +71,16 @@ impl Dialect for Ollama {
         &mut self,
         event: &SseEvent<'_>,
         obs: &mut Observations,
-        text: &mut OutputText<'_>,
+        text: &mut EventOutput<'_>,
     ) -> EventKind {
         let Ok(line) = serde_json::from_slice::<Line<'_>>(event.data) else {
             return EventKind::Malformed;
         };
         obs.model(line.model.0.as_deref());
         obs.record(line.eval_count, line.prompt_eval_count);
+        if line.done == Some(true) {
+            obs.ended = true;
+        }
         if line.error.is_some() {
             return EventKind::Error;
         }

@@ -1,12 +1,15 @@
 //! OpenAI-compatible chat and text completions, as served by vLLM, SGLang, TGI's OpenAI routes,
 //! llama.cpp's `/v1` routes, Ollama's `/v1` routes and hosted APIs.
 //!
-//! Output-bearing: a chunk with a choice whose `delta` has non-empty `content`, `reasoning_content` or
-//! `reasoning`, or any `tool_calls`/`function_call` entry; for text completions a non-empty `text`.
-//! Not output: the role-only first chunk vLLM sends before any token exists, the usage-only final chunk
-//! (`"choices":[]`), `[DONE]`. Usage (`completion_tokens`, `prompt_tokens`) is taken from whichever chunk
-//! carries it last (the final chunk with `stream_options.include_usage`, or every chunk with vLLM's
-//! continuous usage stats, which are cumulative) and from a non-streaming body's `usage`.
+//! Output-bearing: a chunk with a choice whose `delta` has non-empty `content`, `refusal`,
+//! `reasoning_content` or `reasoning`, or any `tool_calls`/`function_call` entry; for text completions a
+//! non-empty `text`. Each such choice is marked by its `index`, so several choices (`n` > 1) are timed
+//! as their readers see them. Not output: the role-only first chunk vLLM sends before any token exists,
+//! the usage-only final chunk (`"choices":[]`), `[DONE]` (the terminal event, which the meter reads for
+//! every dialect). Usage (`completion_tokens`, `prompt_tokens`, and
+//! `completion_tokens_details.reasoning_tokens`) is taken from whichever chunk carries it last (the
+//! final chunk with `stream_options.include_usage`, or every chunk with vLLM's continuous usage stats,
+//! which are cumulative) and from a non-streaming body's `usage`.
 
 use std::borrow::Cow;
 
@@ -14,7 +17,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 use super::text::Text;
-use super::{Dialect, EventKind, Observations, OutputText};
+use super::{Dialect, EventKind, EventOutput, Observations};
 use crate::json_scan::FieldScanner;
 use crate::sse::SseEvent;
 
@@ -35,6 +38,8 @@ struct Chunk<'a> {
 
 #[derive(Deserialize)]
 struct Choice<'a> {
+    #[serde(default)]
+    index: Option<u32>,
     #[serde(borrow, default)]
     delta: Option<Delta<'a>>,
     #[serde(borrow, default)]
@@ -45,6 +50,8 @@ struct Choice<'a> {
 struct Delta<'a> {
     #[serde(borrow, default)]
     content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    refusal: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     reasoning_content: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -70,7 +77,7 @@ struct Function<'a> {
 }
 
 impl Function<'_> {
-    fn copy_text(&self, text: &mut OutputText<'_>) {
+    fn copy_text(&self, text: &mut EventOutput<'_>) {
         for part in [&self.name, &self.arguments] {
             if let Some(s) = part.non_empty() {
                 text.push(s);
@@ -85,6 +92,14 @@ struct Usage {
     prompt_tokens: Option<u64>,
     #[serde(default)]
     completion_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Deserialize)]
+struct CompletionDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
 }
 
 fn non_empty(s: &Option<Cow<'_, str>>) -> bool {
@@ -94,6 +109,7 @@ fn non_empty(s: &Option<Cow<'_, str>>) -> bool {
 impl Delta<'_> {
     fn carries_output(&self) -> bool {
         non_empty(&self.content)
+            || non_empty(&self.refusal)
             || non_empty(&self.reasoning_content)
             || non_empty(&self.reasoning)
             || self
@@ -105,9 +121,14 @@ impl Delta<'_> {
 }
 
 impl Delta<'_> {
-    /// Content, reasoning and tool-call names and arguments, as a tokenizer should see them.
-    fn copy_text(&self, text: &mut OutputText<'_>) {
-        for part in [&self.content, &self.reasoning_content, &self.reasoning] {
+    /// Content, refusal, reasoning and tool-call names and arguments, as a tokenizer should see them.
+    fn copy_text(&self, text: &mut EventOutput<'_>) {
+        for part in [
+            &self.content,
+            &self.refusal,
+            &self.reasoning_content,
+            &self.reasoning,
+        ] {
             if let Some(s) = part.as_deref() {
                 text.push(s);
             }
@@ -127,7 +148,7 @@ impl Choice<'_> {
         self.delta.as_ref().is_some_and(Delta::carries_output) || non_empty(&self.text)
     }
 
-    fn copy_text(&self, text: &mut OutputText<'_>) {
+    fn copy_text(&self, text: &mut EventOutput<'_>) {
         if let Some(delta) = &self.delta {
             delta.copy_text(text);
         }
@@ -139,6 +160,10 @@ impl Choice<'_> {
 
 fn record_usage(usage: &Usage, obs: &mut Observations) {
     obs.record(usage.completion_tokens, usage.prompt_tokens);
+    let details = usage.completion_tokens_details.as_ref();
+    if let Some(n) = details.and_then(|d| d.reasoning_tokens) {
+        obs.reasoning_tokens = Some(n);
+    }
 }
 
 impl Dialect for OpenAi {
@@ -146,7 +171,7 @@ impl Dialect for OpenAi {
         &mut self,
         event: &SseEvent<'_>,
         obs: &mut Observations,
-        text: &mut OutputText<'_>,
+        output: &mut EventOutput<'_>,
     ) -> EventKind {
         let data = event.data.trim_ascii();
         if data == b"[DONE]" || data.is_empty() {
@@ -163,12 +188,13 @@ impl Dialect for OpenAi {
             return EventKind::Error;
         }
         let choices = chunk.choices.as_deref().unwrap_or_default();
-        if choices.iter().any(Choice::carries_output) {
-            choices.iter().for_each(|choice| choice.copy_text(text));
-            EventKind::Output
-        } else {
-            EventKind::Other
+        let mut kind = EventKind::Other;
+        for choice in choices.iter().filter(|c| c.carries_output()) {
+            output.choice(choice.index.unwrap_or(0));
+            choice.copy_text(output);
+            kind = EventKind::Output;
         }
+        kind
     }
 
     fn body_fields(&self) -> &'static [&'static str] {
@@ -198,14 +224,47 @@ mod tests {
     }
 
     fn text_of(data: &str) -> String {
-        let mut copied = String::new();
-        let event = SseEvent {
-            event: b"",
-            data: data.as_bytes(),
-        };
-        let text = &mut OutputText::new(Some(&mut copied));
-        OpenAi.on_event(&event, &mut Observations::default(), text);
-        copied
+        crate::dialect::classify_with(&mut OpenAi, data).2
+    }
+
+    fn choices_of(data: &str) -> Vec<u32> {
+        crate::dialect::classify_choices(&mut OpenAi, data).3
+    }
+
+    #[test]
+    fn a_refusal_is_output_and_its_text_is_counted() {
+        let chunk = r#"{"choices":[{"index":0,"delta":{"content":null,"refusal":"I can't"}}]}"#;
+        assert_eq!(classify(chunk).0, EventKind::Output);
+        assert_eq!(text_of(chunk), "I can't");
+        let empty = r#"{"choices":[{"index":0,"delta":{"role":"assistant","refusal":""}}]}"#;
+        assert_eq!(classify(empty).0, EventKind::Other);
+    }
+
+    #[test]
+    fn each_choice_with_output_is_marked_by_its_index() {
+        assert_eq!(
+            choices_of(r#"{"choices":[{"index":1,"delta":{"content":"a"}}]}"#),
+            vec![1]
+        );
+        // Two choices in one chunk, one of them only a finish: only the one with output is marked.
+        let both = r#"{"choices":[{"index":0,"delta":{"content":"a"}},{"index":1,"delta":{},"finish_reason":"stop"}]}"#;
+        assert_eq!(choices_of(both), vec![0]);
+        let both = r#"{"choices":[{"index":2,"text":"x"},{"index":0,"text":"y"}]}"#;
+        assert_eq!(choices_of(both), vec![2, 0]);
+        // No index: the only answer, choice 0. A huge index cannot grow the per-stream state.
+        assert_eq!(choices_of(r#"{"choices":[{"text":"x"}]}"#), vec![0]);
+        let huge = r#"{"choices":[{"index":4000000000,"text":"x"}]}"#;
+        assert_eq!(choices_of(huge), vec![crate::dialect::MAX_CHOICE]);
+    }
+
+    #[test]
+    fn reasoning_tokens_reported_apart_are_read_from_the_usage_details() {
+        let usage = r#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"completion_tokens_details":{"reasoning_tokens":340}}}"#;
+        let (_, obs) = classify(usage);
+        assert_eq!(
+            (obs.output_tokens, obs.reasoning_tokens),
+            (Some(2), Some(340))
+        );
     }
 
     #[test]

@@ -5,17 +5,19 @@
 //! reasoning text and reasoning summaries, function-call and custom-tool arguments, code-interpreter
 //! code. Not output: `response.created`/`in_progress`, `output_item.added`/`done`, `content_part.*`,
 //! the `*.done` events (they repeat text already streamed), `response.completed`. Usage
-//! (`output_tokens`, `input_tokens`) and the model come from the `response` object of the lifecycle
-//! events, the last one seen (normally `response.completed`). `response.failed` and an `error` event end
-//! the request as `upstream_error`; `response.incomplete` (a `max_output_tokens` or content-filter stop
-//! the server chose, like chat's `finish_reason: "length"`) ends it normally.
+//! (`output_tokens`, `input_tokens`, `output_tokens_details.reasoning_tokens`) and the model come from
+//! the `response` object of the lifecycle events, the last one seen (normally `response.completed`).
+//! `response.failed` and an `error` event end the request as `upstream_error`; `response.incomplete` (a
+//! `max_output_tokens` or content-filter stop the server chose, like chat's `finish_reason: "length"`)
+//! ends it normally. `response.completed`, `response.incomplete` and `response.failed` are terminal: the
+//! client has the whole answer once one has passed.
 
 use std::borrow::Cow;
 
 use serde::Deserialize;
 
 use super::text::Text;
-use super::{Dialect, EventKind, Observations, OutputText};
+use super::{Dialect, EventKind, EventOutput, Observations};
 use crate::json_scan::FieldScanner;
 use crate::sse::SseEvent;
 
@@ -46,10 +48,22 @@ struct Usage {
     input_tokens: Option<u64>,
     #[serde(default)]
     output_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens_details: Option<OutputDetails>,
+}
+
+#[derive(Deserialize)]
+struct OutputDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
 }
 
 fn record_usage(usage: &Usage, obs: &mut Observations) {
     obs.record(usage.output_tokens, usage.input_tokens);
+    let details = usage.output_tokens_details.as_ref();
+    if let Some(n) = details.and_then(|d| d.reasoning_tokens) {
+        obs.reasoning_tokens = Some(n);
+    }
 }
 
 impl Dialect for Responses {
@@ -57,7 +71,7 @@ impl Dialect for Responses {
         &mut self,
         event: &SseEvent<'_>,
         obs: &mut Observations,
-        text: &mut OutputText<'_>,
+        text: &mut EventOutput<'_>,
     ) -> EventKind {
         let Ok(event) = serde_json::from_slice::<Event<'_>>(event.data) else {
             return EventKind::Malformed;
@@ -69,6 +83,12 @@ impl Dialect for Responses {
             }
         }
         let kind = event.kind.as_deref().unwrap_or_default();
+        if matches!(
+            kind,
+            "response.completed" | "response.incomplete" | "response.failed"
+        ) {
+            obs.ended = true;
+        }
         match kind {
             "error" | "response.failed" => EventKind::Error,
             _ if kind.ends_with(".delta") => match event.delta.non_empty() {

@@ -7,12 +7,14 @@
 //! `details.generated_tokens` on the last event (and `details.input_length`, when the server sends it,
 //! gives the input tokens); a non-streaming body's `details` likewise when the request asked for
 //! details. An event with an `error` field means `upstream_error`. TGI names no model in its answers.
+//! The last event is the one with a non-null `generated_text`: terminal, the client has the whole
+//! answer once it has passed.
 
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 use super::text::Text;
-use super::{Dialect, EventKind, Observations, OutputText};
+use super::{Dialect, EventKind, EventOutput, Observations};
 use crate::json_scan::FieldScanner;
 use crate::sse::SseEvent;
 
@@ -23,6 +25,8 @@ pub struct Tgi;
 struct Event<'a> {
     #[serde(borrow, default)]
     token: Option<Token<'a>>,
+    #[serde(borrow, default)]
+    generated_text: Text<'a>,
     #[serde(default)]
     details: Option<Details>,
     #[serde(default)]
@@ -56,13 +60,16 @@ impl Dialect for Tgi {
         &mut self,
         event: &SseEvent<'_>,
         obs: &mut Observations,
-        text: &mut OutputText<'_>,
+        text: &mut EventOutput<'_>,
     ) -> EventKind {
         let Ok(event) = serde_json::from_slice::<Event<'_>>(event.data) else {
             return EventKind::Malformed;
         };
         if let Some(details) = &event.details {
             details.record(obs);
+        }
+        if event.generated_text.0.is_some() {
+            obs.ended = true;
         }
         if event.error.is_some() {
             return EventKind::Error;

@@ -1,0 +1,134 @@
+//! How a request's output token count `N` is formed from what the stream offered: the server's usage,
+//! a tokenizer's count of the streamed text, and the number of output-bearing events that passed.
+//!
+//! Preference follows what is most exact: usage, else a tokenizer, else one token an event. One
+//! invariant holds whatever the source: `N` is never below the number of output-bearing events (each
+//! carried at least one token). A server whose usage reports fewer is misreporting: some leave the
+//! reasoning they streamed out of `completion_tokens` and report it apart, in the usage details. Then the
+//! reasoning tokens are added back, the result is raised to the event count if still below it, and the
+//! source says `usage_corrected`, so the disagreement is visible.
+
+/// Where a request's output token count came from, the `token_source` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenSource {
+    /// The usage the server reported, as reported.
+    Usage,
+    /// The server's usage was below the output-bearing events streamed, and was corrected.
+    UsageCorrected,
+    /// The configured tokenizer, counting the streamed output text.
+    Tokenizer,
+    /// One token per output-bearing event.
+    Chunks,
+}
+
+impl TokenSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenSource::Usage => "usage",
+            TokenSource::UsageCorrected => "usage_corrected",
+            TokenSource::Tokenizer => "tokenizer",
+            TokenSource::Chunks => "chunks",
+        }
+    }
+}
+
+/// What the response offered for counting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Offered {
+    /// The server's output tokens (`completion_tokens`, `output_tokens`, `eval_count`, …).
+    pub usage: Option<u64>,
+    /// The reasoning tokens the usage details report.
+    pub reasoning: Option<u64>,
+    /// Output-bearing events that passed (one per event and choice).
+    pub events: u64,
+    /// The response was a stream of events (a single JSON body has no events to count).
+    pub streaming: bool,
+}
+
+/// `N` and its source; `None` when nothing can be known (a JSON body without usage). `tokenizer` is
+/// asked only when the server reported no usage.
+pub fn output_tokens(
+    offered: Offered,
+    tokenizer: impl FnOnce() -> Option<u64>,
+) -> Option<(u64, TokenSource)> {
+    let events = offered.events;
+    match offered.usage {
+        Some(n) if n >= events => Some((n, TokenSource::Usage)),
+        Some(n) => {
+            let with_reasoning = n.saturating_add(offered.reasoning.unwrap_or(0));
+            Some((with_reasoning.max(events), TokenSource::UsageCorrected))
+        }
+        None if !offered.streaming => None,
+        None => match tokenizer() {
+            Some(n) if n >= events => Some((n, TokenSource::Tokenizer)),
+            _ => Some((events, TokenSource::Chunks)),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(usage: Option<u64>, reasoning: Option<u64>, events: u64) -> Offered {
+        Offered {
+            usage,
+            reasoning,
+            events,
+            streaming: true,
+        }
+    }
+
+    #[test]
+    fn usage_wins_when_it_covers_the_events() {
+        // vLLM merges tokens into fewer events under load: usage above the events is exact.
+        let got = output_tokens(stream(Some(2560), None, 2287), || Some(1));
+        assert_eq!(got, Some((2560, TokenSource::Usage)));
+        // Reasoning counted inside completion_tokens (OpenAI's way) is not added again.
+        let got = output_tokens(stream(Some(400), Some(340), 390), || None);
+        assert_eq!(got, Some((400, TokenSource::Usage)));
+    }
+
+    #[test]
+    fn usage_that_leaves_reasoning_out_gets_it_back() {
+        // 2 reported, 340 reasoning reported apart, 342 events streamed.
+        let got = output_tokens(stream(Some(2), Some(340), 342), || None);
+        assert_eq!(got, Some((342, TokenSource::UsageCorrected)));
+        // Merged events: the reasoning details are the better figure.
+        let got = output_tokens(stream(Some(2), Some(340), 300), || None);
+        assert_eq!(got, Some((342, TokenSource::UsageCorrected)));
+    }
+
+    #[test]
+    fn usage_below_the_events_is_raised_to_them() {
+        let got = output_tokens(stream(Some(3), None, 10), || None);
+        assert_eq!(got, Some((10, TokenSource::UsageCorrected)));
+    }
+
+    #[test]
+    fn tokenizer_counts_only_without_usage_and_never_below_the_events() {
+        let mut asked = false;
+        let got = output_tokens(stream(Some(5), None, 5), || {
+            asked = true;
+            Some(9)
+        });
+        assert_eq!((got, asked), (Some((5, TokenSource::Usage)), false));
+        let got = output_tokens(stream(None, None, 5), || Some(7));
+        assert_eq!(got, Some((7, TokenSource::Tokenizer)));
+        let got = output_tokens(stream(None, None, 5), || Some(4));
+        assert_eq!(got, Some((5, TokenSource::Chunks)));
+        let got = output_tokens(stream(None, None, 5), || None);
+        assert_eq!(got, Some((5, TokenSource::Chunks)));
+    }
+
+    #[test]
+    fn a_json_body_without_usage_has_no_count() {
+        let body = Offered::default();
+        assert_eq!(output_tokens(body, || Some(3)), None);
+        let body = Offered {
+            usage: Some(12),
+            ..Offered::default()
+        };
+        assert_eq!(output_tokens(body, || None), Some((12, TokenSource::Usage)));
+    }
+}
