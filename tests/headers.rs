@@ -284,3 +284,23 @@ async fn an_http10_client_gets_a_chunked_response_without_transfer_encoding() {
     );
     assert_eq!(body, DONE.as_bytes());
 }
+
+#[tokio::test]
+async fn a_get_with_a_chunked_body_reaches_the_upstream_with_its_body() {
+    // With its Transfer-Encoding removed, hyper's client sent a GET without a body and dropped the bytes.
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let request = "GET /v1/models HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n\
+                   5\r\nhello\r\n0\r\n\r\n";
+    let head = response_head(proxy.proxy_addr(), request.as_bytes()).await;
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    let seen = &upstream.requests()[0];
+    assert_eq!(
+        lines(&seen.head),
+        [
+            &format!("Host: {}", upstream.addr),
+            "Transfer-Encoding: chunked"
+        ]
+    );
+    assert_eq!(seen.body, b"hello");
+}
