@@ -1,22 +1,63 @@
 //! The only headers a proxy may touch: the hop-by-hop ones of RFC 9110 §7.6.1. They describe one
-//! connection, not the message, so they are removed in both directions; everything else passes unchanged.
+//! connection, not the message, so they are removed in both directions; everything else passes unchanged
+//! and in its place. A map with nothing to remove is left as it is; otherwise it is rebuilt without the
+//! removed names, never edited with `HeaderMap::remove`, which moves the last header into the gap.
+//! The original case of each name travels beside the map (hyper's `preserve_header_case`, keyed by name),
+//! so keeping a name keeps its case too.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
-/// Removes the hop-by-hop headers and every header the `Connection` header names.
-/// `TE: trailers` survives on requests: it is how a client says it accepts trailers, which are forwarded.
-/// A message that came with `Transfer-Encoding` was framed by it, so any `Content-Length` beside it is
-/// dropped too (RFC 9112 §6.3: an intermediary must remove it before forwarding); left in place, it would
-/// frame the re-encoded body for the next hop with a length the body does not have. Of the transfer
-/// codings only `chunked` is undone; any other (`gzip, chunked`) stays named, since the bytes still carry it.
-pub fn strip(headers: &mut HeaderMap) {
-    if headers.contains_key(header::TRANSFER_ENCODING) {
-        headers.remove(header::CONTENT_LENGTH);
+/// The hop-by-hop names always removed (`TE` and `Transfer-Encoding` have rules of their own).
+const ALWAYS_REMOVED: [HeaderName; 4] = [
+    header::CONNECTION,
+    KEEP_ALIVE,
+    PROXY_CONNECTION,
+    header::UPGRADE,
+];
+
+/// The protocol of the hop the message is forwarded on, which decides what becomes of
+/// `Transfer-Encoding`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NextHop {
+    /// HTTP/1.x frames a body by the `Transfer-Encoding` it finds in the map, so the header stays where
+    /// it was, ending in `chunked` (hyper writes it as it finds it, or leaves it out where a message may
+    /// not be chunked: HTTP/1.0, HEAD, 204, 304).
+    Http1,
+    /// HTTP/2 frames bodies itself and forbids `Transfer-Encoding`.
+    Http2,
+}
+
+impl NextHop {
+    /// The hop back to a client that sent its request over `version`.
+    pub fn to_client(version: http::Version) -> Self {
+        if version == http::Version::HTTP_2 {
+            NextHop::Http2
+        } else {
+            NextHop::Http1
+        }
     }
-    let other_codings = non_chunked_codings(headers);
+}
+
+/// Removes the hop-by-hop headers and every header the `Connection` header names, keeping the order of
+/// the rest. `TE: trailers` survives on requests, in its place, even when `Connection` names `TE` (as RFC
+/// 9110 §10.1.4 asks of a client that sends `TE`): it is how a client says it accepts trailers, which
+/// are forwarded. A message that came with `Transfer-Encoding` was framed by it, so any `Content-Length`
+/// beside it is dropped (RFC 9112 §6.3: an intermediary must remove it before forwarding); left in place,
+/// it would frame the re-encoded body for the next hop with a length the body does not have. Of the
+/// transfer codings only `chunked` is undone; any other (`gzip, chunked`) stays named, since the bytes
+/// still carry it, and over HTTP/1.1 the header ends in `chunked` again, which is how the body is sent.
+pub fn strip(headers: &mut HeaderMap, next: NextHop) {
+    let framing = framing(headers, next);
+    let drop_length = headers.contains_key(header::TRANSFER_ENCODING)
+        && headers.contains_key(header::CONTENT_LENGTH);
+    let hop_by_hop = headers.contains_key(header::TE)
+        || ALWAYS_REMOVED.iter().any(|name| headers.contains_key(name));
+    if !hop_by_hop && !drop_length && matches!(framing, Framing::Absent | Framing::AsSent) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -24,125 +65,263 @@ pub fn strip(headers: &mut HeaderMap) {
         .flat_map(|v| v.split(','))
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
         .collect();
-    for name in named {
-        headers.remove(name);
-    }
     let te_trailers = headers.get_all(header::TE).iter().any(|v| {
         v.to_str().is_ok_and(|v| {
             v.split(',')
                 .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
         })
     });
-    for name in [
-        header::CONNECTION,
-        KEEP_ALIVE,
-        PROXY_CONNECTION,
-        header::TE,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-    ] {
-        headers.remove(name);
-    }
-    if te_trailers {
-        headers.insert(header::TE, HeaderValue::from_static("trailers"));
-    }
-    if let Some(codings) = other_codings {
-        headers.insert(header::TRANSFER_ENCODING, codings);
+    let keep = |name: &HeaderName| -> Keep {
+        if name == header::TE {
+            return if te_trailers {
+                Keep::Once(Some(HeaderValue::from_static("trailers")))
+            } else {
+                Keep::None
+            };
+        }
+        if ALWAYS_REMOVED.contains(name) || named.contains(name) {
+            return Keep::None;
+        }
+        match *name {
+            header::CONTENT_LENGTH if drop_length => Keep::None,
+            header::TRANSFER_ENCODING => match &framing {
+                Framing::Absent | Framing::AsSent => Keep::All,
+                Framing::Removed => Keep::None,
+                Framing::Rewritten(value) => Keep::Once(Some(value.clone())),
+            },
+            _ => Keep::All,
+        }
+    };
+    let sent = std::mem::take(headers);
+    headers.reserve(sent.len());
+    let mut current: Option<(HeaderName, Keep)> = None;
+    for (name, value) in sent {
+        if let Some(name) = name {
+            let rule = keep(&name);
+            current = Some((name, rule));
+        }
+        let Some((name, rule)) = &mut current else {
+            continue;
+        };
+        match rule {
+            Keep::All => {
+                headers.append(&*name, value);
+            }
+            Keep::Once(first) => {
+                if let Some(value) = first.take() {
+                    headers.append(&*name, value);
+                }
+            }
+            Keep::None => {}
+        }
     }
 }
 
-/// The transfer codings other than `chunked`, in order: hyper decodes only `chunked`, so the bytes still
-/// carry any other coding and the next hop must be told (hyper adds `chunked` back when it sends).
-fn non_chunked_codings(headers: &HeaderMap) -> Option<HeaderValue> {
-    let mut codings = Vec::new();
-    for value in headers.get_all(header::TRANSFER_ENCODING) {
-        for coding in value.as_bytes().split(|&b| b == b',') {
-            let coding = coding.trim_ascii();
-            if !coding.is_empty() && !coding.eq_ignore_ascii_case(b"chunked") {
-                codings.push(coding);
+/// What is kept of the values of one name.
+enum Keep {
+    All,
+    /// This value instead of all of them, at the place of the first.
+    Once(Option<HeaderValue>),
+    None,
+}
+
+/// What becomes of `Transfer-Encoding`.
+enum Framing {
+    Absent,
+    /// One value ending in its only `chunked`: it goes on as it came (for HTTP/1.1, which frames with it).
+    AsSent,
+    Removed,
+    /// The codings other than `chunked`, in order, then `chunked`, in place of the values that came.
+    Rewritten(HeaderValue),
+}
+
+fn framing(headers: &HeaderMap, next: NextHop) -> Framing {
+    let mut values = headers.get_all(header::TRANSFER_ENCODING).iter();
+    let Some(first) = values.next() else {
+        return Framing::Absent;
+    };
+    if next == NextHop::Http2 {
+        return Framing::Removed;
+    }
+    if values.next().is_none() && ends_in_its_only_chunked(first) {
+        return Framing::AsSent;
+    }
+    let mut codings: Vec<&[u8]> = codings(headers)
+        .filter(|coding| !coding.eq_ignore_ascii_case(b"chunked"))
+        .collect();
+    codings.push(b"chunked");
+    HeaderValue::from_bytes(&codings.join(&b", "[..])).map_or(Framing::Removed, Framing::Rewritten)
+}
+
+/// The transfer codings named, in order, over all `Transfer-Encoding` values.
+fn codings(headers: &HeaderMap) -> impl Iterator<Item = &[u8]> {
+    headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|value| value.as_bytes().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|coding| !coding.is_empty())
+}
+
+fn ends_in_its_only_chunked(value: &HeaderValue) -> bool {
+    let mut chunked_at = None;
+    let mut count = 0;
+    for (i, coding) in value
+        .as_bytes()
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .enumerate()
+    {
+        count = i + 1;
+        if coding.eq_ignore_ascii_case(b"chunked") {
+            if chunked_at.is_some() {
+                return false;
             }
+            chunked_at = Some(i);
         }
     }
-    if codings.is_empty() {
-        return None;
-    }
-    HeaderValue::from_bytes(&codings.join(&b", "[..])).ok()
+    chunked_at.is_some_and(|at| at + 1 == count)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn removes_hop_by_hop_and_connection_named_headers_only() {
+    fn map(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(
-            header::CONNECTION,
-            HeaderValue::from_static("keep-alive, X-Secret-Hop"),
+        for (name, value) in pairs {
+            h.append(*name, HeaderValue::from_static(value));
+        }
+        h
+    }
+
+    fn pairs(h: &HeaderMap) -> Vec<(&str, &str)> {
+        h.iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap_or("?")))
+            .collect()
+    }
+
+    #[test]
+    fn removes_hop_by_hop_and_connection_named_headers_and_keeps_the_order_of_the_rest() {
+        let mut h = map(&[
+            ("x-first", "1"),
+            ("connection", "keep-alive, X-Secret-Hop"),
+            ("authorization", "Bearer k"),
+            ("x-secret-hop", "1"),
+            ("keep-alive", "timeout=5"),
+            ("content-type", "application/json"),
+            ("upgrade", "websocket"),
+            ("x-multi", "a"),
+            ("x-multi", "b"),
+            ("proxy-connection", "keep-alive"),
+            ("vary", "origin"),
+        ]);
+        strip(&mut h, NextHop::Http1);
+        assert_eq!(
+            pairs(&h),
+            [
+                ("x-first", "1"),
+                ("authorization", "Bearer k"),
+                ("content-type", "application/json"),
+                ("x-multi", "a"),
+                ("x-multi", "b"),
+                ("vary", "origin"),
+            ]
         );
-        h.insert("x-secret-hop", HeaderValue::from_static("1"));
-        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        h.insert(
-            header::TRANSFER_ENCODING,
-            HeaderValue::from_static("chunked"),
+    }
+
+    #[test]
+    fn a_map_without_hop_by_hop_headers_is_left_as_it_is() {
+        let mut h = HeaderMap::with_capacity(64);
+        h.append("x-b", HeaderValue::from_static("1"));
+        h.append(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
+        h.append("x-a", HeaderValue::from_static("2"));
+        let capacity = h.capacity();
+        strip(&mut h, NextHop::Http1);
+        assert_eq!(
+            h.capacity(),
+            capacity,
+            "rebuilt although nothing was removed"
         );
-        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
+        assert_eq!(
+            pairs(&h),
+            [("x-b", "1"), ("content-length", "7"), ("x-a", "2")]
         );
-        h.append("x-multi", HeaderValue::from_static("a"));
-        h.append("x-multi", HeaderValue::from_static("b"));
-        strip(&mut h);
-        let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
-        assert_eq!(names, ["authorization", "content-type", "x-multi"]);
-        assert_eq!(h.get_all("x-multi").iter().count(), 2);
+        let mut h = map(&[("x-a", "1"), ("transfer-encoding", "Chunked"), ("x-b", "2")]);
+        let capacity = h.capacity();
+        strip(&mut h, NextHop::Http1);
+        assert_eq!(
+            h.capacity(),
+            capacity,
+            "rebuilt although nothing was removed"
+        );
+        assert_eq!(
+            pairs(&h),
+            [("x-a", "1"), ("transfer-encoding", "Chunked"), ("x-b", "2")]
+        );
     }
 
     #[test]
     fn content_length_beside_transfer_encoding_is_dropped() {
-        let mut h = HeaderMap::new();
-        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
-        h.insert(
-            header::TRANSFER_ENCODING,
-            HeaderValue::from_static("chunked"),
-        );
-        strip(&mut h);
-        assert!(h.is_empty());
-        let mut h = HeaderMap::new();
-        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
-        strip(&mut h);
-        assert_eq!(h.len(), 1);
+        for next in [NextHop::Http1, NextHop::Http2] {
+            let mut h = map(&[
+                ("content-length", "7"),
+                ("x-a", "1"),
+                ("transfer-encoding", "chunked"),
+            ]);
+            strip(&mut h, next);
+            assert!(h.get(header::CONTENT_LENGTH).is_none());
+            assert_eq!(
+                h.get(header::TRANSFER_ENCODING).is_some(),
+                next == NextHop::Http1
+            );
+            let mut h = map(&[("content-length", "7")]);
+            strip(&mut h, next);
+            assert_eq!(h.len(), 1);
+        }
     }
 
     #[test]
-    fn transfer_codings_other_than_chunked_stay_named() {
-        let mut h = HeaderMap::new();
-        h.append(
-            header::TRANSFER_ENCODING,
-            HeaderValue::from_static("gzip, Chunked"),
-        );
-        h.append(header::TRANSFER_ENCODING, HeaderValue::from_static("br"));
-        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
-        strip(&mut h);
-        let te: Vec<_> = h.get_all(header::TRANSFER_ENCODING).iter().collect();
-        assert_eq!(te, [&HeaderValue::from_static("gzip, br")]);
-        assert!(h.get(header::CONTENT_LENGTH).is_none());
-    }
-
-    #[test]
-    fn te_trailers_survives_other_te_values_do_not() {
-        let mut h = HeaderMap::new();
-        h.insert(header::TE, HeaderValue::from_static("gzip, trailers"));
-        strip(&mut h);
+    fn transfer_codings_other_than_chunked_stay_named_in_place_over_http1() {
+        let mut h = map(&[
+            ("x-a", "1"),
+            ("transfer-encoding", "gzip, Chunked"),
+            ("x-b", "2"),
+            ("transfer-encoding", "br"),
+            ("content-length", "7"),
+        ]);
+        let mut h2 = h.clone();
+        strip(&mut h2, NextHop::Http2);
+        assert_eq!(pairs(&h2), [("x-a", "1"), ("x-b", "2")]);
+        strip(&mut h, NextHop::Http1);
         assert_eq!(
-            h.get(header::TE).map(|v| v.as_bytes()),
-            Some(&b"trailers"[..])
+            pairs(&h),
+            [
+                ("x-a", "1"),
+                ("transfer-encoding", "gzip, br, chunked"),
+                ("x-b", "2"),
+            ]
         );
-        let mut h = HeaderMap::new();
-        h.insert(header::TE, HeaderValue::from_static("gzip"));
-        strip(&mut h);
-        assert!(h.get(header::TE).is_none());
+        let mut h = map(&[("transfer-encoding", "gzip")]);
+        strip(&mut h, NextHop::Http1);
+        assert_eq!(pairs(&h), [("transfer-encoding", "gzip, chunked")]);
+        let mut h = map(&[("transfer-encoding", "chunked, gzip")]);
+        strip(&mut h, NextHop::Http1);
+        assert_eq!(pairs(&h), [("transfer-encoding", "gzip, chunked")]);
+    }
+
+    #[test]
+    fn te_trailers_survives_in_place_other_te_values_do_not() {
+        let mut h = map(&[
+            ("x-a", "1"),
+            ("te", "gzip, Trailers"),
+            ("connection", "TE"),
+            ("x-b", "2"),
+        ]);
+        strip(&mut h, NextHop::Http1);
+        assert_eq!(pairs(&h), [("x-a", "1"), ("te", "trailers"), ("x-b", "2")]);
+        let mut h = map(&[("te", "gzip"), ("x-a", "1")]);
+        strip(&mut h, NextHop::Http1);
+        assert_eq!(pairs(&h), [("x-a", "1")]);
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::uri::{PathAndQuery, Uri};
-use http::{header, Request, Response, Version};
+use http::{header, HeaderValue, Request, Response, Version};
 use http_body::Body;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::dialect;
 use crate::error::ProxyError;
 use crate::exchange::{Exchange, ExchangeGuard, Outcome, Recorder};
-use crate::hop_by_hop;
+use crate::hop_by_hop::{self, NextHop};
 use crate::shutdown::{Phase, Shutdown};
 use crate::tap::{MeteredBody, ModelSlot, RequestTap};
 use crate::upstream::UpstreamClient;
@@ -39,6 +39,8 @@ pub struct Proxy {
 struct Inner {
     client: UpstreamClient,
     upstream: Uri,
+    /// The `Host` every forwarded request carries, as hyper-util's client would set it.
+    host: Option<HeaderValue>,
     upstream_shown: String,
     recorder: Arc<Recorder>,
     response_headers: Duration,
@@ -59,6 +61,7 @@ impl Proxy {
         Proxy {
             inner: Arc::new(Inner {
                 client,
+                host: host_header(&upstream),
                 upstream,
                 upstream_shown,
                 recorder,
@@ -97,10 +100,19 @@ impl Proxy {
             tracing::warn!(%error, "request refused");
             return Ok(refuse(&mut guard, &error));
         }
+        let client_version = parts.version;
         parts.uri = upstream_uri(&inner.upstream, parts.uri.path_and_query());
         parts.version = Version::HTTP_11;
-        hop_by_hop::strip(&mut parts.headers);
-        parts.headers.remove(header::HOST);
+        hop_by_hop::strip(&mut parts.headers, NextHop::Http1);
+        // In the client's `Host` line, so it keeps its place and case (`insert` replaces in place).
+        match &inner.host {
+            Some(host) => {
+                parts.headers.insert(header::HOST, host.clone());
+            }
+            None => {
+                parts.headers.remove(header::HOST);
+            }
+        }
         let scan_bytes = inner.recorder.metering.model_scan_bytes;
         let (body, leftover) =
             RequestTap::new(body, scan_bytes, inner.max_body_bytes, slot.clone());
@@ -125,7 +137,7 @@ impl Proxy {
         match answered {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
-                hop_by_hop::strip(&mut parts.headers);
+                hop_by_hop::strip(&mut parts.headers, NextHop::to_client(client_version));
                 if let Some(exchange) = guard.get_mut() {
                     exchange.on_response(parts.status, parts.headers.get(header::CONTENT_TYPE));
                 }
@@ -166,6 +178,22 @@ fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
         .ok()
 }
 
+/// `host[:port]` of the upstream, the port left out when it is the scheme's default, as hyper-util's
+/// client writes `Host` when a request has none.
+fn host_header(upstream: &Uri) -> Option<HeaderValue> {
+    let host = upstream.host()?;
+    let default_port = if upstream.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
+    let value = match upstream.port_u16() {
+        Some(port) if port != default_port => format!("{host}:{port}"),
+        _ => host.to_owned(),
+    };
+    HeaderValue::from_str(&value).ok()
+}
+
 /// The upstream base (scheme, authority, optional path prefix) joined with the request's path and query.
 fn upstream_uri(base: &Uri, request: Option<&PathAndQuery>) -> Uri {
     let prefix = base.path().trim_end_matches('/');
@@ -199,5 +227,30 @@ mod tests {
             upstream_uri(&base, None).to_string(),
             "http://127.0.0.1:8000/"
         );
+    }
+
+    #[test]
+    fn host_is_the_upstream_authority_without_a_default_port() {
+        let host = |uri: &str| {
+            let uri: Uri = uri.parse().unwrap_or_default();
+            host_header(&uri).map(|v| v.to_str().unwrap_or_default().to_owned())
+        };
+        assert_eq!(
+            host("http://127.0.0.1:8000").as_deref(),
+            Some("127.0.0.1:8000")
+        );
+        assert_eq!(
+            host("http://models.internal:80/v1").as_deref(),
+            Some("models.internal")
+        );
+        assert_eq!(
+            host("https://api.example.com:443").as_deref(),
+            Some("api.example.com")
+        );
+        assert_eq!(
+            host("https://api.example.com:80").as_deref(),
+            Some("api.example.com:80")
+        );
+        assert_eq!(host("http://[::1]:9000").as_deref(), Some("[::1]:9000"));
     }
 }

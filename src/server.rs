@@ -245,7 +245,11 @@ async fn accept(listener: &TcpListener) -> tokio::net::TcpStream {
 
 fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    // The upstream's response headers are passed on as they are: no `date` is added where it sent none.
+    // The upstream's response headers are passed on as they are: no `date` is added where it sent none,
+    // and each name keeps the case it came in (the original case map travels in the message's
+    // extensions, from this parser through the upstream client and back; HTTP/2 names are lowercase).
+    // Its cost: one more small header map and an extensions entry per message; the spellings it holds
+    // are slices of the read buffer the header values already share, not copies.
     // An HTTP/1.1 head must fit the read buffer whole: beyond it hyper answers 431 and closes.
     // hyper's own header_read_timeout is off: its clock also runs while a kept-alive connection waits
     // for its next request, which would cap client_idle at client_header_read; client_conn.rs times both.
@@ -255,6 +259,7 @@ fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     builder
         .http1()
         .auto_date_header(false)
+        .preserve_header_case(true)
         .header_read_timeout(None)
         .max_buf_size(read_buffer);
     let h2_header_list = u32::try_from(limits.max_request_header_bytes).unwrap_or(u32::MAX);

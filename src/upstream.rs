@@ -89,7 +89,10 @@ pub fn client(config: &Config) -> Result<UpstreamClient, TlsSetupError> {
         .https_or_http()
         .enable_http1()
         .wrap_connector(http);
+    // Header names are written in the case they came in, from the request's original case map, and the
+    // response's are recorded for the client's side (see `server.rs`).
     Ok(Client::builder(TokioExecutor::new())
+        .http1_preserve_header_case(true)
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(1024)
