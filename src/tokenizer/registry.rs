@@ -143,7 +143,10 @@ impl Tokenizers {
 fn log_root(root: &std::path::Path) {
     let root_shown = root.display();
     if !root.is_dir() {
-        tracing::warn!(dir = %root_shown, "tokenizer_dirs: not a directory (yet); looked up again for each new model");
+        tracing::warn!(
+            dir = %root_shown,
+            "tokenizer discovery: the search root is not a directory (yet); it is looked in again for each new model"
+        );
         return;
     }
     let found = discover::scan(root);
@@ -261,7 +264,10 @@ fn loader(names: Receiver<String>, roots: &[PathBuf], shared: &Shared) {
             }
             Some(path) => {
                 let started = Instant::now();
-                match load(&path) {
+                // A file that makes the tokenizers crate panic leaves its model counting chunks.
+                let loaded = std::panic::catch_unwind(|| load(&path));
+                match loaded.unwrap_or_else(|_| Err("the tokenizer panicked while loading".into()))
+                {
                     Ok(tokenizer) => {
                         let ms = started.elapsed().as_millis() as u64;
                         tracing::info!(model, path = %path.display(), ms, "tokenizer loaded (discovered)");
