@@ -8,6 +8,10 @@
 #
 # Config: /etc/tokentap/tokentap.yaml (the annotated config/tokentap.yaml is baked in as a
 # default; mount yours over it). Ports: 8080 proxy, 9464 /metrics and /healthz.
+# Tokenizers: the build has the default `tokenizer` feature; tokentap looks for served models'
+# tokenizer.json in the HuggingFace hub cache, here /home/nonroot/.cache/huggingface/hub (the nonroot
+# user's home): mount the model server's cache there read-only, or set HF_HOME / HF_HUB_CACHE, or list
+# model directories under tokenizer_dirs in the config (README: "How tokentap finds tokenizers").
 # Health: the runtime image has no shell or curl, so there is no HEALTHCHECK instruction; probe
 # GET /healthz on port 9464 from outside (Kubernetes httpGet probes: deploy/kubernetes/).
 

@@ -98,7 +98,7 @@ fn execute(cli: Cli) -> Result<(), String> {
     match &cli.command {
         Some(Command::CheckConfig { file }) => {
             let config = Config::load(file).map_err(|e| e.to_string())?;
-            tokentap::tokenizer::Tokenizers::load(&config.tokenizers)
+            let tokenizers = tokentap::tokenizer::Tokenizers::load(&config)
                 .map_err(|e| format!("{}: {e}", file.display()))?;
             println!(
                 "{}: ok (upstream {}, listen {}, metrics {}, {} per-model SLO override(s), {} tokenizer(s))",
@@ -109,6 +109,9 @@ fn execute(cli: Cli) -> Result<(), String> {
                 config.slo.models.len(),
                 config.tokenizers.len()
             );
+            for line in tokenizers.report() {
+                println!("{line}");
+            }
             Ok(())
         }
         Some(Command::Demo { duration }) => {

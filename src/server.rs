@@ -132,7 +132,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         metrics: Metrics::new(config)?,
         slo: config.slo.clone(),
         metering: config.metering.clone(),
-        tokenizers: Arc::new(Tokenizers::load(&config.tokenizers)?),
+        tokenizers: Arc::new(Tokenizers::load(config)?),
     });
     let client = upstream::client(config)?;
     let shutdown = Shutdown::default();

@@ -98,6 +98,70 @@ fn check_config_checks_tokenizers_as_this_binary_can_use_them() {
 }
 
 #[test]
+fn check_config_lists_each_tokenizer_it_found_for_which_model_and_where_it_looks() {
+    let words = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/tokenizer/words.json"
+    );
+    let dir = write_temp("discovery.yaml", "").with_file_name("discovery");
+    let place = |relative: &str| {
+        let path = dir.join(relative);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::copy(words, &path).expect("copy");
+        path
+    };
+    let in_hub = place("hub/models--org--words/snapshots/abc/tokenizer.json");
+    let in_dir = place("models/llama/tokenizer.json");
+    let (hub, models) = (dir.join("hub"), dir.join("models"));
+    let yaml = format!(
+        "tokenizers:\n  m: {words}\ntokenizer_dirs: [{}, {}, /nonexistent/tokenizers]\n",
+        hub.display(),
+        models.display()
+    );
+    let run = |name: &str, yaml: &str| {
+        let config = write_temp(name, yaml);
+        let out = tokentap()
+            .arg("check-config")
+            .arg(&config)
+            .output()
+            .expect("run");
+        let (stdout, stderr) = (out.stdout, out.stderr);
+        let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+        (out.status.success(), text(stdout), text(stderr))
+    };
+    let (ok, stdout, stderr) = run("discovery.yaml", &yaml);
+    if !cfg!(feature = "tokenizer") {
+        assert!(!ok, "a binary without the feature accepted tokenizer_dirs");
+        assert!(
+            stderr.contains("built without the `tokenizer` feature"),
+            "{stderr}"
+        );
+        return;
+    }
+    assert!(ok, "{stderr}");
+    let expected = [
+        format!("tokenizer for model `m`: {words} (configured)"),
+        format!(
+            "tokenizer discovery under {}: 1 model(s) found now",
+            hub.display()
+        ),
+        format!("  tokenizer for model `org/words`: {}", in_hub.display()),
+        format!(
+            "tokenizer discovery under {}: 1 model(s) found now",
+            models.display()
+        ),
+        format!("  tokenizer for model `llama`: {}", in_dir.display()),
+        "tokenizer discovery under /nonexistent/tokenizers: not a directory (yet)".to_owned(),
+    ];
+    let lines: Vec<&str> = stdout.lines().skip(1).collect();
+    assert_eq!(lines, expected, "{stdout}");
+    let (ok, stdout, stderr) = run("discovery-off.yaml", "tokenizer_dirs: []\n");
+    assert!(ok, "{stderr}");
+    assert!(stdout.ends_with("\ntokenizer discovery: off\n"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn check_config_rejects_unknown_keys() {
     let path = write_temp("unknown.yaml", "slo:\n  ttft: 1s\n  tffts: 2s\n");
     let out = tokentap()

@@ -1,6 +1,6 @@
-//! Exact output-token counts from a configured tokenizer when the server sends no usage (built only with
-//! the `tokenizer` feature; `.ci/run` runs it). The test tokenizer splits words and punctuation, so the
-//! expected counts can be read off the streamed text.
+//! Exact output-token counts from a tokenizer when the server sends no usage: configured, or discovered
+//! from the model's name under `tokenizer_dirs` (built with the `tokenizer` feature, the default). The
+//! test tokenizer splits words and punctuation, so the expected counts can be read off the streamed text.
 #![cfg(feature = "tokenizer")]
 
 mod support;
@@ -74,4 +74,94 @@ async fn usage_wins_over_the_tokenizer() {
     );
     let usage = [("model", "m"), ("token_source", "usage")];
     assert_eq!(m.get("tokentap_output_token_source_total", &usage), 1.0);
+}
+
+/// Scratch search roots, removed when dropped.
+struct Roots(std::path::PathBuf);
+
+impl Roots {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("tokentap-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let words = std::fs::read(WORDS).expect("test tokenizer");
+        for file in [
+            "models/llama/tokenizer.json",
+            "hub/models--org--words/snapshots/0123abc/tokenizer.json",
+            "outside/tokenizer.json",
+        ] {
+            let path = dir.join(file);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, &words).expect("write");
+        }
+        std::fs::create_dir_all(dir.join("hub/models--org--words/refs")).expect("refs");
+        std::fs::write(dir.join("hub/models--org--words/refs/main"), "0123abc").expect("ref");
+        Roots(dir)
+    }
+}
+
+impl Drop for Roots {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Real time: the tokenizer loads on a thread of its own, outside the paused clock.
+#[tokio::test]
+async fn a_discovered_tokenizer_counts_streams_without_usage_once_it_has_loaded() {
+    let roots = Roots::new("discovery");
+    let upstream = upstream(stream).await;
+    let (models, hub) = (roots.0.join("models"), roots.0.join("hub"));
+    let yaml = format!(
+        "tokenizer_dirs: [{}, {}]\n",
+        models.display(),
+        hub.display()
+    );
+    let proxy = proxy(&upstream.url(), &yaml).await;
+    let absolute = format!("{}/llama", models.display());
+    let escape = format!("{}/../outside", models.display());
+    // A hub cache repository id, a model directory by its absolute path (vLLM's name for
+    // `--model /models/llama`) and by its name under the root; then names that try to leave the roots.
+    for model in ["org/words", &absolute, "llama", "../outside", &escape] {
+        let by_model = |source| [("model", model), ("token_source", source)];
+        let mut rounds = 0;
+        loop {
+            let got = send(
+                &client(),
+                post(&proxy, "/v1/chat/completions", &chat_request(model)),
+            )
+            .await;
+            assert_eq!(got.end, Ok(()));
+            settle(&proxy).await;
+            rounds += 1;
+            let m = scrape(&proxy).await;
+            let (counted, chunked) = (
+                m.get("tokentap_output_token_source_total", &by_model("tokenizer")),
+                m.get("tokentap_output_token_source_total", &by_model("chunks")),
+            );
+            assert_eq!(counted + chunked, f64::from(rounds), "{model}");
+            let tokens = m.get("tokentap_output_tokens_total", &[("model", model)]);
+            // Exact: 7 tokens by the tokenizer, 3 by chunks (the look-up's first response and any
+            // that passed before the load finished).
+            assert_eq!(tokens, 7.0 * counted + 3.0 * chunked, "{model}");
+            if model.contains("..") {
+                assert_eq!(counted, 0.0, "{model} was looked up outside the roots");
+                if rounds == 5 {
+                    break;
+                }
+            } else {
+                assert!(
+                    rounds > 1 || chunked == 1.0,
+                    "{model}: the first response waited for a load"
+                );
+                if counted > 0.0 {
+                    break;
+                }
+                assert!(
+                    rounds < 200,
+                    "{model}: the discovered tokenizer never counted"
+                );
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
 }

@@ -44,6 +44,9 @@ pub struct Config {
     /// A local HuggingFace `tokenizer.json` per model name, to count output tokens when the server
     /// reports no usage (needs the `tokenizer` cargo feature).
     pub tokenizers: BTreeMap<String, PathBuf>,
+    /// Search roots where a served model's tokenizer.json is discovered by its name; `None`: the
+    /// HuggingFace hub cache of the environment; empty: discovery off.
+    pub tokenizer_dirs: Option<Vec<PathBuf>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -279,6 +282,7 @@ impl Default for Config {
             buckets: Buckets::default(),
             slo: Slo::default(),
             tokenizers: BTreeMap::new(),
+            tokenizer_dirs: None,
         }
     }
 }
@@ -364,6 +368,19 @@ impl Config {
                 return Err(invalid(&key, "tokenizer file", &value, reason));
             }
             check_readable_file(&key, path)?;
+        }
+        for (i, dir) in self.tokenizer_dirs.iter().flatten().enumerate() {
+            let (key, value) = (format!("tokenizer_dirs[{i}]"), dir.display().to_string());
+            let bad = |reason: &str| invalid(&key, "directory", &value, reason);
+            if !crate::tokenizer::AVAILABLE {
+                return Err(bad(crate::tokenizer::WITHOUT_FEATURE));
+            }
+            if !dir.is_absolute() {
+                return Err(bad("must be an absolute path"));
+            }
+            if value.split('/').any(|s| s == "." || s == "..") {
+                return Err(bad("must not contain . or .. segments"));
+            }
         }
         Ok(())
     }

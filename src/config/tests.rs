@@ -202,7 +202,7 @@ fn boundaries_collect_every_ceiling_sorted_and_deduplicated() {
 fn unknown_key_at_top_level_is_named() {
     let want = "unknown field `lisen`, expected one of `listen`, `upstream`, `metrics_listen`, \
          `upstream_ca_file`, `max_models`, `timeouts`, `limits`, `shutdown_grace`, `metering`, \
-         `buckets`, `slo`, `tokenizers` at line 2 column 1";
+         `buckets`, `slo`, `tokenizers`, `tokenizer_dirs` at line 2 column 1";
     assert_eq!(err("listen: 0.0.0.0:1\nlisen: 0.0.0.0:2\n"), want);
 }
 
@@ -369,8 +369,17 @@ fn a_tokenizer_in_a_binary_built_without_the_feature_is_a_clear_error() {
     assert_eq!(
         msg,
         "tokenizers.m: invalid tokenizer file \"Cargo.toml\": this tokentap was built without the \
-         `tokenizer` feature; rebuild it with `cargo build --release --features tokenizer`"
+         `tokenizer` feature; rebuild it with its default features (`cargo build --release`)"
     );
+    let msg = err("tokenizer_dirs: [/models]\n");
+    assert!(
+        msg.starts_with(
+            "tokenizer_dirs[0]: invalid directory \"/models\": this tokentap was built without"
+        ),
+        "{msg}"
+    );
+    // Without the feature the default (the hub cache) and an explicit empty list are fine.
+    Config::from_yaml_str("tokenizer_dirs: []\n").unwrap();
 }
 
 #[cfg(feature = "tokenizer")]
@@ -385,4 +394,40 @@ fn a_missing_tokenizer_file_is_an_error_naming_the_model() {
     );
     let msg = err("tokenizers:\n  '': Cargo.toml\n");
     assert!(msg.starts_with("tokenizers: invalid model name"), "{msg}");
+}
+
+#[test]
+fn tokenizer_dirs_default_to_the_hub_cache_and_an_empty_list_turns_discovery_off() {
+    assert_eq!(Config::default().tokenizer_dirs, None);
+    let c = yaml::parse("tokenizer_dirs: [/models, /root/.cache/huggingface/hub]\n").unwrap();
+    let dirs = c.tokenizer_dirs.unwrap();
+    assert_eq!(
+        dirs,
+        [
+            PathBuf::from("/models"),
+            "/root/.cache/huggingface/hub".into()
+        ]
+    );
+    assert_eq!(
+        yaml::parse("tokenizer_dirs: []\n").unwrap().tokenizer_dirs,
+        Some(vec![])
+    );
+    let msg = err("tokenizer_dirs: /models\n");
+    assert!(msg.starts_with("tokenizer_dirs: invalid type"), "{msg}");
+}
+
+#[cfg(feature = "tokenizer")]
+#[test]
+fn tokenizer_dirs_must_be_absolute_without_dot_segments() {
+    Config::from_yaml_str("tokenizer_dirs: [/models, /not/there/yet]\n").unwrap();
+    let cases = [
+        ("tokenizer_dirs: [models]\n", "tokenizer_dirs[0]: invalid directory \"models\": must be an absolute path"),
+        (
+            "tokenizer_dirs: [/ok, /models/../etc]\n",
+            "tokenizer_dirs[1]: invalid directory \"/models/../etc\": must not contain . or .. segments",
+        ),
+    ];
+    for (yaml, want) in cases {
+        assert_eq!(err(yaml), want);
+    }
 }

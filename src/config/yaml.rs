@@ -114,6 +114,7 @@ struct RawConfig {
     buckets: Option<RawBuckets>,
     slo: Option<RawSlo>,
     tokenizers: Option<Models<PathBuf>>,
+    tokenizer_dirs: Option<Vec<PathBuf>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -266,6 +267,7 @@ impl RawConfig {
             c.slo.models.insert(name, ceilings);
         }
         c.tokenizers = self.tokenizers.unwrap_or_default().0;
+        c.tokenizer_dirs = self.tokenizer_dirs;
         Ok(c)
     }
 }

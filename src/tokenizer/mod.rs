@@ -1,22 +1,25 @@
-//! Exact output-token counts from the streamed text, for servers that report no usage: an optional
-//! HuggingFace `tokenizer.json` per model (config key `tokenizers`), used only when the `tokenizer`
-//! cargo feature is built in (the `tokenizers` crate is a heavy build, so it is off by default; without
-//! it a configured tokenizer is a config error and [`Model`] is an empty type, so none can exist).
+//! Exact output-token counts from the streamed text, for servers that report no usage: a HuggingFace
+//! `tokenizer.json` per model, configured (`tokenizers:`) or found from the model's name under the
+//! search roots (`tokenizer_dirs`, by default the HuggingFace hub cache: [`discover`], [`registry`]).
+//! It needs the `tokenizer` cargo feature, built by default; without it a configured tokenizer is a
+//! config error, nothing is discovered and [`Model`] is an empty type, so none can exist.
 //!
 //! The dialects copy each output event's text into a [`TextCount`]'s buffer (only when the request's
-//! model has a tokenizer: otherwise nothing is copied). The text is tokenized once, when the response
-//! ends, so the count is the tokenizer's count of the whole output. Memory stays bounded: when the
-//! buffer passes [`WINDOW_BYTES`], it is tokenized, all tokens but the last few are counted and their
+//! model has a tokenizer ready: otherwise nothing is copied). The text is tokenized once, when the
+//! response ends, so the count is the tokenizer's count of the whole output. Memory stays bounded: when
+//! the buffer passes [`WINDOW_BYTES`], it is tokenized, all tokens but the last few are counted and their
 //! text is dropped, and the rest stays to be tokenized with what follows (a token never spans the cut,
 //! since the kept tail starts at a token boundary). Outputs shorter than the window, i.e. nearly all,
 //! are counted exactly; longer ones can differ by a token at a cut for tokenizers that treat the start
 //! of a text specially. Forwarding never waits on it beyond the tokenizing itself: no byte is held back.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use crate::config::ConfigError;
+pub mod discover;
+mod registry;
+
+pub use registry::{search_roots, Tokenizers};
 
 /// Output text held before it is tokenized and counted.
 pub const WINDOW_BYTES: usize = 64 * 1024;
@@ -46,7 +49,7 @@ fn load(_: &Path) -> Result<Model, String> {
 
 /// The message for a configured tokenizer in a binary built without the feature.
 pub const WITHOUT_FEATURE: &str = "this tokentap was built without the `tokenizer` feature; \
-     rebuild it with `cargo build --release --features tokenizer`";
+     rebuild it with its default features (`cargo build --release`)";
 
 /// Byte offsets of the tokens of `text` (no special tokens added).
 #[cfg(feature = "tokenizer")]
@@ -60,42 +63,11 @@ fn token_offsets(model: &Model, _: &str) -> Result<Vec<(usize, usize)>, String> 
     match *model {}
 }
 
-/// The configured tokenizers, loaded, by model name.
-#[derive(Default)]
-pub struct Tokenizers {
-    by_model: HashMap<String, Arc<Model>>,
-}
-
-impl Tokenizers {
-    /// Loads every configured `tokenizer.json`; an error names the key and the file.
-    pub fn load(paths: &BTreeMap<String, PathBuf>) -> Result<Self, ConfigError> {
-        let mut by_model = HashMap::new();
-        for (model, path) in paths {
-            let loaded = load(path).map_err(|reason| ConfigError::Invalid {
-                key: format!("tokenizers.{model}"),
-                what: "tokenizer file",
-                value: path.display().to_string(),
-                reason,
-            })?;
-            by_model.insert(model.clone(), Arc::new(loaded));
-        }
-        Ok(Tokenizers { by_model })
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_model.is_empty()
-    }
-
-    fn get(&self, model: &str) -> Option<Arc<Model>> {
-        self.by_model.get(model).cloned()
-    }
-}
-
 /// One response's output text on its way to a tokenizer.
 pub enum TextCount {
     /// No tokenizer applies: no text is copied.
     Off,
-    /// Tokenizers are configured but the request named no model: the text is held (up to the window)
+    /// A tokenizer may apply but the request named no model: the text is held (up to the window)
     /// until the response names one.
     Pending {
         tokenizers: Arc<Tokenizers>,
@@ -270,9 +242,10 @@ mod tests {
 
     #[test]
     fn pending_text_goes_to_the_tokenizer_the_response_names() {
-        let mut paths = BTreeMap::new();
-        paths.insert("m".to_owned(), PathBuf::from(WORDS));
-        let tokenizers = Arc::new(Tokenizers::load(&paths).expect("load"));
+        let mut config = crate::Config::default();
+        config.tokenizers.insert("m".to_owned(), WORDS.into());
+        config.tokenizer_dirs = Some(Vec::new());
+        let tokenizers = Arc::new(Tokenizers::load(&config).expect("load"));
         let mut count = TextCount::start(&tokenizers, None);
         count.buffer().expect("pending").push_str("hello world");
         count.after_event(None);
@@ -285,9 +258,9 @@ mod tests {
 
     #[test]
     fn unreadable_tokenizer_file_is_a_config_error_naming_the_key() {
-        let mut paths = BTreeMap::new();
-        paths.insert("m".to_owned(), PathBuf::from(file!()));
-        let err = Tokenizers::load(&paths)
+        let mut config = crate::Config::default();
+        config.tokenizers.insert("m".to_owned(), file!().into());
+        let err = Tokenizers::load(&config)
             .err()
             .expect("not a tokenizer")
             .to_string();
