@@ -18,6 +18,7 @@ pub mod error;
 pub mod exchange;
 pub mod hop_by_hop;
 pub mod json_scan;
+pub mod logging;
 pub mod meter;
 pub mod metrics;
 pub mod ndjson;

@@ -166,6 +166,7 @@ impl Metrics {
             &["api"],
         )?;
         registry.register(Box::new(in_flight.clone()))?;
+        registry.register(Box::new(crate::logging::DroppedLinesCollector::new()?))?;
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }

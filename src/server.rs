@@ -173,6 +173,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
 /// Runs until SIGTERM or SIGINT, then shuts down gracefully (see [`Running::shutdown`]).
 pub async fn run(config: &Config) -> Result<(), StartError> {
     let signalled = shutdown_signal();
+    ignore_hangups();
     let running = start(config).await?;
     tracing::info!(
         listen = %running.proxy_addr(),
@@ -187,6 +188,30 @@ pub async fn run(config: &Config) -> Result<(), StartError> {
     let drained = running.shutdown().await;
     tracing::info!(cut = drained.cut, "tokentap stopped");
     Ok(())
+}
+
+/// SIGHUP's default action kills the process, and operators and logrotate send it by habit: take it
+/// over for the life of the process and log each one. tokentap holds no file it could reopen (its log
+/// is stderr, whose reader owns any file behind it), so a hangup changes nothing else.
+pub fn ignore_hangups() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::hangup()) {
+            Ok(mut hangups) => {
+                tokio::spawn(async move {
+                    while hangups.recv().await.is_some() {
+                        tracing::info!(
+                            "SIGHUP received: nothing to reopen (the log is stderr); ignored"
+                        );
+                    }
+                });
+            }
+            Err(err) => {
+                tracing::warn!(%err, "cannot listen for SIGHUP: a hangup will stop tokentap")
+            }
+        }
+    }
 }
 
 /// Registers for SIGTERM and SIGINT at once (a signal that arrives before the returned future is
