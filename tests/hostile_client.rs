@@ -361,3 +361,62 @@ async fn a_head_over_max_request_header_bytes_is_counted_as_too_large() {
     assert_eq!(m.get("tokentap_request_header_too_large_total", &[]), 1.0);
     assert_eq!(upstream.connection_count(), 0);
 }
+
+/// An upstream that answers a streaming head and one event as soon as it has read a request head,
+/// without waiting for the body, then only reads. Resolves with when tokentap closed the connection.
+async fn early_answering_upstream() -> (std::net::SocketAddr, tokio::task::JoinHandle<Instant>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.expect("accept");
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return Instant::now(),
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+        let event = format!("{:x}\r\n{ROLE_CHUNK}\r\n", ROLE_CHUNK.len());
+        let _ = stream.write_all(format!("{head}{event}").as_bytes()).await;
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return Instant::now(),
+                Ok(_) => {}
+            }
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test]
+async fn a_request_body_stalling_under_a_streaming_answer_breaks_the_stream_and_counts_timeout() {
+    let (addr, closed) = early_answering_upstream().await;
+    let yaml = "timeouts:\n  request_body_idle: 300ms\n";
+    let proxy = proxy(&format!("http://{addr}"), yaml).await;
+    let started = Instant::now();
+    let mut stream = stall_after_one_body_byte(&proxy).await;
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the client's stream was never ended");
+    let (head, body) = raw_split(&answer);
+    assert_eq!(raw_status(&answer), 200, "{head}");
+    assert!(
+        dechunk(&body).is_none(),
+        "the stream must break, not end cleanly: {:?}",
+        String::from_utf8_lossy(&body)
+    );
+    let closed = tokio::time::timeout(Duration::from_secs(5), closed)
+        .await
+        .expect("the upstream connection was never closed")
+        .expect("task");
+    let took = closed - started;
+    assert!(took >= ms(300) && took < Duration::from_secs(2), "{took:?}");
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    let timed_out = [("status", "200"), ("outcome", "timeout")];
+    assert_eq!(m.get("tokentap_requests_total", &timed_out), 1.0);
+}
