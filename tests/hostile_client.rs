@@ -42,7 +42,17 @@ fn h2_client() -> TestClient {
 #[tokio::test]
 async fn beyond_the_upstream_connection_cap_a_request_gets_503_at_once_and_the_upstream_sees_only_the_cap(
 ) {
-    let upstream = upstream(|_| slow_stream(Duration::from_secs(3))).await;
+    // The two held streams take 3 s; later requests are answered at once.
+    let seen = std::sync::atomic::AtomicUsize::new(0);
+    let upstream = upstream(move |_| {
+        let n = seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        slow_stream(if n < 2 {
+            Duration::from_secs(3)
+        } else {
+            ms(10)
+        })
+    })
+    .await;
     let yaml = "limits:\n  max_upstream_connections: 2\n";
     let proxy = proxy(&upstream.url(), yaml).await;
     let mut held = Vec::new();
@@ -94,7 +104,23 @@ async fn beyond_the_upstream_connection_cap_a_request_gets_503_at_once_and_the_u
     let served = served.expect("a freed slot serves the next request");
     assert!(served.body.ends_with(DONE.as_bytes()));
     assert_eq!(upstream.requests().len(), 3);
-    drop(held);
+    // The other held stream ends normally: with it, both slots are free for two at once.
+    let (_sender, conn, response) = held.remove(0);
+    let rest = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    assert!(rest.ends_with(DONE.as_bytes()));
+    let both = [0, 1].map(|_| {
+        let request = post(&proxy, CHAT, &chat_request("m"));
+        tokio::spawn(async move { send(&client(), request).await.status })
+    });
+    for got in both {
+        assert_eq!(got.await.expect("task"), 200);
+    }
+    conn.abort();
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     assert!(m.get("tokentap_upstream_requests_refused_total", &[]) >= 1.0);
