@@ -23,6 +23,7 @@ pub mod meter;
 pub mod metrics;
 pub mod ndjson;
 pub mod proxy;
+pub mod repeated;
 pub mod server;
 pub mod shutdown;
 pub mod slo;
