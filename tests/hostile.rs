@@ -458,3 +458,25 @@ async fn a_content_length_with_leading_zeros_goes_upstream_as_its_plain_decimal(
     assert_eq!(seen.header("content-length"), ["7"], "{}", seen.head);
     assert_eq!(seen.body, b"{\"a\":1}");
 }
+
+#[tokio::test]
+async fn an_h2_connect_is_answered_501_and_never_forwarded() {
+    let upstream = upstream(|_| ok_stream()).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    let (mut h2, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("h2 handshake");
+    tokio::spawn(conn);
+    let request = http::Request::connect("169.254.169.254:443")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .expect("request");
+    let response = h2.send_request(request).await.expect("h2 response");
+    assert_eq!(response.status(), 501);
+    assert_eq!(upstream.connection_count(), 0);
+}
