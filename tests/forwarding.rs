@@ -164,6 +164,49 @@ async fn request_reaches_upstream_unchanged_but_for_hop_by_hop_headers() {
 }
 
 #[tokio::test]
+async fn dot_segments_are_removed_inside_the_prefix_and_the_query_is_untouched() {
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let proxy = proxy(&format!("{}/openai/", upstream.url()), "").await;
+    let targets = [
+        "/v1/./chat/completions?x=/../%2e%2e&y=%5C",
+        "/v1/models/../chat/%2e/completions?x=/../%2e%2e&y=%5C",
+        "http://other.example/v1/x/%2E%2e/chat/completions/.?x=/../%2e%2e&y=%5C",
+    ];
+    for target in targets {
+        let body = chat_request("m");
+        let request = format!(
+            "POST {} HTTP/1.1\r\nhost: t\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            target,
+            body.len()
+        );
+        let answer = raw_exchange(proxy.proxy_addr(), request.as_bytes()).await;
+        assert_eq!(raw_status(&answer), 200, "{target}");
+    }
+    let seen: Vec<String> = upstream
+        .requests()
+        .iter()
+        .map(|r| r.request_line().to_owned())
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "POST /openai/v1/chat/completions?x=/../%2e%2e&y=%5C HTTP/1.1",
+            "POST /openai/v1/chat/completions?x=/../%2e%2e&y=%5C HTTP/1.1",
+            "POST /openai/v1/chat/completions/?x=/../%2e%2e&y=%5C HTTP/1.1",
+        ]
+    );
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[("api", "chat"), ("status", "200")]
+        ),
+        3.0
+    );
+}
+
+#[tokio::test]
 async fn upstream_connections_are_kept_alive_and_reused() {
     let upstream = upstream(|_| vec![json_response(200, "OK", "{\"ok\":true}")]).await;
     let proxy = proxy(&upstream.url(), "").await;

@@ -339,6 +339,14 @@ async fn a_target_that_would_leave_the_upstream_path_prefix_is_refused_with_400_
         let body = String::from_utf8_lossy(&body);
         assert!(body.contains("invalid_request_error"), "{target}: {body}");
     }
+    // The same over h2, where the target is the `:path` pseudo-header.
+    let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    let request = http::Request::get(format!("http://{}/../admin/secret", proxy.proxy_addr()))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("request");
+    assert_eq!(send(&h2, request).await.status, 400);
     assert_eq!(
         upstream.connection_count(),
         0,
@@ -351,7 +359,7 @@ async fn a_target_that_would_leave_the_upstream_path_prefix_is_refused_with_400_
             "tokentap_requests_total",
             &[("status", "400"), ("outcome", "ok")]
         ),
-        targets.len() as f64
+        (targets.len() + 1) as f64
     );
 }
 
