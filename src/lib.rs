@@ -1,6 +1,7 @@
 //! tokentap: a transparent measuring reverse proxy for LLM inference servers.
 //!
-//! The data path, one module a step: [`server`] accepts connections → [`proxy`] forwards each request →
+//! The data path, one module a step: [`server`] accepts connections → [`proxy`] forwards each request
+//! (its path made safe by [`request_target`]) →
 //! [`tap`] wraps both bodies (the request's `model` is read on the way up; each response frame is
 //! timestamped on the way down) → [`sse`] frames the stream (or [`json_scan`] reads a JSON body's fields)
 //! → a [`dialect`] says which events carry generated output → [`exchange`] keeps the request's
@@ -24,6 +25,7 @@ pub mod metrics;
 pub mod ndjson;
 pub mod proxy;
 pub mod repeated;
+pub mod request_target;
 pub mod server;
 pub mod shutdown;
 pub mod slo;
