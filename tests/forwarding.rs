@@ -219,7 +219,11 @@ async fn upstream_5xx_passes_through_and_is_never_goodput() {
     assert_eq!(
         m.get(
             "tokentap_requests_total",
-            &[("model", "unadmitted"), ("status", "503"), ("outcome", "ok")]
+            &[
+                ("model", "unadmitted"),
+                ("status", "503"),
+                ("outcome", "ok")
+            ]
         ),
         1.0
     );

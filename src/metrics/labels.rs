@@ -67,7 +67,7 @@ pub struct ModelLabels {
     unadmitted: Arc<str>,
 }
 
-struct Admitted {
+pub(super) struct Admitted {
     last_request: Instant,
     pinned: bool,
 }
@@ -110,7 +110,7 @@ impl ModelLabels {
         self.cap.max(self.pinned) + 3
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Admitted>> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Admitted>> {
         // The map is consistent after every statement that changes it: a panic elsewhere cannot leave it
         // half-updated.
         self.admitted

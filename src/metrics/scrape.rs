@@ -108,3 +108,64 @@ pub fn series_in(family: &MetricFamily) -> usize {
         _ => family.get_metric().len(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+
+    use super::*;
+    use crate::config::Config;
+    use crate::dialect::Api;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn scrapes_arriving_during_an_encoding_share_it_and_a_later_one_encodes_afresh() {
+        let metrics = Arc::new(Metrics::new(&Config::default()).unwrap());
+        let label = metrics.model_label(Some("m"), true);
+        metrics.series(label, Api::Chat).e2e.observe(0.5);
+        let encodes = || metrics.encodes.get();
+        let before = encodes();
+        let mut scrapes: Vec<_> = (0..16).map(|_| Box::pin(metrics.scrape())).collect();
+        {
+            // The encoding retires idle labels first, under this lock: holding it keeps the encoding
+            // running until every scrape has arrived.
+            let _held = metrics.models.lock();
+            let mut cx = Context::from_waker(Waker::noop());
+            for scrape in &mut scrapes {
+                assert!(scrape.as_mut().poll(&mut cx).is_pending());
+            }
+        }
+        let mut pages = Vec::new();
+        for scrape in scrapes {
+            pages.push(scrape.await.expect("a page"));
+        }
+        assert_eq!(encodes() - before, 1, "sixteen scrapes, one encoding");
+        assert!(pages.iter().all(|p| *p == pages[0]));
+        let text = std::str::from_utf8(&pages[0]).unwrap();
+        assert!(
+            text.contains("tokentap_metrics_encodes_total 1\n"),
+            "{text}"
+        );
+        let later = metrics.scrape().await.expect("a page");
+        assert_eq!(
+            encodes() - before,
+            2,
+            "a scrape after the encoding ended gets a new one"
+        );
+        assert!(std::str::from_utf8(&later)
+            .unwrap()
+            .contains("tokentap_metrics_encodes_total 2\n"));
+    }
+
+    #[test]
+    fn the_series_gauge_counts_every_sample_on_its_own_page() {
+        let metrics = Metrics::new(&Config::default()).unwrap();
+        let label = metrics.model_label(Some("m"), true);
+        metrics.series(label, Api::Chat);
+        let page = metrics.encode();
+        let text = std::str::from_utf8(&page).unwrap();
+        let samples = text.lines().filter(|l| !l.starts_with('#')).count();
+        let gauge = format!("{SERIES} {samples}\n");
+        assert!(text.contains(&gauge), "{gauge:?} missing");
+    }
+}
