@@ -3,8 +3,9 @@
 //! Every label is bounded: `model` by [`super::ModelLabels::max_values`], `api` by [`Api::ALL`], `status`
 //! by [`super::status_labels`], `outcome`, `slo`, `token_source` and `reason` by their enums, and each
 //! histogram exports its boundaries plus `+Inf`, `_sum` and `_count`. A (model, api) pair of a known API
-//! can hold every family; the `other` API only `requests_total`, E2E, goodput and an E2E violation. The
-//! product is the most series the process can ever export, whatever clients and the upstream send.
+//! can hold every family; the `other` API only `requests_total`, E2E, goodput and an E2E violation.
+//! Counters and gauges without labels are one series each, counted as registered. The sum is the most
+//! series the process can ever export, whatever clients and the upstream send.
 
 use crate::config::{Config, Slo, SloKind};
 use crate::dialect::Api;
@@ -19,8 +20,6 @@ const OUTCOMES: usize = 4;
 const TOKEN_SOURCES: usize = 4;
 /// The values of the `reason` label of `tokentap_metering_skipped_total` (`meter::SkipReason`).
 const SKIP_REASONS: usize = 2;
-/// tokentap's own unlabelled series: the limit, the current count, encodes, retired model labels.
-const OWN: usize = 4;
 
 /// The bucket boundaries of each histogram: the configured buckets plus every SLO ceiling of its kind.
 pub struct Boundaries {
@@ -53,8 +52,9 @@ impl Boundaries {
         }
     }
 
-    /// The most series the process can export with `model_values` values of the `model` label.
-    pub fn series_limit(&self, slo: &Slo, model_values: usize) -> i64 {
+    /// The most series the process can export with `model_values` values of the `model` label and
+    /// `unlabelled` series without labels (tokentap's own counters and gauges).
+    pub fn series_limit(&self, slo: &Slo, model_values: usize, unlabelled: usize) -> i64 {
         let histogram = |boundaries: &[f64]| boundaries.len() + 3;
         let requests = status_labels().count() * OUTCOMES;
         let slo_kinds = SloKind::ALL
@@ -75,7 +75,7 @@ impl Boundaries {
         let other_api = histogram(&self.e2e) + 1 + e2e_slo + requests;
         let known_apis = Api::ALL.len() - 1;
         let per_model = known_apis * known_api + other_api;
-        let fixed = Api::ALL.len() + known_apis * SKIP_REASONS + OWN;
+        let fixed = Api::ALL.len() + known_apis * SKIP_REASONS + unlabelled;
         i64::try_from(model_values * per_model + fixed).unwrap_or(i64::MAX)
     }
 }
