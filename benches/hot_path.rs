@@ -139,7 +139,7 @@ fn meter_vllm_capture_per_stream(bencher: Bencher) {
 fn exchange_on_data_per_content_chunk(bencher: Bencher) {
     let config = Config::default();
     let recorder = Arc::new(Recorder {
-        metrics: Metrics::new(&config).unwrap_or_else(|e| panic!("metrics: {e}")),
+        metrics: Arc::new(Metrics::new(&config).unwrap_or_else(|e| panic!("metrics: {e}"))),
         slo: config.slo.clone(),
         metering: config.metering.clone(),
         tokenizers: Arc::new(Tokenizers::default()),

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use crate::config::{Metering, Slo};
 use crate::dialect::{Api, Dialect};
 use crate::meter::{Format, Meter};
-use crate::metrics::{Metrics, Series};
+use crate::metrics::{status_label, Metrics, Series};
 use crate::slo::{judge, Measured};
 use crate::tap::ModelSlot;
 use crate::timeline::{Mark, Timeline};
@@ -54,7 +54,7 @@ impl Outcome {
 /// What every exchange records into: the metrics, the SLO ceilings, the metering bounds and the
 /// configured tokenizers.
 pub struct Recorder {
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
     pub slo: Slo,
     pub metering: Metering,
     pub tokenizers: Arc<Tokenizers>,
@@ -148,10 +148,12 @@ impl Exchange {
         let marks = std::mem::take(&mut self.marks);
         for &choice in &marks {
             let mark = self.timeline.on_output(choice, now);
-            let series = self.series();
+            let Some(tokens) = &self.series().tokens else {
+                continue;
+            };
             match mark {
-                Mark::First(ttft) => series.ttft.observe(ttft.as_secs_f64()),
-                Mark::Gap(gap) => series.itl.observe(gap.as_secs_f64()),
+                Mark::First(ttft) => tokens.ttft.observe(ttft.as_secs_f64()),
+                Mark::Gap(gap) => tokens.itl.observe(gap.as_secs_f64()),
                 Mark::ChoiceStart => {}
             }
         }
@@ -159,20 +161,21 @@ impl Exchange {
         self.marks.clear();
     }
 
-    /// Labels are resolved once: from the request's `model`, else the response's, else `unknown`.
+    /// Labels are resolved once: from the request's `model`, else the response's, else `unknown`. A name
+    /// not yet admitted takes a place only if the upstream answered 2xx (else it counts as `unadmitted`).
     fn series(&mut self) -> &Series {
         let recorder = &self.recorder;
         let request_model = &self.request_model;
         let meter = &self.meter;
         let api = self.api;
+        let confirmed = self.status.is_some_and(|s| s.is_success());
         self.series.get_or_insert_with(|| {
             let response_model = meter
                 .as_ref()
                 .and_then(|m| m.observations().model.as_deref());
             let model = request_model.get().or(response_model);
-            recorder
-                .metrics
-                .series(recorder.metrics.models.label(model), api)
+            let label = recorder.metrics.model_label(model, confirmed);
+            recorder.metrics.series(label, api)
         })
     }
 
@@ -223,25 +226,27 @@ impl Exchange {
         let status = self
             .status
             .map_or_else(|| "none".to_owned(), |s| s.as_str().to_owned());
-        metrics.count_request(&series, &status, outcome.as_str());
-        if let Some(n) = tokens {
-            series.output_tokens.inc_by(n);
-        }
-        if let Some(source) = source {
-            metrics.count_token_source(&series, source.as_str());
-        }
-        if let Some(n) = input_tokens {
-            series.input_tokens.inc_by(n);
+        metrics.count_request(&series, status_label(self.status), outcome.as_str());
+        if let Some(t) = &series.tokens {
+            if let Some(n) = tokens {
+                t.output_tokens.inc_by(n);
+            }
+            if let Some(source) = source {
+                metrics.count_token_source(&series, source.as_str());
+            }
+            if let Some(n) = input_tokens {
+                t.input_tokens.inc_by(n);
+            }
         }
 
         let measured = if outcome == Outcome::Ok {
             series.e2e.observe(figures.e2e.as_secs_f64());
-            if streaming {
-                observe(&series.generation, figures.generation);
-                observe(&series.tpot, figures.tpot);
-                observe(&series.max_gap, figures.max_gap);
+            if let Some(t) = series.tokens.as_ref().filter(|_| streaming) {
+                observe(&t.generation, figures.generation);
+                observe(&t.tpot, figures.tpot);
+                observe(&t.max_gap, figures.max_gap);
                 if let Some(rate) = figures.output_tokens_per_second {
-                    series.tokens_per_second.observe(rate);
+                    t.tokens_per_second.observe(rate);
                 }
             }
             Measured {

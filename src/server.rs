@@ -133,7 +133,7 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Start
 /// Binds the proxy and metrics ports and starts serving.
 pub async fn start(config: &Config) -> Result<Running, StartError> {
     let recorder = Arc::new(Recorder {
-        metrics: Metrics::new(config)?,
+        metrics: Arc::new(Metrics::new(config)?),
         slo: config.slo.clone(),
         metering: config.metering.clone(),
         tokenizers: Arc::new(Tokenizers::load(config)?),
@@ -423,8 +423,11 @@ async fn serve_metrics(
             let service = service_fn(move |request| {
                 let in_progress = activity.begin();
                 let ready = shutdown.phase() == Phase::Serving;
-                let response = metrics_endpoint(&request, &recorder, ready);
-                async move { Ok::<_, Infallible>(response.map(|b| Tracked::new(b, in_progress))) }
+                let recorder = recorder.clone();
+                async move {
+                    let response = metrics_endpoint(&request, &recorder, ready).await;
+                    Ok::<_, Infallible>(response.map(|b| Tracked::new(b, in_progress)))
+                }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .header_read_timeout(None)
@@ -436,17 +439,24 @@ async fn serve_metrics(
     }
 }
 
-fn metrics_endpoint(
+async fn metrics_endpoint(
     request: &Request<Incoming>,
     recorder: &Recorder,
     ready: bool,
 ) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (request.method(), request.uri().path()) {
-        (&Method::GET, "/metrics") => (
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            Bytes::from(recorder.metrics.encode()),
-        ),
+        (&Method::GET, "/metrics") => match recorder.metrics.scrape().await {
+            Some(page) => (
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                page,
+            ),
+            None => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                Bytes::from_static(b"metrics unavailable: shutting down\n"),
+            ),
+        },
         (&Method::GET, "/healthz") => (StatusCode::OK, "text/plain", Bytes::from_static(b"ok\n")),
         (&Method::GET, "/readyz") if ready => {
             (StatusCode::OK, "text/plain", Bytes::from_static(b"ready\n"))

@@ -120,7 +120,8 @@ async fn a_client_leaving_while_uploading_its_body_closes_the_upstream_and_count
     );
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    let labels = [("model", "m"), ("outcome", "cancelled")];
+    // Nothing reached the upstream, so nothing confirmed the name `m`.
+    let labels = [("model", "unadmitted"), ("outcome", "cancelled")];
     assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
     assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
     assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);

@@ -35,11 +35,12 @@ async fn unreachable_upstream_answers_502_with_an_openai_error() {
     );
     assert_eq!(json["error"]["type"], "upstream_unreachable");
     let m = scrape(&proxy).await;
+    // No upstream ever confirmed the name `m`: it takes no model label place.
     assert_eq!(
         m.get(
             "tokentap_requests_total",
             &[
-                ("model", "m"),
+                ("model", "unadmitted"),
                 ("status", "502"),
                 ("outcome", "upstream_error")
             ]
@@ -190,7 +191,11 @@ async fn client_leaving_before_the_response_head_closes_the_upstream_and_counts_
     assert_eq!(
         m.get(
             "tokentap_requests_total",
-            &[("model", "m"), ("status", "none"), ("outcome", "cancelled")]
+            &[
+                ("model", "unadmitted"),
+                ("status", "none"),
+                ("outcome", "cancelled")
+            ]
         ),
         1.0
     );

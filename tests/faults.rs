@@ -72,7 +72,7 @@ async fn upstream_reset_before_the_head_answers_502_and_counts_upstream_error() 
         m.get(
             "tokentap_requests_total",
             &[
-                ("model", "m"),
+                ("model", "unadmitted"),
                 ("status", "502"),
                 ("outcome", "upstream_error")
             ]

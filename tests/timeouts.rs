@@ -49,7 +49,12 @@ async fn an_upstream_silent_past_response_headers_gets_a_504_and_its_connection_
     assert_near("upstream closed after", closed - sent, secs(2));
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    let labels = [("model", "m"), ("status", "504"), ("outcome", "timeout")];
+    // No answer confirmed the name `m`.
+    let labels = [
+        ("model", "unadmitted"),
+        ("status", "504"),
+        ("outcome", "timeout"),
+    ];
     assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
     assert_eq!(m.get("tokentap_requests_total", &[]), 1.0);
     assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);

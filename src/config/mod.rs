@@ -39,6 +39,7 @@ pub struct Config {
     /// After SIGTERM/SIGINT, how long in-flight requests may run on before they are cut.
     pub shutdown_grace: Duration,
     pub metering: Metering,
+    pub metrics: MetricsOptions,
     pub buckets: Buckets,
     pub slo: Slo,
     /// A local HuggingFace `tokenizer.json` per model name, to count output tokens when the server
@@ -87,6 +88,14 @@ pub struct Metering {
     pub max_event_bytes: usize,
     /// How far into a request body to look for `"model"`.
     pub model_scan_bytes: usize,
+}
+
+/// How the exported series are kept bounded over time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricsOptions {
+    /// A `model` label value with no request for this long is removed from every family and frees its
+    /// place under `max_models`; `None`: never.
+    pub model_idle: Option<Duration>,
 }
 
 /// Histogram boundaries in seconds (`output_tokens_per_second`: tokens/s).
@@ -287,6 +296,9 @@ impl Default for Config {
             metering: Metering {
                 max_event_bytes: 256 << 10,
                 model_scan_bytes: 8 << 20,
+            },
+            metrics: MetricsOptions {
+                model_idle: Some(Duration::from_secs(3600)),
             },
             buckets: Buckets::default(),
             slo: Slo::default(),

@@ -14,6 +14,7 @@ timeouts: {connect: 2.5s, response_headers: 1m, idle: 45s, client_header_read: 5
 limits: {max_request_header_bytes: 16KiB, max_request_body_bytes: 1MiB, max_connections: 50, max_upstream_connections: 40, max_concurrent_streams: 16}
 shutdown_grace: 2m
 metering: {max_event_bytes: 1MiB, model_scan_bytes: 65536}
+metrics: {model_idle: 10m}
 buckets: {ttft: [0.1, 1, 10], itl: [0.01, 0.1], tpot: [0.02], e2e: [1, 60], output_tokens_per_second: [10, 100]}
 slo:
   ttft: 500ms
@@ -84,6 +85,7 @@ fn full_example_parses_to_the_given_values() {
     assert_eq!(Some(c.shutdown_grace), ms(120_000));
     let m = c.metering;
     assert_eq!((m.max_event_bytes, m.model_scan_bytes), (1 << 20, 65536));
+    assert_eq!(c.metrics.model_idle, ms(600_000));
     let b = c.buckets;
     assert_eq!(
         (b.ttft, b.itl, b.tpot),
@@ -209,10 +211,26 @@ fn boundaries_collect_every_ceiling_sorted_and_deduplicated() {
 }
 
 #[test]
+fn model_idle_defaults_to_an_hour_and_never_or_zero_turns_retirement_off() {
+    assert_eq!(Config::default().metrics.model_idle, ms(3_600_000));
+    for (yaml, want) in [
+        ("metrics: {model_idle: 90s}", ms(90_000)),
+        ("metrics: {model_idle: never}", None),
+        ("metrics: {model_idle: 0s}", None),
+        ("metrics: {}", ms(3_600_000)),
+    ] {
+        let c = Config::from_yaml_str(yaml).unwrap();
+        assert_eq!(c.metrics.model_idle, want, "{yaml}");
+    }
+    let want = "metrics: unknown field `idle`, expected `model_idle` at line 1 column 11";
+    assert_eq!(err("metrics: {idle: 1h}"), want);
+}
+
+#[test]
 fn unknown_key_at_top_level_is_named() {
     let want = "unknown field `lisen`, expected one of `listen`, `upstream`, `metrics_listen`, \
          `upstream_ca_file`, `max_models`, `timeouts`, `limits`, `shutdown_grace`, `metering`, \
-         `buckets`, `slo`, `tokenizers`, `tokenizer_dirs` at line 2 column 1";
+         `metrics`, `buckets`, `slo`, `tokenizers`, `tokenizer_dirs` at line 2 column 1";
     assert_eq!(err("listen: 0.0.0.0:1\nlisen: 0.0.0.0:2\n"), want);
 }
 
@@ -288,6 +306,8 @@ fn bad_values_give_errors_naming_the_key_and_the_value() {
         metrics_listen: localhost:9464 | metrics_listen | localhost:9464
         metrics_listen: 0.0.0.0:8080 | metrics_listen | 0.0.0.0:8080
         max_models: 0 | max_models | 0
+        metrics: {model_idle: 1 hour} | metrics.model_idle | 1 hour
+        metrics: {model_idle: 3600} | metrics.model_idle | 3600
         upstream_ca_file: /nonexistent/ca.pem | upstream_ca_file | /nonexistent/ca.pem
         upstream_ca_file: / | upstream_ca_file | /
     ";

@@ -150,6 +150,21 @@ pub(super) fn duration_at(key: &str, text: &str) -> Result<Duration, ConfigError
     }
 }
 
+/// An optional idle period found under `key`: a duration, or `never` (also `0s`) for none.
+pub(super) fn idle_at(key: &str, text: &str) -> Result<Option<Duration>, ConfigError> {
+    if text == "never" {
+        return Ok(None);
+    }
+    match parse_duration(text) {
+        Ok(d) if d.is_zero() => Ok(None),
+        Ok(d) => Ok(Some(d)),
+        Err(reason) => {
+            let reason = format!("{reason}, or \"never\"");
+            Err(invalid(key, "duration", text, reason))
+        }
+    }
+}
+
 /// A size in bytes found under `key`.
 pub(super) fn size_at(key: &str, text: &str) -> Result<usize, ConfigError> {
     let bytes = parse_size(text).map_err(|reason| invalid(key, "size", text, reason))?;

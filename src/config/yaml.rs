@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use serde::de::{Deserializer, Error as _, MapAccess, Visitor};
 use serde::Deserialize;
 
-use super::values::{address_at, duration_at, parse_upstream, size_at};
+use super::values::{address_at, duration_at, idle_at, parse_upstream, size_at};
 use super::{Buckets, Ceilings, Config, ConfigError};
 
 /// Parses a YAML document into a [`Config`] (not yet validated); an empty (or comment-only)
@@ -111,6 +111,7 @@ struct RawConfig {
     limits: Option<RawLimits>,
     shutdown_grace: Option<Scalar>,
     metering: Option<RawMetering>,
+    metrics: Option<RawMetrics>,
     buckets: Option<RawBuckets>,
     slo: Option<RawSlo>,
     tokenizers: Option<Models<PathBuf>>,
@@ -143,6 +144,12 @@ struct RawLimits {
 struct RawMetering {
     max_event_bytes: Option<Scalar>,
     model_scan_bytes: Option<Scalar>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default, expecting = "a mapping")]
+struct RawMetrics {
+    model_idle: Option<Scalar>,
 }
 
 #[derive(Deserialize, Default)]
@@ -257,6 +264,9 @@ impl RawConfig {
         }
         if let Some(s) = &metering.model_scan_bytes {
             c.metering.model_scan_bytes = size_at("metering.model_scan_bytes", &s.0)?;
+        }
+        if let Some(s) = self.metrics.unwrap_or_default().model_idle {
+            c.metrics.model_idle = idle_at("metrics.model_idle", &s.0)?;
         }
         let (b, d) = (self.buckets.unwrap_or_default(), Buckets::default());
         c.buckets = Buckets {

@@ -1,26 +1,32 @@
-//! The exported series (SPEC §2), registered into an owned registry, and the capped `model` label.
+//! The exported series (SPEC §2), registered into an owned registry, and the bounds that keep their number
+//! fixed whatever clients send.
 //!
 //! Labelled children are resolved once per request into a [`Series`], never per chunk. Label values come
-//! from closed enums or from [`ModelLabels`], which admits at most `max_models` distinct model names and
-//! counts the rest as `other`, so no client can blow up the series count.
+//! from closed enums, the closed `status` set, or [`ModelLabels`], which admits at most `max_models`
+//! model names the upstream confirmed and retires idle ones. Only requests on a path a dialect knows get
+//! the token-level families; the rest are counted in `requests_total`, E2E and goodput only. So the
+//! number of series has a fixed ceiling, computed in [`bound`] and exported next to the current count;
+//! [`scrape`] encodes the page off the async workers and lets concurrent scrapes share one encoding.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 
 use crate::config::{Config, SloKind};
 use crate::dialect::Api;
 
-/// Label for requests whose model could not be read from the request or the response.
-pub const UNKNOWN_MODEL: &str = "unknown";
-/// Label for models beyond the `max_models` cap.
-pub const OTHER_MODEL: &str = "other";
-/// Longer model names are counted as `other`: a real model name is never this long.
-const MAX_MODEL_LEN: usize = 200;
+mod bound;
+mod labels;
+mod scrape;
+
+pub use labels::{
+    status_label, status_labels, Lookup, ModelLabels, OTHER_MODEL, UNADMITTED_MODEL, UNKNOWN_MODEL,
+};
 
 pub struct Metrics {
     registry: Registry,
@@ -39,6 +45,10 @@ pub struct Metrics {
     in_flight: IntGaugeVec,
     metering_skipped: IntCounterVec,
     token_source: IntCounterVec,
+    series_count: IntGauge,
+    encodes: IntCounter,
+    retired: IntCounter,
+    scrapes: scrape::Coalesce,
     pub models: ModelLabels,
     pub refusals: Refusals,
 }
@@ -90,32 +100,30 @@ impl Refusals {
 pub struct Series {
     pub model: Arc<str>,
     pub api: Api,
+    pub e2e: Histogram,
+    pub goodput: IntCounter,
+    /// The token-level families: only for a path a dialect knows, so an unknown path (a client can send
+    /// any) never creates them.
+    pub tokens: Option<TokenSeries>,
+}
+
+#[derive(Clone)]
+pub struct TokenSeries {
     pub ttft: Histogram,
     pub itl: Histogram,
     pub tpot: Histogram,
-    pub e2e: Histogram,
     pub generation: Histogram,
     pub tokens_per_second: Histogram,
     pub max_gap: Histogram,
     pub input_tokens: IntCounter,
     pub output_tokens: IntCounter,
-    pub goodput: IntCounter,
 }
 
 const MODEL_API: &[&str] = &["model", "api"];
 
-fn with_boundaries(base: &[f64], extra: &[f64]) -> Vec<f64> {
-    let mut all: Vec<f64> = base.iter().chain(extra).copied().collect();
-    all.sort_by(f64::total_cmp);
-    all.dedup();
-    all
-}
-
 impl Metrics {
     pub fn new(config: &Config) -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
-        let b = &config.buckets;
-        let slo = &config.slo;
         let histogram = |name: &str,
                          help: &str,
                          buckets: Vec<f64>|
@@ -130,41 +138,41 @@ impl Metrics {
                 registry.register(Box::new(c.clone()))?;
                 Ok(c)
             };
-        let itl_slo = slo.boundaries(SloKind::Itl);
+        let boundaries = bound::Boundaries::of(config);
         let ttft = histogram(
             "tokentap_time_to_first_token_seconds",
             "Time from the request head arriving to the first output-bearing chunk (TTFT).",
-            with_boundaries(&b.ttft, &slo.boundaries(SloKind::Ttft)),
+            boundaries.ttft.clone(),
         )?;
         let itl = histogram(
             "tokentap_inter_token_latency_seconds",
             "Gap between consecutive output-bearing chunks, one observation per gap (ITL).",
-            with_boundaries(&b.itl, &itl_slo),
+            boundaries.itl.clone(),
         )?;
         let tpot = histogram(
             "tokentap_time_per_output_token_seconds",
             "Per-request (E2E - TTFT) / (output tokens - 1), requests with at least 2 output tokens (TPOT).",
-            with_boundaries(&b.tpot, &slo.boundaries(SloKind::Tpot)),
+            boundaries.tpot.clone(),
         )?;
         let e2e = histogram(
             "tokentap_e2e_request_latency_seconds",
             "Time from the request head arriving to the end of the response body, completed requests.",
-            with_boundaries(&b.e2e, &slo.boundaries(SloKind::E2e)),
+            boundaries.e2e.clone(),
         )?;
         let generation = histogram(
             "tokentap_token_generation_time_seconds",
             "Time from the first output-bearing chunk to the end of the response body.",
-            b.e2e.clone(),
+            boundaries.generation.clone(),
         )?;
         let tokens_per_second = histogram(
             "tokentap_output_tokens_per_second",
             "Per-request decode speed (output tokens - 1) / token generation time, at least 2 output tokens.",
-            b.output_tokens_per_second.clone(),
+            boundaries.tokens_per_second.clone(),
         )?;
         let max_gap = histogram(
             "tokentap_max_inter_token_gap_seconds",
             "The longest gap between consecutive output-bearing chunks of a request: stalls show here.",
-            with_boundaries(&b.itl, &itl_slo),
+            boundaries.itl.clone(),
         )?;
         let requests = counter(
             "tokentap_requests_total",
@@ -214,6 +222,46 @@ impl Metrics {
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }
+        let gauge = |name: &str, help: &str| -> Result<IntGauge, prometheus::Error> {
+            let g = IntGauge::new(name, help)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok(g)
+        };
+        let models = ModelLabels::new(
+            config.max_models,
+            config.metrics.model_idle,
+            config.slo.models.keys().map(String::as_str),
+        );
+        let limit = gauge(
+            bound::LIMIT,
+            "The most series this process can ever export, from max_models, the API, status and outcome \
+             sets and the bucket counts (README: series bound).",
+        )?;
+        let series_count = gauge(
+            scrape::SERIES,
+            "Series on this page, as of this scrape (never above tokentap_metrics_series_limit).",
+        )?;
+        let single = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
+            let c = IntCounter::new(name, help)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok(c)
+        };
+        let encodes = single(
+            "tokentap_metrics_encodes_total",
+            "Encodings of this page; scrapes that arrive while one runs share it.",
+        )?;
+        let retired = single(
+            "tokentap_model_labels_retired_total",
+            "Model label values removed after metrics.model_idle without a request; their series restart \
+             from zero if the model comes back.",
+        )?;
+        let unlabelled = registry
+            .gather()
+            .iter()
+            .flat_map(|family| family.get_metric())
+            .filter(|metric| metric.get_label().is_empty())
+            .count();
+        limit.set(boundaries.series_limit(&config.slo, models.max_values(), unlabelled));
         Ok(Metrics {
             registry,
             ttft,
@@ -231,30 +279,72 @@ impl Metrics {
             in_flight,
             metering_skipped,
             token_source,
-            models: ModelLabels::new(
-                config.max_models,
-                config.slo.models.keys().map(String::as_str),
-            ),
+            series_count,
+            encodes,
+            retired,
+            scrapes: scrape::Coalesce::default(),
+            models,
             refusals,
         })
     }
 
+    /// The `model` label for a request's model name, `confirmed` when the upstream answered 2xx. When
+    /// every place is taken, names idle for `metrics.model_idle` are retired first.
+    pub fn model_label(&self, model: Option<&str>, confirmed: bool) -> Arc<str> {
+        match self.models.lookup(model, confirmed) {
+            Lookup::Label(label) => label,
+            Lookup::Full if self.retire_idle() == 0 => self.models.overflow(),
+            Lookup::Full => match self.models.lookup(model, confirmed) {
+                Lookup::Label(label) => label,
+                Lookup::Full => self.models.overflow(),
+            },
+        }
+    }
+
     pub fn series(&self, model: Arc<str>, api: Api) -> Series {
         let labels = [&*model, api.as_str()];
-        Series {
+        let tokens = (api != Api::Other).then(|| TokenSeries {
             ttft: self.ttft.with_label_values(&labels),
             itl: self.itl.with_label_values(&labels),
             tpot: self.tpot.with_label_values(&labels),
-            e2e: self.e2e.with_label_values(&labels),
             generation: self.generation.with_label_values(&labels),
             tokens_per_second: self.tokens_per_second.with_label_values(&labels),
             max_gap: self.max_gap.with_label_values(&labels),
             input_tokens: self.input_tokens.with_label_values(&labels),
             output_tokens: self.output_tokens.with_label_values(&labels),
+        });
+        Series {
+            e2e: self.e2e.with_label_values(&labels),
             goodput: self.goodput.with_label_values(&labels),
+            tokens,
             model,
             api,
         }
+    }
+
+    /// Retires the model names idle for `metrics.model_idle` (and not in use): each one's series are
+    /// removed from every family, and its place under `max_models` is free again.
+    pub fn retire_idle(&self) -> usize {
+        let retired = self.models.retire(|names| {
+            purge(&self.ttft, names);
+            purge(&self.itl, names);
+            purge(&self.tpot, names);
+            purge(&self.e2e, names);
+            purge(&self.generation, names);
+            purge(&self.tokens_per_second, names);
+            purge(&self.max_gap, names);
+            purge(&self.requests, names);
+            purge(&self.input_tokens, names);
+            purge(&self.output_tokens, names);
+            purge(&self.goodput, names);
+            purge(&self.slo_violations, names);
+            purge(&self.token_source, names);
+        });
+        if retired > 0 {
+            self.retired.inc_by(retired as u64);
+            tracing::debug!(retired, "idle model labels retired");
+        }
+        retired
     }
 
     pub fn in_flight(&self, api: Api) -> IntGauge {
@@ -265,10 +355,12 @@ impl Metrics {
         Api::ALL.iter().map(|api| self.in_flight(*api).get()).sum()
     }
 
+    /// Counts a finished request (`status` from [`status_label`]); its model name was in use until now.
     pub fn count_request(&self, series: &Series, status: &str, outcome: &str) {
         self.requests
             .with_label_values(&[&*series.model, series.api.as_str(), status, outcome])
             .inc();
+        self.models.touch(&series.model);
     }
 
     pub fn count_violation(&self, series: &Series, slo: SloKind) {
@@ -288,59 +380,22 @@ impl Metrics {
             .with_label_values(&[api.as_str(), reason])
             .inc();
     }
-
-    /// The Prometheus text exposition of every series.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64 * 1024);
-        if let Err(err) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
-            tracing::error!(%err, "encoding metrics failed");
-        }
-        out
-    }
 }
 
-/// The capped set of `model` label values. Models named in the SLO config are always admitted.
-pub struct ModelLabels {
-    cap: usize,
-    known: Mutex<HashSet<Arc<str>>>,
-    unknown: Arc<str>,
-    other: Arc<str>,
-}
-
-impl ModelLabels {
-    pub fn new<'a>(cap: usize, configured: impl Iterator<Item = &'a str>) -> Self {
-        let known = configured.map(Arc::from).collect();
-        ModelLabels {
-            cap,
-            known: Mutex::new(known),
-            unknown: Arc::from(UNKNOWN_MODEL),
-            other: Arc::from(OTHER_MODEL),
+/// Removes every series of `family` whose `model` label is one of `names`.
+fn purge<T: MetricVecBuilder>(family: &MetricVec<T>, names: &HashSet<Arc<str>>) {
+    for gathered in family.collect() {
+        for metric in gathered.get_metric() {
+            let labels: std::collections::HashMap<&str, &str> = metric
+                .get_label()
+                .iter()
+                .map(|pair| (pair.name(), pair.value()))
+                .collect();
+            if labels.get("model").is_some_and(|m| names.contains(*m)) {
+                // Err only when the series is already gone.
+                let _ = family.remove(&labels);
+            }
         }
-    }
-
-    /// The label for a model name: itself while the cap allows, else `other` (also for names over 200 bytes
-    /// or with control characters); `unknown` when absent.
-    pub fn label(&self, model: Option<&str>) -> Arc<str> {
-        let Some(model) = model.filter(|m| !m.is_empty()) else {
-            return self.unknown.clone();
-        };
-        // A control character is in no real model's name; admitted, it would take one of the capped
-        // places and carry line breaks into the per-request log line.
-        if model.len() > MAX_MODEL_LEN || model.chars().any(char::is_control) {
-            return self.other.clone();
-        }
-        let Ok(mut known) = self.known.lock() else {
-            return self.other.clone();
-        };
-        if let Some(existing) = known.get(model) {
-            return existing.clone();
-        }
-        if known.len() >= self.cap {
-            return self.other.clone();
-        }
-        let label: Arc<str> = Arc::from(model);
-        known.insert(label.clone());
-        label
     }
 }
 
@@ -349,28 +404,68 @@ mod tests {
     use super::*;
 
     #[test]
-    fn model_labels_are_capped_and_configured_models_always_fit() {
-        let labels = ModelLabels::new(3, ["pinned"].into_iter());
-        assert_eq!(&*labels.label(Some("a")), "a");
-        assert_eq!(&*labels.label(Some("b")), "b");
-        assert_eq!(&*labels.label(Some("c")), OTHER_MODEL);
-        assert_eq!(&*labels.label(Some("a")), "a");
-        assert_eq!(&*labels.label(Some("pinned")), "pinned");
-        assert_eq!(&*labels.label(None), UNKNOWN_MODEL);
-        assert_eq!(&*labels.label(Some("")), UNKNOWN_MODEL);
-        assert_eq!(&*labels.label(Some(&"x".repeat(500))), OTHER_MODEL);
-        let labels = ModelLabels::new(3, std::iter::empty());
-        for forged in ["a\nINFO forged", "b\r", "c\u{0}", "d\u{7f}", "e\u{85}"] {
-            assert_eq!(&*labels.label(Some(forged)), OTHER_MODEL, "{forged:?}");
+    fn slo_ceilings_become_bucket_boundaries() {
+        assert_eq!(
+            bound::with_boundaries(&[0.1, 0.5, 1.0], &[0.25, 0.5]),
+            vec![0.1, 0.25, 0.5, 1.0]
+        );
+    }
+
+    fn page_series(metrics: &Metrics) -> i64 {
+        let families = metrics.registry.gather();
+        families.iter().map(scrape::series_in).sum::<usize>() as i64
+    }
+
+    fn limit(metrics: &Metrics) -> i64 {
+        let family = metrics.registry.gather();
+        let limit = family.iter().find(|f| f.name() == bound::LIMIT);
+        limit.map_or(0, |f| f.get_metric()[0].get_gauge().get_value() as i64)
+    }
+
+    /// Every label value each family can take, for every model value and API: the page then holds exactly
+    /// the series limit, so the limit is neither too low (a bound that lies) nor loose.
+    #[test]
+    fn every_combination_of_label_values_fills_exactly_the_series_limit() {
+        let yaml = "max_models: 2\nslo: {e2e: 30s, ttft: 1s}\nbuckets: {ttft: [0.5], itl: [0.1], tpot: [0.1], e2e: [1, 10], output_tokens_per_second: [10]}";
+        let config = Config::from_yaml_str(yaml).unwrap();
+        let metrics = Metrics::new(&config).unwrap();
+        let outcomes = ["ok", "cancelled", "upstream_error", "timeout"];
+        let sources = ["usage", "usage_corrected", "tokenizer", "chunks"];
+        let reasons = ["event_too_large", "malformed_event"];
+        let names = [Some("a"), Some("b"), Some("c"), None, Some("bad\n")];
+        for (name, confirmed) in names.iter().flat_map(|n| [(n, true), (n, false)]) {
+            let label = metrics.model_label(*name, confirmed);
+            for api in Api::ALL {
+                let series = metrics.series(label.clone(), api);
+                for (status, outcome) in status_labels().flat_map(|s| outcomes.map(|o| (s, o))) {
+                    metrics.count_request(&series, status, outcome);
+                }
+                let kinds = match api {
+                    Api::Other => &[SloKind::E2e][..],
+                    _ => &[SloKind::E2e, SloKind::Ttft][..],
+                };
+                for &kind in kinds {
+                    metrics.count_violation(&series, kind);
+                }
+                if api != Api::Other {
+                    for source in sources {
+                        metrics.count_token_source(&series, source);
+                    }
+                    for reason in reasons {
+                        metrics.count_metering_skipped(api, reason);
+                    }
+                }
+            }
         }
-        assert_eq!(&*labels.label(Some("ünï-模型 v2")), "ünï-模型 v2");
+        // a, b, unknown, other, unadmitted.
+        assert_eq!(metrics.models.max_values(), 5);
+        assert_eq!(page_series(&metrics), limit(&metrics));
     }
 
     #[test]
-    fn slo_ceilings_become_bucket_boundaries() {
-        assert_eq!(
-            with_boundaries(&[0.1, 0.5, 1.0], &[0.25, 0.5]),
-            vec![0.1, 0.25, 0.5, 1.0]
-        );
+    fn the_default_limit_is_stated_in_the_readme() {
+        let metrics = Metrics::new(&Config::default()).unwrap();
+        // Adding a series family moves this figure: update README.md and docs/metrics.md with it.
+        assert_eq!(limit(&metrics), 206_237);
     }
 }

@@ -1,0 +1,281 @@
+//! The two label values that come from outside: `model` (from the request body, a client's choice) and
+//! `status` (from the upstream), each kept to a bounded set.
+//!
+//! A model name takes one of the `max_models` places only once the upstream has confirmed a real request
+//! for it (a 2xx answer): junk names a client makes up, which a model server answers with 404, never take
+//! a place. Until then the request counts under `unadmitted`. A place is freed again when its name has had
+//! no request for `metrics.model_idle` and no request in flight holds it; the caller then removes the
+//! name's series while the set is still locked, so a name admitted again starts from fresh series.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use http::StatusCode;
+use tokio::time::Instant;
+
+/// Label for requests whose model could not be read from the request or the response.
+pub const UNKNOWN_MODEL: &str = "unknown";
+/// Label for models beyond the `max_models` cap, and for names no real model has (control characters,
+/// over 200 bytes).
+pub const OTHER_MODEL: &str = "other";
+/// Label for requests naming a model the upstream has not yet confirmed with a 2xx answer.
+pub const UNADMITTED_MODEL: &str = "unadmitted";
+/// Longer model names are counted as `other`: a real model name is never this long.
+const MAX_MODEL_LEN: usize = 200;
+
+/// Status codes that keep their own `status` label value; every other code is counted under its class
+/// (`1xx` … `5xx`), so an upstream cannot create label values by answering odd codes.
+const EXACT_STATUSES: [&str; 16] = [
+    "200", "204", "400", "401", "403", "404", "408", "413", "422", "429", "431", "500", "501",
+    "502", "503", "504",
+];
+const STATUS_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+/// No response head reached the client.
+const NO_STATUS: &str = "none";
+
+/// Every value the `status` label can take.
+pub fn status_labels() -> impl Iterator<Item = &'static str> {
+    EXACT_STATUSES
+        .into_iter()
+        .chain(STATUS_CLASSES)
+        .chain([NO_STATUS])
+}
+
+/// The `status` label of a response status: itself when it is one of the common codes, else its class.
+/// Codes above 599 (which hyper accepts) count as `5xx`: a server that answers them is broken.
+pub fn status_label(status: Option<StatusCode>) -> &'static str {
+    let Some(status) = status else {
+        return NO_STATUS;
+    };
+    if let Some(exact) = EXACT_STATUSES.iter().find(|s| **s == status.as_str()) {
+        return exact;
+    }
+    let class = usize::from(status.as_u16() / 100).clamp(1, 5);
+    STATUS_CLASSES[class - 1]
+}
+
+/// The capped set of `model` label values. Models named in the SLO config are always admitted and
+/// never retired.
+pub struct ModelLabels {
+    cap: usize,
+    idle: Option<Duration>,
+    admitted: Mutex<HashMap<Arc<str>, Admitted>>,
+    pinned: usize,
+    unknown: Arc<str>,
+    other: Arc<str>,
+    unadmitted: Arc<str>,
+}
+
+pub(super) struct Admitted {
+    last_request: Instant,
+    pinned: bool,
+}
+
+/// What [`ModelLabels::lookup`] found.
+pub enum Lookup {
+    Label(Arc<str>),
+    /// A confirmed name that would need a place, and every place is taken.
+    Full,
+}
+
+impl ModelLabels {
+    pub fn new<'a>(
+        cap: usize,
+        idle: Option<Duration>,
+        configured: impl Iterator<Item = &'a str>,
+    ) -> Self {
+        let now = Instant::now();
+        let pin = |name: &str| {
+            let admitted = Admitted {
+                last_request: now,
+                pinned: true,
+            };
+            (Arc::from(name), admitted)
+        };
+        let admitted: HashMap<_, _> = configured.map(pin).collect();
+        ModelLabels {
+            cap,
+            idle,
+            pinned: admitted.len(),
+            admitted: Mutex::new(admitted),
+            unknown: Arc::from(UNKNOWN_MODEL),
+            other: Arc::from(OTHER_MODEL),
+            unadmitted: Arc::from(UNADMITTED_MODEL),
+        }
+    }
+
+    /// The most values the label can take: the admitted names, `unknown`, `other` and `unadmitted`.
+    pub fn max_values(&self) -> usize {
+        self.cap.max(self.pinned) + 3
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Admitted>> {
+        // The map is consistent after every statement that changes it: a panic elsewhere cannot leave it
+        // half-updated.
+        self.admitted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The label for a request's model name, `confirmed` when the upstream answered it with a 2xx: an
+    /// admitted name is itself; a new name is admitted only when confirmed and a place is free.
+    pub fn lookup(&self, model: Option<&str>, confirmed: bool) -> Lookup {
+        let Some(model) = model.filter(|m| !m.is_empty()) else {
+            return Lookup::Label(self.unknown.clone());
+        };
+        // A control character is in no real model's name; admitted, it would take one of the capped
+        // places and carry line breaks into the per-request log line.
+        if model.len() > MAX_MODEL_LEN || model.chars().any(char::is_control) {
+            return Lookup::Label(self.other.clone());
+        }
+        let now = Instant::now();
+        let mut admitted = self.lock();
+        if let Some(entry) = admitted.get_mut(model) {
+            entry.last_request = now;
+        }
+        if let Some((label, _)) = admitted.get_key_value(model) {
+            return Lookup::Label(label.clone());
+        }
+        if !confirmed {
+            return Lookup::Label(self.unadmitted.clone());
+        }
+        if admitted.len() >= self.cap.max(self.pinned) {
+            return Lookup::Full;
+        }
+        let label: Arc<str> = Arc::from(model);
+        let entry = Admitted {
+            last_request: now,
+            pinned: false,
+        };
+        admitted.insert(label.clone(), entry);
+        Lookup::Label(label)
+    }
+
+    /// The label once more, for a cap that is still full: `other`.
+    pub fn overflow(&self) -> Arc<str> {
+        self.other.clone()
+    }
+
+    /// A request labelled `label` has finished: its name was in use until now.
+    pub fn touch(&self, label: &str) {
+        if let Some(entry) = self.lock().get_mut(label) {
+            entry.last_request = Instant::now();
+        }
+    }
+
+    /// Frees the places of names idle for `model_idle` that no request in flight holds, and calls `purge`
+    /// with them while the set is locked, so no request can take a name back before its series are gone.
+    /// Returns how many were retired.
+    pub fn retire(&self, purge: impl FnOnce(&HashSet<Arc<str>>)) -> usize {
+        let Some(idle) = self.idle else {
+            return 0;
+        };
+        let now = Instant::now();
+        let mut admitted = self.lock();
+        // Every label a request holds is a clone of the map's key: a count of one means no request
+        // resolved its series with it and is still running.
+        let retired: HashSet<Arc<str>> = admitted
+            .iter()
+            .filter(|(label, entry)| {
+                !entry.pinned
+                    && Arc::strong_count(label) == 1
+                    && now.saturating_duration_since(entry.last_request) >= idle
+            })
+            .map(|(label, _)| label.clone())
+            .collect();
+        if retired.is_empty() {
+            return 0;
+        }
+        admitted.retain(|label, _| !retired.contains(label));
+        purge(&retired);
+        retired.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn label(labels: &ModelLabels, model: Option<&str>) -> String {
+        match labels.lookup(model, true) {
+            Lookup::Label(label) => label.to_string(),
+            Lookup::Full => labels.overflow().to_string(),
+        }
+    }
+
+    #[test]
+    fn model_labels_are_capped_and_configured_models_always_fit() {
+        let labels = ModelLabels::new(3, None, ["pinned"].into_iter());
+        assert_eq!(label(&labels, Some("a")), "a");
+        assert_eq!(label(&labels, Some("b")), "b");
+        assert_eq!(label(&labels, Some("c")), OTHER_MODEL);
+        assert_eq!(label(&labels, Some("a")), "a");
+        assert_eq!(label(&labels, Some("pinned")), "pinned");
+        assert_eq!(label(&labels, None), UNKNOWN_MODEL);
+        assert_eq!(label(&labels, Some("")), UNKNOWN_MODEL);
+        assert_eq!(label(&labels, Some(&"x".repeat(500))), OTHER_MODEL);
+        let labels = ModelLabels::new(3, None, std::iter::empty());
+        for forged in ["a\nINFO forged", "b\r", "c\u{0}", "d\u{7f}", "e\u{85}"] {
+            assert_eq!(label(&labels, Some(forged)), OTHER_MODEL, "{forged:?}");
+        }
+        assert_eq!(label(&labels, Some("ünï-模型 v2")), "ünï-模型 v2");
+        assert_eq!(labels.max_values(), 6);
+    }
+
+    #[test]
+    fn only_a_confirmed_name_takes_a_place_and_an_admitted_name_keeps_it_on_errors() {
+        let labels = ModelLabels::new(1, None, std::iter::empty());
+        for junk in ["junk-1", "junk-2", "junk-3"] {
+            let Lookup::Label(got) = labels.lookup(Some(junk), false) else {
+                panic!("unconfirmed names never ask for a place");
+            };
+            assert_eq!(&*got, UNADMITTED_MODEL);
+        }
+        assert!(matches!(labels.lookup(Some("real"), true), Lookup::Label(l) if &*l == "real"));
+        assert!(matches!(labels.lookup(Some("real"), false), Lookup::Label(l) if &*l == "real"));
+        assert!(matches!(labels.lookup(Some("next"), true), Lookup::Full));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_names_not_in_use_are_retired_and_pinned_ones_never() {
+        let idle = Duration::from_secs(60);
+        let labels = ModelLabels::new(2, Some(idle), ["pinned"].into_iter());
+        let Lookup::Label(held) = labels.lookup(Some("held"), true) else {
+            panic!("a place was free");
+        };
+        assert!(matches!(labels.lookup(Some("a"), true), Lookup::Full));
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert_eq!(labels.retire(|_| panic!("nothing is idle yet")), 0);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(labels.retire(|_| panic!("`held` is in use")), 0);
+        drop(held);
+        let mut purged = Vec::new();
+        let retired = labels.retire(|names| purged.extend(names.iter().map(|n| n.to_string())));
+        assert_eq!((retired, purged), (1, vec!["held".to_owned()]));
+        assert!(matches!(labels.lookup(Some("a"), true), Lookup::Label(l) if &*l == "a"));
+        tokio::time::advance(Duration::from_secs(30)).await;
+        labels.touch("a");
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(labels.retire(|_| panic!("`a` was used 30 s ago")), 0);
+    }
+
+    #[test]
+    fn status_labels_are_a_closed_set() {
+        let label = |code: u16| status_label(StatusCode::from_u16(code).ok());
+        assert_eq!(
+            [200, 204, 404, 429, 504].map(label),
+            ["200", "204", "404", "429", "504"]
+        );
+        assert_eq!(
+            [101, 206, 307, 418, 599, 600, 999].map(label),
+            ["1xx", "2xx", "3xx", "4xx", "5xx", "5xx", "5xx"]
+        );
+        assert_eq!(status_label(None), "none");
+        let all: HashSet<&str> = status_labels().collect();
+        assert_eq!(all.len(), 22);
+        for code in 100..=999 {
+            assert!(all.contains(label(code)), "{code}");
+        }
+    }
+}
