@@ -19,6 +19,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+use prometheus::IntCounter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
@@ -87,6 +88,7 @@ pub struct TimedIo<T> {
     h2: bool,
     seen: usize,
     timer: Pin<Box<Sleep>>,
+    head_timeouts: Option<IntCounter>,
 }
 
 impl<T> TimedIo<T> {
@@ -100,7 +102,14 @@ impl<T> TimedIo<T> {
             h2: false,
             seen: 0,
             timer: Box::pin(tokio::time::sleep_until(Instant::now() + header_read)),
+            head_timeouts: None,
         }
+    }
+
+    /// Counts each close for a request head not complete within `header_read` into `counter`.
+    pub fn counting_head_timeouts(mut self, counter: IntCounter) -> Self {
+        self.head_timeouts = Some(counter);
+        self
     }
 }
 
@@ -146,6 +155,9 @@ impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
         match this.timer.as_mut().poll(cx) {
             Poll::Ready(()) => {
                 tracing::debug!(waiting_for = ?this.armed, "closing a client connection that timed out");
+                if let (Armed::Head, Some(counter)) = (this.armed, &this.head_timeouts) {
+                    counter.inc();
+                }
                 this.armed = Armed::None;
                 Poll::Ready(Ok(()))
             }
@@ -260,6 +272,24 @@ mod tests {
         let (mut io, _client, _) = timed();
         let (_, ended) = read_to_timeout(&mut io).await;
         assert_eq!(ended - start, HEAD_READ);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_head_deadline_is_counted_as_a_head_timeout() {
+        let counter = IntCounter::new("head_timeouts", "test").expect("counter");
+        let (io, _client, _) = timed();
+        let mut io = io.counting_head_timeouts(counter.clone());
+        read_to_timeout(&mut io).await;
+        assert_eq!(counter.get(), 1, "a silent connection");
+        let (io, mut client, _) = timed();
+        let mut io = io.counting_head_timeouts(counter.clone());
+        client.write_all(H2_PREFACE).await.unwrap_or_default();
+        read_to_timeout(&mut io).await;
+        assert_eq!(
+            counter.get(),
+            1,
+            "an idle h2 connection is not a head timeout"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -118,6 +118,7 @@ pub async fn run(mut config: Config, duration: Option<Duration>) -> Result<(), D
     }
     // Stops on Ctrl-C or SIGTERM (as `docker stop` sends), or after `duration`.
     let signal = crate::server::shutdown_signal();
+    crate::server::ignore_hangups();
     match duration {
         Some(duration) => tokio::select! {
             _ = tokio::time::sleep(duration) => {},

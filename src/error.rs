@@ -27,6 +27,10 @@ pub enum ProxyError {
     ClientBodyBroken,
     #[error("the request body is larger than the limit of {limit} bytes (limits.max_request_body_bytes)")]
     RequestBodyTooLarge { limit: u64 },
+    #[error("the client sent no more of its request body for {} (timeouts.request_body_idle)", format_duration(*.after))]
+    RequestBodyIdle { after: Duration },
+    #[error("{limit} upstream requests are in progress (limits.max_upstream_connections); retry shortly")]
+    UpstreamOverloaded { limit: usize },
     #[error("shutting down: the grace period ran out before the upstream answered")]
     ShutdownCut,
     #[error("the request target cannot be forwarded: {reason}")]
@@ -47,13 +51,17 @@ impl ProxyError {
         err: &hyper_util::client::legacy::Error,
         upstream: &str,
         request: &ModelSlot,
-        max_body_bytes: u64,
+        limits: (u64, Duration),
     ) -> Self {
         let upstream = upstream.to_owned();
+        let (max_body_bytes, body_idle) = limits;
         if request.body_too_large() {
             return ProxyError::RequestBodyTooLarge {
                 limit: max_body_bytes,
             };
+        }
+        if request.body_idle() {
+            return ProxyError::RequestBodyIdle { after: body_idle };
         }
         if request.body_broken() {
             return ProxyError::ClientBodyBroken;
@@ -79,7 +87,10 @@ impl ProxyError {
             | ProxyError::UpstreamHeadersTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::ClientBodyBroken | ProxyError::BadTarget { .. } => StatusCode::BAD_REQUEST,
             ProxyError::RequestBodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ProxyError::ShutdownCut => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::RequestBodyIdle { .. } => StatusCode::REQUEST_TIMEOUT,
+            ProxyError::UpstreamOverloaded { .. } | ProxyError::ShutdownCut => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ProxyError::NotImplemented { .. } => StatusCode::NOT_IMPLEMENTED,
         }
     }
@@ -91,10 +102,12 @@ impl ProxyError {
             | ProxyError::UpstreamBadStatus { .. } => Outcome::UpstreamError,
             ProxyError::UpstreamConnectTimeout { .. }
             | ProxyError::UpstreamHeadersTimeout { .. }
+            | ProxyError::RequestBodyIdle { .. }
             | ProxyError::ShutdownCut => Outcome::Timeout,
             ProxyError::ClientBodyBroken => Outcome::Cancelled,
             // A complete answer to a request tokentap refused: the status says it was refused.
             ProxyError::RequestBodyTooLarge { .. }
+            | ProxyError::UpstreamOverloaded { .. }
             | ProxyError::BadTarget { .. }
             | ProxyError::NotImplemented { .. } => Outcome::Ok,
         }
@@ -112,6 +125,8 @@ impl ProxyError {
             | ProxyError::RequestBodyTooLarge { .. }
             | ProxyError::BadTarget { .. } => "invalid_request_error",
             ProxyError::NotImplemented { .. } => "not_implemented",
+            ProxyError::RequestBodyIdle { .. } => "request_timeout",
+            ProxyError::UpstreamOverloaded { .. } => "upstream_overloaded",
             ProxyError::ShutdownCut => "shutting_down",
         }
     }
@@ -131,6 +146,10 @@ impl ProxyError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        if let ProxyError::UpstreamOverloaded { .. } = self {
+            let retry = HeaderValue::from_static("1");
+            response.headers_mut().insert(header::RETRY_AFTER, retry);
+        }
         response
     }
 }

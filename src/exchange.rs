@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use http::{HeaderValue, Method, StatusCode};
 use prometheus::IntGauge;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::config::{Metering, Slo};
@@ -74,6 +75,8 @@ pub struct Exchange {
     status: Option<StatusCode>,
     series: Option<Series>,
     in_flight: IntGauge,
+    /// One of `limits.max_upstream_connections`, held from forwarding until the exchange finishes.
+    upstream_permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Exchange {
@@ -102,7 +105,13 @@ impl Exchange {
             status: None,
             series: None,
             in_flight,
+            upstream_permit: None,
         }
+    }
+
+    /// Holds `permit` (an upstream connection slot) until the exchange finishes, however it ends.
+    pub fn hold(&mut self, permit: OwnedSemaphorePermit) {
+        self.upstream_permit = Some(permit);
     }
 
     /// The response head arrived. Successful responses of a known API are metered from here on.
@@ -168,6 +177,11 @@ impl Exchange {
 
     fn finish(mut self, mut outcome: Outcome, mut end: Instant) {
         self.in_flight.dec();
+        self.upstream_permit.take();
+        // The upstream's answer broke because tokentap cut the client's stalled body under it.
+        if outcome == Outcome::UpstreamError && self.request_model.body_idle() {
+            outcome = Outcome::Timeout;
+        }
         let recorder = self.recorder.clone();
         let metrics = &recorder.metrics;
         let mut streaming = false;

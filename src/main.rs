@@ -1,7 +1,7 @@
 //! The `tokentap` command: parses the command line, loads the config and hands over to the library.
 #![forbid(unsafe_code)]
 
-use std::io::IsTerminal;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,24 +47,18 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
-    match execute(cli) {
+    let log = tokentap::logging::init();
+    let result = execute(cli);
+    // Writes out what the log still holds before the process exits.
+    drop(log);
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("tokentap: {message}");
+            // Not `eprintln!`: it panics when stderr is gone, and the exit status says it anyway.
+            let _ = writeln!(std::io::stderr(), "tokentap: {message}");
             ExitCode::FAILURE
         }
     }
-}
-
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
 }
 
 fn load(cli: &Cli, demo: bool) -> Result<Config, String> {

@@ -40,6 +40,49 @@ pub struct Metrics {
     metering_skipped: IntCounterVec,
     token_source: IntCounterVec,
     pub models: ModelLabels,
+    pub refusals: Refusals,
+}
+
+/// What tokentap's own limits turned away before a request could be counted, or instead of
+/// forwarding it. Unlabelled: nothing a client sends chooses a series here.
+#[derive(Clone)]
+pub struct Refusals {
+    /// Client connections closed at once because `limits.max_connections` were open.
+    pub connections: IntCounter,
+    /// Client connections closed because a request head was not complete in `client_header_read`.
+    pub head_timeouts: IntCounter,
+    /// HTTP/1.1 request heads hyper answered with 431 (or 414) because they were too large.
+    pub header_too_large: IntCounter,
+    /// Requests answered 503 because `limits.max_upstream_connections` were in progress.
+    pub upstream_requests: IntCounter,
+}
+
+impl Refusals {
+    fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let counter = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
+            let c = IntCounter::new(name, help)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok(c)
+        };
+        Ok(Refusals {
+            connections: counter(
+                "tokentap_connections_refused_total",
+                "Client connections closed at once because limits.max_connections were open.",
+            )?,
+            head_timeouts: counter(
+                "tokentap_request_head_timeouts_total",
+                "Client connections closed because a request head was not complete within timeouts.client_header_read.",
+            )?,
+            header_too_large: counter(
+                "tokentap_request_header_too_large_total",
+                "HTTP/1.1 request heads answered 431 (or 414) for being too large or having over 100 headers.",
+            )?,
+            upstream_requests: counter(
+                "tokentap_upstream_requests_refused_total",
+                "Requests answered 503 because limits.max_upstream_connections upstream requests were in progress.",
+            )?,
+        })
+    }
 }
 
 /// One request's labelled children, resolved once.
@@ -166,6 +209,8 @@ impl Metrics {
             &["api"],
         )?;
         registry.register(Box::new(in_flight.clone()))?;
+        registry.register(Box::new(crate::logging::DroppedLinesCollector::new()?))?;
+        let refusals = Refusals::register(&registry)?;
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }
@@ -190,6 +235,7 @@ impl Metrics {
                 config.max_models,
                 config.slo.models.keys().map(String::as_str),
             ),
+            refusals,
         })
     }
 

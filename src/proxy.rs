@@ -8,8 +8,13 @@
 //! refused before anything is sent upstream: `CONNECT` and transfer codings other than `chunked` (501), a
 //! target that would leave the upstream's path prefix (400, [`crate::request_target`]). An upstream status
 //! HTTP does not define (over 599), or a `101` nobody asked for, is answered 502.
+//!
+//! Every forwarded request, HTTP/1.1 or h2 stream, is its own upstream request, so each takes one of
+//! `limits.max_upstream_connections` slots before it is sent and keeps it in its exchange until the
+//! response ends or the client goes away. With none free the request is answered 503 at once: a
+//! queue would only hold the client's connection and hide the overload from its retry logic.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,6 +23,7 @@ use http::{header, HeaderValue, Method, Request, Response, StatusCode, Version};
 use http_body::Body;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::config::Config;
@@ -25,6 +31,7 @@ use crate::dialect;
 use crate::error::ProxyError;
 use crate::exchange::{Exchange, ExchangeGuard, Outcome, Recorder};
 use crate::hop_by_hop::{self, Direction, NextHop};
+use crate::repeated::RepeatedWarning;
 use crate::request_target::{self, Target, TargetError};
 use crate::shutdown::{Phase, Shutdown};
 use crate::tap::{MeteredBody, ModelSlot, RequestTap};
@@ -49,7 +56,12 @@ struct Inner {
     recorder: Arc<Recorder>,
     response_headers: Duration,
     idle: Duration,
+    body_idle: Duration,
     max_body_bytes: u64,
+    /// One permit per upstream request in progress, `limits.max_upstream_connections` in all.
+    upstream_slots: Arc<Semaphore>,
+    max_upstream: usize,
+    overloaded: Mutex<RepeatedWarning>,
     shutdown: Shutdown,
 }
 
@@ -71,7 +83,11 @@ impl Proxy {
                 recorder,
                 response_headers: config.timeouts.response_headers,
                 idle: config.timeouts.idle,
+                body_idle: config.timeouts.request_body_idle,
                 max_body_bytes: config.limits.max_request_body_bytes,
+                upstream_slots: Arc::new(Semaphore::new(config.limits.max_upstream_connections)),
+                max_upstream: config.limits.max_upstream_connections,
+                overloaded: Mutex::default(),
                 shutdown,
             }),
         }
@@ -108,6 +124,24 @@ impl Proxy {
                 return Ok(refuse(&mut guard, &error));
             }
         };
+        let Ok(permit) = inner.upstream_slots.clone().try_acquire_owned() else {
+            inner.recorder.metrics.refusals.upstream_requests.inc();
+            let error = ProxyError::UpstreamOverloaded {
+                limit: inner.max_upstream,
+            };
+            let mut overloaded = inner
+                .overloaded
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(refused) = overloaded.occurred(arrive) {
+                tracing::warn!(%error, refused, "requests refused (this one and those since the last such line)");
+            }
+            drop(overloaded);
+            return Ok(refuse(&mut guard, &error));
+        };
+        if let Some(exchange) = guard.get_mut() {
+            exchange.hold(permit);
+        }
         let client_version = parts.version;
         parts.uri = upstream_uri(&inner.upstream, target.path_and_query());
         parts.version = Version::HTTP_11;
@@ -122,8 +156,13 @@ impl Proxy {
             }
         }
         let scan_bytes = inner.recorder.metering.model_scan_bytes;
-        let (body, leftover) =
-            RequestTap::new(body, scan_bytes, inner.max_body_bytes, slot.clone());
+        let (body, leftover) = RequestTap::new(
+            body,
+            scan_bytes,
+            inner.max_body_bytes,
+            inner.body_idle,
+            slot.clone(),
+        );
 
         let forward = inner.client.request(Request::from_parts(parts, body));
         let answered = tokio::select! {
@@ -133,7 +172,7 @@ impl Proxy {
                     &err,
                     &inner.upstream_shown,
                     &slot,
-                    inner.max_body_bytes,
+                    (inner.max_body_bytes, inner.body_idle),
                 )),
                 Err(_) => Err(ProxyError::UpstreamHeadersTimeout {
                     upstream: inner.upstream_shown.clone(),

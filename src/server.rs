@@ -3,10 +3,13 @@
 //! run the whole proxy in-process on `127.0.0.1:0`; [`run`] is the binary's main loop, which ends with a
 //! graceful shutdown ([`Running::shutdown`], see `shutdown.rs`).
 //!
-//! The proxy port holds at most `limits.max_connections` client connections: the accept loop takes a
-//! permit before it accepts, so further clients wait in the kernel's listen backlog while connections
-//! already open carry on untouched. Each connection is timed by `client_conn.rs` and its request heads
-//! are bounded by `limits.max_request_header_bytes`.
+//! The proxy port holds at most `limits.max_connections` client connections: a connection accepted
+//! beyond them is closed at once and counted (as Envoy and nginx do at their limits: a client left in
+//! the listen backlog would have a connection that looks open and a request nobody reads), while the
+//! connections already open carry on untouched. Each connection is timed by `client_conn.rs`, its
+//! request heads are bounded by `limits.max_request_header_bytes` (and hyper's 100 headers), and an
+//! h2 connection may open `limits.max_concurrent_streams` streams at once. Accept failures (out of
+//! file descriptors) back off and are logged as a [`RepeatedWarning`], not once per retry.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -29,8 +32,9 @@ use tokio::task::JoinHandle;
 use crate::client_conn::{Activity, TimedIo, Tracked};
 use crate::config::{Config, Limits, Timeouts};
 use crate::exchange::Recorder;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Refusals};
 use crate::proxy::Proxy;
+use crate::repeated::RepeatedWarning;
 use crate::shutdown::{self, Drained, Phase, Shutdown};
 use crate::tokenizer::Tokenizers;
 use crate::upstream;
@@ -146,6 +150,8 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let serve = ServeProxy {
         proxy,
         slots: Arc::new(Semaphore::new(config.limits.max_connections)),
+        max_connections: config.limits.max_connections,
+        refused: recorder.metrics.refusals.clone(),
         open: open.clone(),
         builder: connection_builder(&config.limits),
         timeouts: config.timeouts.clone(),
@@ -173,6 +179,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
 /// Runs until SIGTERM or SIGINT, then shuts down gracefully (see [`Running::shutdown`]).
 pub async fn run(config: &Config) -> Result<(), StartError> {
     let signalled = shutdown_signal();
+    ignore_hangups();
     let running = start(config).await?;
     tracing::info!(
         listen = %running.proxy_addr(),
@@ -187,6 +194,30 @@ pub async fn run(config: &Config) -> Result<(), StartError> {
     let drained = running.shutdown().await;
     tracing::info!(cut = drained.cut, "tokentap stopped");
     Ok(())
+}
+
+/// SIGHUP's default action kills the process, and operators and logrotate send it by habit: take it
+/// over for the life of the process and log each one. tokentap holds no file it could reopen (its log
+/// is stderr, whose reader owns any file behind it), so a hangup changes nothing else.
+pub fn ignore_hangups() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::hangup()) {
+            Ok(mut hangups) => {
+                tokio::spawn(async move {
+                    while hangups.recv().await.is_some() {
+                        tracing::info!(
+                            "SIGHUP received: nothing to reopen (the log is stderr); ignored"
+                        );
+                    }
+                });
+            }
+            Err(err) => {
+                tracing::warn!(%err, "cannot listen for SIGHUP: a hangup will stop tokentap")
+            }
+        }
+    }
 }
 
 /// Registers for SIGTERM and SIGINT at once (a signal that arrives before the returned future is
@@ -227,7 +258,13 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
     }
 }
 
-async fn accept(listener: &TcpListener) -> tokio::net::TcpStream {
+/// Accepts the next connection. `failures` is the listener's own: out of file descriptors and the
+/// like, the loop backs off 50 ms instead of spinning, and says so at most once per 10 s.
+async fn accept(
+    listener: &TcpListener,
+    what: &'static str,
+    failures: &mut RepeatedWarning,
+) -> tokio::net::TcpStream {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
@@ -235,8 +272,9 @@ async fn accept(listener: &TcpListener) -> tokio::net::TcpStream {
                 return stream;
             }
             Err(err) => {
-                // Out of file descriptors and similar: back off instead of spinning.
-                tracing::warn!(%err, "accepting a connection failed");
+                if let Some(failed) = failures.occurred(tokio::time::Instant::now()) {
+                    tracing::warn!(%err, listener = what, failed, "accepting connections fails (count since the last such line); retrying every 50ms");
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -266,7 +304,8 @@ fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     builder
         .http2()
         .auto_date_header(false)
-        .max_header_list_size(h2_header_list);
+        .max_header_list_size(h2_header_list)
+        .max_concurrent_streams(limits.max_concurrent_streams);
     builder
 }
 
@@ -291,6 +330,9 @@ struct ServeProxy {
     proxy: Proxy,
     /// One permit per connection served, `limits.max_connections` in all.
     slots: Arc<Semaphore>,
+    max_connections: usize,
+    /// The counters of `tokentap_connections_refused_total` and its kin.
+    refused: Refusals,
     /// Connections being served.
     open: Arc<AtomicUsize>,
     builder: auto::Builder<TokioExecutor>,
@@ -301,12 +343,18 @@ struct ServeProxy {
 impl ServeProxy {
     async fn run(self, listener: TcpListener) {
         let this = Arc::new(self);
+        let (mut failures, mut refusals) = (RepeatedWarning::default(), RepeatedWarning::default());
         loop {
-            // Only accept with a free slot: beyond max_connections clients wait in the backlog.
-            let Ok(permit) = this.slots.clone().acquire_owned().await else {
-                return;
+            let stream = accept(&listener, "proxy", &mut failures).await;
+            let Ok(permit) = this.slots.clone().try_acquire_owned() else {
+                this.refused.connections.inc();
+                if let Some(refused) = refusals.occurred(tokio::time::Instant::now()) {
+                    let limit = this.max_connections;
+                    tracing::warn!(limit, refused, "client connections closed at limits.max_connections (count since the last such line)");
+                }
+                drop(stream);
+                continue;
             };
-            let stream = accept(&listener).await;
             let open = OpenConnection::new(&this.open);
             let this = this.clone();
             tokio::spawn(async move {
@@ -319,7 +367,9 @@ impl ServeProxy {
     async fn serve(&self, stream: tokio::net::TcpStream) {
         let activity = Arc::new(Activity::default());
         let (header_read, idle) = (self.timeouts.client_header_read, self.timeouts.client_idle);
-        let io = TokioIo::new(TimedIo::new(stream, activity.clone(), header_read, idle));
+        let io = TimedIo::new(stream, activity.clone(), header_read, idle)
+            .counting_head_timeouts(self.refused.head_timeouts.clone());
+        let io = TokioIo::new(io);
         let proxy = self.proxy.clone();
         let service = service_fn(move |request| {
             let in_progress = activity.begin();
@@ -341,6 +391,13 @@ impl ServeProxy {
             }
         };
         if let Err(err) = result {
+            // hyper has answered 431 (or 414) and closed; it gives no other hook to count it by.
+            let head_too_large = err
+                .downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_parse_too_large);
+            if head_too_large {
+                self.refused.header_too_large.inc();
+            }
             tracing::debug!(%err, "client connection ended with an error");
         }
     }
@@ -354,8 +411,9 @@ async fn serve_metrics(
     shutdown: Shutdown,
     timeouts: Timeouts,
 ) {
+    let mut failures = RepeatedWarning::default();
     loop {
-        let stream = accept(&listener).await;
+        let stream = accept(&listener, "metrics", &mut failures).await;
         let recorder = recorder.clone();
         let shutdown = shutdown.clone();
         let activity = Arc::new(Activity::default());

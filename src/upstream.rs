@@ -95,6 +95,7 @@ pub fn client(config: &Config) -> Result<UpstreamClient, TlsSetupError> {
         .http1_preserve_header_case(true)
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(1024)
+        // Never more idle connections kept than may be in use at once (limits.max_upstream_connections).
+        .pool_max_idle_per_host(config.limits.max_upstream_connections)
         .build(connector))
 }

@@ -1,7 +1,7 @@
 //! Every limit, end to end: an oversized request head gets 431 and a body over the limit 413 (declared
 //! up front: refused before the upstream is contacted; chunked: cut mid-way, so the upstream sees an
-//! aborted request, never a complete truncated one), and beyond `limits.max_connections` new clients
-//! wait while the streams already open carry on untouched.
+//! aborted request, never a complete truncated one), and beyond `limits.max_connections` a new client's
+//! connection is closed at once and counted while the streams already open carry on untouched.
 
 mod support;
 
@@ -125,12 +125,13 @@ async fn a_chunked_body_growing_past_the_limit_is_cut_upstream_and_answered_413(
     assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
 }
 
-#[tokio::test(start_paused = true)]
-async fn beyond_max_connections_new_clients_wait_and_open_streams_carry_on() {
+#[tokio::test]
+async fn beyond_max_connections_a_new_connection_is_closed_at_once_counted_and_open_streams_carry_on(
+) {
     let upstream = upstream(|_| {
         let mut steps = vec![sse_head()];
         for i in 0..5 {
-            steps.push(Step::Sleep(ms(200)));
+            steps.push(Step::Sleep(ms(100)));
             steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
         }
         steps.push(chunk(DONE.as_bytes()));
@@ -145,14 +146,15 @@ async fn beyond_max_connections_new_clients_wait_and_open_streams_carry_on() {
         .await
         .expect("head");
     let mut first_body = response.into_body();
-    // The second client connects (the kernel's backlog takes it) but is not served yet.
-    let (mut second, second_conn) = open(&proxy).await;
-    let second_response = tokio::spawn(second.send_request(post(&proxy, CHAT, &chat_request("m"))));
-    tokio::time::sleep(ms(500)).await;
-    assert!(
-        !second_response.is_finished(),
-        "served beyond max_connections"
-    );
+    // A second client is accepted and closed at once: no answer, no request read.
+    let asked = tokio::time::Instant::now();
+    let answer = raw_exchange(
+        proxy.proxy_addr(),
+        b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n",
+    )
+    .await;
+    assert!(answer.is_empty(), "{answer:?}");
+    assert!(asked.elapsed() < Duration::from_secs(2), "closed at once");
     assert_eq!(proxy.open_connections(), 1);
     let mut got = Vec::new();
     while let Some(frame) = first_body.frame().await {
@@ -163,29 +165,27 @@ async fn beyond_max_connections_new_clients_wait_and_open_streams_carry_on() {
     }
     assert!(got.ends_with(DONE.as_bytes()));
     assert_eq!(
-        upstream.connection_count(),
+        upstream.requests().len(),
         1,
-        "one upstream request so far"
+        "the refused client sent nothing upstream"
     );
     drop(first);
     first_conn.abort();
-    // The first connection is gone: the waiting client is served now.
-    let response = tokio::time::timeout(Duration::from_secs(10), second_response)
-        .await
-        .expect("the waiting client was never served")
-        .expect("task")
-        .expect("head");
-    assert_eq!(response.status(), 200);
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    assert!(body.ends_with(DONE.as_bytes()));
-    second_conn.abort();
+    // The first connection is gone: a new client is served.
+    let mut served = None;
+    for _ in 0..100 {
+        if proxy.open_connections() == 0 {
+            served = Some(send(&client(), post(&proxy, CHAT, &chat_request("m"))).await);
+            break;
+        }
+        tokio::time::sleep(ms(10)).await;
+    }
+    let served = served.expect("the first connection never closed");
+    assert_eq!(served.status, 200);
+    assert!(served.body.ends_with(DONE.as_bytes()));
     settle(&proxy).await;
     let m = scrape(&proxy).await;
+    assert_eq!(m.get("tokentap_connections_refused_total", &[]), 1.0);
     assert_eq!(m.get("tokentap_requests_total", &[("outcome", "ok")]), 2.0);
     assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
 }

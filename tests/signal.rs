@@ -1,11 +1,17 @@
-//! The binary's own shutdown path: SIGTERM turns an idle tokentap unready and makes it exit cleanly at
-//! once (the in-process tests in `shutdown.rs` cover draining and cutting through the same code).
+//! The binary's own process behaviour, as an operator meets it: SIGTERM turns an idle tokentap unready
+//! and makes it exit cleanly at once (the in-process tests in `shutdown.rs` cover draining and cutting
+//! through the same code); SIGHUP is logged and ignored, never a kill; a log reader that goes away
+//! costs log lines (counted), never a request.
 #![cfg(unix)]
+
+mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use support::{chunk, content_chunk, last_chunk, ms, sse_head, Step, DONE};
 
 fn get(addr: &str, path: &str) -> String {
     let Ok(mut stream) = TcpStream::connect(addr) else {
@@ -21,12 +27,22 @@ fn get(addr: &str, path: &str) -> String {
     text
 }
 
-#[test]
-fn sigterm_makes_an_idle_tokentap_exit_cleanly_at_once() {
-    let dir = std::env::temp_dir().join(format!("tokentap-signal-{}", std::process::id()));
+/// A tokentap process with its config in a temp dir; its stderr is piped and read up to the startup
+/// line, which gives the two addresses.
+struct Process {
+    child: Child,
+    stderr: Option<BufReader<ChildStderr>>,
+    log: String,
+    proxy: String,
+    metrics: String,
+    dir: std::path::PathBuf,
+}
+
+fn start(name: &str, upstream: &str) -> Process {
+    let dir = std::env::temp_dir().join(format!("tokentap-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let config = dir.join("tokentap.yaml");
-    let yaml = "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: http://127.0.0.1:9\nshutdown_grace: 20s\n";
+    let yaml = format!("listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: {upstream}\nshutdown_grace: 20s\n");
     std::fs::write(&config, yaml).expect("write config");
     let mut child = Command::new(env!("CARGO_BIN_EXE_tokentap"))
         .arg("--config")
@@ -36,46 +52,220 @@ fn sigterm_makes_an_idle_tokentap_exit_cleanly_at_once() {
         .spawn()
         .expect("spawn tokentap");
     let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-    let mut metrics = None;
     let mut log = String::new();
+    let mut addresses = None;
     for _ in 0..20 {
         let mut line = String::new();
         if stderr.read_line(&mut line).unwrap_or(0) == 0 {
             break;
         }
         log.push_str(&line);
-        if let Some((_, rest)) = line.split_once("metrics=http://") {
-            metrics = rest.split_once("/metrics").map(|(addr, _)| addr.to_owned());
+        let field = |key: &str| {
+            line.split_once(key)
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .map(|v| v.trim_end_matches("/metrics").to_owned())
+        };
+        if let (Some(proxy), Some(metrics)) = (field(" listen="), field("metrics=http://")) {
+            addresses = Some((proxy, metrics));
             break;
         }
     }
-    let Some(metrics) = metrics else {
+    let Some((proxy, metrics)) = addresses else {
         let _ = child.kill();
-        panic!("tokentap did not log its metrics address:\n{log}");
+        panic!("tokentap did not log its addresses:\n{log}");
     };
-    assert!(get(&metrics, "/readyz").starts_with("HTTP/1.1 200"));
+    Process {
+        child,
+        stderr: Some(stderr),
+        log,
+        proxy,
+        metrics,
+        dir,
+    }
+}
+
+impl Process {
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits (at most 10 s) for the process to exit; returns its status and the rest of its log.
+    fn wait(mut self) -> (std::process::ExitStatus, String) {
+        let since = Instant::now();
+        let exit = loop {
+            if let Ok(Some(exit)) = self.child.try_wait() {
+                break Some(exit);
+            }
+            if since.elapsed() > Duration::from_secs(10) {
+                let _ = self.child.kill();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if let Some(mut stderr) = self.stderr.take() {
+            let _ = stderr.read_to_string(&mut self.log);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let exit = exit.unwrap_or_else(|| panic!("tokentap did not exit:\n{}", self.log));
+        (exit, self.log)
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        self.scrape().get(name, &[])
+    }
+
+    fn scrape(&self) -> support::Metrics {
+        let answer = get(&self.metrics, "/metrics");
+        let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+        support::Metrics::parse(body)
+    }
+}
+
+/// A streaming chat request over a blocking connection; the whole raw answer.
+fn stream_request(proxy: &str) -> Vec<u8> {
+    let mut stream = TcpStream::connect(proxy).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let body = support::chat_request("m");
+    write!(
+        stream,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    answer
+}
+
+fn streaming_steps(gap: Duration) -> Vec<Step> {
+    let mut steps = vec![sse_head()];
+    for word in ["a", "b", "c", "d"] {
+        steps.push(Step::Sleep(gap));
+        steps.push(chunk(content_chunk(word).as_bytes()));
+    }
+    steps.push(chunk(DONE.as_bytes()));
+    steps.push(last_chunk());
+    steps
+}
+
+fn whole_stream(answer: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(answer);
+    text.starts_with("HTTP/1.1 200") && text.contains("[DONE]") && text.ends_with("0\r\n\r\n")
+}
+
+#[test]
+fn sigterm_makes_an_idle_tokentap_exit_cleanly_at_once() {
+    let process = start("sigterm", "http://127.0.0.1:9");
+    assert!(get(&process.metrics, "/readyz").starts_with("HTTP/1.1 200"));
     let signalled = Instant::now();
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let exit = loop {
-        if let Ok(Some(exit)) = child.try_wait() {
-            break Some(exit);
-        }
-        if signalled.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let _ = stderr.read_to_string(&mut log);
-    let exit = exit.unwrap_or_else(|| panic!("tokentap did not exit after SIGTERM:\n{log}"));
+    process.signal("TERM");
+    let (exit, log) = process.wait();
     assert!(exit.success(), "exit {exit:?}:\n{log}");
     // Nothing was in flight, so no grace period was waited for.
     assert!(signalled.elapsed() < Duration::from_secs(5), "{log}");
     assert!(log.contains("shutdown requested"), "{log}");
     assert!(log.contains("tokentap stopped"), "{log}");
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_is_logged_and_ignored_while_a_stream_is_in_flight() {
+    let upstream = support::upstream(|_| streaming_steps(ms(150))).await;
+    let process = start("sighup", &upstream.url());
+    let proxy = process.proxy.clone();
+    let streaming = std::thread::spawn(move || stream_request(&proxy));
+    std::thread::sleep(Duration::from_millis(200));
+    process.signal("HUP");
+    process.signal("HUP");
+    let answer = tokio::task::spawn_blocking(move || streaming.join().expect("client"))
+        .await
+        .expect("join");
+    assert!(
+        whole_stream(&answer),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    // Still serving and still ready after the hangups.
+    assert!(get(&process.metrics, "/readyz").starts_with("HTTP/1.1 200"));
+    let proxy = process.proxy.clone();
+    let again = tokio::task::spawn_blocking(move || stream_request(&proxy))
+        .await
+        .expect("join");
+    assert!(whole_stream(&again));
+    assert_eq!(process.metric("tokentap_requests_total"), 2.0);
+    process.signal("TERM");
+    let (exit, log) = process.wait();
+    assert!(exit.success(), "exit {exit:?}:\n{log}");
+    assert_eq!(log.matches("SIGHUP received").count(), 2, "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_reader_that_goes_away_costs_log_lines_not_requests() {
+    let upstream = support::upstream(|_| streaming_steps(ms(1))).await;
+    let mut process = start("closed-stderr", &upstream.url());
+    // The log's reader goes away, as a dying log shipper's does: every later write to stderr fails.
+    drop(process.stderr.take());
+    let proxy = process.proxy.clone();
+    let answers = tokio::task::spawn_blocking(move || {
+        (0..20).map(|_| stream_request(&proxy)).collect::<Vec<_>>()
+    })
+    .await
+    .expect("join");
+    for answer in &answers {
+        assert!(whole_stream(answer), "{}", String::from_utf8_lossy(answer));
+    }
+    assert!(get(&process.metrics, "/healthz").starts_with("HTTP/1.1 200"));
+    // One info line per request, none of them written; the log thread writes in the background, so
+    // give it a moment to fail.
+    let mut dropped = 0.0;
+    for _ in 0..100 {
+        dropped = process.metric("tokentap_log_lines_dropped_total");
+        if dropped >= 20.0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(dropped >= 20.0, "dropped {dropped}");
+    let m = process.scrape();
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[("outcome", "ok"), ("status", "200")]
+        ),
+        20.0
+    );
+    process.signal("TERM");
+    let (exit, _) = process.wait();
+    assert!(
+        exit.success(),
+        "SIGTERM with a closed stderr: exit {exit:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_reader_that_stalls_holds_up_no_request() {
+    let upstream = support::upstream(|_| streaming_steps(Duration::ZERO)).await;
+    // stderr is a pipe nobody reads past the startup line: it fills after a few hundred lines.
+    let process = start("stalled-stderr", &upstream.url());
+    let proxy = process.proxy.clone();
+    let answers = tokio::task::spawn_blocking(move || {
+        // Bounded: a proxy blocked on its log would otherwise cost each request the read timeout.
+        let since = Instant::now();
+        (0..600)
+            .take_while(|_| since.elapsed() < Duration::from_secs(30))
+            .map(|_| stream_request(&proxy))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .expect("join");
+    let whole = answers.iter().filter(|a| whole_stream(a)).count();
+    assert_eq!(whole, 600);
+    assert_eq!(process.metric("tokentap_requests_total"), 600.0);
+    process.signal("TERM");
+    // At exit the log waits at most a second for its reader, then gives up what it still holds.
+    let (exit, _) = process.wait();
+    assert!(exit.success(), "exit {exit:?}");
 }

@@ -62,6 +62,8 @@ pub struct Timeouts {
     pub client_header_read: Duration,
     /// A client connection with no request in progress is closed after this.
     pub client_idle: Duration,
+    /// Longest wait for the next piece of a request body while it is forwarded (h1 and h2).
+    pub request_body_idle: Duration,
 }
 
 /// Bounds on what clients may send and how many may connect at once.
@@ -71,8 +73,12 @@ pub struct Limits {
     pub max_request_header_bytes: usize,
     /// Request body; beyond it: 413.
     pub max_request_body_bytes: u64,
-    /// Client connections served at once; further ones wait in the listen backlog.
+    /// Client connections served at once; further ones are closed at once.
     pub max_connections: usize,
+    /// Upstream requests in progress at once (h1 requests and h2 streams alike); beyond it: 503.
+    pub max_upstream_connections: usize,
+    /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS announced to each client connection.
+    pub max_concurrent_streams: u32,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -268,11 +274,14 @@ impl Default for Config {
                 idle: Duration::from_secs(600),
                 client_header_read: Duration::from_secs(30),
                 client_idle: Duration::from_secs(660),
+                request_body_idle: Duration::from_secs(60),
             },
             limits: Limits {
                 max_request_header_bytes: 64 << 10,
                 max_request_body_bytes: 64 << 20,
                 max_connections: 10_000,
+                max_upstream_connections: 1024,
+                max_concurrent_streams: 128,
             },
             shutdown_grace: Duration::from_secs(30),
             metering: Metering {
@@ -329,6 +338,7 @@ impl Config {
         positive("timeouts.idle", t.idle)?;
         positive("timeouts.client_header_read", t.client_header_read)?;
         positive("timeouts.client_idle", t.client_idle)?;
+        positive("timeouts.request_body_idle", t.request_body_idle)?;
         positive("shutdown_grace", self.shutdown_grace)?;
         self.limits.validate()?;
         let m = &self.metering;
@@ -420,6 +430,16 @@ impl Limits {
                 &value,
                 "must be between 1 and 1000000",
             ));
+        }
+        let upstream = self.max_upstream_connections;
+        if !(1..=Self::MAX_CONNECTIONS).contains(&upstream) {
+            let key = "limits.max_upstream_connections";
+            let reason = "must be between 1 and 1000000";
+            return Err(invalid(key, "value", &upstream.to_string(), reason));
+        }
+        if self.max_concurrent_streams == 0 {
+            let (key, reason) = ("limits.max_concurrent_streams", "must be at least 1");
+            return Err(invalid(key, "value", "0", reason));
         }
         Ok(())
     }

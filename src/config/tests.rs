@@ -10,8 +10,8 @@ listen: 127.0.0.1:18080
 upstream: https://api.example.com/openai/
 metrics_listen: '[::1]:19464'
 max_models: 7
-timeouts: {connect: 2.5s, response_headers: 1m, idle: 45s, client_header_read: 5s, client_idle: 90s}
-limits: {max_request_header_bytes: 16KiB, max_request_body_bytes: 1MiB, max_connections: 50}
+timeouts: {connect: 2.5s, response_headers: 1m, idle: 45s, client_header_read: 5s, client_idle: 90s, request_body_idle: 20s}
+limits: {max_request_header_bytes: 16KiB, max_request_body_bytes: 1MiB, max_connections: 50, max_upstream_connections: 40, max_concurrent_streams: 16}
 shutdown_grace: 2m
 metering: {max_event_bytes: 1MiB, model_scan_bytes: 65536}
 buckets: {ttft: [0.1, 1, 10], itl: [0.01, 0.1], tpot: [0.02], e2e: [1, 60], output_tokens_per_second: [10, 100]}
@@ -67,6 +67,7 @@ fn full_example_parses_to_the_given_values() {
         .map(Some),
         [ms(60_000), ms(45_000), ms(5_000), ms(90_000)]
     );
+    assert_eq!(Some(t.request_body_idle), ms(20_000));
     let l = &c.limits;
     assert_eq!(
         (
@@ -75,6 +76,10 @@ fn full_example_parses_to_the_given_values() {
             l.max_connections
         ),
         (16 << 10, 1 << 20, 50)
+    );
+    assert_eq!(
+        (l.max_upstream_connections, l.max_concurrent_streams),
+        (40, 16)
     );
     assert_eq!(Some(c.shutdown_grace), ms(120_000));
     let m = c.metering;
@@ -130,6 +135,7 @@ fn empty_document_gives_the_defaults() {
         .map(Some),
         [ms(600_000), ms(600_000), ms(30_000), ms(660_000)]
     );
+    assert_eq!(Some(t.request_body_idle), ms(60_000));
     let l = &d.limits;
     assert_eq!(
         (
@@ -138,6 +144,10 @@ fn empty_document_gives_the_defaults() {
             l.max_connections
         ),
         (64 << 10, 64 << 20, 10_000)
+    );
+    assert_eq!(
+        (l.max_upstream_connections, l.max_concurrent_streams),
+        (1024, 128)
     );
     assert_eq!(Some(d.shutdown_grace), ms(30_000));
     let m = d.metering;
@@ -253,6 +263,8 @@ fn bad_values_give_errors_naming_the_key_and_the_value() {
         timeouts: {idle: 5} | timeouts.idle | 5
         timeouts: {client_header_read: soon} | timeouts.client_header_read | soon
         timeouts: {client_idle: 0ms} | timeouts.client_idle | 0ms
+        timeouts: {request_body_idle: 0s} | timeouts.request_body_idle | 0s
+        timeouts: {request_body_idle: 60} | timeouts.request_body_idle | 60
         limits: {max_request_header_bytes: 4KiB} | limits.max_request_header_bytes | 4096
         limits: {max_request_header_bytes: 1MiB} | limits.max_request_header_bytes | 1048576
         limits: {max_request_header_bytes: lots} | limits.max_request_header_bytes | lots
@@ -260,6 +272,9 @@ fn bad_values_give_errors_naming_the_key_and_the_value() {
         limits: {max_request_body_bytes: 1.5MiB} | limits.max_request_body_bytes | 1.5MiB
         limits: {max_connections: 0} | limits.max_connections | 0
         limits: {max_connections: 2000000} | limits.max_connections | 2000000
+        limits: {max_upstream_connections: 0} | limits.max_upstream_connections | 0
+        limits: {max_upstream_connections: 2000000} | limits.max_upstream_connections | 2000000
+        limits: {max_concurrent_streams: 0} | limits.max_concurrent_streams | 0
         shutdown_grace: 0s | shutdown_grace | 0s
         shutdown_grace: 30 | shutdown_grace | 30
         buckets: {ttft: [0.1, 0.5, 0.5]} | buckets.ttft[2] | 0.5

@@ -125,6 +125,7 @@ struct RawTimeouts {
     idle: Option<Scalar>,
     client_header_read: Option<Scalar>,
     client_idle: Option<Scalar>,
+    request_body_idle: Option<Scalar>,
 }
 
 #[derive(Deserialize, Default)]
@@ -133,6 +134,8 @@ struct RawLimits {
     max_request_header_bytes: Option<Scalar>,
     max_request_body_bytes: Option<Scalar>,
     max_connections: Option<usize>,
+    max_upstream_connections: Option<usize>,
+    max_concurrent_streams: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -217,6 +220,11 @@ impl RawConfig {
                 &mut c.timeouts.client_header_read,
             ),
             (&t.client_idle, "client_idle", &mut c.timeouts.client_idle),
+            (
+                &t.request_body_idle,
+                "request_body_idle",
+                &mut c.timeouts.request_body_idle,
+            ),
         ];
         for (raw, key, slot) in timeouts {
             if let Some(s) = raw {
@@ -233,6 +241,13 @@ impl RawConfig {
             c.limits.max_request_body_bytes = size_at(key, &s.0)? as u64;
         }
         c.limits.max_connections = limits.max_connections.unwrap_or(c.limits.max_connections);
+        let l = &mut c.limits;
+        l.max_upstream_connections = limits
+            .max_upstream_connections
+            .unwrap_or(l.max_upstream_connections);
+        l.max_concurrent_streams = limits
+            .max_concurrent_streams
+            .unwrap_or(l.max_concurrent_streams);
         if let Some(s) = &self.shutdown_grace {
             c.shutdown_grace = duration_at("shutdown_grace", &s.0)?;
         }

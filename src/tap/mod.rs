@@ -2,8 +2,10 @@
 //! [`RequestTap`] reads the request's `model` on its way upstream (and cuts a body over its size limit), [`MeteredBody`] timestamps the
 //! response's frames on their way to the client and finishes the exchange when the body ends.
 
+mod idle;
 mod request;
 mod response;
 
+pub use idle::IdleTimer;
 pub use request::{Leftover, ModelSlot, RequestTap};
 pub use response::{BoxError, MeteredBody, StreamCut};

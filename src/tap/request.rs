@@ -6,6 +6,10 @@
 //! frame that crossed the limit, so the upstream sees an aborted request, never a complete truncated one,
 //! and the slot records why, for the 413 answer.
 //!
+//! A client that stops sending its body is cut the same way once it has sent nothing for
+//! `timeouts.request_body_idle` while tokentap was waiting for more (time the upstream spends not
+//! reading is not the client's), and the slot records it, for the 408 answer.
+//!
 //! When the upstream cannot be reached, the client library drops the request unread; the [`Leftover`]
 //! handle then lets the proxy read what is left of the body (bounded in bytes and time) so that even a 502
 //! is counted under the request's model.
@@ -19,8 +23,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
+use tokio::time::Instant;
 
-use super::BoxError;
+use super::{BoxError, IdleTimer};
 use crate::json_scan::FieldScanner;
 
 /// Largest `model` value kept, quotes and escapes included.
@@ -28,12 +33,13 @@ const MAX_MODEL_VALUE_BYTES: usize = 1024;
 const MODEL_FIELD: &[&str] = &["model"];
 
 /// The request's `model`, once the scan has ended, and whether the client's body broke off or was cut
-/// for its size.
+/// for its size or for going idle.
 #[derive(Debug, Default)]
 pub struct ModelSlot {
     model: OnceLock<Option<String>>,
     body_broken: AtomicBool,
     body_too_large: AtomicBool,
+    body_idle: AtomicBool,
 }
 
 /// The error a [`RequestTap`] returns in place of the frame that took the body over its limit.
@@ -42,6 +48,11 @@ pub struct ModelSlot {
 pub struct BodyTooLarge {
     pub limit: u64,
 }
+
+/// The error a [`RequestTap`] returns when the client sent no more of its body in time.
+#[derive(Debug, thiserror::Error)]
+#[error("the client sent no more of its request body for {0:?} (timeouts.request_body_idle)")]
+pub struct BodyIdle(pub Duration);
 
 impl ModelSlot {
     pub fn get(&self) -> Option<&str> {
@@ -54,6 +65,11 @@ impl ModelSlot {
 
     pub fn body_too_large(&self) -> bool {
         self.body_too_large.load(Ordering::Relaxed)
+    }
+
+    /// The client's body was cut after `timeouts.request_body_idle` without a frame.
+    pub fn body_idle(&self) -> bool {
+        self.body_idle.load(Ordering::Relaxed)
     }
 }
 
@@ -80,6 +96,9 @@ fn lock<B>(shared: &Mutex<Shared<B>>) -> MutexGuard<'_, Shared<B>> {
 pub struct RequestTap<B> {
     shared: Arc<Mutex<Shared<B>>>,
     slot: Arc<ModelSlot>,
+    idle: IdleTimer,
+    /// Whether the last poll found no frame: the idle wait runs from that first empty poll.
+    waiting: bool,
 }
 
 /// The proxy's hold on the request body, for when the upstream never read it.
@@ -93,6 +112,7 @@ impl<B> RequestTap<B> {
         inner: B,
         scan_bytes: usize,
         max_body_bytes: u64,
+        body_idle: Duration,
         slot: Arc<ModelSlot>,
     ) -> (Self, Leftover<B>) {
         let scanner = Some(FieldScanner::new(
@@ -110,6 +130,8 @@ impl<B> RequestTap<B> {
             RequestTap {
                 shared: shared.clone(),
                 slot: slot.clone(),
+                idle: IdleTimer::new(body_idle),
+                waiting: false,
             },
             Leftover { shared, slot },
         )
@@ -163,7 +185,18 @@ where
         let Some(body) = shared.body.as_mut() else {
             return Poll::Ready(None);
         };
-        let polled = ready!(Pin::new(&mut *body).poll_frame(cx));
+        let Poll::Ready(polled) = Pin::new(&mut *body).poll_frame(cx) else {
+            if !this.waiting {
+                this.waiting = true;
+                this.idle.restart(Instant::now());
+            }
+            ready!(this.idle.poll_expired(cx));
+            this.slot.body_idle.store(true, Ordering::Relaxed);
+            shared.body = None;
+            shared.publish(&this.slot);
+            return Poll::Ready(Some(Err(BodyIdle(this.idle.limit()).into())));
+        };
+        this.waiting = false;
         let ended = body.is_end_stream();
         match &polled {
             Some(Ok(frame)) => {

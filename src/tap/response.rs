@@ -14,8 +14,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
+use super::IdleTimer;
 use crate::exchange::{ExchangeGuard, Outcome};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -34,10 +35,7 @@ pin_project! {
         #[pin]
         inner: B,
         exchange: ExchangeGuard,
-        idle: Duration,
-        last: Instant,
-        #[pin]
-        timer: Sleep,
+        idle: IdleTimer,
         shutdown_cut: Pin<Box<dyn Future<Output = ()> + Send>>,
         cut: bool,
     }
@@ -51,13 +49,10 @@ impl<B> MeteredBody<B> {
         idle: Duration,
         shutdown_cut: impl Future<Output = ()> + Send + 'static,
     ) -> Self {
-        let now = Instant::now();
         MeteredBody {
             inner,
             exchange,
-            idle,
-            last: now,
-            timer: tokio::time::sleep_until(now + idle),
+            idle: IdleTimer::new(idle),
             shutdown_cut: Box::pin(shutdown_cut),
             cut: false,
         }
@@ -82,7 +77,7 @@ where
         }
         if let Poll::Ready(polled) = this.inner.as_mut().poll_frame(cx) {
             let now = Instant::now();
-            *this.last = now;
+            this.idle.restart(now);
             match &polled {
                 Some(Ok(frame)) => {
                     if let (Some(data), Some(exchange)) =
@@ -102,15 +97,8 @@ where
         let cut = if this.shutdown_cut.as_mut().poll(cx).is_ready() {
             StreamCut::Shutdown
         } else {
-            // The timer is only moved when it fires early, not on every frame.
-            loop {
-                ready!(this.timer.as_mut().poll(cx));
-                let deadline = *this.last + *this.idle;
-                if deadline <= Instant::now() {
-                    break StreamCut::Idle(*this.idle);
-                }
-                this.timer.as_mut().reset(deadline);
-            }
+            ready!(this.idle.poll_expired(cx));
+            StreamCut::Idle(this.idle.limit())
         };
         tracing::warn!(reason = %cut, "response stream cut");
         *this.cut = true;
