@@ -124,9 +124,9 @@ impl ProxyError {
             ProxyError::ClientBodyBroken
             | ProxyError::RequestBodyTooLarge { .. }
             | ProxyError::BadTarget { .. } => "invalid_request_error",
-            ProxyError::NotImplemented { .. } => "not_implemented",
             ProxyError::RequestBodyIdle { .. } => "request_timeout",
             ProxyError::UpstreamOverloaded { .. } => "upstream_overloaded",
+            ProxyError::NotImplemented { .. } => "not_implemented",
             ProxyError::ShutdownCut => "shutting_down",
         }
     }

@@ -8,7 +8,8 @@
 //! [`timeline`] and, when it ends, records it into [`metrics`] with its [`slo`] verdict.
 //!
 //! Around it: [`client_conn`] times each client connection (header read, idle), and [`shutdown`] takes
-//! the whole proxy from serving through draining to cutting what outlives the grace period.
+//! the whole proxy from serving through draining to cutting what outlives the grace period;
+//! [`repeated`] keeps a warning a flood repeats (accept failures, refusals) to one line per 10 s.
 #![forbid(unsafe_code)]
 
 pub mod client_conn;
