@@ -3,10 +3,13 @@
 //! and in its place. The names an upstream's `Connection` header lists are removed from its response too;
 //! the names a client's `Connection` lists are not removed from its request, as nginx ignores them: a
 //! gateway in front of tokentap adds identity headers (`Authorization`, `X-Forwarded-For`) that a client
-//! must not be able to strip by naming them (the class of Traefik's CVE-2024-45410). A map with nothing
-//! to remove is left as it is; otherwise it is rebuilt without the removed names, never edited with
-//! `HeaderMap::remove`, which moves the last header into the gap. The original case of each name travels
-//! beside the map (hyper's `preserve_header_case`, keyed by name), so keeping a name keeps its case too.
+//! must not be able to strip by naming them (the class of Traefik's CVE-2024-45410). Framing is the one
+//! other thing touched: a `Content-Length` beside `Transfer-Encoding` is dropped, and one written
+//! otherwise than as a plain decimal (`007`) goes on as that decimal, so the next hop cannot read it
+//! differently (as octal, or as a list). A map with nothing to remove is left as it is; otherwise it is
+//! rebuilt without the removed names, never edited with `HeaderMap::remove`, which moves the last header
+//! into the gap. The original case of each name travels beside the map (hyper's `preserve_header_case`,
+//! keyed by name), so keeping a name keeps its case too.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 

@@ -326,6 +326,17 @@ mod tests {
     }
 
     #[test]
+    fn only_a_101_or_a_status_over_599_is_not_forwarded() {
+        let status = |code| StatusCode::from_u16(code).unwrap_or_default();
+        for code in [101, 600, 999] {
+            assert!(undefined_status(status(code)).is_some(), "{code}");
+        }
+        for code in [100, 103, 200, 204, 304, 404, 599] {
+            assert!(undefined_status(status(code)).is_none(), "{code}");
+        }
+    }
+
+    #[test]
     fn host_is_the_upstream_authority_without_a_default_port() {
         let host = |uri: &str| {
             let uri: Uri = uri.parse().unwrap_or_default();

@@ -443,12 +443,16 @@ async fn connect_and_transfer_codings_other_than_chunked_are_answered_501_and_ne
 async fn an_upgrade_request_is_forwarded_as_a_plain_request_without_upgrade() {
     let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
     let proxy = proxy(&upstream.url(), "").await;
-    let request = "GET /v1/models HTTP/1.1\r\nhost: t\r\nconnection: Upgrade, HTTP2-Settings, close\r\n\
-        upgrade: websocket\r\nhttp2-settings: AAMAAABkAAQAoAAAAAIAAAAA\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+    // Then a second request on the same connection: it stays an HTTP/1.1 connection.
+    let request = "GET /v1/models HTTP/1.1\r\nhost: t\r\nconnection: Upgrade, HTTP2-Settings\r\n\
+        upgrade: websocket\r\nhttp2-settings: AAMAAABkAAQAoAAAAAIAAAAA\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n\
+        GET /v1/models HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n";
     let answer = raw_exchange(proxy.proxy_addr(), request.as_bytes()).await;
-    let (head, body) = raw_split(&answer);
-    assert_eq!(raw_status(&answer), 200, "{head}");
-    assert_eq!(body, b"{}");
+    let text = String::from_utf8_lossy(&answer);
+    assert_eq!(count(&answer, b"HTTP/1.1 200 OK\r\n"), 2, "{text}");
+    assert!(!text.to_ascii_lowercase().contains("upgrade"), "{text}");
+    assert!(text.ends_with("{}"), "{text}");
+    assert_eq!(upstream.requests().len(), 2);
     let seen = &upstream.requests()[0];
     assert!(seen.header("upgrade").is_empty(), "{}", seen.head);
     assert!(seen.header("http2-settings").is_empty(), "{}", seen.head);
