@@ -1,0 +1,264 @@
+"""The conformance suite: a real vLLM with tokentap in front, driven by the real clients; every figure
+tokentap exports is checked against vLLM's own /metrics or against what the clients saw.
+
+    python conformance.py --vllm-python PY --tokentap BIN --model-dir DIR --out DIR
+
+Each check prints one row (check, tokentap's figure, the reference figure, pass/fail) and is written to
+OUT/results.json for report.py. Exits 1 if any check failed. No timing thresholds, except the time vLLM
+takes to stop generating once a client left, which is measured and bounded generously."""
+
+import argparse
+import http.client
+import json
+import os
+import re
+import statistics
+import sys
+import time
+import traceback
+
+import aiperf_run
+import clients
+from servers import MODEL, Reused, Tokentap, Vllm, scrape, settle
+
+# The bound asserted on "vLLM stops generating after the client left", in seconds. The issue asks for
+# 100 ms; polling vLLM's /metrics cannot observe that reliably on a loaded 2-core machine (a scrape
+# alone takes tens of ms), so the figure is measured and reported, and this bound catches a proxy that
+# keeps the upstream stream open.
+CANCEL_BOUND = 1.0
+
+
+class Suite:
+    def __init__(self, vllm, tokentap):
+        self.vllm, self.tokentap = vllm, tokentap
+        self.rows = []
+
+    def check(self, group, name, tokentap, reference, ok, note=""):
+        self.rows.append(dict(group=group, check=name, tokentap=tokentap, reference=reference, ok=bool(ok), note=note))
+        mark = "pass" if ok else "FAIL"
+        print(f"{mark:4}  {group:28} {name:44} tokentap={tokentap!s:>14}  reference={reference!s:>14}  {note}", flush=True)
+
+    def phase(self, run):
+        """Runs `run()` between two resting scrapes; returns (result, vLLM deltas, tokentap deltas)."""
+        v0, t0 = settle(self.vllm, self.tokentap)
+        result = run()
+        v1, t1 = settle(self.vllm, self.tokentap)
+        return result, v1 - v0, t1 - t0
+
+    def counts(self, group, v, t, prompt=True, generation=True):
+        """Requests, prompt and generation tokens: tokentap's counters against vLLM's."""
+        self.exact(group, "requests", t.get("tokentap_requests_total"), v.get("vllm:request_success_total"))
+        if prompt:
+            self.exact(group, "prompt tokens", t.get("tokentap_input_tokens_total"), v.get("vllm:prompt_tokens_total"))
+        if generation:
+            self.exact(group, "generation tokens", t.get("tokentap_output_tokens_total"), v.get("vllm:generation_tokens_total"))
+
+    def exact(self, group, name, got, want, note=""):
+        self.check(group, name, fmt(got), fmt(want), got == want, note)
+
+    def outcomes(self, group, t, streams):
+        cancelled = t.get("tokentap_requests_total", outcome="cancelled")
+        self.exact(group, f"false cancels ({streams} streams)", cancelled, 0)
+        self.exact(group, "requests ok", t.get("tokentap_requests_total", outcome="ok"), t.get("tokentap_requests_total"))
+
+
+def fmt(x):
+    if isinstance(x, float):
+        return int(x) if x.is_integer() else round(x, 6)
+    return x
+
+
+def mean(m, name):
+    count = m.get(name + "_count")
+    return m.get(name + "_sum") / count if count else float("nan")
+
+
+def warm_up(suite):
+    """vLLM's first requests are slow, and tokentap loads the model's tokenizer in the background the
+    first time a response names the model: until then it counts chunks. Both happen here, unmeasured."""
+    calls = clients.openai_calls(usage=False, n2=False, nonstream=False, responses=False)[:1]
+    for _ in range(20):
+        clients.run_openai_sync(suite.tokentap.url, calls)
+        settle(suite.vllm, suite.tokentap)
+        if scrape(suite.tokentap.metrics_url).get("tokentap_output_token_source_total", token_source="tokenizer"):
+            break
+        time.sleep(0.5)
+    found = scrape(suite.tokentap.metrics_url).get("tokentap_output_token_source_total", token_source="tokenizer")
+    suite.check("warm-up", "tokenizer found under tokenizer_dirs", "found" if found else "not found", "found", found)
+
+
+def sdk_with_usage(suite):
+    group = "SDKs, usage in every answer"
+
+    def run():
+        calls = clients.openai_calls(usage=True)
+        seen = clients.run_openai_sync(suite.tokentap.url, calls)
+        seen += clients.run_openai_async(suite.tokentap.url, calls)
+        seen += clients.run_anthropic(suite.tokentap.url)
+        return seen
+
+    seen, v, t = suite.phase(run)
+    suite.counts(group, v, t)
+    suite.exact(group, "token_source=usage", t.get("tokentap_output_token_source_total", token_source="usage"), len(seen))
+    suite.outcomes(group, t, sum(s.stream for s in seen))
+
+
+def sdk_without_usage(suite):
+    group = "SDK streams, no usage"
+
+    def run():
+        calls = clients.openai_calls(usage=False, nonstream=False, responses=False)
+        return clients.run_openai_sync(suite.tokentap.url, calls) + clients.run_openai_async(suite.tokentap.url, calls)
+
+    seen, v, t = suite.phase(run)
+    suite.counts(group, v, t, prompt=False)
+    suite.exact(group, "token_source=tokenizer", t.get("tokentap_output_token_source_total", token_source="tokenizer"), len(seen))
+    suite.outcomes(group, t, len(seen))
+
+
+def ttft(suite):
+    group = "TTFT, 8 sync chat streams"
+    calls = clients.openai_calls(usage=True, n2=False, nonstream=False, responses=False)[:1] * 8
+    seen, v, t = suite.phase(lambda: clients.run_openai_sync(suite.tokentap.url, calls))
+    vllm_ttft = mean(v, "vllm:time_to_first_token_seconds")
+    ours = mean(t, "tokentap_time_to_first_token_seconds")
+    client = statistics.mean(s.ttft for s in seen)
+    suite.check(group, "mean TTFT (s) >= vLLM's", round(ours, 6), round(vllm_ttft, 6), vllm_ttft <= ours)
+    suite.check(group, "mean TTFT (s) <= the client's", round(ours, 6), round(client, 6), ours <= client)
+    suite.outcomes(group, t, len(seen))
+
+
+def aiperf(suite, model_dir, out, concurrency, requests):
+    group = f"aiperf, concurrency {concurrency}"
+    result, v, t = suite.phase(
+        lambda: aiperf_run.profile(suite.tokentap.url, model_dir, out, concurrency, requests)
+    )
+    suite.counts(group, v, t)
+    suite.exact(group, "ITL gaps = inter_chunk_latency count", t.get("tokentap_inter_token_latency_seconds_count"), result.gaps)
+    vllm_ttft = mean(v, "vllm:time_to_first_token_seconds")
+    ours = mean(t, "tokentap_time_to_first_token_seconds")
+    suite.check(group, "mean TTFT (s) >= vLLM's", round(ours, 6), round(vllm_ttft, 6), vllm_ttft <= ours)
+    suite.check(group, "mean TTFT (s) <= aiperf's", round(ours, 6), round(result.ttft, 6), ours <= result.ttft)
+    # aiperf's "inter token latency" is a per-request average, tokentap's TPOT: shown, not asserted.
+    suite.check(group, "mean TPOT (s) vs aiperf ITL (info)", round(mean(t, "tokentap_time_per_output_token_seconds"), 6),
+                round(result.itl, 6), True, "same definition, different clocks")
+    suite.outcomes(group, t, requests)
+
+
+def stop_time(suite, port):
+    """Seconds from the client's close until vLLM reports no running request."""
+    def running():
+        return scrape(suite.vllm.metrics_url).get("vllm:num_requests_running")
+
+    closed = clients.leave_mid_stream(port, until=lambda: running() > 0)
+    while running() > 0:
+        if time.monotonic() - closed > 30:
+            return float("inf")
+    return time.monotonic() - closed
+
+
+def cancellation(suite, rounds=3):
+    group = "client leaves mid-stream"
+    direct = []
+    for _ in range(rounds):
+        settle(suite.vllm, suite.tokentap)
+        direct.append(stop_time(suite, suite.vllm.port))
+    via, v, t = suite.phase(lambda: [stop_time(suite, suite.tokentap.port) for _ in range(rounds)])
+    suite.check(group, f"vLLM stopped within (s), max of {rounds}", round(max(via), 3), round(max(direct), 3),
+                max(via) <= CANCEL_BOUND, f"bound {CANCEL_BOUND} s; reference = client direct to vLLM")
+    suite.exact(group, "counted cancelled", t.get("tokentap_requests_total", outcome="cancelled"), rounds)
+    suite.exact(group, "vLLM requests aborted", fmt(v.get("vllm:request_success_total", finished_reason="abort")), rounds)
+
+
+MASKS = [
+    (re.compile(rb'"(\w*id)":\s*"[^"]*"'), rb'"\1":"*"'),
+    (re.compile(rb'"(created|created_at)":\s*[0-9.]+'), rb'"\1":0'),
+    (re.compile(rb'"system_fingerprint":\s*("[^"]*"|null)'), rb'"system_fingerprint":"*"'),
+]
+
+
+def masked(body):
+    for pattern, repl in MASKS:
+        body = pattern.sub(repl, body)
+    return body
+
+
+def post(port, path, body):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    data = r.read()
+    conn.close()
+    return r.status, data
+
+
+def byte_identity(suite):
+    group = "bytes through tokentap = direct"
+    base = dict(model=MODEL, temperature=0, seed=1)
+    cases = [
+        ("chat", "/v1/chat/completions", dict(messages=clients.MESSAGES, max_tokens=24)),
+        ("chat stream, usage", "/v1/chat/completions",
+         dict(messages=clients.MESSAGES, max_tokens=24, stream=True, stream_options={"include_usage": True})),
+        ("chat stream n=2", "/v1/chat/completions", dict(messages=clients.MESSAGES, max_tokens=24, n=2, stream=True, **clients.N2)),
+        ("completions stream", "/v1/completions", dict(prompt=clients.PROMPT, max_tokens=24, stream=True)),
+        ("responses stream", "/v1/responses", dict(input=clients.PROMPT, max_output_tokens=24, stream=True)),
+        ("messages stream", "/v1/messages", dict(messages=clients.MESSAGES, max_tokens=24, stream=True)),
+    ]
+    for name, path, body in cases:
+        body = dict(base, **body)
+        if path in ("/v1/responses", "/v1/messages"):
+            body.pop("seed")
+        s1, direct = post(suite.vllm.port, path, body)
+        s2, via = post(suite.tokentap.port, path, body)
+        same = s1 == s2 == 200 and masked(direct) == masked(via)
+        suite.check(group, name, f"{len(via)} B", f"{len(direct)} B", same)
+        if not same:
+            print(f"  direct: {direct[:400]!r}\n  via:    {via[:400]!r}")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--vllm-python", required=True)
+    p.add_argument("--tokentap", required=True)
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--reuse-vllm", metavar="URL", help="use a vLLM already running there (for work on the suite)")
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    started = time.monotonic()
+    vllm = tokentap = None
+    suite = None
+    try:
+        vllm = Reused(a.reuse_vllm) if a.reuse_vllm else Vllm(a.vllm_python, a.model_dir, a.out)
+        print(f"vLLM ready at {vllm.url} after {time.monotonic() - started:.0f} s", flush=True)
+        tokentap = Tokentap(a.tokentap, vllm.url, os.path.dirname(a.model_dir), a.out)
+        suite = Suite(vllm, tokentap)
+        warm_up(suite)
+        sdk_with_usage(suite)
+        sdk_without_usage(suite)
+        ttft(suite)
+        aiperf(suite, a.model_dir, os.path.join(a.out, "aiperf-c1"), 1, 8)
+        aiperf(suite, a.model_dir, os.path.join(a.out, "aiperf-c4"), 4, 16)
+        cancellation(suite)
+        byte_identity(suite)
+    except Exception:
+        traceback.print_exc()
+        if suite:
+            suite.check("suite", "ran to the end", "error", "no error", False)
+        else:
+            return 1
+    finally:
+        for server in (tokentap, vllm):
+            if server:
+                server.stop()
+    suite.rows.append(dict(group="suite", check="duration (s)", tokentap=round(time.monotonic() - started),
+                           reference="", ok=True, note=""))
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(suite.rows, f, indent=1)
+    failed = [r for r in suite.rows if not r["ok"]]
+    print(f"{len(suite.rows) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
