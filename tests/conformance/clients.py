@@ -57,26 +57,23 @@ async def _atimed(name, start, items, text_of):
     return Seen(name, True, ttft, outputs)
 
 
-def openai_calls(usage, n2=True, nonstream=True, responses=True):
+def openai_calls(usage, n=1, nonstream=True, responses=True):
     """(name, method path, kwargs, text_of) for every OpenAI call of one group. `usage` adds
-    stream_options.include_usage to the chat and completions streams."""
+    stream_options.include_usage to the chat and completions streams; `n` > 1 asks for several choices
+    (chat and completions only: the Responses API has one answer)."""
     opts = {"stream_options": {"include_usage": True}} if usage else {}
-    tag = "usage" if usage else "no usage"
+    several = dict(n=n, **N2) if n > 1 else {}
+    tag = ("usage" if usage else "no usage") + (f", n={n}" if n > 1 else "")
     calls = [
-        (f"chat stream, {tag}", "chat.completions", dict(messages=MESSAGES, stream=True, **opts), _chat_text),
-        (f"completions stream, {tag}", "completions", dict(prompt=PROMPT, stream=True, **opts), _completion_text),
+        (f"chat stream, {tag}", "chat.completions", dict(messages=MESSAGES, stream=True, **several, **opts), _chat_text),
+        (f"completions stream, {tag}", "completions", dict(prompt=PROMPT, stream=True, **several, **opts), _completion_text),
     ]
-    if n2:
-        calls.append(
-            (f"chat stream n=2, {tag}", "chat.completions", dict(messages=MESSAGES, n=2, stream=True, **N2, **opts), _chat_text)
-        )
     if nonstream:
         calls += [
-            ("chat", "chat.completions", dict(messages=MESSAGES), None),
-            ("chat n=2", "chat.completions", dict(messages=MESSAGES, n=2, **N2), None),
-            ("completions", "completions", dict(prompt=PROMPT), None),
+            (f"chat{', n=%d' % n if n > 1 else ''}", "chat.completions", dict(messages=MESSAGES, **several), None),
+            (f"completions{', n=%d' % n if n > 1 else ''}", "completions", dict(prompt=PROMPT, **several), None),
         ]
-    if responses:
+    if responses and n == 1:
         calls += [
             ("responses", "responses", dict(input=PROMPT), None),
             ("responses stream", "responses", dict(input=PROMPT, stream=True), _response_text),
@@ -156,7 +153,8 @@ def leave_mid_stream(port, until, after_events=3):
     """Starts a long chat stream, reads `after_events` events that carry text, waits until `until()`
     holds (vLLM reports the request running), and closes the socket. Returns the monotonic time of
     the close."""
-    body = dict(model=MODEL, messages=MESSAGES, max_tokens=400, ignore_eos=True, stream=True, **SAMPLING)
+    # Several seconds of generation however fast the machine is (servers.py serves 4096 positions).
+    body = dict(model=MODEL, messages=MESSAGES, max_tokens=4000, ignore_eos=True, stream=True, **SAMPLING)
     s = socket.create_connection(("127.0.0.1", port), timeout=60)
     s.sendall(raw_request(port, "/v1/chat/completions", body))
     got = b""
@@ -166,7 +164,9 @@ def leave_mid_stream(port, until, after_events=3):
             raise RuntimeError("the stream ended before the client left")
         got += data
     deadline = time.monotonic() + 10
-    while not until() and time.monotonic() < deadline:
+    while not until():
+        if time.monotonic() > deadline:
+            raise RuntimeError("vLLM never reported the request running")
         time.sleep(0.01)
     s.close()
     return time.monotonic()

@@ -67,7 +67,7 @@ def write_config(out):
         # 16 fails on vLLM's CPU attention; 64 works.
         "head_dim": 64,
         "vocab_size": VOCAB,
-        "max_position_embeddings": 512,
+        "max_position_embeddings": 4096,
         "rms_norm_eps": 1e-5,
         "rope_theta": 10000.0,
         "hidden_act": "silu",

@@ -80,7 +80,7 @@ class Vllm(Process):
             python, "-m", "vllm.entrypoints.openai.api_server",
             "--model", model_dir, "--served-model-name", MODEL,
             "--load-format", "dummy", "--host", "127.0.0.1", "--port", str(self.port),
-            "--dtype", "float32", "--max-model-len", "512", "--enforce-eager", "--max-num-seqs", "8",
+            "--dtype", "float32", "--max-model-len", "4096", "--enforce-eager", "--max-num-seqs", "8",
             "--seed", "1",
         ]
         super().__init__("vllm", argv, env, os.path.join(log_dir, "vllm.log"))
