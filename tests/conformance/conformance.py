@@ -115,6 +115,20 @@ def sdk(suite, usage, n):
     suite.outcomes(group, t, sum(s.stream for s in seen))
 
 
+def random_text(suite):
+    """Not asserted: sampled at temperature 1, random weights emit any token, including pieces of a UTF-8
+    character, which vLLM streams as U+FFFD; tokenized again, that is up to 3 tokens for 1. A tokenizer
+    counts the text the client got, which here is not what vLLM generated."""
+    group = "openai SDK, no usage, random tokens"
+    calls = [(f"chat stream, temperature 1, seed {seed}", "chat.completions",
+              dict(messages=clients.MESSAGES, stream=True, temperature=1.0, seed=seed), clients._chat_text)
+             for seed in range(1, 5)]
+    _, v, t = suite.phase(lambda: clients.run_openai_sync(suite.tokentap.url, calls))
+    suite.check(group, "generation tokens (info)", fmt(t.get("tokentap_output_tokens_total")),
+                fmt(v.get("vllm:generation_tokens_total")), True,
+                "a tokenizer counts the text streamed; U+FFFD for partial characters counts more")
+
+
 def ttft(suite):
     group = "TTFT, 8 sync chat streams"
     calls = clients.openai_calls(usage=True, nonstream=False, responses=False)[:1] * 8
@@ -139,6 +153,10 @@ def aiperf(suite, model_dir, out, concurrency, requests):
     suite.check(group, "mean TTFT (s) >= vLLM's", round(ours, 6), round(vllm_ttft, 6), vllm_ttft <= ours)
     suite.check(group, "mean TTFT (s) <= aiperf's", round(ours, 6), round(result.ttft, 6), ours <= result.ttft)
     # aiperf's "inter token latency" is a per-request average, tokentap's TPOT: shown, not asserted.
+    suite.check(group, "ITL observations vs vLLM's per-token ITL count (info)",
+                fmt(t.get("tokentap_inter_token_latency_seconds_count")),
+                fmt(v.get("vllm:inter_token_latency_seconds_count")), True,
+                "vLLM observes every token; merged tokens arrive as one chunk")
     suite.check(group, "mean TPOT (s) vs aiperf ITL (info)", round(mean(t, "tokentap_time_per_output_token_seconds"), 6),
                 round(result.itl, 6), True, "same definition, different clocks")
     suite.outcomes(group, t, requests)
@@ -198,7 +216,7 @@ def byte_identity(suite):
         ("chat", "/v1/chat/completions", dict(messages=clients.MESSAGES, max_tokens=24)),
         ("chat stream, usage", "/v1/chat/completions",
          dict(messages=clients.MESSAGES, max_tokens=24, stream=True, stream_options={"include_usage": True})),
-        ("chat stream n=2", "/v1/chat/completions", dict(messages=clients.MESSAGES, max_tokens=24, n=2, stream=True, **clients.N2)),
+        ("chat stream n=2", "/v1/chat/completions", dict(messages=clients.MESSAGES, max_tokens=24, n=2, stream=True, **clients.N2_JSON)),
         ("completions stream", "/v1/completions", dict(prompt=clients.PROMPT, max_tokens=24, stream=True)),
         ("responses stream", "/v1/responses", dict(input=clients.PROMPT, max_output_tokens=24, stream=True)),
         ("messages stream", "/v1/messages", dict(messages=clients.MESSAGES, max_tokens=24, stream=True)),
@@ -245,6 +263,7 @@ def main():
         for usage in (True, False):
             for n in (1, 2):
                 sdk(suite, usage, n)
+        random_text(suite)
         ttft(suite)
         aiperf(suite, a.model_dir, os.path.join(a.out, "aiperf-c1"), 1, 8)
         aiperf(suite, a.model_dir, os.path.join(a.out, "aiperf-c4"), 4, 16)

@@ -23,7 +23,7 @@ CHAT = dict(messages=clients.MESSAGES, max_tokens=TOKENS, seed=1)
 STREAMS = [
     ("chat-stream.sse", "/v1/chat/completions", dict(CHAT, temperature=0)),
     ("chat-stream-usage.sse", "/v1/chat/completions", dict(CHAT, temperature=0, **USAGE)),
-    ("chat-stream-n2-usage.sse", "/v1/chat/completions", dict(CHAT, n=2, **clients.N2, **USAGE)),
+    ("chat-stream-n2-usage.sse", "/v1/chat/completions", dict(CHAT, n=2, temperature=1.0, **USAGE)),
     ("completions-stream-usage.sse", "/v1/completions",
      dict(prompt=clients.PROMPT, max_tokens=TOKENS, seed=1, temperature=0, **USAGE)),
     ("responses-stream.sse", "/v1/responses", dict(input=clients.PROMPT, max_output_tokens=TOKENS, temperature=0)),
