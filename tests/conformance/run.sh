@@ -2,7 +2,7 @@
 # The conformance suite: a real vLLM (CPU, dummy weights) with tokentap in front, driven by the real
 # clients, every figure checked against vLLM's own /metrics and what the clients saw (see
 # docs/accuracy.md). Installs what it needs once (install.sh, ~8 GB under $CONFORMANCE_HOME), then
-# runs in about 5 minutes on 2 cores; the checks are bounded to 20 minutes.
+# runs in 2-5 minutes on 2 cores; the checks are bounded to 20 minutes.
 #   bash tests/conformance/run.sh      # from anywhere; exits non-zero if any check failed
 # Results: target/conformance/ (results.json, table.md, the servers' and aiperf's logs).
 set -euo pipefail

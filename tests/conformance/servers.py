@@ -7,6 +7,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 
@@ -100,11 +101,11 @@ class Reused:
 
 
 class Tokentap(Process):
-    def __init__(self, binary, upstream, tokenizer_root, log_dir):
+    def __init__(self, binary, upstream, tokenizer_root, log_dir, name="tokentap"):
         self.port, self.metrics_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        config = os.path.join(log_dir, "tokentap.yaml")
+        config = os.path.join(log_dir, f"{name}.yaml")
         with open(config, "w") as f:
             f.write(f"tokenizer_dirs: [{tokenizer_root}]\n")
         argv = [
@@ -113,8 +114,75 @@ class Tokentap(Process):
             "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
         ]
         env = dict(os.environ, RUST_LOG="info")
-        super().__init__("tokentap", argv, env, os.path.join(log_dir, "tokentap.log"))
+        super().__init__(name, argv, env, os.path.join(log_dir, f"{name}.log"))
         self.wait_ready(f"http://127.0.0.1:{self.metrics_port}/readyz", timeout=30)
+
+
+class Relay:
+    """A TCP relay in front of vLLM that keeps every byte vLLM sends back, so the bytes a client got
+    through tokentap can be compared with the very bytes vLLM sent for that request."""
+
+    def __init__(self, upstream_port):
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.lock = threading.Lock()
+        self.sent = bytearray()  # vLLM's bytes, all connections, in arrival order
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
+
+    def _pump(self, src, dst, keep):
+        try:
+            while data := src.recv(65536):
+                if keep:
+                    with self.lock:
+                        self.sent += data
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def mark(self):
+        with self.lock:
+            return len(self.sent)
+
+    def since(self, mark):
+        with self.lock:
+            return bytes(self.sent[mark:])
+
+    def stop(self):
+        self.listener.close()
+
+
+def dechunk_response(raw):
+    """The body of one raw HTTP/1.1 response (chunked or with a Content-Length)."""
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    if b"transfer-encoding: chunked" not in head.lower():
+        return rest
+    body = bytearray()
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        body += rest[:size]
+        rest = rest[size + 2:]
+    return bytes(body)
 
 
 _LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
