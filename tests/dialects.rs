@@ -17,14 +17,18 @@ struct Fixture {
     request: &'static str,
     /// The `model` and `api` labels the request gets.
     labels: [(&'static str, &'static str); 2],
-    /// Events in the stream, and the 0-based positions of the first and last output-bearing ones.
+    /// Events in the stream, the 0-based position of the first output-bearing one, and how many carry output.
     events: usize,
     first: usize,
-    last: usize,
     outputs: usize,
-    /// Output and input tokens, from the server's usage.
+    /// Output and input tokens, from the server's usage (chunks when it sends none).
     tokens: u64,
     input: u64,
+    /// Choices (`n`), and the ITL sum in ticks: each choice's last output minus its first, summed.
+    choices: usize,
+    itl_ticks: usize,
+    /// Where N comes from (`token_source`).
+    source: &'static str,
 }
 
 fn fixtures() -> Vec<Fixture> {
@@ -38,10 +42,12 @@ fn fixtures() -> Vec<Fixture> {
             labels: [("model", "gpt-4.1"), ("api", "responses")],
             events: 14,
             first: 4,
-            last: 9,
             outputs: 6,
             tokens: 6,
             input: 9,
+            choices: 1,
+            itl_ticks: 5,
+            source: "usage",
         },
         Fixture {
             name: "Anthropic Messages",
@@ -52,10 +58,12 @@ fn fixtures() -> Vec<Fixture> {
             labels: [("model", "claude-sonnet-4-5"), ("api", "messages")],
             events: 19,
             first: 3,
-            last: 15,
             outputs: 7,
             tokens: 42,
             input: 600,
+            choices: 1,
+            itl_ticks: 12,
+            source: "usage",
         },
         Fixture {
             name: "TGI generate_stream",
@@ -66,10 +74,12 @@ fn fixtures() -> Vec<Fixture> {
             labels: [("model", "unknown"), ("api", "generate")],
             events: 6,
             first: 0,
-            last: 5,
             outputs: 6,
             tokens: 6,
             input: 7,
+            choices: 1,
+            itl_ticks: 5,
+            source: "usage",
         },
         Fixture {
             name: "Ollama chat",
@@ -80,10 +90,12 @@ fn fixtures() -> Vec<Fixture> {
             labels: [("model", "llama3.2"), ("api", "ollama")],
             events: 7,
             first: 0,
-            last: 5,
             outputs: 6,
             tokens: 9,
             input: 26,
+            choices: 1,
+            itl_ticks: 5,
+            source: "usage",
         },
         Fixture {
             name: "Ollama generate",
@@ -94,10 +106,12 @@ fn fixtures() -> Vec<Fixture> {
             labels: [("model", "qwen3:0.6b"), ("api", "ollama")],
             events: 6,
             first: 0,
-            last: 4,
             outputs: 5,
             tokens: 6,
             input: 12,
+            choices: 1,
+            itl_ticks: 4,
+            source: "usage",
         },
         Fixture {
             name: "llama.cpp completion",
@@ -109,12 +123,110 @@ fn fixtures() -> Vec<Fixture> {
             labels: [("model", "unknown"), ("api", "llamacpp")],
             events: 6,
             first: 0,
-            last: 4,
             outputs: 5,
             tokens: 5,
             input: 8,
+            choices: 1,
+            itl_ticks: 4,
+            source: "usage",
+        },
+        // Real vLLM 0.32 streams (tests/fixtures/vllm/README.md).
+        vllm(
+            "vLLM chat, no usage",
+            include_bytes!("fixtures/vllm/chat-stream.sse"),
+            8,
+            (1, 6, 6),
+            (6, 0, "chunks"),
+        ),
+        vllm(
+            "vLLM chat, usage",
+            include_bytes!("fixtures/vllm/chat-stream-usage.sse"),
+            9,
+            (1, 6, 6),
+            (6, 30, "usage"),
+        ),
+        Fixture {
+            name: "vLLM chat n=2, usage",
+            bytes: include_bytes!("fixtures/vllm/chat-stream-n2-usage.sse"),
+            path: "/v1/chat/completions",
+            content_type: "text/event-stream",
+            request: r#"{"model":"tiny-llama","messages":[{"role":"user","content":"hi"}],"n":2,"stream":true}"#,
+            labels: [("model", "tiny-llama"), ("api", "chat")],
+            events: 16,
+            first: 2,
+            outputs: 11,
+            tokens: 12,
+            input: 30,
+            choices: 2,
+            // the last output minus the first: choice 0 events 2..=11, choice 1 6..=13 (its event 4 has
+            // empty content)
+            itl_ticks: 9 + 7,
+            source: "usage",
+        },
+        Fixture {
+            path: "/v1/completions",
+            request: r#"{"model":"tiny-llama","prompt":"hi","stream":true}"#,
+            labels: [("model", "tiny-llama"), ("api", "completions")],
+            ..vllm(
+                "vLLM completions, usage",
+                include_bytes!("fixtures/vllm/completions-stream-usage.sse"),
+                8,
+                (0, 5, 6),
+                (6, 17, "usage"),
+            )
+        },
+        Fixture {
+            path: "/v1/responses",
+            request: r#"{"model":"tiny-llama","input":"hi","stream":true}"#,
+            labels: [("model", "tiny-llama"), ("api", "responses")],
+            ..vllm(
+                "vLLM Responses",
+                include_bytes!("fixtures/vllm/responses-stream.sse"),
+                14,
+                (4, 9, 6),
+                (6, 30, "usage"),
+            )
+        },
+        Fixture {
+            path: "/v1/messages",
+            request: r#"{"model":"tiny-llama","max_tokens":6,"messages":[{"role":"user","content":"hi"}],"stream":true}"#,
+            labels: [("model", "tiny-llama"), ("api", "messages")],
+            ..vllm(
+                "vLLM Messages",
+                include_bytes!("fixtures/vllm/messages-stream.sse"),
+                11,
+                (2, 7, 6),
+                (6, 30, "usage"),
+            )
         },
     ]
+}
+
+/// A vLLM stream of one choice (tests/fixtures/vllm/), as a chat stream: its events, (first output,
+/// last output, outputs) and (N, input tokens, token_source).
+fn vllm(
+    name: &'static str,
+    bytes: &'static [u8],
+    events: usize,
+    (first, last, outputs): (usize, usize, usize),
+    (tokens, input, source): (u64, u64, &'static str),
+) -> Fixture {
+    Fixture {
+        name,
+        bytes,
+        path: "/v1/chat/completions",
+        content_type: "text/event-stream",
+        request: r#"{"model":"tiny-llama","messages":[{"role":"user","content":"hi"}],"stream":true}"#,
+        labels: [("model", "tiny-llama"), ("api", "chat")],
+        events,
+        first,
+        outputs,
+        tokens,
+        input,
+        choices: 1,
+        itl_ticks: last - first,
+        source,
+    }
 }
 
 fn head(content_type: &str) -> Step {
@@ -183,10 +295,10 @@ async fn each_fixture_replayed_event_by_event_gives_exact_figures_and_identical_
         let gaps = m.get("tokentap_inter_token_latency_seconds_count", l);
         assert_eq!(
             gaps,
-            (f.outputs - 1) as f64,
-            "{name}: one ITL observation per gap"
+            (f.outputs - f.choices) as f64,
+            "{name}: one ITL observation per gap within a choice"
         );
-        let itl_sum = tick * (f.last - f.first) as f64;
+        let itl_sum = tick * f.itl_ticks as f64;
         assert_close(
             m.get("tokentap_inter_token_latency_seconds_sum", l),
             itl_sum,
@@ -197,7 +309,7 @@ async fn each_fixture_replayed_event_by_event_gives_exact_figures_and_identical_
             e2e,
             &format!("{name} E2E"),
         );
-        let tpot = (e2e - ttft) / (f.tokens - 1) as f64;
+        let tpot = (e2e - ttft) / (f.tokens as f64 / f.choices as f64 - 1.0);
         assert_close(
             m.get("tokentap_time_per_output_token_seconds_sum", l),
             tpot,
@@ -213,7 +325,7 @@ async fn each_fixture_replayed_event_by_event_gives_exact_figures_and_identical_
             f.input as f64,
             "{name}"
         );
-        let usage = [l[0], l[1], ("token_source", "usage")];
+        let usage = [l[0], l[1], ("token_source", f.source)];
         assert_eq!(
             m.get("tokentap_output_token_source_total", &usage),
             1.0,
@@ -257,7 +369,7 @@ async fn fixtures_cut_at_random_points_pass_unchanged_and_count_the_same() {
                 "{what}"
             );
             let gaps = m.get("tokentap_inter_token_latency_seconds_count", l);
-            assert_eq!(gaps, (f.outputs - 1) as f64, "{what}");
+            assert_eq!(gaps, (f.outputs - f.choices) as f64, "{what}");
             assert_eq!(
                 m.get("tokentap_time_to_first_token_seconds_count", l),
                 1.0,
@@ -415,10 +527,12 @@ async fn a_client_that_leaves_right_after_the_terminal_event_got_the_whole_answe
             labels: [("model", ""), ("api", "")],
             events: 0,
             first: 0,
-            last: 0,
             outputs: 0,
             tokens: 0,
             input: 0,
+            choices: 1,
+            itl_ticks: 0,
+            source: "",
         };
         let events = events(&f);
         let count = events.len();

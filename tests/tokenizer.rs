@@ -76,6 +76,39 @@ async fn usage_wins_over_the_tokenizer() {
     assert_eq!(m.get("tokentap_output_token_source_total", &usage), 1.0);
 }
 
+/// An `n` = 2 stream interleaves the choices' chunks (vLLM sends one choice per chunk); the tokenizer
+/// counts each choice's text on its own: "hello world" (2) + "the quick fox" (3) = 5, where the chunks
+/// run together ("hello worthe quldick fox") would give 4, as many as the output chunks.
+#[tokio::test(start_paused = true)]
+async fn several_choices_are_tokenized_each_on_its_own() {
+    let upstream = upstream(|_| {
+        let mut steps = vec![sse_head()];
+        for (choice, text) in [(0, "hello wor"), (1, "the qu"), (0, "ld"), (1, "ick fox")] {
+            let event = format!(
+                "data: {{\"model\":\"m\",\"choices\":[{{\"index\":{choice},\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n"
+            );
+            steps.push(Step::Sleep(ms(10)));
+            steps.push(chunk(event.as_bytes()));
+        }
+        steps.push(chunk(DONE.as_bytes()));
+        steps.push(last_chunk());
+        steps
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), &format!("tokenizers:\n  m: {WORDS}\n")).await;
+    let request = r#"{"model":"m","n":2,"messages":[],"stream":true}"#;
+    let got = send(&client(), post(&proxy, "/v1/chat/completions", request)).await;
+    assert_eq!(got.end, Ok(()));
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get("tokentap_output_tokens_total", &[("model", "m")]),
+        5.0
+    );
+    let source = [("model", "m"), ("token_source", "tokenizer")];
+    assert_eq!(m.get("tokentap_output_token_source_total", &source), 1.0);
+}
+
 /// Scratch search roots, removed when dropped.
 struct Roots(std::path::PathBuf);
 

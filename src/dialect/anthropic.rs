@@ -244,7 +244,7 @@ mod tests {
         let mut dialect = Anthropic::default();
         let mut obs = Observations::default();
         for data in events {
-            let (mut text, mut choices) = (String::new(), Vec::new());
+            let (mut text, mut choices) = (Vec::new(), Vec::new());
             let event = SseEvent {
                 event: b"",
                 data: data.as_bytes(),

@@ -16,9 +16,11 @@ struct Case {
     path: &'static str,
     format: Format,
     outputs: u32,
-    output_tokens: u64,
-    input_tokens: u64,
+    /// From usage; `None` when the stream has none (its N is then counted later, from the events).
+    output_tokens: Option<u64>,
+    input_tokens: Option<u64>,
     model: Option<&'static str>,
+    /// The output text handed to the tokenizer, choice by choice, joined with `|`.
     text: &'static str,
 }
 
@@ -51,19 +53,33 @@ fn cases() -> Vec<Case> {
         text,
     };
     vec![
-        case(fixture!("responses/responses-stream.sse"), "/v1/responses", Format::Sse, 6, 6, 9,
+        case(fixture!("responses/responses-stream.sse"), "/v1/responses", Format::Sse, 6, Some(6), Some(9),
             Some("gpt-4.1-2025-04-14"), "Hello! How can I help?"),
-        case(fixture!("anthropic/messages-stream.sse"), "/v1/messages", Format::Sse, 7, 42, 600,
+        case(fixture!("anthropic/messages-stream.sse"), "/v1/messages", Format::Sse, 7, Some(42), Some(600),
             Some("claude-sonnet-4-5-20250929"),
             "The user wants the weather in San Francisco. I should call get_weather.Okay, let's check the weather for San Francisco, CA:{\"location\": \"San Francisco, CA\"}"),
-        case(fixture!("tgi/generate-stream.sse"), "/generate_stream", Format::Sse, 6, 6, 7, None,
+        case(fixture!("tgi/generate-stream.sse"), "/generate_stream", Format::Sse, 6, Some(6), Some(7), None,
             "Deep learning is a subset"),
-        case(fixture!("ollama/chat-stream.ndjson"), "/api/chat", Format::Ndjson, 6, 9, 26,
+        case(fixture!("ollama/chat-stream.ndjson"), "/api/chat", Format::Ndjson, 6, Some(9), Some(26),
             Some("llama3.2"), "The sky is blue because of Rayleigh scattering."),
-        case(fixture!("ollama/generate-stream.ndjson"), "/api/generate", Format::Ndjson, 5, 6, 12,
+        case(fixture!("ollama/generate-stream.ndjson"), "/api/generate", Format::Ndjson, 5, Some(6), Some(12),
             Some("qwen3:0.6b"), "Hmm.Why is the sky blue?"),
-        case(fixture!("llamacpp/completion-stream.sse"), "/completion", Format::Sse, 5, 5, 8,
+        case(fixture!("llamacpp/completion-stream.sse"), "/completion", Format::Sse, 5, Some(5), Some(8),
             Some("gemma-3-1b-it-Q4_K_M.gguf"), " the quick brown fox jumps"),
+        // Real vLLM 0.32 streams (tests/fixtures/vllm/README.md), one per API it serves.
+        case(fixture!("vllm/chat-stream.sse"), "/v1/chat/completions", Format::Sse, 6, None, None,
+            Some("tiny-llama"), " AS> AS> AS>"),
+        case(fixture!("vllm/chat-stream-usage.sse"), "/v1/chat/completions", Format::Sse, 6, Some(6),
+            Some(30), Some("tiny-llama"), " AS> AS> AS>"),
+        case(fixture!("vllm/chat-stream-n2-usage.sse"), "/v1/chat/completions", Format::Sse, 11,
+            Some(12), Some(30), Some("tiny-llama"),
+            " Combined grant itTheariant ob|\u{fffd}thip contexcept fee"),
+        case(fixture!("vllm/completions-stream-usage.sse"), "/v1/completions", Format::Sse, 6, Some(6),
+            Some(17), Some("tiny-llama"), "ARRA.ARRA.ARRA."),
+        case(fixture!("vllm/responses-stream.sse"), "/v1/responses", Format::Sse, 6, Some(6), Some(30),
+            Some("tiny-llama"), " AS> AS> AS>"),
+        case(fixture!("vllm/messages-stream.sse"), "/v1/messages", Format::Sse, 6, Some(6), Some(30),
+            Some("tiny-llama"), " AS> AS> AS>"),
     ]
 }
 
@@ -101,8 +117,8 @@ fn every_fixture_gives_the_same_figures_however_it_is_cut() {
     for case in cases() {
         let expected = (
             case.outputs,
-            Some(case.output_tokens),
-            Some(case.input_tokens),
+            case.output_tokens,
+            case.input_tokens,
             case.model.map(str::to_owned),
         );
         assert_eq!(meter(&case, &[case.bytes]), expected, "{} whole", case.file);
@@ -125,7 +141,7 @@ fn every_fixture_hands_its_output_text_to_the_tokenizer_buffer() {
     for case in cases() {
         let (_, dialect) = detect(case.path);
         let mut dialect = dialect.unwrap_or_else(|| panic!("{}: no dialect", case.path));
-        let (mut obs, mut text, mut choices) = (Default::default(), String::new(), Vec::new());
+        let (mut obs, mut text, mut choices) = (Default::default(), Vec::new(), Vec::new());
         let mut on_event = |event: SseEvent<'_>| {
             let mut output = EventOutput::new(Some(&mut text), &mut choices);
             dialect.on_event(&event, &mut obs, &mut output);
@@ -140,7 +156,7 @@ fn every_fixture_hands_its_output_text_to_the_tokenizer_buffer() {
             _ => SseFramer::new(1 << 20).feed(case.bytes, on_event),
         };
         assert_eq!(fed, Ok(()), "{}", case.file);
-        assert_eq!(text, case.text, "{}", case.file);
+        assert_eq!(text.join("|"), case.text, "{}", case.file);
     }
 }
 

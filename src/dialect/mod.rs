@@ -135,44 +135,64 @@ fn classify_choices(
     dialect: &mut dyn Dialect,
     data: &str,
 ) -> (EventKind, Observations, String, Vec<u32>) {
-    let (mut obs, mut copied, mut choices) = (Observations::default(), String::new(), Vec::new());
+    let (mut obs, mut copied, mut choices) = (Observations::default(), Vec::new(), Vec::new());
     let event = SseEvent {
         event: b"",
         data: data.as_bytes(),
     };
     let mut output = EventOutput::new(Some(&mut copied), &mut choices);
     let kind = dialect.on_event(&event, &mut obs, &mut output);
-    (kind, obs, copied, choices)
+    (kind, obs, copied.join("|"), choices)
 }
+
+/// The output text of each choice so far, for a tokenizer to count: entry `i` is choice `i`'s text
+/// (choice 0 for APIs with one answer), at most [`MAX_CHOICE`] + 1 entries. The choices are kept apart
+/// because their events interleave: tokenized as one text, one choice's words would run into another's.
+pub type ChoiceTexts = Vec<String>;
 
 /// What one event produced, beyond its kind: the generated text, for a tokenizer to count, and the
 /// choices it advanced. Without a tokenizer it holds no text buffer and [`EventOutput::push`] does
 /// nothing, so no text is ever copied. The choice list is the caller's, cleared before each event and
 /// reused, so marking a choice allocates nothing once a stream is under way.
 pub struct EventOutput<'a> {
-    text: Option<&'a mut String>,
+    text: Option<&'a mut ChoiceTexts>,
     choices: &'a mut Vec<u32>,
+    /// The choice the next text belongs to: the one marked last (0 until one is).
+    current: u32,
 }
 
 /// Choices beyond this index share the last slot: a client's `n` must not grow per-stream state.
 pub const MAX_CHOICE: u32 = 63;
 
 impl<'a> EventOutput<'a> {
-    pub fn new(text: Option<&'a mut String>, choices: &'a mut Vec<u32>) -> Self {
-        EventOutput { text, choices }
+    pub fn new(text: Option<&'a mut ChoiceTexts>, choices: &'a mut Vec<u32>) -> Self {
+        EventOutput {
+            text,
+            choices,
+            current: 0,
+        }
     }
 
-    /// Appends generated text (content, refusal, reasoning or tool-call arguments).
+    /// Appends generated text (content, refusal, reasoning or tool-call arguments) to the text of the
+    /// choice marked last.
     pub fn push(&mut self, text: &str) {
-        if let Some(buffer) = self.text.as_mut() {
-            buffer.push_str(text);
+        if let Some(texts) = self.text.as_mut() {
+            let at = self.current as usize;
+            if texts.len() <= at {
+                texts.resize_with(at + 1, String::new);
+            }
+            if let Some(choice) = texts.get_mut(at) {
+                choice.push_str(text);
+            }
         }
     }
 
     /// The event carried output for choice `index` (APIs with one answer per response never call it:
-    /// their output is choice 0). Marked once per choice and event, whatever the event repeats.
+    /// their output is choice 0). Marked once per choice and event, whatever the event repeats; the
+    /// text pushed next is that choice's.
     pub fn choice(&mut self, index: u32) {
         let index = index.min(MAX_CHOICE);
+        self.current = index;
         if !self.choices.contains(&index) {
             self.choices.push(index);
         }

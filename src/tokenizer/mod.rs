@@ -5,16 +5,20 @@
 //! config error, nothing is discovered and [`Model`] is an empty type, so none can exist.
 //!
 //! The dialects copy each output event's text into a [`TextCount`]'s buffer (only when the request's
-//! model has a tokenizer ready: otherwise nothing is copied). The text is tokenized once, when the
-//! response ends, so the count is the tokenizer's count of the whole output. Memory stays bounded: when
-//! the buffer passes [`WINDOW_BYTES`], it is tokenized, all tokens but the last few are counted and their
-//! text is dropped, and the rest stays to be tokenized with what follows (a token never spans the cut,
-//! since the kept tail starts at a token boundary). Outputs shorter than the window, i.e. nearly all,
-//! are counted exactly; longer ones can differ by a token at a cut for tokenizers that treat the start
-//! of a text specially. Forwarding never waits on it beyond the tokenizing itself: no byte is held back.
+//! model has a tokenizer ready: otherwise nothing is copied), one text per choice (OpenAI's `n` > 1
+//! interleaves the choices' events; each choice is a text of its own, as the server generated it). The
+//! texts are tokenized once, when the response ends, so the count is the tokenizer's count of the whole
+//! output. Memory stays bounded: when the texts pass [`WINDOW_BYTES`] together, each text over its share
+//! is tokenized, all its tokens but the last few are counted and their text is dropped, and the rest
+//! stays to be tokenized with what follows (a token never spans the cut, since the kept tail starts at a
+//! token boundary). Outputs shorter than the window, i.e. nearly all, are counted exactly; longer ones
+//! can differ by a token at a cut for tokenizers that treat the start of a text specially. Forwarding
+//! never waits on it beyond the tokenizing itself: no byte is held back.
 
 use std::path::Path;
 use std::sync::Arc;
+
+use crate::dialect::ChoiceTexts;
 
 pub mod discover;
 mod registry;
@@ -71,7 +75,7 @@ pub enum TextCount {
     /// until the response names one.
     Pending {
         tokenizers: Arc<Tokenizers>,
-        held: String,
+        held: ChoiceTexts,
     },
     On(TextCounter),
 }
@@ -88,17 +92,17 @@ impl TextCount {
                 .map_or(TextCount::Off, |m| TextCount::On(TextCounter::new(m))),
             None => TextCount::Pending {
                 tokenizers: tokenizers.clone(),
-                held: String::new(),
+                held: ChoiceTexts::new(),
             },
         }
     }
 
     /// Where a dialect copies the next event's output text; `None` when nothing is to be copied.
-    pub fn buffer(&mut self) -> Option<&mut String> {
+    pub fn buffer(&mut self) -> Option<&mut ChoiceTexts> {
         match self {
             TextCount::Off => None,
             TextCount::Pending { held, .. } => Some(held),
-            TextCount::On(counter) => Some(&mut counter.text),
+            TextCount::On(counter) => Some(&mut counter.texts),
         }
     }
 
@@ -112,12 +116,12 @@ impl TextCount {
                     *self = match tokenizers.get(model) {
                         Some(m) => {
                             let mut counter = TextCounter::new(m);
-                            counter.text = std::mem::take(held);
+                            counter.texts = std::mem::take(held);
                             TextCount::On(counter)
                         }
                         None => TextCount::Off,
                     };
-                } else if held.len() > WINDOW_BYTES {
+                } else if total_len(held) > WINDOW_BYTES {
                     *self = TextCount::Off;
                 }
             }
@@ -133,9 +137,13 @@ impl TextCount {
     }
 }
 
+fn total_len(texts: &ChoiceTexts) -> usize {
+    texts.iter().map(String::len).sum()
+}
+
 pub struct TextCounter {
     model: Arc<Model>,
-    text: String,
+    texts: ChoiceTexts,
     counted: u64,
     window: usize,
     failed: bool,
@@ -145,7 +153,7 @@ impl TextCounter {
     fn new(model: Arc<Model>) -> Self {
         TextCounter {
             model,
-            text: String::new(),
+            texts: ChoiceTexts::new(),
             counted: 0,
             window: WINDOW_BYTES,
             failed: false,
@@ -153,14 +161,26 @@ impl TextCounter {
     }
 
     fn after_event(&mut self) {
-        if self.text.len() > self.window && !self.failed {
-            self.count_window();
+        if self.failed || total_len(&self.texts) <= self.window {
+            return;
+        }
+        let share = self.window / self.texts.len().max(1);
+        for at in 0..self.texts.len() {
+            if self.texts.get(at).is_some_and(|t| t.len() > share) {
+                self.count_window(at);
+            }
+            if self.failed {
+                return;
+            }
         }
     }
 
-    /// Counts all tokens of the buffer but the last few, and drops their text.
-    fn count_window(&mut self) {
-        let offsets = match token_offsets(&self.model, &self.text) {
+    /// Counts all tokens of choice `at`'s text but the last few, and drops their text.
+    fn count_window(&mut self, at: usize) {
+        let Some(text) = self.texts.get_mut(at) else {
+            return;
+        };
+        let offsets = match token_offsets(&self.model, text) {
             Ok(offsets) => offsets,
             Err(err) => return self.fail(&err),
         };
@@ -169,14 +189,14 @@ impl TextCounter {
         // one character share its offsets), on a character boundary.
         let cut = (1..=last).rev().find_map(|k| {
             let (before, at) = (offsets.get(k - 1)?, offsets.get(k)?);
-            (before.1 <= at.0 && self.text.is_char_boundary(at.0)).then_some((k, at.0))
+            (before.1 <= at.0 && text.is_char_boundary(at.0)).then_some((k, at.0))
         });
         match cut {
             Some((k, at)) => {
                 self.counted = self.counted.saturating_add(k as u64);
-                self.text.drain(..at);
+                text.drain(..at);
             }
-            None if self.text.len() > 4 * self.window => self.fail("no token boundary in the text"),
+            None if text.len() > 4 * self.window => self.fail("no token boundary in the text"),
             None => {}
         }
     }
@@ -184,20 +204,24 @@ impl TextCounter {
     fn fail(&mut self, why: &str) {
         tracing::debug!(why, "tokenizer could not count the output; counting chunks");
         self.failed = true;
-        self.text = String::new();
+        self.texts = ChoiceTexts::new();
     }
 
     fn finish(&mut self) -> Option<u64> {
         if self.failed {
             return None;
         }
-        match token_offsets(&self.model, &self.text) {
-            Ok(offsets) => Some(self.counted.saturating_add(offsets.len() as u64)),
-            Err(err) => {
-                self.fail(&err);
-                None
+        let mut counted = self.counted;
+        for text in &self.texts {
+            match token_offsets(&self.model, text) {
+                Ok(offsets) => counted = counted.saturating_add(offsets.len() as u64),
+                Err(err) => {
+                    self.fail(&err);
+                    return None;
+                }
             }
         }
+        Some(counted)
     }
 }
 
@@ -217,9 +241,36 @@ mod tests {
     #[test]
     fn whole_text_is_counted_once_at_the_end() {
         let mut counter = TextCounter::new(words());
-        counter.text.push_str("hello world, hello");
+        counter.texts.push("hello world, hello".to_owned());
         counter.after_event();
         assert_eq!(counter.finish(), Some(4)); // hello, world, ",", hello
+    }
+
+    /// vLLM's `n` = 2 streams interleave the choices' chunks; each choice is its own text, so the
+    /// count is the sum of the choices' counts, not the count of their chunks run together.
+    #[test]
+    fn each_choice_is_counted_as_a_text_of_its_own() {
+        let (mut texts, mut choices) = (ChoiceTexts::new(), Vec::new());
+        let pieces = [
+            (0, "hel"),
+            (1, "hello "),
+            (0, "lo, "),
+            (1, "world"),
+            (0, "world"),
+        ];
+        for (choice, piece) in pieces {
+            let mut output = crate::dialect::EventOutput::new(Some(&mut texts), &mut choices);
+            output.choice(choice);
+            output.push(piece);
+        }
+        assert_eq!(texts, ["hello, world", "hello world"]);
+        let mut counter = TextCounter::new(words());
+        counter.texts = texts;
+        assert_eq!(counter.finish(), Some(3 + 2));
+        // Run together they would be "helhello lo, worldworld": 4 tokens.
+        let mut together = TextCounter::new(words());
+        together.texts.push("helhello lo, worldworld".to_owned());
+        assert_eq!(together.finish(), Some(4));
     }
 
     #[test]
@@ -229,12 +280,11 @@ mod tests {
         for window in [64, 100, 333, 4096] {
             let mut counter = TextCounter::new(words());
             counter.window = window;
+            counter.texts.push(String::new());
             for piece in text.as_bytes().chunks(7) {
-                counter
-                    .text
-                    .push_str(std::str::from_utf8(piece).expect("ascii"));
+                counter.texts[0].push_str(std::str::from_utf8(piece).expect("ascii"));
                 counter.after_event();
-                assert!(counter.text.len() <= window + 200, "window {window}");
+                assert!(total_len(&counter.texts) <= window + 200, "window {window}");
             }
             assert_eq!(counter.finish(), Some(whole), "window {window}");
         }
@@ -247,7 +297,10 @@ mod tests {
         config.tokenizer_dirs = Some(Vec::new());
         let tokenizers = Arc::new(Tokenizers::load(&config).expect("load"));
         let mut count = TextCount::start(&tokenizers, None);
-        count.buffer().expect("pending").push_str("hello world");
+        count
+            .buffer()
+            .expect("pending")
+            .push("hello world".to_owned());
         count.after_event(None);
         count.after_event(Some("m"));
         assert_eq!(count.finish(), Some(2));
