@@ -33,6 +33,16 @@ pub enum ProxyError {
     UpstreamOverloaded { limit: usize },
     #[error("shutting down: the grace period ran out before the upstream answered")]
     ShutdownCut,
+    #[error("the request target cannot be forwarded: {reason}")]
+    BadTarget { reason: &'static str },
+    #[error("{what} is not supported")]
+    NotImplemented { what: &'static str },
+    #[error("upstream {upstream} answered with status {status}, {why}")]
+    UpstreamBadStatus {
+        upstream: String,
+        status: u16,
+        why: &'static str,
+    },
 }
 
 impl ProxyError {
@@ -70,34 +80,36 @@ impl ProxyError {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            ProxyError::UpstreamUnreachable { .. } | ProxyError::UpstreamFailed { .. } => {
-                StatusCode::BAD_GATEWAY
-            }
+            ProxyError::UpstreamUnreachable { .. }
+            | ProxyError::UpstreamFailed { .. }
+            | ProxyError::UpstreamBadStatus { .. } => StatusCode::BAD_GATEWAY,
             ProxyError::UpstreamConnectTimeout { .. }
             | ProxyError::UpstreamHeadersTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            ProxyError::ClientBodyBroken => StatusCode::BAD_REQUEST,
+            ProxyError::ClientBodyBroken | ProxyError::BadTarget { .. } => StatusCode::BAD_REQUEST,
             ProxyError::RequestBodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::RequestBodyIdle { .. } => StatusCode::REQUEST_TIMEOUT,
             ProxyError::UpstreamOverloaded { .. } | ProxyError::ShutdownCut => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
+            ProxyError::NotImplemented { .. } => StatusCode::NOT_IMPLEMENTED,
         }
     }
 
     pub fn outcome(&self) -> Outcome {
         match self {
-            ProxyError::UpstreamUnreachable { .. } | ProxyError::UpstreamFailed { .. } => {
-                Outcome::UpstreamError
-            }
+            ProxyError::UpstreamUnreachable { .. }
+            | ProxyError::UpstreamFailed { .. }
+            | ProxyError::UpstreamBadStatus { .. } => Outcome::UpstreamError,
             ProxyError::UpstreamConnectTimeout { .. }
             | ProxyError::UpstreamHeadersTimeout { .. }
             | ProxyError::RequestBodyIdle { .. }
             | ProxyError::ShutdownCut => Outcome::Timeout,
             ProxyError::ClientBodyBroken => Outcome::Cancelled,
             // A complete answer to a request tokentap refused: the status says it was refused.
-            ProxyError::RequestBodyTooLarge { .. } | ProxyError::UpstreamOverloaded { .. } => {
-                Outcome::Ok
-            }
+            ProxyError::RequestBodyTooLarge { .. }
+            | ProxyError::UpstreamOverloaded { .. }
+            | ProxyError::BadTarget { .. }
+            | ProxyError::NotImplemented { .. } => Outcome::Ok,
         }
     }
 
@@ -106,12 +118,15 @@ impl ProxyError {
             ProxyError::UpstreamUnreachable { .. } => "upstream_unreachable",
             ProxyError::UpstreamConnectTimeout { .. }
             | ProxyError::UpstreamHeadersTimeout { .. } => "upstream_timeout",
-            ProxyError::UpstreamFailed { .. } => "upstream_error",
-            ProxyError::ClientBodyBroken | ProxyError::RequestBodyTooLarge { .. } => {
-                "invalid_request_error"
+            ProxyError::UpstreamFailed { .. } | ProxyError::UpstreamBadStatus { .. } => {
+                "upstream_error"
             }
+            ProxyError::ClientBodyBroken
+            | ProxyError::RequestBodyTooLarge { .. }
+            | ProxyError::BadTarget { .. } => "invalid_request_error",
             ProxyError::RequestBodyIdle { .. } => "request_timeout",
             ProxyError::UpstreamOverloaded { .. } => "upstream_overloaded",
+            ProxyError::NotImplemented { .. } => "not_implemented",
             ProxyError::ShutdownCut => "shutting_down",
         }
     }

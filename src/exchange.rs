@@ -3,7 +3,8 @@
 //!
 //! The state lives in an [`ExchangeGuard`]: first inside the forwarding future, then inside the response
 //! body. Whichever way the exchange ends — the body's last frame, an upstream error, or the guard being
-//! dropped because the client went away — it is finished exactly once, and the in-flight gauge with it.
+//! dropped because the client went away — it is finished exactly once, and the in-flight gauge with it,
+//! and so is the request's upstream-connection slot (`limits.max_upstream_connections`) given back.
 //! A client that goes away after the API's terminal event has passed (the openai SDK's sync stream
 //! closes at `data: [DONE]`, before the server's chunked terminator) had the whole answer: that request
 //! is complete, and ends when the terminal event passed.

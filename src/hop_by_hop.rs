@@ -1,22 +1,38 @@
 //! The only headers a proxy may touch: the hop-by-hop ones of RFC 9110 §7.6.1. They describe one
 //! connection, not the message, so they are removed in both directions; everything else passes unchanged
-//! and in its place. A map with nothing to remove is left as it is; otherwise it is rebuilt without the
-//! removed names, never edited with `HeaderMap::remove`, which moves the last header into the gap.
-//! The original case of each name travels beside the map (hyper's `preserve_header_case`, keyed by name),
-//! so keeping a name keeps its case too.
+//! and in its place. The names an upstream's `Connection` header lists are removed from its response too;
+//! the names a client's `Connection` lists are not removed from its request, as nginx ignores them: a
+//! gateway in front of tokentap adds identity headers (`Authorization`, `X-Forwarded-For`) that a client
+//! must not be able to strip by naming them (the class of Traefik's CVE-2024-45410). A map with nothing
+//! to remove is left as it is; otherwise it is rebuilt without the removed names, never edited with
+//! `HeaderMap::remove`, which moves the last header into the gap. The original case of each name travels
+//! beside the map (hyper's `preserve_header_case`, keyed by name), so keeping a name keeps its case too.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+const HTTP2_SETTINGS: HeaderName = HeaderName::from_static("http2-settings");
 
 /// The hop-by-hop names always removed (`TE` and `Transfer-Encoding` have rules of their own).
-const ALWAYS_REMOVED: [HeaderName; 4] = [
+/// `HTTP2-Settings` belongs to an `Upgrade: h2c`, which is removed with it (RFC 7540 §3.2.1).
+const ALWAYS_REMOVED: [HeaderName; 5] = [
     header::CONNECTION,
     KEEP_ALIVE,
     PROXY_CONNECTION,
     header::UPGRADE,
+    HTTP2_SETTINGS,
 ];
+
+/// Which way a message travels, which decides whether its `Connection` header may remove anything
+/// beyond the fixed hop-by-hop set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// A client's request: the names its `Connection` header lists are ignored.
+    Request,
+    /// The upstream's response: the names its `Connection` header lists are removed.
+    Response,
+}
 
 /// The protocol of the hop the message is forwarded on, which decides what becomes of
 /// `Transfer-Encoding`.
@@ -41,30 +57,40 @@ impl NextHop {
     }
 }
 
-/// Removes the hop-by-hop headers and every header the `Connection` header names, keeping the order of
-/// the rest. `TE: trailers` survives on requests, in its place, even when `Connection` names `TE` (as RFC
+/// Removes the hop-by-hop headers (and, in a response, every header the `Connection` header names),
+/// keeping the order of the rest. `TE: trailers` survives on requests, in its place, even when `Connection` names `TE` (as RFC
 /// 9110 §10.1.4 asks of a client that sends `TE`): it is how a client says it accepts trailers, which
 /// are forwarded. A message that came with `Transfer-Encoding` was framed by it, so any `Content-Length`
 /// beside it is dropped (RFC 9112 §6.3: an intermediary must remove it before forwarding); left in place,
 /// it would frame the re-encoded body for the next hop with a length the body does not have. Of the
 /// transfer codings only `chunked` is undone; any other (`gzip, chunked`) stays named, since the bytes
 /// still carry it, and over HTTP/1.1 the header ends in `chunked` again, which is how the body is sent.
-pub fn strip(headers: &mut HeaderMap, next: NextHop) {
+/// A `Content-Length` written other than as one plain decimal (`007`, `7, 7`, two equal lines) goes on
+/// as that decimal (`7`), in the place of the first.
+pub fn strip(headers: &mut HeaderMap, next: NextHop, direction: Direction) {
     let framing = framing(headers, next);
     let drop_length = headers.contains_key(header::TRANSFER_ENCODING)
         && headers.contains_key(header::CONTENT_LENGTH);
+    let length = canonical_length(headers);
     let hop_by_hop = headers.contains_key(header::TE)
         || ALWAYS_REMOVED.iter().any(|name| headers.contains_key(name));
-    if !hop_by_hop && !drop_length && matches!(framing, Framing::Absent | Framing::AsSent) {
+    if !hop_by_hop
+        && !drop_length
+        && length.is_none()
+        && matches!(framing, Framing::Absent | Framing::AsSent)
+    {
         return;
     }
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
+    let named: Vec<HeaderName> = match direction {
+        Direction::Request => Vec::new(),
+        Direction::Response => headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+            .collect(),
+    };
     let te_trailers = headers.get_all(header::TE).iter().any(|v| {
         v.to_str().is_ok_and(|v| {
             v.split(',')
@@ -84,6 +110,10 @@ pub fn strip(headers: &mut HeaderMap, next: NextHop) {
         }
         match *name {
             header::CONTENT_LENGTH if drop_length => Keep::None,
+            header::CONTENT_LENGTH => match &length {
+                Some(canonical) => Keep::Once(Some(canonical.clone())),
+                None => Keep::All,
+            },
             header::TRANSFER_ENCODING => match &framing {
                 Framing::Absent | Framing::AsSent => Keep::All,
                 Framing::Removed => Keep::None,
@@ -115,6 +145,46 @@ pub fn strip(headers: &mut HeaderMap, next: NextHop) {
             Keep::None => {}
         }
     }
+}
+
+/// Whether a request's transfer coding is one tokentap forwards: none, or exactly `chunked`. Any other
+/// (`gzip, chunked`) is answered `501`, as nginx does: the upstream would have to undo a coding few
+/// servers implement, and tokentap could not read the body's `model`.
+pub fn request_coding_supported(headers: &HeaderMap) -> bool {
+    let mut codings = codings(headers);
+    match (codings.next(), codings.next()) {
+        (None, _) => !headers.contains_key(header::TRANSFER_ENCODING),
+        (Some(only), None) => only.eq_ignore_ascii_case(b"chunked"),
+        (Some(_), Some(_)) => false,
+    }
+}
+
+/// The one plain decimal a `Content-Length` written otherwise stands for; `None` when it is already
+/// plain, absent, or not a length at all (the HTTP layer refuses those before they get here).
+fn canonical_length(headers: &HeaderMap) -> Option<HeaderValue> {
+    let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
+    let first = values.next()?;
+    let several = values.next().is_some();
+    let plain =
+        |v: &[u8]| !v.is_empty() && v.iter().all(u8::is_ascii_digit) && (v == b"0" || v[0] != b'0');
+    if !several && plain(first.as_bytes()) {
+        return None;
+    }
+    let mut length: Option<u64> = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        for part in value.as_bytes().split(|&b| b == b',') {
+            let part = part.trim_ascii();
+            if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            let n: u64 = std::str::from_utf8(part).ok()?.parse().ok()?;
+            if length.is_some_and(|seen| seen != n) {
+                return None;
+            }
+            length = Some(n);
+        }
+    }
+    length.map(HeaderValue::from)
 }
 
 /// What is kept of the values of one name.
@@ -216,7 +286,7 @@ mod tests {
             ("proxy-connection", "keep-alive"),
             ("vary", "origin"),
         ]);
-        strip(&mut h, NextHop::Http1);
+        strip(&mut h, NextHop::Http1, Direction::Response);
         assert_eq!(
             pairs(&h),
             [
@@ -237,7 +307,7 @@ mod tests {
         h.append(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
         h.append("x-a", HeaderValue::from_static("2"));
         let capacity = h.capacity();
-        strip(&mut h, NextHop::Http1);
+        strip(&mut h, NextHop::Http1, Direction::Response);
         assert_eq!(
             h.capacity(),
             capacity,
@@ -249,7 +319,7 @@ mod tests {
         );
         let mut h = map(&[("x-a", "1"), ("transfer-encoding", "Chunked"), ("x-b", "2")]);
         let capacity = h.capacity();
-        strip(&mut h, NextHop::Http1);
+        strip(&mut h, NextHop::Http1, Direction::Response);
         assert_eq!(
             h.capacity(),
             capacity,
@@ -269,14 +339,14 @@ mod tests {
                 ("x-a", "1"),
                 ("transfer-encoding", "chunked"),
             ]);
-            strip(&mut h, next);
+            strip(&mut h, next, Direction::Response);
             assert!(h.get(header::CONTENT_LENGTH).is_none());
             assert_eq!(
                 h.get(header::TRANSFER_ENCODING).is_some(),
                 next == NextHop::Http1
             );
             let mut h = map(&[("content-length", "7")]);
-            strip(&mut h, next);
+            strip(&mut h, next, Direction::Response);
             assert_eq!(h.len(), 1);
         }
     }
@@ -291,9 +361,9 @@ mod tests {
             ("content-length", "7"),
         ]);
         let mut h2 = h.clone();
-        strip(&mut h2, NextHop::Http2);
+        strip(&mut h2, NextHop::Http2, Direction::Response);
         assert_eq!(pairs(&h2), [("x-a", "1"), ("x-b", "2")]);
-        strip(&mut h, NextHop::Http1);
+        strip(&mut h, NextHop::Http1, Direction::Response);
         assert_eq!(
             pairs(&h),
             [
@@ -303,10 +373,10 @@ mod tests {
             ]
         );
         let mut h = map(&[("transfer-encoding", "gzip")]);
-        strip(&mut h, NextHop::Http1);
+        strip(&mut h, NextHop::Http1, Direction::Response);
         assert_eq!(pairs(&h), [("transfer-encoding", "gzip, chunked")]);
         let mut h = map(&[("transfer-encoding", "chunked, gzip")]);
-        strip(&mut h, NextHop::Http1);
+        strip(&mut h, NextHop::Http1, Direction::Response);
         assert_eq!(pairs(&h), [("transfer-encoding", "gzip, chunked")]);
     }
 
@@ -318,10 +388,105 @@ mod tests {
             ("connection", "TE"),
             ("x-b", "2"),
         ]);
-        strip(&mut h, NextHop::Http1);
+        strip(&mut h, NextHop::Http1, Direction::Response);
         assert_eq!(pairs(&h), [("x-a", "1"), ("te", "trailers"), ("x-b", "2")]);
         let mut h = map(&[("te", "gzip"), ("x-a", "1")]);
-        strip(&mut h, NextHop::Http1);
+        strip(&mut h, NextHop::Http1, Direction::Response);
         assert_eq!(pairs(&h), [("x-a", "1")]);
+    }
+
+    #[test]
+    fn a_requests_connection_header_removes_nothing_beyond_the_fixed_set() {
+        let sent = [
+            ("x-first", "1"),
+            (
+                "connection",
+                "authorization, X-Forwarded-For, keep-alive, upgrade, te",
+            ),
+            ("authorization", "Bearer from-the-gateway"),
+            ("x-forwarded-for", "10.0.0.1"),
+            ("keep-alive", "timeout=5"),
+            ("upgrade", "h2c"),
+            ("http2-settings", "AAMAAABkAAQAoAAAAAIAAAAA"),
+            ("te", "trailers"),
+            ("proxy-authorization", "Basic eA=="),
+        ];
+        let mut h = map(&sent);
+        strip(&mut h, NextHop::Http1, Direction::Request);
+        assert_eq!(
+            pairs(&h),
+            [
+                ("x-first", "1"),
+                ("authorization", "Bearer from-the-gateway"),
+                ("x-forwarded-for", "10.0.0.1"),
+                ("te", "trailers"),
+                ("proxy-authorization", "Basic eA=="),
+            ]
+        );
+        let mut h = map(&sent);
+        strip(&mut h, NextHop::Http1, Direction::Response);
+        assert_eq!(
+            pairs(&h),
+            [
+                ("x-first", "1"),
+                ("te", "trailers"),
+                ("proxy-authorization", "Basic eA=="),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_content_length_written_otherwise_goes_on_as_one_plain_decimal_in_place() {
+        for direction in [Direction::Request, Direction::Response] {
+            for (sent, want) in [
+                (vec![("content-length", "007")], "7"),
+                (vec![("content-length", "00")], "0"),
+                (vec![("content-length", "7, 7")], "7"),
+                (
+                    vec![("content-length", "7"), ("content-length", "007")],
+                    "7",
+                ),
+            ] {
+                let mut sent = sent.clone();
+                sent.insert(0, ("x-a", "1"));
+                sent.push(("x-b", "2"));
+                let mut h = map(&sent);
+                strip(&mut h, NextHop::Http1, direction);
+                assert_eq!(
+                    pairs(&h),
+                    [("x-a", "1"), ("content-length", want), ("x-b", "2")]
+                );
+            }
+            for plain in ["0", "7", "1234567890"] {
+                let mut h = map(&[("content-length", plain)]);
+                strip(&mut h, NextHop::Http1, direction);
+                assert_eq!(pairs(&h), [("content-length", plain)]);
+            }
+        }
+    }
+
+    #[test]
+    fn only_chunked_alone_is_a_supported_request_coding() {
+        assert!(request_coding_supported(&HeaderMap::new()));
+        assert!(request_coding_supported(&map(&[(
+            "transfer-encoding",
+            "chunked"
+        )])));
+        assert!(request_coding_supported(&map(&[(
+            "transfer-encoding",
+            " Chunked "
+        )])));
+        for codings in [
+            &[("transfer-encoding", "gzip, chunked")][..],
+            &[
+                ("transfer-encoding", "gzip"),
+                ("transfer-encoding", "chunked"),
+            ],
+            &[("transfer-encoding", "chunked, chunked")],
+            &[("transfer-encoding", "identity")],
+            &[("transfer-encoding", "")],
+        ] {
+            assert!(!request_coding_supported(&map(codings)), "{codings:?}");
+        }
     }
 }

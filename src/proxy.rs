@@ -4,7 +4,10 @@
 //! virtual-hosted and TLS upstreams; bodies stream through the taps in both directions. Here too are the
 //! limits and timeouts of one request: a body declared over `limits.max_request_body_bytes` is refused
 //! with 413 before anything is sent upstream, and the wait for the response head is bounded by
-//! `timeouts.response_headers` and by a shutdown's grace period.
+//! `timeouts.response_headers` and by a shutdown's grace period. What tokentap does not forward is
+//! refused before anything is sent upstream: `CONNECT` and transfer codings other than `chunked` (501), a
+//! target that would leave the upstream's path prefix (400, [`crate::request_target`]). An upstream status
+//! HTTP does not define (over 599), or a `101` nobody asked for, is answered 502.
 //!
 //! Every forwarded request, HTTP/1.1 or h2 stream, is its own upstream request, so each takes one of
 //! `limits.max_upstream_connections` slots before it is sent and keeps it in its exchange until the
@@ -15,8 +18,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::uri::{PathAndQuery, Uri};
-use http::{header, HeaderValue, Request, Response, Version};
+use http::uri::Uri;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode, Version};
 use http_body::Body;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -27,8 +30,9 @@ use crate::config::Config;
 use crate::dialect;
 use crate::error::ProxyError;
 use crate::exchange::{Exchange, ExchangeGuard, Outcome, Recorder};
-use crate::hop_by_hop::{self, NextHop};
+use crate::hop_by_hop::{self, Direction, NextHop};
 use crate::repeated::RepeatedWarning;
+use crate::request_target::{self, Target, TargetError};
 use crate::shutdown::{Phase, Shutdown};
 use crate::tap::{MeteredBody, ModelSlot, RequestTap};
 use crate::upstream::UpstreamClient;
@@ -96,7 +100,11 @@ impl Proxy {
         let arrive = Instant::now();
         let inner = &self.inner;
         let (mut parts, body) = request.into_parts();
-        let path = parts.uri.path().to_owned();
+        let target = request_target::resolve(&parts.uri);
+        let path = match &target {
+            Ok(target) => target.path().to_owned(),
+            Err(_) => parts.uri.path().to_owned(),
+        };
         let (api, dialect) = dialect::detect(&path);
         let slot = Arc::new(ModelSlot::default());
         let mut guard = ExchangeGuard::new(Exchange::begin(
@@ -109,13 +117,13 @@ impl Proxy {
             slot.clone(),
         ));
 
-        if declared_length(&parts.headers).is_some_and(|n| n > inner.max_body_bytes) {
-            let error = ProxyError::RequestBodyTooLarge {
-                limit: inner.max_body_bytes,
-            };
-            tracing::warn!(%error, "request refused");
-            return Ok(refuse(&mut guard, &error));
-        }
+        let target = match admit(&parts, target, inner.max_body_bytes) {
+            Ok(target) => target,
+            Err(error) => {
+                tracing::warn!(%error, "request refused");
+                return Ok(refuse(&mut guard, &error));
+            }
+        };
         let Ok(permit) = inner.upstream_slots.clone().try_acquire_owned() else {
             inner.recorder.metrics.refusals.upstream_requests.inc();
             let error = ProxyError::UpstreamOverloaded {
@@ -135,9 +143,9 @@ impl Proxy {
             exchange.hold(permit);
         }
         let client_version = parts.version;
-        parts.uri = upstream_uri(&inner.upstream, parts.uri.path_and_query());
+        parts.uri = upstream_uri(&inner.upstream, target.path_and_query());
         parts.version = Version::HTTP_11;
-        hop_by_hop::strip(&mut parts.headers, NextHop::Http1);
+        hop_by_hop::strip(&mut parts.headers, NextHop::Http1, Direction::Request);
         // In the client's `Host` line, so it keeps its place and case (`insert` replaces in place).
         match &inner.host {
             Some(host) => {
@@ -173,10 +181,22 @@ impl Proxy {
             },
             () = inner.shutdown.reached(Phase::Cut) => Err(ProxyError::ShutdownCut),
         };
+        let answered = answered.and_then(|response| match undefined_status(response.status()) {
+            None => Ok(response),
+            Some(why) => Err(ProxyError::UpstreamBadStatus {
+                upstream: inner.upstream_shown.clone(),
+                status: response.status().as_u16(),
+                why,
+            }),
+        });
         match answered {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
-                hop_by_hop::strip(&mut parts.headers, NextHop::to_client(client_version));
+                hop_by_hop::strip(
+                    &mut parts.headers,
+                    NextHop::to_client(client_version),
+                    Direction::Response,
+                );
                 if let Some(exchange) = guard.get_mut() {
                     exchange.on_response(parts.status, parts.headers.get(header::CONTENT_TYPE));
                 }
@@ -206,6 +226,46 @@ fn refuse(guard: &mut ExchangeGuard, error: &ProxyError) -> Response<ProxyBody> 
     response.map(Either::Right)
 }
 
+/// The request's target made safe to forward, or why tokentap refuses it before anything is sent.
+/// Upgrades are not refused: `Upgrade` is a hop-by-hop header, removed, so the upstream answers the plain
+/// request, as it does behind nginx without `proxy_set_header Upgrade`.
+fn admit(
+    parts: &http::request::Parts,
+    target: Result<Target, TargetError>,
+    max_body_bytes: u64,
+) -> Result<Target, ProxyError> {
+    if parts.method == Method::CONNECT {
+        return Err(ProxyError::NotImplemented { what: "CONNECT" });
+    }
+    if !hop_by_hop::request_coding_supported(&parts.headers) {
+        return Err(ProxyError::NotImplemented {
+            what: "a request transfer coding other than chunked",
+        });
+    }
+    let target = target.map_err(|error| ProxyError::BadTarget {
+        reason: error.reason(),
+    })?;
+    if declared_length(&parts.headers).is_some_and(|n| n > max_body_bytes) {
+        return Err(ProxyError::RequestBodyTooLarge {
+            limit: max_body_bytes,
+        });
+    }
+    Ok(target)
+}
+
+/// Why an upstream's status cannot be forwarded: one HTTP does not define, or a switch of protocols
+/// that was never asked for (tokentap removes `Upgrade` from every request). Other 1xx never get here:
+/// hyper reads them and waits for the final response.
+fn undefined_status(status: StatusCode) -> Option<&'static str> {
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        Some("switching protocols though no upgrade was asked for")
+    } else if status.as_u16() > 599 {
+        Some("which HTTP does not define (100 to 599)")
+    } else {
+        None
+    }
+}
+
 /// The request's `Content-Length`, when it has one that parses.
 fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
     headers
@@ -233,15 +293,12 @@ fn host_header(upstream: &Uri) -> Option<HeaderValue> {
     HeaderValue::from_str(&value).ok()
 }
 
-/// The upstream base (scheme, authority, optional path prefix) joined with the request's path and query.
-fn upstream_uri(base: &Uri, request: Option<&PathAndQuery>) -> Uri {
+/// The upstream base (scheme, authority, optional path prefix) joined with the request's path and query
+/// (which starts with `/`).
+fn upstream_uri(base: &Uri, request: &str) -> Uri {
     let prefix = base.path().trim_end_matches('/');
-    let tail = request.map_or("/", PathAndQuery::as_str);
     let mut parts = base.clone().into_parts();
-    parts.path_and_query = format!("{prefix}{tail}")
-        .parse()
-        .ok()
-        .or_else(|| request.cloned());
+    parts.path_and_query = format!("{prefix}{request}").parse().ok();
     Uri::from_parts(parts).unwrap_or_else(|_| base.clone())
 }
 
@@ -252,18 +309,18 @@ mod tests {
     #[test]
     fn joins_prefix_path_and_query() {
         let base: Uri = "https://api.example.com/openai".parse().unwrap_or_default();
-        let pq = PathAndQuery::from_static("/v1/chat/completions?x=1");
+        let pq = "/v1/chat/completions?x=1";
         assert_eq!(
-            upstream_uri(&base, Some(&pq)).to_string(),
+            upstream_uri(&base, pq).to_string(),
             "https://api.example.com/openai/v1/chat/completions?x=1"
         );
         let base: Uri = "http://127.0.0.1:8000".parse().unwrap_or_default();
         assert_eq!(
-            upstream_uri(&base, Some(&pq)).to_string(),
+            upstream_uri(&base, pq).to_string(),
             "http://127.0.0.1:8000/v1/chat/completions?x=1"
         );
         assert_eq!(
-            upstream_uri(&base, None).to_string(),
+            upstream_uri(&base, "/").to_string(),
             "http://127.0.0.1:8000/"
         );
     }

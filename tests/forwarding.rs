@@ -128,7 +128,7 @@ async fn request_reaches_upstream_unchanged_but_for_hop_by_hop_headers() {
     .header("x-multi", "a")
     .header("x-multi", "b")
     .header("connection", "x-hop-secret")
-    .header("x-hop-secret", "must not pass")
+    .header("x-hop-secret", "passes")
     .header("keep-alive", "timeout=5")
     .body(Full::new(Bytes::from(body.clone())))
     .expect("request");
@@ -143,7 +143,9 @@ async fn request_reaches_upstream_unchanged_but_for_hop_by_hop_headers() {
     assert_eq!(seen.header("authorization"), ["Bearer sk-test"]);
     assert_eq!(seen.header("x-custom"), ["one"]);
     assert_eq!(seen.header("x-multi"), ["a", "b"]);
-    assert!(seen.header("x-hop-secret").is_empty());
+    // A client's `Connection` removes nothing beyond the fixed hop-by-hop set.
+    assert_eq!(seen.header("x-hop-secret"), ["passes"]);
+    assert!(seen.header("connection").is_empty());
     assert!(seen.header("keep-alive").is_empty());
     assert_eq!(seen.header("host"), [upstream.addr.to_string()]);
     settle(&proxy).await;
@@ -158,6 +160,49 @@ async fn request_reaches_upstream_unchanged_but_for_hop_by_hop_headers() {
             ]
         ),
         1.0
+    );
+}
+
+#[tokio::test]
+async fn dot_segments_are_removed_inside_the_prefix_and_the_query_is_untouched() {
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let proxy = proxy(&format!("{}/openai/", upstream.url()), "").await;
+    let targets = [
+        "/v1/./chat/completions?x=/../%2e%2e&y=%5C",
+        "/v1/models/../chat/%2e/completions?x=/../%2e%2e&y=%5C",
+        "http://other.example/v1/x/%2E%2e/chat/completions/.?x=/../%2e%2e&y=%5C",
+    ];
+    for target in targets {
+        let body = chat_request("m");
+        let request = format!(
+            "POST {} HTTP/1.1\r\nhost: t\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            target,
+            body.len()
+        );
+        let answer = raw_exchange(proxy.proxy_addr(), request.as_bytes()).await;
+        assert_eq!(raw_status(&answer), 200, "{target}");
+    }
+    let seen: Vec<String> = upstream
+        .requests()
+        .iter()
+        .map(|r| r.request_line().to_owned())
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "POST /openai/v1/chat/completions?x=/../%2e%2e&y=%5C HTTP/1.1",
+            "POST /openai/v1/chat/completions?x=/../%2e%2e&y=%5C HTTP/1.1",
+            "POST /openai/v1/chat/completions/?x=/../%2e%2e&y=%5C HTTP/1.1",
+        ]
+    );
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[("api", "chat"), ("status", "200")]
+        ),
+        3.0
     );
 }
 
@@ -198,6 +243,132 @@ async fn trailers_pass_through() {
     let trailers = got.trailers.expect("trailers forwarded");
     assert_eq!(trailers["x-checksum"], "abc123");
     assert_eq!(upstream.requests()[0].header("te"), ["trailers"]);
+}
+
+#[tokio::test]
+async fn response_trailers_reach_h1_clients_when_declared_and_h2_clients_all() {
+    let upstream = upstream(|_| {
+        vec![
+            Step::Raw(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntrailer: x-checksum\r\ntransfer-encoding: chunked\r\n\r\n".to_vec()),
+            chunk(b"hello"),
+            Step::Raw(b"0\r\nx-checksum: abc123\r\nx-late: 1\r\n\r\n".to_vec()),
+        ]
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    for (client, te, want) in [
+        (client(), true, &[("x-checksum", "abc123")][..]),
+        (client(), false, &[]),
+        (h2, false, &[("x-checksum", "abc123"), ("x-late", "1")]),
+    ] {
+        let mut request = http::Request::get(format!("http://{}/files/1", proxy.proxy_addr()));
+        if te {
+            request = request.header("te", "trailers");
+        }
+        let got = send(
+            &client,
+            request.body(Full::new(Bytes::new())).expect("request"),
+        )
+        .await;
+        assert_eq!(got.body, b"hello");
+        assert_eq!(got.end, Ok(()));
+        let got: Vec<(String, String)> = got
+            .trailers
+            .iter()
+            .flatten()
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap_or_default().to_owned()))
+            .collect();
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+            .collect();
+        assert_eq!(got, want, "te: trailers {te}");
+    }
+}
+
+/// A request body of fixed frames, trailers included, without a known length.
+struct Frames(std::collections::VecDeque<http_body::Frame<Bytes>>);
+
+impl http_body::Body for Frames {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.0.pop_front().map(Ok))
+    }
+}
+
+fn trailers(pairs: &[(&'static str, &'static str)]) -> http::HeaderMap {
+    pairs
+        .iter()
+        .map(|(name, value)| {
+            (
+                http::HeaderName::from_static(name),
+                http::HeaderValue::from_static(value),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn request_trailers_reach_the_upstream_when_declared_in_trailer() {
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    // HTTP/1.1: declared and valid as a trailer passes; undeclared, or a field that may not be a
+    // trailer (Authorization), does not.
+    let request = "POST /v1/embeddings HTTP/1.1\r\nhost: t\r\ntrailer: x-checksum, authorization\r\n\
+        transfer-encoding: chunked\r\nconnection: close\r\n\r\n\
+        5\r\nhello\r\n0\r\nx-checksum: abc\r\nx-undeclared: 1\r\nauthorization: Bearer late\r\n\r\n";
+    let answer = raw_exchange(proxy.proxy_addr(), request.as_bytes()).await;
+    assert_eq!(raw_status(&answer), 200);
+    // h2: the same rule; without a `trailer` header nothing is declared, so nothing passes.
+    let stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    let (mut h2, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("h2 handshake");
+    tokio::spawn(conn);
+    for declared in [true, false] {
+        let mut request =
+            http::Request::post(format!("http://{}/v1/embeddings", proxy.proxy_addr()));
+        if declared {
+            request = request.header("trailer", "x-checksum");
+        }
+        let body = Frames(
+            [
+                http_body::Frame::data(Bytes::from_static(b"hello")),
+                http_body::Frame::trailers(trailers(&[
+                    ("x-checksum", "abc"),
+                    ("x-undeclared", "1"),
+                ])),
+            ]
+            .into(),
+        );
+        let response = h2
+            .send_request(request.body(body).expect("request"))
+            .await
+            .expect("h2 response");
+        assert_eq!(response.status(), 200);
+    }
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 3);
+    for (request, want) in seen
+        .iter()
+        .zip(["x-checksum: abc\r\n", "x-checksum: abc\r\n", ""])
+    {
+        assert_eq!(request.body, b"hello");
+        assert_eq!(request.trailers, want, "{}", request.head);
+    }
 }
 
 #[tokio::test]

@@ -186,6 +186,8 @@ async fn request_header_lines_reach_the_upstream_in_order_and_case_with_host_in_
             "User-Agent: Raw/1",
             &format!("HOST: {}", upstream.addr),
             "Content-Type: application/json",
+            // Named by the client's `Connection`, yet not hop-by-hop: it passes, in its place.
+            "X-Hop: secret",
             &format!("Content-Length: {}", body.len()),
             "x-MIXED-case: 1",
             "Authorization: Bearer k",

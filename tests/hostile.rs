@@ -312,3 +312,179 @@ async fn hostile_model_names_never_grow_the_label_set_past_its_cap_or_forge_line
     }
     assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
 }
+
+#[tokio::test]
+async fn a_target_that_would_leave_the_upstream_path_prefix_is_refused_with_400_and_never_forwarded(
+) {
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let proxy = proxy(&format!("{}/openai/", upstream.url()), "").await;
+    let targets = [
+        "GET /../admin/secret",
+        "GET /%2e%2e/admin/secret",
+        "GET /.%2E/admin/secret",
+        "GET /a/../../x",
+        "GET /v1/./../../admin",
+        "GET http://other.example/../admin",
+        "GET /a\\..\\..\\admin",
+        "GET /a%5C..%5c..%5Cadmin",
+        "GET /..%2Fadmin",
+        "GET /v1/x%2f%2e%2e%2f%2e%2e%2fadmin",
+        "OPTIONS *",
+    ];
+    for target in targets {
+        let request = format!("{target} HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n");
+        let answer = raw_exchange(proxy.proxy_addr(), request.as_bytes()).await;
+        let (head, body) = raw_split(&answer);
+        assert_eq!(raw_status(&answer), 400, "{target}: {head}");
+        let body = String::from_utf8_lossy(&body);
+        assert!(body.contains("invalid_request_error"), "{target}: {body}");
+    }
+    // The same over h2, where the target is the `:path` pseudo-header.
+    let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    let request = http::Request::get(format!("http://{}/../admin/secret", proxy.proxy_addr()))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("request");
+    assert_eq!(send(&h2, request).await.status, 400);
+    assert_eq!(
+        upstream.connection_count(),
+        0,
+        "a target outside the prefix reached the upstream"
+    );
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[("status", "400"), ("outcome", "ok")]
+        ),
+        (targets.len() + 1) as f64
+    );
+}
+
+#[tokio::test]
+async fn a_clients_connection_header_cannot_strip_identity_headers_but_an_upstreams_still_strips() {
+    let upstream = upstream(|_| {
+        vec![Step::Raw(
+            b"HTTP/1.1 200 OK\r\nconnection: x-internal-route\r\nx-internal-route: node-7\r\nx-kept: 1\r\ncontent-length: 2\r\n\r\n{}"
+                .to_vec(),
+        )]
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "").await;
+    // What an auth gateway in front of tokentap added, and a client trying to have it removed.
+    let request = "GET /v1/models HTTP/1.1\r\nhost: t\r\n\
+        connection: Authorization, X-Forwarded-For, x-authenticated-user, keep-alive, close\r\n\
+        authorization: Bearer from-gateway\r\nx-forwarded-for: 203.0.113.9\r\n\
+        x-authenticated-user: alice\r\nkeep-alive: timeout=5\r\n\r\n";
+    let answer = raw_exchange(proxy.proxy_addr(), request.as_bytes()).await;
+    let (head, body) = raw_split(&answer);
+    assert_eq!(raw_status(&answer), 200, "{head}");
+    assert_eq!(body, b"{}");
+    let head = head.to_ascii_lowercase();
+    assert!(!head.contains("x-internal-route"), "{head}");
+    assert!(head.contains("\r\nx-kept: 1\r\n"), "{head}");
+    let seen = &upstream.requests()[0];
+    assert_eq!(seen.header("authorization"), ["Bearer from-gateway"]);
+    assert_eq!(seen.header("x-forwarded-for"), ["203.0.113.9"]);
+    assert_eq!(seen.header("x-authenticated-user"), ["alice"]);
+    assert!(seen.header("keep-alive").is_empty(), "{}", seen.head);
+    assert!(seen.header("connection").is_empty(), "{}", seen.head);
+}
+
+#[tokio::test]
+async fn connect_and_transfer_codings_other_than_chunked_are_answered_501_and_never_forwarded() {
+    let upstream = upstream(|_| ok_stream()).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let body = chat_request("m");
+    let chunked = format!("{:x}\r\n{body}\r\n0\r\n\r\n", body.len());
+    let cases: Vec<(&str, String)> = vec![
+        (
+            "CONNECT",
+            "CONNECT 169.254.169.254:443 HTTP/1.1\r\nhost: 169.254.169.254:443\r\nconnection: close\r\n\r\n".to_owned(),
+        ),
+        (
+            "gzip before chunked",
+            format!("POST {CHAT} HTTP/1.1\r\nhost: t\r\ntransfer-encoding: gzip, chunked\r\nconnection: close\r\n\r\n{chunked}"),
+        ),
+        (
+            "two transfer-encoding lines",
+            format!("POST {CHAT} HTTP/1.1\r\nhost: t\r\ntransfer-encoding: identity\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n{chunked}"),
+        ),
+    ];
+    for (what, request) in &cases {
+        let answer = raw_exchange(proxy.proxy_addr(), request.as_bytes()).await;
+        let (head, body) = raw_split(&answer);
+        assert_eq!(raw_status(&answer), 501, "{what}: {head}");
+        assert!(
+            String::from_utf8_lossy(&body).contains("not_implemented"),
+            "{what}"
+        );
+    }
+    assert_eq!(
+        upstream.connection_count(),
+        0,
+        "a refused request reached the upstream"
+    );
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[("status", "501"), ("outcome", "ok")]
+        ),
+        cases.len() as f64
+    );
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+}
+
+#[tokio::test]
+async fn an_upgrade_request_is_forwarded_as_a_plain_request_without_upgrade() {
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let request = "GET /v1/models HTTP/1.1\r\nhost: t\r\nconnection: Upgrade, HTTP2-Settings, close\r\n\
+        upgrade: websocket\r\nhttp2-settings: AAMAAABkAAQAoAAAAAIAAAAA\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+    let answer = raw_exchange(proxy.proxy_addr(), request.as_bytes()).await;
+    let (head, body) = raw_split(&answer);
+    assert_eq!(raw_status(&answer), 200, "{head}");
+    assert_eq!(body, b"{}");
+    let seen = &upstream.requests()[0];
+    assert!(seen.header("upgrade").is_empty(), "{}", seen.head);
+    assert!(seen.header("http2-settings").is_empty(), "{}", seen.head);
+    assert!(seen.header("connection").is_empty(), "{}", seen.head);
+}
+
+#[tokio::test]
+async fn a_content_length_with_leading_zeros_goes_upstream_as_its_plain_decimal() {
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let request = "POST /v1/embeddings HTTP/1.1\r\nhost: t\r\ncontent-length: 007\r\nconnection: close\r\n\r\n{\"a\":1}";
+    let answer = raw_exchange(proxy.proxy_addr(), request.as_bytes()).await;
+    assert_eq!(raw_status(&answer), 200);
+    let seen = &upstream.requests()[0];
+    assert_eq!(seen.header("content-length"), ["7"], "{}", seen.head);
+    assert_eq!(seen.body, b"{\"a\":1}");
+}
+
+#[tokio::test]
+async fn an_h2_connect_is_answered_501_and_never_forwarded() {
+    let upstream = upstream(|_| ok_stream()).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    let (mut h2, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .expect("h2 handshake");
+    tokio::spawn(conn);
+    let request = http::Request::connect("169.254.169.254:443")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .expect("request");
+    let response = h2.send_request(request).await.expect("h2 response");
+    assert_eq!(response.status(), 501);
+    assert_eq!(upstream.connection_count(), 0);
+}

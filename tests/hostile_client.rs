@@ -1,8 +1,9 @@
 //! Clients that try to hold more than their share: many requests or h2 streams parked on slow
 //! answers, request bodies that start and never finish, heads that never finish, heads with too many
-//! headers. Each case proves the bound (the upstream-connection cap, the h2 stream limit, the
-//! request-body idle timer, the head limits), what the client got, what the upstream saw, and the
-//! counter an operator sees on `/metrics`.
+//! headers, more connections than there are file descriptors. Each case proves the bound (the
+//! upstream-connection cap, the h2 stream limit, the request-body idle timer, the head limits, the
+//! accept loop's backoff), what the client got, what the upstream saw, and what an operator sees on
+//! `/metrics` or in the log.
 
 mod support;
 
@@ -445,4 +446,94 @@ async fn a_request_body_stalling_under_a_streaming_answer_breaks_the_stream_and_
     let m = scrape(&proxy).await;
     let timed_out = [("status", "200"), ("outcome", "timeout")];
     assert_eq!(m.get("tokentap_requests_total", &timed_out), 1.0);
+}
+
+/// The binary, run under `ulimit -n 48`, with an unreachable upstream; returns it and its proxy address.
+#[cfg(unix)]
+fn tokentap_with_few_fds() -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStderr>,
+    String,
+) {
+    use std::io::BufRead;
+    let yaml = "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: http://127.0.0.1:9\ntokenizer_dirs: []\n";
+    let dir = std::env::temp_dir().join(format!("tokentap-emfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let config = dir.join("tokentap.yaml");
+    std::fs::write(&config, yaml).expect("write config");
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", "ulimit -n 48 && exec \"$0\" --config \"$1\""])
+        .arg(env!("CARGO_BIN_EXE_tokentap"))
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn tokentap");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut log = String::new();
+    for _ in 0..20 {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        log.push_str(&line);
+        if let Some((_, rest)) = line.split_once("listen=") {
+            let addr = rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            return (child, stderr, addr);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("tokentap did not log its address:\n{log}");
+}
+
+#[cfg(unix)]
+#[test]
+fn out_of_file_descriptors_the_accept_loop_warns_once_per_interval_and_recovers() {
+    use std::io::{Read, Write};
+    let (mut child, mut stderr, addr) = tokentap_with_few_fds();
+    // Far more connections than tokentap has descriptors left: the rest wait in the backlog and every
+    // accept fails with EMFILE, retried every 50 ms.
+    let held: Vec<_> = (0..80)
+        .filter_map(|_| std::net::TcpStream::connect(&addr).ok())
+        .collect();
+    assert!(held.len() > 48, "only {} connections", held.len());
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(held);
+    // With descriptors free again it serves (the upstream is unreachable: a 502 is an answer).
+    let mut served = String::new();
+    for _ in 0..50 {
+        if let Ok(mut stream) = std::net::TcpStream::connect(&addr) {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let request = "GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
+            let _ = stream.write_all(request.as_bytes());
+            served.clear();
+            let _ = stream.read_to_string(&mut served);
+            if served.starts_with("HTTP/1.1 502") {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut log = String::new();
+    let _ = stderr.read_to_string(&mut log);
+    assert!(served.starts_with("HTTP/1.1 502"), "{served}\n{log}");
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("accepting connections fails"))
+        .collect();
+    // About 30 failed accepts in 1.5 s: one line, at the first, not one per retry.
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(warnings[0].contains("failed=1"), "{}", warnings[0]);
+    assert!(
+        warnings[0].contains("listener=\"proxy\""),
+        "{}",
+        warnings[0]
+    );
 }

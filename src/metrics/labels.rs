@@ -26,9 +26,9 @@ const MAX_MODEL_LEN: usize = 200;
 
 /// Status codes that keep their own `status` label value; every other code is counted under its class
 /// (`1xx` … `5xx`), so an upstream cannot create label values by answering odd codes.
-const EXACT_STATUSES: [&str; 15] = [
-    "200", "204", "400", "401", "403", "404", "408", "413", "422", "429", "431", "500", "502",
-    "503", "504",
+const EXACT_STATUSES: [&str; 16] = [
+    "200", "204", "400", "401", "403", "404", "408", "413", "422", "429", "431", "500", "501",
+    "502", "503", "504",
 ];
 const STATUS_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 /// No response head reached the client.
@@ -273,7 +273,7 @@ mod tests {
         );
         assert_eq!(status_label(None), "none");
         let all: HashSet<&str> = status_labels().collect();
-        assert_eq!(all.len(), 21);
+        assert_eq!(all.len(), 22);
         for code in 100..=999 {
             assert!(all.contains(label(code)), "{code}");
         }

@@ -32,6 +32,8 @@ pub enum Step {
 pub struct RecordedRequest {
     pub head: String,
     pub body: Vec<u8>,
+    /// The trailer section of a chunked body, as its lines came (each ending in CRLF).
+    pub trailers: String,
 }
 
 impl RecordedRequest {
@@ -210,7 +212,7 @@ async fn read_request<R: AsyncRead + Unpin>(
     buf.drain(..head_end);
     let request = RecordedRequest {
         head,
-        body: Vec::new(),
+        ..RecordedRequest::default()
     };
     let chunked = request
         .header("transfer-encoding")
@@ -221,12 +223,16 @@ async fn read_request<R: AsyncRead + Unpin>(
         .first()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let body = if chunked {
+    let (body, trailers) = if chunked {
         read_chunked(rd, buf).await?
     } else {
-        read_exact_buffered(rd, buf, length).await?
+        (read_exact_buffered(rd, buf, length).await?, String::new())
     };
-    Some(RecordedRequest { body, ..request })
+    Some(RecordedRequest {
+        body,
+        trailers,
+        ..request
+    })
 }
 
 async fn fill<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut Vec<u8>) -> Option<()> {
@@ -250,8 +256,12 @@ async fn read_exact_buffered<R: AsyncRead + Unpin>(
     Some(buf.drain(..n).collect())
 }
 
-async fn read_chunked<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
+async fn read_chunked<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    buf: &mut Vec<u8>,
+) -> Option<(Vec<u8>, String)> {
     let mut body = Vec::new();
+    let mut trailers = String::new();
     loop {
         let line_end = loop {
             if let Some(pos) = buf.windows(2).position(|w| w == b"\r\n") {
@@ -271,10 +281,11 @@ async fn read_chunked<R: AsyncRead + Unpin>(rd: &mut R, buf: &mut Vec<u8>) -> Op
                     }
                     fill(rd, buf).await?;
                 };
-                buf.drain(..pos + 2);
+                let line: Vec<u8> = buf.drain(..pos + 2).collect();
                 if pos == 0 {
-                    return Some(body);
+                    return Some((body, trailers));
                 }
+                trailers.push_str(&String::from_utf8_lossy(&line));
             }
         }
         let data = read_exact_buffered(rd, buf, size + 2).await?;
