@@ -18,14 +18,14 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::config::{Metering, Slo};
-use crate::dialect::{Api, Dialect};
-use crate::meter::{Format, Meter};
-use crate::metrics::{status_label, Metrics, Series};
-use crate::slo::{judge, Measured};
+use crate::decode::dialect::{Api, Dialect};
+use crate::decode::meter::{Format, Meter};
+use crate::decode::tokenizer::{TextCount, Tokenizers};
+use crate::decode::tokens::{output_tokens, Offered, TokenSource};
+use crate::record::metrics::{status_label, Metrics, Series};
+use crate::record::slo::{judge, Measured};
+use crate::record::timeline::{Mark, Timeline};
 use crate::tap::ModelSlot;
-use crate::timeline::{Mark, Timeline};
-use crate::tokenizer::{TextCount, Tokenizers};
-use crate::tokens::{output_tokens, Offered, TokenSource};
 
 /// How a request ended, the `outcome` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

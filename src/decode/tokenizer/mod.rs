@@ -18,7 +18,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::dialect::ChoiceTexts;
+use crate::decode::dialect::ChoiceTexts;
 
 pub mod discover;
 mod registry;
@@ -259,7 +259,8 @@ mod tests {
             (0, "world"),
         ];
         for (choice, piece) in pieces {
-            let mut output = crate::dialect::EventOutput::new(Some(&mut texts), &mut choices);
+            let mut output =
+                crate::decode::dialect::EventOutput::new(Some(&mut texts), &mut choices);
             output.choice(choice);
             output.push(piece);
         }

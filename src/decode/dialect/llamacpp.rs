@@ -13,8 +13,8 @@ use serde::Deserialize;
 
 use super::text::Text;
 use super::{Dialect, EventKind, EventOutput, Observations};
-use crate::json_scan::FieldScanner;
-use crate::sse::SseEvent;
+use crate::decode::json_scan::FieldScanner;
+use crate::decode::sse::SseEvent;
 
 #[derive(Debug, Default)]
 pub struct LlamaCpp;
@@ -109,7 +109,7 @@ mod tests {
     use super::*;
 
     fn classify(data: &str) -> (EventKind, Observations, String) {
-        crate::dialect::classify_with(&mut LlamaCpp, data)
+        crate::decode::dialect::classify_with(&mut LlamaCpp, data)
     }
 
     #[test]

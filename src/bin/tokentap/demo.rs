@@ -23,7 +23,7 @@ use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use crate::config::{Ceilings, Config};
+use tokentap::config::{Ceilings, Config};
 
 /// The models the demo server pretends to serve: name, base TTFT, base inter-token gap.
 const MODELS: [(&str, Duration, Duration); 2] = [
@@ -82,7 +82,7 @@ pub enum DemoError {
     #[error("starting the embedded model server: {0}")]
     Upstream(std::io::Error),
     #[error(transparent)]
-    Start(#[from] crate::StartError),
+    Start(#[from] tokentap::StartError),
 }
 
 /// Runs the demo until Ctrl-C, or for `duration` when given.
@@ -96,7 +96,7 @@ pub async fn run(mut config: Config, duration: Option<Duration>) -> Result<(), D
             "bad embedded address",
         ))
     })?;
-    let running = crate::start(&config).await?;
+    let running = tokentap::start(&config).await?;
     let proxy = running.proxy_addr();
     let metrics = running.metrics_addr();
     let shown = |addr: SocketAddr| {
@@ -117,8 +117,8 @@ pub async fn run(mut config: Config, duration: Option<Duration>) -> Result<(), D
         tokio::spawn(client_loop(shown(proxy), worker));
     }
     // Stops on Ctrl-C or SIGTERM (as `docker stop` sends), or after `duration`.
-    let signal = crate::server::shutdown_signal();
-    crate::server::ignore_hangups();
+    let signal = tokentap::net::server::shutdown_signal();
+    tokentap::net::server::ignore_hangups();
     match duration {
         Some(duration) => tokio::select! {
             _ = tokio::time::sleep(duration) => {},

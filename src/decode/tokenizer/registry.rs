@@ -290,7 +290,7 @@ mod tests {
     use super::super::discover::tests::Scratch;
     use super::*;
 
-    const WORDS: &str = include_str!("../../tests/fixtures/tokenizer/words.json");
+    const WORDS: &str = include_str!("../../../tests/fixtures/tokenizer/words.json");
 
     fn config(yaml: &str) -> Config {
         Config::from_yaml_str(yaml).expect("config")

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::exchange::Recorder;
+use crate::record::exchange::Recorder;
 
 /// How long a shutdown waits, once it has cut what was left, for those requests to be recorded.
 const CUT_SETTLE: Duration = Duration::from_secs(1);

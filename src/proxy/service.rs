@@ -6,7 +6,7 @@
 //! with 413 before anything is sent upstream, and the wait for the response head is bounded by
 //! `timeouts.response_headers` and by a shutdown's grace period. What tokentap does not forward is
 //! refused before anything is sent upstream: `CONNECT` and transfer codings other than `chunked` (501), a
-//! target that would leave the upstream's path prefix (400, [`crate::request_target`]). An upstream status
+//! target that would leave the upstream's path prefix (400, [`crate::proxy::request_target`]). An upstream status
 //! HTTP does not define (over 599), or a `101` nobody asked for, is answered 502.
 //!
 //! Every forwarded request, HTTP/1.1 or h2 stream, is its own upstream request, so each takes one of
@@ -27,15 +27,15 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::dialect;
+use crate::decode::dialect;
 use crate::error::ProxyError;
-use crate::exchange::{Exchange, ExchangeGuard, Outcome, Recorder};
-use crate::hop_by_hop::{self, Direction, NextHop};
-use crate::repeated::RepeatedWarning;
-use crate::request_target::{self, Target, TargetError};
-use crate::shutdown::{Phase, Shutdown};
+use crate::net::repeated::RepeatedWarning;
+use crate::net::shutdown::{Phase, Shutdown};
+use crate::proxy::hop_by_hop::{self, Direction, NextHop};
+use crate::proxy::request_target::{self, Target, TargetError};
+use crate::proxy::upstream::UpstreamClient;
+use crate::record::exchange::{Exchange, ExchangeGuard, Outcome, Recorder};
 use crate::tap::{MeteredBody, ModelSlot, RequestTap};
-use crate::upstream::UpstreamClient;
 
 /// How long a request the upstream refused may take to yield its `model` before the error answer goes out.
 const LEFTOVER_READ_LIMIT: Duration = Duration::from_millis(250);

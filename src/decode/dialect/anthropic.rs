@@ -23,8 +23,8 @@ use serde::Deserialize;
 
 use super::text::Text;
 use super::{Dialect, EventKind, EventOutput, Observations};
-use crate::json_scan::FieldScanner;
-use crate::sse::SseEvent;
+use crate::decode::json_scan::FieldScanner;
+use crate::decode::sse::SseEvent;
 
 /// The last cumulative value of each input field, summed when any changes.
 #[derive(Debug, Default)]
@@ -196,7 +196,7 @@ mod tests {
     use super::*;
 
     fn classify(data: &str) -> (EventKind, Observations, String) {
-        crate::dialect::classify_with(&mut Anthropic::default(), data)
+        crate::decode::dialect::classify_with(&mut Anthropic::default(), data)
     }
 
     #[test]

@@ -29,15 +29,15 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
-use crate::client_conn::{Activity, TimedIo, Tracked};
 use crate::config::{Config, Limits, Timeouts};
-use crate::exchange::Recorder;
-use crate::metrics::{Metrics, Refusals};
+use crate::decode::tokenizer::Tokenizers;
+use crate::net::client_conn::{Activity, TimedIo, Tracked};
+use crate::net::repeated::RepeatedWarning;
+use crate::net::shutdown::{self, Drained, Phase, Shutdown};
+use crate::proxy::upstream;
 use crate::proxy::Proxy;
-use crate::repeated::RepeatedWarning;
-use crate::shutdown::{self, Drained, Phase, Shutdown};
-use crate::tokenizer::Tokenizers;
-use crate::upstream;
+use crate::record::exchange::Recorder;
+use crate::record::metrics::{Metrics, Refusals};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {

@@ -11,11 +11,11 @@
 use http::HeaderValue;
 
 use crate::config::Metering;
-use crate::dialect::{Dialect, EventKind, EventOutput, Observations};
-use crate::json_scan::FieldScanner;
-use crate::ndjson::NdjsonFramer;
-use crate::sse::{SseEvent, SseFramer};
-use crate::tokenizer::TextCount;
+use crate::decode::dialect::{Dialect, EventKind, EventOutput, Observations};
+use crate::decode::json_scan::FieldScanner;
+use crate::decode::ndjson::NdjsonFramer;
+use crate::decode::sse::{SseEvent, SseFramer};
+use crate::decode::tokenizer::TextCount;
 
 /// Largest raw top-level value (e.g. `usage`) kept from a non-streaming body.
 const MAX_BODY_FIELD_BYTES: usize = 4096;
@@ -249,7 +249,7 @@ impl Meter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dialect::detect;
+    use crate::decode::dialect::detect;
 
     /// Feeds a frame; the number of output marks it made.
     fn feed(meter: &mut Meter, bytes: &[u8]) -> usize {

@@ -1,6 +1,8 @@
 //! The `tokentap` command: parses the command line, loads the config and hands over to the library.
 #![forbid(unsafe_code)]
 
+mod demo;
+
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -64,7 +66,7 @@ fn main() -> ExitCode {
 fn load(cli: &Cli, demo: bool) -> Result<Config, String> {
     let mut config = match &cli.config {
         Some(path) => Config::load(path).map_err(|e| e.to_string())?,
-        None if demo => tokentap::demo::default_config(),
+        None if demo => demo::default_config(),
         None => Config::default(),
     };
     if let Some(listen) = cli.listen {
@@ -92,7 +94,7 @@ fn execute(cli: Cli) -> Result<(), String> {
     match &cli.command {
         Some(Command::CheckConfig { file }) => {
             let config = Config::load(file).map_err(|e| e.to_string())?;
-            let tokenizers = tokentap::tokenizer::Tokenizers::load(&config)
+            let tokenizers = tokentap::decode::tokenizer::Tokenizers::load(&config)
                 .map_err(|e| format!("{}: {e}", file.display()))?;
             println!(
                 "{}: ok (upstream {}, listen {}, metrics {}, {} per-model SLO override(s), {} tokenizer(s))",
@@ -115,7 +117,7 @@ fn execute(cli: Cli) -> Result<(), String> {
                 .transpose()?;
             let config = load(&cli, true)?;
             runtime()?
-                .block_on(tokentap::demo::run(config, duration))
+                .block_on(demo::run(config, duration))
                 .map_err(|e| e.to_string())
         }
         None => {

@@ -1,13 +1,13 @@
 //! Incremental newline-delimited JSON framer (Ollama's `application/x-ndjson` streams).
 //!
-//! The NDJSON counterpart of [`crate::sse::SseFramer`]: fed every body frame as it passes (cut at
+//! The NDJSON counterpart of [`crate::decode::sse::SseFramer`]: fed every body frame as it passes (cut at
 //! arbitrary byte positions by the network), it calls back once per complete line, without its LF
 //! and without a CR before it. Lines holding only whitespace are skipped. It works on raw bytes, so
 //! any payload passes unchanged. Memory is bounded the same way as the SSE framer's: it holds only
 //! the unfinished line, and once a line would exceed `max_line_bytes` it frees its buffer and refuses
 //! all further input ([`Overflow`]), so a broken stream costs no more than the bound.
 
-use crate::sse::Overflow;
+use crate::decode::sse::Overflow;
 
 /// Buffers whose capacity grew beyond this are shrunk once their content has been consumed.
 const SHRINK_ABOVE: usize = 16 * 1024;
@@ -179,7 +179,7 @@ mod tests {
 
     #[test]
     fn ollama_capture_gives_one_line_per_object_however_split() {
-        let stream = include_bytes!("../tests/fixtures/ollama/chat-stream.ndjson");
+        let stream = include_bytes!("../../tests/fixtures/ollama/chat-stream.ndjson");
         let expected: Lines = stream
             .split(|&b| b == b'\n')
             .filter(|l| !l.is_empty())

@@ -20,8 +20,8 @@ mod tgi;
 #[cfg(test)]
 mod fixtures;
 
-use crate::json_scan::FieldScanner;
-use crate::sse::SseEvent;
+use crate::decode::json_scan::FieldScanner;
+use crate::decode::sse::SseEvent;
 
 /// The `api` label: a closed set, so clients cannot vary it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

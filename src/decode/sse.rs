@@ -356,7 +356,7 @@ mod tests {
 
     #[test]
     fn vllm_capture_gives_19_events_ending_with_done() {
-        let stream = include_bytes!("../tests/fixtures/openai/vllm-0.32-chat-stream.sse");
+        let stream = include_bytes!("../../tests/fixtures/openai/vllm-0.32-chat-stream.sse");
         for size in [stream.len(), 1, 7, 64, 1000] {
             let chunks: Vec<&[u8]> = stream.chunks(size).collect();
             let got = events(&chunks);

@@ -18,8 +18,8 @@ use serde::Deserialize;
 
 use super::text::Text;
 use super::{Dialect, EventKind, EventOutput, Observations};
-use crate::json_scan::FieldScanner;
-use crate::sse::SseEvent;
+use crate::decode::json_scan::FieldScanner;
+use crate::decode::sse::SseEvent;
 
 #[derive(Debug, Default)]
 pub struct OpenAi;
@@ -219,16 +219,16 @@ mod tests {
     use super::*;
 
     fn classify(data: &str) -> (EventKind, Observations) {
-        let (kind, obs, _) = crate::dialect::classify_with(&mut OpenAi, data);
+        let (kind, obs, _) = crate::decode::dialect::classify_with(&mut OpenAi, data);
         (kind, obs)
     }
 
     fn text_of(data: &str) -> String {
-        crate::dialect::classify_with(&mut OpenAi, data).2
+        crate::decode::dialect::classify_with(&mut OpenAi, data).2
     }
 
     fn choices_of(data: &str) -> Vec<u32> {
-        crate::dialect::classify_choices(&mut OpenAi, data).3
+        crate::decode::dialect::classify_choices(&mut OpenAi, data).3
     }
 
     #[test]
@@ -254,7 +254,7 @@ mod tests {
         // No index: the only answer, choice 0. A huge index cannot grow the per-stream state.
         assert_eq!(choices_of(r#"{"choices":[{"text":"x"}]}"#), vec![0]);
         let huge = r#"{"choices":[{"index":4000000000,"text":"x"}]}"#;
-        assert_eq!(choices_of(huge), vec![crate::dialect::MAX_CHOICE]);
+        assert_eq!(choices_of(huge), vec![crate::decode::dialect::MAX_CHOICE]);
     }
 
     #[test]

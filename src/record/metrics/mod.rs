@@ -18,7 +18,7 @@ use prometheus::{
 };
 
 use crate::config::{Config, SloKind};
-use crate::dialect::Api;
+use crate::decode::dialect::Api;
 
 mod bound;
 mod labels;
