@@ -131,14 +131,14 @@ fn fixtures() -> Vec<Fixture> {
             source: "usage",
         },
         // Real vLLM 0.32 streams (tests/fixtures/vllm/README.md).
-        vllm(
+        tiny_llama(
             "vLLM chat, no usage",
             include_bytes!("fixtures/vllm/chat-stream.sse"),
             8,
             (1, 6, 6),
             (6, 0, "chunks"),
         ),
-        vllm(
+        tiny_llama(
             "vLLM chat, usage",
             include_bytes!("fixtures/vllm/chat-stream-usage.sse"),
             9,
@@ -167,7 +167,7 @@ fn fixtures() -> Vec<Fixture> {
             path: "/v1/completions",
             request: r#"{"model":"tiny-llama","prompt":"hi","stream":true}"#,
             labels: [("model", "tiny-llama"), ("api", "completions")],
-            ..vllm(
+            ..tiny_llama(
                 "vLLM completions, usage",
                 include_bytes!("fixtures/vllm/completions-stream-usage.sse"),
                 8,
@@ -179,7 +179,7 @@ fn fixtures() -> Vec<Fixture> {
             path: "/v1/responses",
             request: r#"{"model":"tiny-llama","input":"hi","stream":true}"#,
             labels: [("model", "tiny-llama"), ("api", "responses")],
-            ..vllm(
+            ..tiny_llama(
                 "vLLM Responses",
                 include_bytes!("fixtures/vllm/responses-stream.sse"),
                 14,
@@ -191,7 +191,7 @@ fn fixtures() -> Vec<Fixture> {
             path: "/v1/messages",
             request: r#"{"model":"tiny-llama","max_tokens":6,"messages":[{"role":"user","content":"hi"}],"stream":true}"#,
             labels: [("model", "tiny-llama"), ("api", "messages")],
-            ..vllm(
+            ..tiny_llama(
                 "vLLM Messages",
                 include_bytes!("fixtures/vllm/messages-stream.sse"),
                 11,
@@ -199,12 +199,34 @@ fn fixtures() -> Vec<Fixture> {
                 (6, 30, "usage"),
             )
         },
+        // Real llama-cpp-python 0.3.36 streams (tests/fixtures/llamacpp-python/README.md): no usage, N
+        // from the chunks; the completions stream has empty-text chunks, which carry no output.
+        tiny_llama(
+            "llama-cpp-python chat",
+            include_bytes!("fixtures/llamacpp-python/chat-stream.sse"),
+            9,
+            (1, 6, 6),
+            (6, 0, "chunks"),
+        ),
+        Fixture {
+            path: "/v1/completions",
+            request: r#"{"model":"tiny-llama","prompt":"hi","stream":true}"#,
+            labels: [("model", "tiny-llama"), ("api", "completions")],
+            ..tiny_llama(
+                "llama-cpp-python completions",
+                include_bytes!("fixtures/llamacpp-python/completions-stream.sse"),
+                9,
+                (0, 6, 6),
+                (6, 0, "chunks"),
+            )
+        },
     ]
 }
 
-/// A vLLM stream of one choice (tests/fixtures/vllm/), as a chat stream: its events, (first output,
-/// last output, outputs) and (N, input tokens, token_source).
-fn vllm(
+/// A stream of one choice from the conformance suite's tiny model (tests/fixtures/vllm/,
+/// llamacpp-python/), as a chat stream: its events, (first output, last output, outputs) and (N, input
+/// tokens, token_source).
+fn tiny_llama(
     name: &'static str,
     bytes: &'static [u8],
     events: usize,

@@ -13,6 +13,7 @@ import importlib.metadata
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -268,6 +269,8 @@ def main():
     p.add_argument("--reuse-vllm", metavar="URL", help="use a vLLM already running there (for work on the suite)")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    # run.sh's timeout sends SIGTERM: stop the servers on the way out rather than leave vLLM running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("conformance.py: terminated"))
     started = time.monotonic()
     vllm = tokentap = relayed = None
     suite = None

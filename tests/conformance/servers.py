@@ -35,6 +35,14 @@ class Process:
         )
 
     def wait_ready(self, url, timeout):
+        """Waits for `url` to answer 200; stops the process if it does not (or on SIGTERM meanwhile)."""
+        try:
+            self._wait_ready(url, timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, url, timeout):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -78,6 +78,11 @@ fn cases() -> Vec<Case> {
             Some(17), Some("tiny-llama"), "ARRA.ARRA.ARRA."),
         case(fixture!("vllm/responses-stream.sse"), "/v1/responses", Format::Sse, 6, Some(6), Some(30),
             Some("tiny-llama"), " AS> AS> AS>"),
+        // Real llama-cpp-python 0.3.36 streams (tests/fixtures/llamacpp-python/README.md): no usage.
+        case(fixture!("llamacpp-python/chat-stream.sse"), "/v1/chat/completions", Format::Sse, 6,
+            None, None, Some("tiny-llama"), "less respectDITIONS Exhibit documentsRE"),
+        case(fixture!("llamacpp-python/completions-stream.sse"), "/v1/completions", Format::Sse, 6,
+            None, None, Some("tiny-llama"), "readreadreadwideread document"),
         case(fixture!("vllm/messages-stream.sse"), "/v1/messages", Format::Sse, 6, Some(6), Some(30),
             Some("tiny-llama"), " AS> AS> AS>"),
     ]
