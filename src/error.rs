@@ -1,5 +1,5 @@
 //! What can go wrong on the data path before a response exists, and the one place that maps each case to
-//! the HTTP answer the client gets and the `outcome` the request is counted with.
+//! the HTTP answer the client gets (its `outcome` is decided with every other end, in `record::outcome`).
 
 use std::error::Error as StdError;
 use std::io;
@@ -10,7 +10,6 @@ use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 
 use crate::config::format_duration;
-use crate::record::exchange::Outcome;
 use crate::tap::ModelSlot;
 
 #[derive(Debug, thiserror::Error)]
@@ -92,24 +91,6 @@ impl ProxyError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ProxyError::NotImplemented { .. } => StatusCode::NOT_IMPLEMENTED,
-        }
-    }
-
-    pub fn outcome(&self) -> Outcome {
-        match self {
-            ProxyError::UpstreamUnreachable { .. }
-            | ProxyError::UpstreamFailed { .. }
-            | ProxyError::UpstreamBadStatus { .. } => Outcome::UpstreamError,
-            ProxyError::UpstreamConnectTimeout { .. }
-            | ProxyError::UpstreamHeadersTimeout { .. }
-            | ProxyError::RequestBodyIdle { .. }
-            | ProxyError::ShutdownCut => Outcome::Timeout,
-            ProxyError::ClientBodyBroken => Outcome::Cancelled,
-            // A complete answer to a request tokentap refused: the status says it was refused.
-            ProxyError::RequestBodyTooLarge { .. }
-            | ProxyError::UpstreamOverloaded { .. }
-            | ProxyError::BadTarget { .. }
-            | ProxyError::NotImplemented { .. } => Outcome::Ok,
         }
     }
 

@@ -123,6 +123,28 @@ impl Reading {
     }
 }
 
+/// What the meter hands over at the end of the body: everything the exchange records from the decoding.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MeterReport {
+    /// A stream of events (SSE or NDJSON), as opposed to one JSON body.
+    pub streaming: bool,
+    /// Why metering switched off, if it did; the figures below are then not to be trusted.
+    pub skipped: Option<SkipReason>,
+    /// The server reported an error inside the stream.
+    pub error_event: bool,
+    /// The API's terminal event passed.
+    pub terminal_event: bool,
+    /// The server's output tokens (`completion_tokens`, `output_tokens`, `eval_count`, …).
+    pub usage_output_tokens: Option<u64>,
+    /// The reasoning tokens the usage details report.
+    pub reasoning_tokens: Option<u64>,
+    /// The server's input tokens.
+    pub input_tokens: Option<u64>,
+    /// The tokenizer's count of the streamed output text; only counted for a stream without usage,
+    /// the one case where it is used.
+    pub tokenizer_count: Option<u64>,
+}
+
 pub struct Meter {
     framing: Framing,
     reading: Reading,
@@ -195,8 +217,31 @@ impl Meter {
 
     /// Called once at the end of the body (`complete`: it ended normally). A JSON body's fields are
     /// read now, and an NDJSON stream's last line if it had no LF, whose outputs are appended to
-    /// `marks`. An SSE body that held no event at all is reported as malformed here.
-    pub fn finish(&mut self, complete: bool, marks: &mut Vec<u32>) {
+    /// `marks`. An SSE body that held no event at all is reported as malformed here. Returns the
+    /// meter's [`MeterReport`].
+    pub fn finish(&mut self, complete: bool, marks: &mut Vec<u32>) -> MeterReport {
+        self.flush(complete, marks);
+        let streaming = self.is_streaming();
+        let reading = &mut self.reading;
+        let obs = &reading.obs;
+        let counts_text = streaming && reading.skipped.is_none() && obs.output_tokens.is_none();
+        MeterReport {
+            streaming,
+            skipped: reading.skipped,
+            error_event: reading.error_event,
+            terminal_event: obs.ended,
+            usage_output_tokens: obs.output_tokens,
+            reasoning_tokens: obs.reasoning_tokens,
+            input_tokens: obs.input_tokens,
+            tokenizer_count: if counts_text {
+                reading.text.finish()
+            } else {
+                None
+            },
+        }
+    }
+
+    fn flush(&mut self, complete: bool, marks: &mut Vec<u32>) {
         let Meter { framing, reading } = self;
         match framing {
             Framing::Json(scanner) => reading.dialect.on_body(scanner, &mut reading.obs),
@@ -220,11 +265,6 @@ impl Meter {
             }
             Framing::Ndjson(_) => {}
         }
-    }
-
-    /// The tokenizer's count of the output text, when one counted it (call after [`Meter::finish`]).
-    pub fn tokenizer_count(&mut self) -> Option<u64> {
-        self.reading.text.finish()
     }
 
     pub fn observations(&self) -> &Observations {

@@ -34,7 +34,8 @@ use crate::net::shutdown::{Phase, Shutdown};
 use crate::proxy::hop_by_hop::{self, Direction, NextHop};
 use crate::proxy::request_target::{self, Target, TargetError};
 use crate::proxy::upstream::UpstreamClient;
-use crate::record::exchange::{Exchange, ExchangeGuard, Outcome, Recorder};
+use crate::record::exchange::{Exchange, ExchangeGuard, Recorder};
+use crate::record::outcome::End;
 use crate::tap::{MeteredBody, ModelSlot, RequestTap};
 
 /// How long a request the upstream refused may take to yield its `model` before the error answer goes out.
@@ -201,7 +202,7 @@ impl Proxy {
                     exchange.on_response(parts.status, parts.headers.get(header::CONTENT_TYPE));
                 }
                 if body.is_end_stream() {
-                    guard.finish(Outcome::Ok);
+                    guard.finish(End::Complete);
                 }
                 let cut = inner.shutdown.reached(Phase::Cut);
                 let body = MeteredBody::new(body, guard, inner.idle, cut);
@@ -222,7 +223,7 @@ fn refuse(guard: &mut ExchangeGuard, error: &ProxyError) -> Response<ProxyBody> 
     if let Some(exchange) = guard.get_mut() {
         exchange.on_response(response.status(), None);
     }
-    guard.finish(error.outcome());
+    guard.finish(End::Refused(error));
     response.map(Either::Right)
 }
 

@@ -1,5 +1,7 @@
 //! One request/response exchange from t_arrive to t_end: the timeline, the meter and the labels of a
-//! request, and the single place where a finished request is recorded (metrics, SLO verdict, log line).
+//! request, and the single place where a finished request is recorded: its outcome is classified
+//! (`record::outcome`), its record concluded (`record::finished`, pure) and written to the metrics and
+//! the log line here.
 //!
 //! The state lives in an [`ExchangeGuard`]: first inside the forwarding future, then inside the response
 //! body. Whichever way the exchange ends — the body's last frame, an upstream error, or the guard being
@@ -21,35 +23,12 @@ use crate::config::{Metering, Slo};
 use crate::decode::dialect::{Api, Dialect};
 use crate::decode::meter::{Format, Meter};
 use crate::decode::tokenizer::{TextCount, Tokenizers};
-use crate::decode::tokens::{output_tokens, Offered, TokenSource};
+use crate::decode::tokens::TokenSource;
+use crate::record::finished::{conclude, FinishedRecord};
 use crate::record::metrics::{status_label, Metrics, Series};
-use crate::record::slo::{judge, Measured};
+use crate::record::outcome::{classify, End, Outcome, Seen};
 use crate::record::timeline::{Mark, Timeline};
 use crate::tap::ModelSlot;
-
-/// How a request ended, the `outcome` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// The response ended normally (whatever its status).
-    Ok,
-    /// The client went away before the response ended.
-    Cancelled,
-    /// The upstream could not be reached, broke the stream, or reported an error inside it.
-    UpstreamError,
-    /// A timeout cut the request.
-    Timeout,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::Cancelled => "cancelled",
-            Outcome::UpstreamError => "upstream_error",
-            Outcome::Timeout => "timeout",
-        }
-    }
-}
 
 /// What every exchange records into: the metrics, the SLO ceilings, the metering bounds and the
 /// configured tokenizers.
@@ -179,69 +158,73 @@ impl Exchange {
         })
     }
 
-    fn finish(mut self, mut outcome: Outcome, mut end: Instant) {
+    /// Ends the exchange as `end` at `now`: classifies the outcome, has the meter hand over its report,
+    /// concludes the [`FinishedRecord`] and writes it out.
+    fn finish(mut self, end: End<'_>, now: Instant) {
         self.in_flight.dec();
         self.upstream_permit.take();
-        // The upstream's answer broke because tokentap cut the client's stalled body under it.
-        if outcome == Outcome::UpstreamError && self.request_model.body_idle() {
-            outcome = Outcome::Timeout;
-        }
-        let recorder = self.recorder.clone();
-        let metrics = &recorder.metrics;
-        let mut streaming = false;
-        let mut tokens = None;
-        let mut input_tokens = None;
-        let mut source = None;
-        if let (Outcome::Cancelled, Some(ended)) = (outcome, self.ended) {
-            outcome = Outcome::Ok;
-            end = ended;
-        }
+        let terminal_event = self.ended;
+        let seen = Seen {
+            terminal_event: terminal_event.is_some(),
+            error_event: false,
+            request_body_idle: self.request_model.body_idle(),
+        };
+        // The body was delivered whole (the decoder's own say comes with its report).
+        let complete = classify(end, seen) == Outcome::Ok;
+        // A client that left after the terminal event had the whole answer when that event passed.
+        let t_end = match (end, terminal_event) {
+            (End::ClientGone, Some(ended)) => ended,
+            _ => now,
+        };
+        let mut report = None;
         if let Some(meter) = self.meter.as_mut() {
-            meter.finish(outcome == Outcome::Ok, &mut self.marks);
-            self.observe_marks(end);
+            report = Some(meter.finish(complete, &mut self.marks));
+            self.observe_marks(t_end);
         }
-        if let Some(meter) = self.meter.as_mut() {
-            streaming = meter.is_streaming();
-            if meter.saw_error_event() && outcome == Outcome::Ok {
-                outcome = Outcome::UpstreamError;
-            }
-            if let Some(reason) = meter.skipped() {
-                metrics.count_metering_skipped(self.api, reason.as_str());
-                streaming = false;
-            } else {
-                let obs = meter.observations();
-                input_tokens = obs.input_tokens;
-                let offered = Offered {
-                    usage: obs.output_tokens,
-                    reasoning: obs.reasoning_tokens,
-                    events: self.timeline.output_chunks(),
-                    streaming,
-                };
-                let counted = output_tokens(offered, || meter.tokenizer_count());
-                (tokens, source) = (counted.map(|c| c.0), counted.map(|c| c.1));
-            }
-        }
-        let figures = self.timeline.figures(end, tokens.unwrap_or(0));
+        let error_event = report.as_ref().is_some_and(|r| r.error_event);
+        let outcome = classify(
+            end,
+            Seen {
+                error_event,
+                ..seen
+            },
+        );
         let series = self.series().clone();
-        let status = self
-            .status
-            .map_or_else(|| "none".to_owned(), |s| s.as_str().to_owned());
-        metrics.count_request(&series, status_label(self.status), outcome.as_str());
+        let ceilings = self.recorder.slo.ceilings_for(&series.model);
+        let record = conclude(
+            report.as_ref(),
+            &self.timeline,
+            outcome,
+            t_end,
+            self.status,
+            &ceilings,
+        );
+        self.write(&series, &record);
+    }
+
+    /// Writes a finished request to the metrics and the log line.
+    fn write(&self, series: &Series, record: &FinishedRecord) {
+        let metrics = &self.recorder.metrics;
+        let figures = &record.figures;
+        let ok = record.outcome == Outcome::Ok;
+        if let Some(reason) = record.skipped {
+            metrics.count_metering_skipped(self.api, reason.as_str());
+        }
+        metrics.count_request(series, status_label(record.status), record.outcome.as_str());
         if let Some(t) = &series.tokens {
-            if let Some(n) = tokens {
+            if let Some(n) = record.output_tokens {
                 t.output_tokens.inc_by(n);
             }
-            if let Some(source) = source {
-                metrics.count_token_source(&series, source.as_str());
+            if let Some(source) = record.token_source {
+                metrics.count_token_source(series, source.as_str());
             }
-            if let Some(n) = input_tokens {
+            if let Some(n) = record.input_tokens {
                 t.input_tokens.inc_by(n);
             }
         }
-
-        let measured = if outcome == Outcome::Ok {
+        if ok {
             series.e2e.observe(figures.e2e.as_secs_f64());
-            if let Some(t) = series.tokens.as_ref().filter(|_| streaming) {
+            if let Some(t) = series.tokens.as_ref().filter(|_| record.streaming) {
                 observe(&t.generation, figures.generation);
                 observe(&t.tpot, figures.tpot);
                 observe(&t.max_gap, figures.max_gap);
@@ -249,52 +232,31 @@ impl Exchange {
                     t.tokens_per_second.observe(rate);
                 }
             }
-            Measured {
-                ttft: figures.ttft.filter(|_| streaming),
-                tpot: figures.tpot.filter(|_| streaming),
-                itl: figures.max_gap.filter(|_| streaming),
-                e2e: Some(figures.e2e),
-            }
-        } else {
-            // Lower bounds of what the request had already waited when it broke off.
-            let open_gap = self
-                .timeline
-                .last()
-                .map(|last| end.saturating_duration_since(last));
-            Measured {
-                ttft: figures.ttft.or(Some(figures.e2e)).filter(|_| streaming),
-                tpot: None,
-                itl: figures.max_gap.max(open_gap).filter(|_| streaming),
-                e2e: Some(figures.e2e),
-            }
-        };
-        let succeeded = outcome == Outcome::Ok && self.status.is_some_and(|s| s.is_success());
-        let verdict = judge(
-            &recorder.slo.ceilings_for(&series.model),
-            &measured,
-            succeeded,
-        );
-        let slo = verdict.describe(outcome.as_str(), self.status);
-        for &kind in &verdict.missed {
-            metrics.count_violation(&series, kind);
         }
-        if verdict.goodput {
+        for &kind in &record.verdict.missed {
+            metrics.count_violation(series, kind);
+        }
+        if record.verdict.goodput {
             series.goodput.inc();
         }
+        let status = record
+            .status
+            .map_or_else(|| "none".to_owned(), |s| s.as_str().to_owned());
+        let streaming = record.streaming;
         tracing::info!(
             method = %self.method,
             path = %self.path,
             model = %series.model,
             api = self.api.as_str(),
             status = %status,
-            outcome = outcome.as_str(),
+            outcome = record.outcome.as_str(),
             ttft_ms = figures.ttft.filter(|_| streaming).map(millis),
-            tpot_ms = figures.tpot.filter(|_| streaming && outcome == Outcome::Ok).map(millis),
+            tpot_ms = figures.tpot.filter(|_| streaming && ok).map(millis),
             e2e_ms = millis(figures.e2e),
-            output_tokens = tokens,
-            token_source = source.map(TokenSource::as_str),
-            input_tokens = input_tokens,
-            slo = %slo,
+            output_tokens = record.output_tokens,
+            token_source = record.token_source.map(TokenSource::as_str),
+            input_tokens = record.input_tokens,
+            slo = %record.slo(),
             "request finished"
         );
     }
@@ -322,15 +284,16 @@ impl ExchangeGuard {
         self.0.as_mut()
     }
 
-    pub fn finish(&mut self, outcome: Outcome) {
+    /// Finishes the exchange as `end`, unless it was already finished.
+    pub fn finish(&mut self, end: End<'_>) {
         if let Some(exchange) = self.0.take() {
-            exchange.finish(outcome, Instant::now());
+            exchange.finish(end, Instant::now());
         }
     }
 }
 
 impl Drop for ExchangeGuard {
     fn drop(&mut self) {
-        self.finish(Outcome::Cancelled);
+        self.finish(End::ClientGone);
     }
 }

@@ -17,7 +17,8 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
 use super::IdleTimer;
-use crate::record::exchange::{ExchangeGuard, Outcome};
+use crate::record::exchange::ExchangeGuard;
+use crate::record::outcome::End;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -86,11 +87,11 @@ where
                         exchange.on_data(data, now);
                     }
                     if this.inner.is_end_stream() {
-                        this.exchange.finish(Outcome::Ok);
+                        this.exchange.finish(End::Complete);
                     }
                 }
-                Some(Err(_)) => this.exchange.finish(Outcome::UpstreamError),
-                None => this.exchange.finish(Outcome::Ok),
+                Some(Err(_)) => this.exchange.finish(End::UpstreamBroke),
+                None => this.exchange.finish(End::Complete),
             }
             return Poll::Ready(polled.map(|r| r.map_err(Into::into)));
         }
@@ -102,7 +103,7 @@ where
         };
         tracing::warn!(reason = %cut, "response stream cut");
         *this.cut = true;
-        this.exchange.finish(Outcome::Timeout);
+        this.exchange.finish(End::Cut);
         Poll::Ready(Some(Err(cut.into())))
     }
 

@@ -14,7 +14,7 @@ use super::status_labels;
 
 /// The gauge holding the ceiling.
 pub const LIMIT: &str = "tokentap_metrics_series_limit";
-/// The values of the `outcome` label (`exchange::Outcome`).
+/// The values of the `outcome` label (`record::outcome::Outcome`).
 const OUTCOMES: usize = 4;
 /// The values of the `token_source` label (`tokens::TokenSource`).
 const TOKEN_SOURCES: usize = 4;

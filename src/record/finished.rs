@@ -1,0 +1,350 @@
+//! The end of a request as a pure function: from the decoder's report, the timeline, the outcome and the
+//! status to a [`FinishedRecord`] holding every figure, the token count and its source, and the SLO
+//! verdict. No clock, no metrics, no log: the exchange writes the record out (`record::exchange`).
+//!
+//! The rules decided here: which token count is believed ([`output_tokens`]); which figures exist (the
+//! stream figures only for a stream metered to its end); and for a request that did not end `ok`, that
+//! TTFT and the largest gap are lower bounds of what it had already waited, so a ceiling it had already
+//! exceeded is counted as missed.
+
+use http::StatusCode;
+use tokio::time::Instant;
+
+use crate::config::Ceilings;
+use crate::decode::meter::{MeterReport, SkipReason};
+use crate::decode::tokens::{output_tokens, Offered, TokenSource};
+use crate::record::outcome::Outcome;
+use crate::record::slo::{judge, Measured, Verdict};
+use crate::record::timeline::{Figures, Timeline};
+
+/// Everything recorded about a finished request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinishedRecord {
+    pub outcome: Outcome,
+    pub status: Option<StatusCode>,
+    /// A stream of events metered to its end: the stream figures (TTFT, TPOT, gaps, tokens/s) apply.
+    pub streaming: bool,
+    /// Why metering switched off, if it did.
+    pub skipped: Option<SkipReason>,
+    /// The figures at t_end, with the output tokens below (0 when unknown).
+    pub figures: Figures,
+    pub output_tokens: Option<u64>,
+    pub token_source: Option<TokenSource>,
+    pub input_tokens: Option<u64>,
+    /// What the SLO ceilings were judged on: the figures of an `ok` request, lower bounds otherwise.
+    pub measured: Measured,
+    pub verdict: Verdict,
+}
+
+impl FinishedRecord {
+    /// The `slo` field of the log line: `met`, or why not.
+    pub fn slo(&self) -> String {
+        self.verdict.describe(self.outcome.as_str(), self.status)
+    }
+}
+
+/// The record of a request that ended at `end` with `outcome`. `report` is the decoder's, `None` when
+/// the response was not metered (not 2xx, or an unknown API); `ceilings` are those of its model.
+pub fn conclude(
+    report: Option<&MeterReport>,
+    timeline: &Timeline,
+    outcome: Outcome,
+    end: Instant,
+    status: Option<StatusCode>,
+    ceilings: &Ceilings,
+) -> FinishedRecord {
+    let metered = report.filter(|r| r.skipped.is_none());
+    let streaming = metered.is_some_and(|r| r.streaming);
+    let counted = metered.and_then(|r| {
+        let offered = Offered {
+            usage: r.usage_output_tokens,
+            reasoning: r.reasoning_tokens,
+            events: timeline.output_chunks(),
+            streaming: r.streaming,
+        };
+        output_tokens(offered, || r.tokenizer_count)
+    });
+    let figures = timeline.figures(end, counted.map_or(0, |c| c.0));
+    let stream = |d: Option<std::time::Duration>| d.filter(|_| streaming);
+    let measured = if outcome == Outcome::Ok {
+        Measured {
+            ttft: stream(figures.ttft),
+            tpot: stream(figures.tpot),
+            itl: stream(figures.max_gap),
+            e2e: Some(figures.e2e),
+        }
+    } else {
+        // Lower bounds of what the request had already waited when it broke off.
+        let open_gap = timeline
+            .last()
+            .map(|last| end.saturating_duration_since(last));
+        Measured {
+            ttft: stream(figures.ttft.or(Some(figures.e2e))),
+            tpot: None,
+            itl: stream(figures.max_gap.max(open_gap)),
+            e2e: Some(figures.e2e),
+        }
+    };
+    let succeeded = outcome == Outcome::Ok && status.is_some_and(|s| s.is_success());
+    FinishedRecord {
+        outcome,
+        status,
+        streaming,
+        skipped: report.and_then(|r| r.skipped),
+        figures,
+        output_tokens: counted.map(|c| c.0),
+        token_source: counted.map(|c| c.1),
+        input_tokens: metered.and_then(|r| r.input_tokens),
+        verdict: judge(ceilings, &measured, succeeded),
+        measured,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::SloKind;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// A stream that arrived at t0 and whose outputs (choice, ms after t0) passed.
+    fn timeline(t0: Instant, outputs: &[(u32, u64)]) -> Timeline {
+        let mut timeline = Timeline::new(t0);
+        for &(choice, at) in outputs {
+            timeline.on_output(choice, t0 + ms(at));
+        }
+        timeline
+    }
+
+    fn stream_report(usage: Option<u64>) -> MeterReport {
+        MeterReport {
+            streaming: true,
+            terminal_event: true,
+            usage_output_tokens: usage,
+            input_tokens: Some(7),
+            ..MeterReport::default()
+        }
+    }
+
+    const OK: Option<StatusCode> = Some(StatusCode::OK);
+
+    #[test]
+    fn an_ok_stream_has_every_figure_from_usage_and_is_goodput() {
+        let t0 = Instant::now();
+        let tl = timeline(t0, &[(0, 100), (0, 150), (0, 200)]);
+        let report = stream_report(Some(3));
+        let record = conclude(
+            Some(&report),
+            &tl,
+            Outcome::Ok,
+            t0 + ms(300),
+            OK,
+            &Ceilings::default(),
+        );
+        assert!(record.streaming);
+        assert_eq!(record.output_tokens, Some(3));
+        assert_eq!(record.token_source, Some(TokenSource::Usage));
+        assert_eq!(record.input_tokens, Some(7));
+        assert_eq!(record.figures.ttft, Some(ms(100)));
+        assert_eq!(record.figures.e2e, ms(300));
+        // (300 - 100) / (3 - 1)
+        assert_eq!(record.figures.tpot, Some(ms(100)));
+        assert_eq!(record.measured.itl, Some(ms(50)));
+        assert!(record.verdict.goodput);
+        assert_eq!(record.slo(), "met");
+    }
+
+    #[test]
+    fn usage_below_the_streamed_events_is_corrected() {
+        let t0 = Instant::now();
+        let tl = timeline(t0, &[(0, 10), (0, 20), (0, 30), (0, 40)]);
+        let report = stream_report(Some(2));
+        let record = conclude(
+            Some(&report),
+            &tl,
+            Outcome::Ok,
+            t0 + ms(40),
+            OK,
+            &Ceilings::default(),
+        );
+        assert_eq!(record.output_tokens, Some(4));
+        assert_eq!(record.token_source, Some(TokenSource::UsageCorrected));
+    }
+
+    #[test]
+    fn a_stream_without_usage_takes_the_tokenizer_count_else_the_events() {
+        let t0 = Instant::now();
+        let tl = timeline(t0, &[(0, 10), (0, 20)]);
+        let mut report = stream_report(None);
+        report.tokenizer_count = Some(5);
+        let end = t0 + ms(20);
+        let none = &Ceilings::default();
+        let record = conclude(Some(&report), &tl, Outcome::Ok, end, OK, none);
+        assert_eq!(record.output_tokens, Some(5));
+        assert_eq!(record.token_source, Some(TokenSource::Tokenizer));
+        report.tokenizer_count = None;
+        let record = conclude(Some(&report), &tl, Outcome::Ok, end, OK, none);
+        assert_eq!(record.output_tokens, Some(2));
+        assert_eq!(record.token_source, Some(TokenSource::Chunks));
+    }
+
+    #[test]
+    fn two_choices_share_the_tokens_for_tpot() {
+        let t0 = Instant::now();
+        let tl = timeline(
+            t0,
+            &[(0, 100), (1, 110), (0, 200), (1, 210), (0, 300), (1, 310)],
+        );
+        let report = stream_report(Some(6));
+        let record = conclude(
+            Some(&report),
+            &tl,
+            Outcome::Ok,
+            t0 + ms(400),
+            OK,
+            &Ceilings::default(),
+        );
+        assert_eq!(record.output_tokens, Some(6));
+        assert_eq!(record.figures.ttft, Some(ms(100)));
+        // (400 - 100) / (6/2 - 1)
+        assert_eq!(record.figures.tpot, Some(ms(150)));
+        assert_eq!(record.figures.max_gap, Some(ms(100)));
+    }
+
+    #[test]
+    fn cancelled_before_the_first_token_waited_its_e2e_for_ttft() {
+        let t0 = Instant::now();
+        let tl = timeline(t0, &[]);
+        let report = MeterReport {
+            streaming: true,
+            ..MeterReport::default()
+        };
+        let ceilings = Ceilings {
+            ttft: Some(ms(500)),
+            itl: Some(ms(100)),
+            ..Ceilings::default()
+        };
+        let end = t0 + ms(800);
+        let record = conclude(Some(&report), &tl, Outcome::Cancelled, end, OK, &ceilings);
+        assert_eq!(record.output_tokens, Some(0));
+        assert_eq!(record.token_source, Some(TokenSource::Chunks));
+        assert_eq!(record.measured.ttft, Some(ms(800)));
+        assert_eq!(record.measured.itl, None);
+        assert_eq!(record.measured.tpot, None);
+        assert_eq!(record.verdict.missed, vec![SloKind::Ttft]);
+        assert!(!record.verdict.goodput);
+        assert_eq!(record.slo(), "cancelled;missed:ttft");
+    }
+
+    #[test]
+    fn a_stream_broken_off_counts_its_open_gap_as_a_lower_bound_of_itl() {
+        let t0 = Instant::now();
+        let tl = timeline(t0, &[(0, 100), (0, 150)]);
+        let report = MeterReport {
+            streaming: true,
+            ..MeterReport::default()
+        };
+        let ceilings = Ceilings {
+            ttft: Some(ms(500)),
+            tpot: Some(ms(1)),
+            itl: Some(ms(200)),
+            ..Ceilings::default()
+        };
+        let end = t0 + ms(1_150);
+        let record = conclude(Some(&report), &tl, Outcome::Timeout, end, OK, &ceilings);
+        assert_eq!(record.measured.ttft, Some(ms(100)));
+        assert_eq!(record.measured.itl, Some(ms(1_000)));
+        assert_eq!(
+            record.measured.tpot, None,
+            "no TPOT for a request cut short"
+        );
+        assert_eq!(record.verdict.missed, vec![SloKind::Itl]);
+        assert_eq!(record.slo(), "timeout;missed:itl");
+    }
+
+    #[test]
+    fn a_client_gone_after_the_terminal_event_is_recorded_as_the_ok_request_it_was() {
+        // The exchange classifies it `ok` and ends it when the terminal event passed.
+        let t0 = Instant::now();
+        let tl = timeline(t0, &[(0, 100), (0, 200)]);
+        let report = stream_report(Some(2));
+        let end = t0 + ms(210);
+        let record = conclude(
+            Some(&report),
+            &tl,
+            Outcome::Ok,
+            end,
+            OK,
+            &Ceilings::default(),
+        );
+        assert_eq!(record.figures.e2e, ms(210));
+        assert_eq!(record.figures.tpot, Some(ms(110)));
+        assert!(record.verdict.goodput);
+    }
+
+    #[test]
+    fn a_not_2xx_answer_is_not_goodput_and_has_no_token_figures() {
+        let t0 = Instant::now();
+        let tl = timeline(t0, &[]);
+        let status = Some(StatusCode::NOT_FOUND);
+        let record = conclude(
+            None,
+            &tl,
+            Outcome::Ok,
+            t0 + ms(5),
+            status,
+            &Ceilings::default(),
+        );
+        assert!(!record.streaming);
+        assert_eq!(record.output_tokens, None);
+        assert_eq!(record.token_source, None);
+        assert_eq!(record.measured.ttft, None);
+        assert_eq!(record.measured.e2e, Some(ms(5)));
+        assert!(!record.verdict.goodput);
+        assert_eq!(record.slo(), "not_2xx");
+    }
+
+    #[test]
+    fn a_skipped_meter_gives_no_tokens_and_no_stream_figures() {
+        let t0 = Instant::now();
+        let tl = timeline(t0, &[(0, 100), (0, 900)]);
+        let report = MeterReport {
+            skipped: Some(SkipReason::MalformedEvent),
+            ..stream_report(Some(2))
+        };
+        let ceilings = Ceilings {
+            itl: Some(ms(100)),
+            ..Ceilings::default()
+        };
+        let record = conclude(Some(&report), &tl, Outcome::Ok, t0 + ms(900), OK, &ceilings);
+        assert!(!record.streaming);
+        assert_eq!(record.skipped, Some(SkipReason::MalformedEvent));
+        assert_eq!((record.output_tokens, record.input_tokens), (None, None));
+        assert_eq!(record.measured.itl, None);
+        assert!(record.verdict.goodput);
+    }
+
+    #[test]
+    fn a_json_body_takes_its_usage_and_has_only_e2e() {
+        let t0 = Instant::now();
+        let tl = timeline(t0, &[]);
+        let report = MeterReport {
+            usage_output_tokens: Some(12),
+            ..MeterReport::default()
+        };
+        let ceilings = Ceilings {
+            e2e: Some(ms(100)),
+            ..Ceilings::default()
+        };
+        let record = conclude(Some(&report), &tl, Outcome::Ok, t0 + ms(250), OK, &ceilings);
+        assert_eq!(record.output_tokens, Some(12));
+        assert_eq!(record.token_source, Some(TokenSource::Usage));
+        assert_eq!(record.measured.ttft, None);
+        assert_eq!(record.verdict.missed, vec![SloKind::E2e]);
+        assert_eq!(record.slo(), "missed:e2e");
+    }
+}
