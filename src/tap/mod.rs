@@ -3,6 +3,8 @@
 //! response's frames on their way to the client and finishes the exchange when the body ends.
 
 mod idle;
+#[cfg(test)]
+mod mock;
 mod request;
 mod response;
 

@@ -239,3 +239,124 @@ where
             .map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+
+    use super::*;
+    use crate::tap::mock::{data, MockBody, Step};
+
+    const IDLE: Duration = Duration::from_secs(5);
+
+    fn tap(body: MockBody, max_body_bytes: u64) -> (RequestTap<MockBody>, Arc<ModelSlot>) {
+        let slot = Arc::new(ModelSlot::default());
+        let (tap, _leftover) = RequestTap::new(body, 64 * 1024, max_body_bytes, IDLE, slot.clone());
+        (tap, slot)
+    }
+
+    async fn next(body: &mut RequestTap<MockBody>) -> Option<Result<Frame<Bytes>, BoxError>> {
+        body.frame().await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn frames_pass_through_as_the_very_same_bytes() {
+        let sent = Bytes::from_static(br#"{"model":"m"}"#);
+        let (mut body, _) = tap(MockBody::new([Step::Data(sent.clone())]), 1024);
+        let got = match next(&mut body).await {
+            Some(Ok(frame)) => frame.into_data().unwrap_or_default(),
+            other => panic!("expected a data frame, got {other:?}"),
+        };
+        assert_eq!(got, sent);
+        assert_eq!(got.as_ptr(), sent.as_ptr(), "the same buffer, not a copy");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn is_end_stream_and_size_hint_are_those_of_the_inner_body() {
+        let body = MockBody::new([data("{}")]).with_size_hint(SizeHint::with_exact(2));
+        let (mut body, _) = tap(body, 1024);
+        assert_eq!(body.size_hint().exact(), Some(2));
+        assert!(!body.is_end_stream());
+        assert!(next(&mut body).await.is_some());
+        assert!(body.is_end_stream());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_model_is_read_across_every_frame_split() {
+        let whole =
+            r#"{"messages":[{"role":"user","content":"a \"model\": x"}],"model":"llama-3"}"#;
+        for split in 1..whole.len() {
+            let (head, tail) = whole.split_at(split);
+            let frames = [
+                Step::Data(Bytes::copy_from_slice(head.as_bytes())),
+                Step::Data(Bytes::copy_from_slice(tail.as_bytes())),
+            ];
+            let (mut body, slot) = tap(MockBody::new(frames), 1024);
+            while let Some(frame) = next(&mut body).await {
+                assert!(frame.is_ok());
+            }
+            assert_eq!(slot.get(), Some("llama-3"), "split at {split}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_model_is_published_when_a_body_ends_with_none() {
+        let body = MockBody::new([data(r#"{"model":"m","#), data(r#""x":1}"#)]).ending_with_none();
+        let (mut body, slot) = tap(body, 1024);
+        assert!(next(&mut body).await.is_some());
+        assert!(next(&mut body).await.is_some());
+        assert!(next(&mut body).await.is_none());
+        assert_eq!(slot.get(), Some("m"));
+        assert!(!slot.body_broken());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broken_body_is_passed_on_and_recorded_in_the_slot() {
+        let (mut body, slot) = tap(MockBody::new([data(r#"{"model":"m""#), Step::Error]), 1024);
+        assert!(next(&mut body).await.is_some());
+        assert!(matches!(next(&mut body).await, Some(Err(_))));
+        assert!(slot.body_broken());
+        assert!(!slot.body_idle() && !slot.body_too_large());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_frame_over_the_size_limit_is_replaced_by_an_error() {
+        let (mut body, slot) = tap(MockBody::new([data("12345"), data("678")]), 7);
+        assert!(matches!(next(&mut body).await, Some(Ok(_))));
+        let err = match next(&mut body).await {
+            Some(Err(err)) => err,
+            other => panic!("expected the size cut, got {other:?}"),
+        };
+        assert_eq!(err.downcast_ref::<BodyTooLarge>().map(|e| e.limit), Some(7));
+        assert!(slot.body_too_large());
+        assert!(next(&mut body).await.is_none(), "nothing after the cut");
+        assert!(body.is_end_stream());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_idle_cut_fires_exactly_request_body_idle_after_the_wait_began() {
+        let (mut body, slot) = tap(MockBody::new([data("{"), Step::Pending]), 1024);
+        assert!(next(&mut body).await.is_some());
+        // Time the upstream spends not reading is not the client's.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let waiting = Instant::now();
+        let cut = next(&mut body).await;
+        assert_eq!(Instant::now() - waiting, IDLE);
+        let err = match cut {
+            Some(Err(err)) => err,
+            other => panic!("expected the idle cut, got {other:?}"),
+        };
+        assert_eq!(err.downcast_ref::<BodyIdle>().map(|e| e.0), Some(IDLE));
+        assert!(slot.body_idle());
+        assert!(next(&mut body).await.is_none(), "nothing after the cut");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_frame_within_request_body_idle_is_not_cut() {
+        let slow = Step::Sleep(IDLE - Duration::from_millis(1));
+        let (mut body, slot) = tap(MockBody::new([data("{"), slow, data("}")]), 1024);
+        assert!(next(&mut body).await.is_some());
+        assert!(matches!(next(&mut body).await, Some(Ok(_))));
+        assert!(!slot.body_idle());
+    }
+}

@@ -115,3 +115,218 @@ where
         self.inner.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::future::{pending, poll_fn};
+    use std::sync::Arc;
+
+    use http::{HeaderMap, HeaderValue, Method, StatusCode};
+    use http_body_util::BodyExt;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::decode::dialect::detect;
+    use crate::decode::tokenizer::Tokenizers;
+    use crate::record::exchange::{Exchange, Recorder};
+    use crate::record::metrics::Metrics;
+    use crate::tap::mock::{data, MockBody, Step};
+    use crate::tap::ModelSlot;
+
+    const CHUNK: &str =
+        "data: {\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n";
+    const IDLE: Duration = Duration::from_secs(10);
+
+    /// An exchange of a streamed chat completion whose 200 head has arrived, and its metrics.
+    fn exchange() -> (ExchangeGuard, Arc<Metrics>) {
+        let config = Config::default();
+        let metrics = match Metrics::new(&config) {
+            Ok(metrics) => Arc::new(metrics),
+            Err(e) => panic!("metrics: {e}"),
+        };
+        let recorder = Arc::new(Recorder {
+            metrics: metrics.clone(),
+            slo: config.slo.clone(),
+            metering: config.metering.clone(),
+            tokenizers: Arc::new(Tokenizers::default()),
+        });
+        let (api, dialect) = detect("/v1/chat/completions");
+        let mut exchange = Exchange::begin(
+            recorder,
+            api,
+            dialect,
+            Method::POST,
+            "/v1/chat/completions".to_owned(),
+            Instant::now(),
+            Arc::new(ModelSlot::default()),
+        );
+        let sse = HeaderValue::from_static("text/event-stream");
+        exchange.on_response(StatusCode::OK, Some(&sse));
+        (ExchangeGuard::new(exchange), metrics)
+    }
+
+    fn tap(body: MockBody) -> (MeteredBody<MockBody>, Arc<Metrics>) {
+        tap_with_cut(body, pending())
+    }
+
+    fn tap_with_cut(
+        body: MockBody,
+        cut: impl Future<Output = ()> + Send + 'static,
+    ) -> (MeteredBody<MockBody>, Arc<Metrics>) {
+        let (guard, metrics) = exchange();
+        (MeteredBody::new(body, guard, IDLE, cut), metrics)
+    }
+
+    /// Each outcome recorded so far in `tokentap_requests_total`, with its count.
+    fn recorded(metrics: &Metrics) -> Vec<String> {
+        let page = metrics.encode();
+        let page = String::from_utf8_lossy(&page);
+        page.lines()
+            .filter(|l| l.starts_with("tokentap_requests_total{"))
+            .filter_map(|l| {
+                let outcome = l.split("outcome=\"").nth(1)?.split('"').next()?;
+                let count = l.rsplit(' ').next()?;
+                Some(format!("{outcome} {count}"))
+            })
+            .collect()
+    }
+
+    async fn next(body: &mut MeteredBody<MockBody>) -> Option<Result<Frame<Bytes>, BoxError>> {
+        body.frame().await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn frames_pass_through_as_the_very_same_bytes() {
+        let sent = Bytes::from_static(CHUNK.as_bytes());
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("0"));
+        let body = MockBody::new([Step::Data(sent.clone()), Step::Trailers(trailers.clone())]);
+        let (mut body, _) = tap(body);
+        let frame = match next(&mut body).await {
+            Some(Ok(frame)) => frame,
+            other => panic!("expected a data frame, got {other:?}"),
+        };
+        let got = frame.into_data().unwrap_or_default();
+        assert_eq!(got, sent);
+        assert_eq!(got.as_ptr(), sent.as_ptr(), "the same buffer, not a copy");
+        let frame = match next(&mut body).await {
+            Some(Ok(frame)) => frame,
+            other => panic!("expected trailers, got {other:?}"),
+        };
+        assert_eq!(frame.into_trailers().ok(), Some(trailers));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn is_end_stream_and_size_hint_are_those_of_the_inner_body() {
+        let body = MockBody::new([data(CHUNK)]).with_size_hint(SizeHint::with_exact(77));
+        let (mut body, _) = tap(body);
+        assert_eq!(body.size_hint().exact(), Some(77));
+        assert!(!body.is_end_stream());
+        assert!(next(&mut body).await.is_some());
+        assert!(body.is_end_stream());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_last_data_frame_finishes_the_exchange_once() {
+        let (mut body, metrics) = tap(MockBody::new([data(CHUNK), data(CHUNK)]));
+        assert!(next(&mut body).await.is_some());
+        assert_eq!(metrics.in_flight_total(), 1, "not finished before the end");
+        assert!(next(&mut body).await.is_some());
+        assert_eq!(metrics.in_flight_total(), 0);
+        assert_eq!(recorded(&metrics), ["ok 1"]);
+        assert!(next(&mut body).await.is_none());
+        drop(body);
+        assert_eq!(recorded(&metrics), ["ok 1"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_ending_with_none_finishes_at_the_none_once() {
+        let (mut body, metrics) = tap(MockBody::new([data(CHUNK)]).ending_with_none());
+        assert!(next(&mut body).await.is_some());
+        assert_eq!(recorded(&metrics), Vec::<String>::new());
+        assert!(next(&mut body).await.is_none());
+        assert_eq!(recorded(&metrics), ["ok 1"]);
+        drop(body);
+        assert_eq!(recorded(&metrics), ["ok 1"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn trailers_at_the_end_finish_the_exchange_once() {
+        let body = MockBody::new([data(CHUNK), Step::Trailers(HeaderMap::new())]);
+        let (mut body, metrics) = tap(body);
+        assert!(next(&mut body).await.is_some());
+        assert_eq!(recorded(&metrics), Vec::<String>::new());
+        assert!(next(&mut body).await.is_some());
+        assert_eq!(recorded(&metrics), ["ok 1"]);
+        drop(body);
+        assert_eq!(recorded(&metrics), ["ok 1"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_upstream_error_is_passed_on_and_recorded_once() {
+        let (mut body, metrics) = tap(MockBody::new([data(CHUNK), Step::Error, data(CHUNK)]));
+        assert!(next(&mut body).await.is_some());
+        assert!(matches!(next(&mut body).await, Some(Err(_))));
+        assert_eq!(recorded(&metrics), ["upstream_error 1"]);
+        assert_eq!(metrics.in_flight_total(), 0);
+        drop(body);
+        assert_eq!(recorded(&metrics), ["upstream_error 1"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropping_the_body_unfinished_records_a_cancelled_request() {
+        let (mut body, metrics) = tap(MockBody::new([data(CHUNK), Step::Pending]));
+        assert!(next(&mut body).await.is_some());
+        assert_eq!(metrics.in_flight_total(), 1);
+        drop(body);
+        assert_eq!(recorded(&metrics), ["cancelled 1"]);
+        assert_eq!(metrics.in_flight_total(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_idle_cut_fires_exactly_timeouts_idle_after_the_last_frame() {
+        let start = Instant::now();
+        let long = Step::Sleep(Duration::from_secs(6));
+        let (mut body, metrics) = tap(MockBody::new([long, data(CHUNK), Step::Pending]));
+        assert!(next(&mut body).await.is_some());
+        assert_eq!(Instant::now() - start, Duration::from_secs(6));
+        let cut = next(&mut body).await;
+        assert_eq!(Instant::now() - start, Duration::from_secs(16));
+        let err = match cut {
+            Some(Err(err)) => err,
+            other => panic!("expected the idle cut, got {other:?}"),
+        };
+        assert!(matches!(err.downcast_ref::<StreamCut>(), Some(StreamCut::Idle(d)) if *d == IDLE));
+        assert_eq!(recorded(&metrics), ["timeout 1"]);
+        assert!(body.is_end_stream());
+        assert!(next(&mut body).await.is_none(), "nothing after the cut");
+        drop(body);
+        assert_eq!(recorded(&metrics), ["timeout 1"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_frame_just_within_the_idle_limit_is_not_cut() {
+        let within = Step::Sleep(IDLE - Duration::from_millis(1));
+        let (mut body, metrics) = tap(MockBody::new([within, data(CHUNK)]));
+        assert!(matches!(next(&mut body).await, Some(Ok(_))));
+        assert_eq!(recorded(&metrics), ["ok 1"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_shutdown_cut_breaks_the_stream_when_the_grace_period_ends() {
+        let start = Instant::now();
+        let grace = tokio::time::sleep(Duration::from_secs(3));
+        let (mut body, metrics) = tap_with_cut(MockBody::new([Step::Pending]), grace);
+        let cut = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+        assert_eq!(Instant::now() - start, Duration::from_secs(3));
+        let err = match cut {
+            Some(Err(err)) => err,
+            other => panic!("expected the shutdown cut, got {other:?}"),
+        };
+        assert!(matches!(
+            err.downcast_ref::<StreamCut>(),
+            Some(StreamCut::Shutdown)
+        ));
+        assert_eq!(recorded(&metrics), ["timeout 1"]);
+    }
+}
