@@ -93,6 +93,6 @@ impl Body for MockBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.hint.clone()
+        self.hint
     }
 }
