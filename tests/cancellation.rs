@@ -8,7 +8,6 @@ mod support;
 use std::time::Duration;
 
 use http_body_util::BodyExt;
-use hyper_util::rt::TokioIo;
 use support::*;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -35,13 +34,7 @@ async fn a_client_leaving_during_the_ttft_wait_closes_the_upstream_and_counts_th
     })
     .await;
     let proxy = proxy(&upstream.url(), "slo:\n  ttft: 1s\n").await;
-    let stream = TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    let conn = tokio::spawn(conn);
+    let (mut sender, conn) = open(&proxy).await;
     let response = sender
         .send_request(post(&proxy, CHAT, &chat_request("m")))
         .await

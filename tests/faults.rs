@@ -34,17 +34,17 @@ fn error_type(body: &[u8]) -> String {
 }
 
 /// A vLLM-like stream: head, role chunk, then `tokens` content chunks 50 ms apart, [DONE], end.
-fn stream_of(tokens: usize) -> (Vec<Fault>, Vec<u8>) {
-    let mut faults: Vec<Fault> = vec![sse_head().into(), chunk(ROLE_CHUNK.as_bytes()).into()];
+fn stream_of(tokens: usize) -> (Vec<Step>, Vec<u8>) {
+    let mut faults: Vec<Step> = vec![sse_head(), chunk(ROLE_CHUNK.as_bytes())];
     let mut body = ROLE_CHUNK.as_bytes().to_vec();
     for i in 0..tokens {
         let event = content_chunk(&format!("t{i}"));
-        faults.push(Step::Sleep(ms(50)).into());
-        faults.push(chunk(event.as_bytes()).into());
+        faults.push(Step::Sleep(ms(50)));
+        faults.push(chunk(event.as_bytes()));
         body.extend_from_slice(event.as_bytes());
     }
-    faults.push(chunk(DONE.as_bytes()).into());
-    faults.push(last_chunk().into());
+    faults.push(chunk(DONE.as_bytes()));
+    faults.push(last_chunk());
     body.extend_from_slice(DONE.as_bytes());
     (faults, body)
 }
@@ -53,7 +53,7 @@ fn stream_of(tokens: usize) -> (Vec<Fault>, Vec<u8>) {
 
 #[tokio::test]
 async fn upstream_reset_before_the_head_answers_502_and_counts_upstream_error() {
-    let upstream = faulty_upstream(|_| vec![Step::Sleep(ms(10)).into(), Fault::Reset]).await;
+    let upstream = upstream(|_| vec![Step::Sleep(ms(10)), Step::Reset]).await;
     let proxy = proxy(&upstream.url(), "").await;
     let body = chat_request("m");
     let got = send(&client(), post(&proxy, CHAT, &body)).await;
@@ -90,12 +90,12 @@ async fn upstream_reset_mid_stream_breaks_the_client_stream_after_every_byte_bef
     let mut expected = ROLE_CHUNK.as_bytes().to_vec();
     for text in ["a", "b"] {
         let event = content_chunk(text);
-        faults.push(chunk(event.as_bytes()).into());
+        faults.push(chunk(event.as_bytes()));
         expected.extend_from_slice(event.as_bytes());
     }
-    faults.push(Step::Sleep(ms(20)).into());
-    faults.push(Fault::Reset);
-    let upstream = faulty_upstream(move |_| faults.clone()).await;
+    faults.push(Step::Sleep(ms(20)));
+    faults.push(Step::Reset);
+    let upstream = upstream(move |_| faults.clone()).await;
     let proxy = proxy(&upstream.url(), "").await;
     let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
     assert_eq!(got.status, 200);
@@ -120,7 +120,7 @@ async fn upstream_reset_mid_stream_breaks_the_client_stream_after_every_byte_bef
 
 #[tokio::test]
 async fn upstream_closing_without_an_answer_gives_502() {
-    let upstream = faulty_upstream(|_| vec![Step::Close.into()]).await;
+    let upstream = upstream(|_| vec![Step::Close]).await;
     let proxy = proxy(&upstream.url(), "").await;
     let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
     assert_eq!(got.status, 502);
@@ -156,7 +156,7 @@ async fn upstream_trickling_one_byte_at_a_time_is_forwarded_whole_and_metered_ex
         raw.extend_from_slice(b"\r\n");
     }
     raw.extend_from_slice(b"0\r\n\r\n");
-    let upstream = faulty_upstream(move |_| vec![Fault::Trickle(raw.clone(), ms(1))]).await;
+    let upstream = upstream(move |_| vec![Step::Trickle(raw.clone(), ms(1))]).await;
     let proxy = proxy(&upstream.url(), "").await;
     let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
     assert_eq!(got.status, 200);
@@ -184,12 +184,12 @@ async fn upstream_trickling_one_byte_at_a_time_is_forwarded_whole_and_metered_ex
 
 #[tokio::test(start_paused = true)]
 async fn upstream_hanging_after_the_head_is_cut_when_the_client_leaves() {
-    let upstream = faulty_upstream(|_| {
+    let upstream = upstream(|_| {
         vec![
-            sse_head().into(),
-            chunk(ROLE_CHUNK.as_bytes()).into(),
-            Step::Sleep(Duration::from_secs(600)).into(),
-            last_chunk().into(),
+            sse_head(),
+            chunk(ROLE_CHUNK.as_bytes()),
+            Step::Sleep(Duration::from_secs(600)),
+            last_chunk(),
         ]
     })
     .await;
@@ -228,7 +228,7 @@ async fn garbage_instead_of_a_response_head_gives_502() {
         b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 7\r\n\r\nhello",
         b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
     ] {
-        let upstream = faulty_upstream(move |_| vec![Step::Raw(garbage.to_vec()).into()]).await;
+        let upstream = upstream(move |_| vec![Step::Raw(garbage.to_vec())]).await;
         let proxy = proxy(&upstream.url(), "").await;
         let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
         let shown = String::from_utf8_lossy(garbage);
@@ -244,13 +244,13 @@ async fn garbage_instead_of_a_response_head_gives_502() {
 #[tokio::test]
 async fn broken_framing_mid_body_breaks_the_client_stream() {
     let good = content_chunk("a");
-    let cases: Vec<(&str, Vec<Fault>)> = vec![
+    let cases: Vec<(&str, Vec<Step>)> = vec![
         (
             "invalid chunk size",
             vec![
-                sse_head().into(),
-                chunk(good.as_bytes()).into(),
-                Step::Raw(b"zz\r\nxx\r\n".to_vec()).into(),
+                sse_head(),
+                chunk(good.as_bytes()),
+                Step::Raw(b"zz\r\nxx\r\n".to_vec()),
             ],
         ),
         (
@@ -262,24 +262,23 @@ async fn broken_framing_mid_body_breaks_the_client_stream() {
                         good.len() + 100
                     )
                     .into_bytes(),
-                )
-                .into(),
-                Step::Sleep(ms(10)).into(),
-                Step::Close.into(),
+                ),
+                Step::Sleep(ms(10)),
+                Step::Close,
             ],
         ),
         (
             "chunked body cut before its last chunk",
             vec![
-                sse_head().into(),
-                chunk(good.as_bytes()).into(),
-                Step::Sleep(ms(10)).into(),
-                Step::Close.into(),
+                sse_head(),
+                chunk(good.as_bytes()),
+                Step::Sleep(ms(10)),
+                Step::Close,
             ],
         ),
     ];
     for (what, faults) in cases {
-        let upstream = faulty_upstream(move |_| faults.clone()).await;
+        let upstream = upstream(move |_| faults.clone()).await;
         let proxy = proxy(&upstream.url(), "").await;
         let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
         assert_eq!(got.status, 200, "{what}");
@@ -304,7 +303,7 @@ async fn upstream_sending_both_content_length_and_chunked_is_read_as_chunked_and
         raw.extend_from_slice(&bytes);
     }
     raw.extend_from_slice(b"0\r\n\r\n");
-    let upstream = faulty_upstream(move |_| vec![Step::Raw(raw.clone()).into()]).await;
+    let upstream = upstream(move |_| vec![Step::Raw(raw.clone())]).await;
     let proxy = proxy(&upstream.url(), "").await;
     let answer = raw_exchange(
         proxy.proxy_addr(),
@@ -337,10 +336,7 @@ async fn a_body_that_is_not_an_event_stream_under_an_sse_content_type_is_forward
         b"<html><body>502 Bad Gateway</body></html>\r\n\r\n",
     ];
     for body in cases {
-        let upstream = faulty_upstream(move |_| {
-            vec![sse_head().into(), chunk(body).into(), last_chunk().into()]
-        })
-        .await;
+        let upstream = upstream(move |_| vec![sse_head(), chunk(body), last_chunk()]).await;
         let proxy = proxy(&upstream.url(), "").await;
         let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
         let shown = String::from_utf8_lossy(body);
@@ -375,11 +371,11 @@ async fn a_data_line_of_many_megabytes_is_forwarded_whole_with_metering_off() {
     body.extend_from_slice(b"\"}}]}\n\n");
     body.extend_from_slice(content_chunk("b").as_bytes());
     body.extend_from_slice(DONE.as_bytes());
-    let script: Vec<Fault> = std::iter::once(sse_head().into())
-        .chain(body.chunks(64 << 10).map(|c| chunk(c).into()))
-        .chain(std::iter::once(last_chunk().into()))
+    let script: Vec<Step> = std::iter::once(sse_head())
+        .chain(body.chunks(64 << 10).map(chunk))
+        .chain(std::iter::once(last_chunk()))
         .collect();
-    let upstream = faulty_upstream(move |_| script.clone()).await;
+    let upstream = upstream(move |_| script.clone()).await;
     let proxy = proxy(&upstream.url(), "").await;
     let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
     assert_eq!(got.body.len(), body.len());
@@ -414,8 +410,8 @@ async fn nul_bytes_and_invalid_utf8_in_events_are_forwarded_and_counted_as_skipp
         let mut body = content_chunk("a").into_bytes();
         body.extend_from_slice(bad);
         body.extend_from_slice(content_chunk("b").as_bytes());
-        let script = vec![sse_head().into(), chunk(&body).into(), last_chunk().into()];
-        let upstream = faulty_upstream(move |_| script.clone()).await;
+        let script = vec![sse_head(), chunk(&body), last_chunk()];
+        let upstream = upstream(move |_| script.clone()).await;
         let proxy = proxy(&upstream.url(), "").await;
         let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
         let shown = String::from_utf8_lossy(bad);
@@ -457,17 +453,17 @@ enum Phase {
 
 /// Runs one request from a raw client that goes away at `phase` (with a FIN, or a reset when `reset`).
 async fn vanish(phase: Phase, reset: bool) {
-    let upstream = faulty_upstream(move |_| {
+    let upstream = upstream(move |_| {
         let (faults, _) = stream_of(100);
         let delay = if matches!(phase, Phase::BeforeResponseHead) {
             Duration::from_secs(10)
         } else {
             Duration::ZERO
         };
-        let mut all = vec![Step::Sleep(delay).into()];
+        let mut all = vec![Step::Sleep(delay)];
         all.extend(faults.into_iter().take(2));
         if matches!(phase, Phase::BeforeFirstToken) {
-            all.push(Step::Sleep(Duration::from_secs(10)).into());
+            all.push(Step::Sleep(Duration::from_secs(10)));
         }
         all.extend(stream_of(100).0.into_iter().skip(2));
         all
@@ -620,7 +616,7 @@ async fn a_transfer_coding_other_than_chunked_is_kept_for_the_client_to_decode()
         raw.extend_from_slice(&bytes);
     }
     raw.extend_from_slice(b"0\r\n\r\n");
-    let upstream = faulty_upstream(move |_| vec![Step::Raw(raw.clone()).into()]).await;
+    let upstream = upstream(move |_| vec![Step::Raw(raw.clone())]).await;
     let proxy = proxy(&upstream.url(), "").await;
     let answer = raw_exchange(
         proxy.proxy_addr(),
@@ -639,13 +635,13 @@ async fn a_transfer_coding_other_than_chunked_is_kept_for_the_client_to_decode()
 
 #[tokio::test(start_paused = true)]
 async fn a_client_leaving_during_keep_alive_comments_is_cancelled_not_skipped() {
-    let upstream = faulty_upstream(|_| {
-        let mut s: Vec<Fault> = vec![sse_head().into()];
+    let upstream = upstream(|_| {
+        let mut s: Vec<Step> = vec![sse_head()];
         for _ in 0..20 {
-            s.push(chunk(b": keep-alive\n\n").into());
-            s.push(Step::Sleep(Duration::from_secs(1)).into());
+            s.push(chunk(b": keep-alive\n\n"));
+            s.push(Step::Sleep(Duration::from_secs(1)));
         }
-        s.push(last_chunk().into());
+        s.push(last_chunk());
         s
     })
     .await;

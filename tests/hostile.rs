@@ -340,9 +340,7 @@ async fn a_target_that_would_leave_the_upstream_path_prefix_is_refused_with_400_
         assert!(body.contains("invalid_request_error"), "{target}: {body}");
     }
     // The same over h2, where the target is the `:path` pseudo-header.
-    let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .http2_only(true)
-        .build_http();
+    let h2 = h2_client();
     let request = http::Request::get(format!("http://{}/../admin/secret", proxy.proxy_addr()))
         .body(http_body_util::Full::new(bytes::Bytes::new()))
         .expect("request");
@@ -475,16 +473,7 @@ async fn a_content_length_with_leading_zeros_goes_upstream_as_its_plain_decimal(
 async fn an_h2_connect_is_answered_501_and_never_forwarded() {
     let upstream = upstream(|_| ok_stream()).await;
     let proxy = proxy(&upstream.url(), "").await;
-    let stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
-    let (mut h2, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .expect("h2 handshake");
-    tokio::spawn(conn);
+    let (mut h2, _conn) = open_h2(&proxy).await;
     let request = http::Request::connect("169.254.169.254:443")
         .body(http_body_util::Empty::<bytes::Bytes>::new())
         .expect("request");

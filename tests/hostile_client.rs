@@ -34,12 +34,6 @@ fn slow_stream(hold: Duration) -> Vec<Step> {
     ]
 }
 
-fn h2_client() -> TestClient {
-    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .http2_only(true)
-        .build_http()
-}
-
 #[tokio::test]
 async fn beyond_the_upstream_connection_cap_a_request_gets_503_at_once_and_the_upstream_sees_only_the_cap(
 ) {
@@ -287,10 +281,7 @@ async fn a_stalled_h2_request_body_gets_408_within_request_body_idle() {
     let upstream = upstream(|_| slow_stream(ms(10))).await;
     let yaml = "timeouts:\n  request_body_idle: 300ms\nlimits:\n  max_upstream_connections: 1\n";
     let proxy = proxy(&upstream.url(), yaml).await;
-    let h2: hyper_util::client::legacy::Client<_, Fed> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .http2_only(true)
-            .build_http();
+    let h2: hyper_util::client::legacy::Client<_, Fed> = h2_client();
     let (feed, body) = mpsc::channel(4);
     feed.send(Bytes::from_static(b"{\"model\":"))
         .await

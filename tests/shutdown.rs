@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use support::*;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -196,16 +195,7 @@ async fn an_idle_proxy_shuts_down_at_once() {
 async fn an_h2c_stream_in_flight_finishes_within_the_grace() {
     let upstream = upstream(|_| stream_of(5, ms(400))).await;
     let proxy = proxy(&upstream.url(), "shutdown_grace: 30s\n").await;
-    let stream = TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        TokioIo::new(stream),
-    )
-    .await
-    .expect("h2 handshake");
-    let conn = tokio::spawn(conn);
+    let (mut sender, conn) = open_h2(&proxy).await;
     let response = sender
         .send_request(post(&proxy, CHAT, &chat_request("m")))
         .await
