@@ -14,15 +14,6 @@ use tokio::net::TcpListener;
 
 const CHAT: &str = "/v1/chat/completions";
 
-fn ok_stream() -> Vec<Step> {
-    vec![
-        sse_head(),
-        chunk(content_chunk("a").as_bytes()),
-        chunk(DONE.as_bytes()),
-        last_chunk(),
-    ]
-}
-
 #[tokio::test]
 async fn malformed_request_heads_are_refused_with_400_and_never_reach_the_upstream() {
     let upstream = upstream(|_| ok_stream()).await;
@@ -240,13 +231,6 @@ async fn header_values_that_are_not_utf8_pass_through_byte_for_byte_both_ways() 
         ),
         1.0
     );
-}
-
-fn count(haystack: &[u8], needle: &[u8]) -> usize {
-    haystack
-        .windows(needle.len())
-        .filter(|w| *w == needle)
-        .count()
 }
 
 #[tokio::test(start_paused = true)]

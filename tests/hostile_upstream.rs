@@ -143,10 +143,3 @@ async fn an_upstream_content_length_with_leading_zeros_reaches_the_client_as_its
     assert!(head.contains("\r\ncontent-length: 2\r\n"), "{head}");
     assert_eq!(body, b"{}");
 }
-
-fn count(haystack: &[u8], needle: &[u8]) -> usize {
-    haystack
-        .windows(needle.len())
-        .filter(|w| *w == needle)
-        .count()
-}

@@ -39,6 +39,14 @@ pub fn raw_split(answer: &[u8]) -> (String, Vec<u8>) {
     }
 }
 
+/// How many times `needle` occurs in `haystack` (overlapping occurrences counted).
+pub fn count(haystack: &[u8], needle: &[u8]) -> usize {
+    haystack
+        .windows(needle.len())
+        .filter(|w| *w == needle)
+        .count()
+}
+
 /// Decodes a chunked body (as written by the proxy); None unless it is complete, well-formed, without
 /// trailers and with nothing after it.
 pub fn dechunk(body: &[u8]) -> Option<Vec<u8>> {

@@ -45,3 +45,25 @@ pub fn usage_chunk(prompt: u64, completion: u64) -> String {
 }
 
 pub const DONE: &str = "data: [DONE]\n\n";
+
+/// A vLLM-like stream: head, role chunk, then `tokens` content chunks `gap` apart, `[DONE]`, end.
+pub fn token_stream(tokens: usize, gap: Duration) -> Vec<Step> {
+    let mut steps = vec![sse_head(), chunk(ROLE_CHUNK.as_bytes())];
+    for i in 0..tokens {
+        steps.push(Step::Sleep(gap));
+        steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
+    }
+    steps.push(chunk(DONE.as_bytes()));
+    steps.push(last_chunk());
+    steps
+}
+
+/// The shortest complete stream: head, one content chunk, `[DONE]`, end.
+pub fn ok_stream() -> Vec<Step> {
+    vec![
+        sse_head(),
+        chunk(content_chunk("a").as_bytes()),
+        chunk(DONE.as_bytes()),
+        last_chunk(),
+    ]
+}
