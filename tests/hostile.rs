@@ -6,11 +6,7 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
-
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 
 const CHAT: &str = "/v1/chat/completions";
 
@@ -180,36 +176,16 @@ async fn an_absolute_target_or_a_forged_host_never_sends_the_request_anywhere_bu
     }
 }
 
-/// A one-shot upstream that records the raw bytes of each request head it receives.
-async fn raw_recording_upstream() -> (String, Arc<Mutex<Vec<Vec<u8>>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let heads: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
-    let log = heads.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let mut head = Vec::new();
-            let mut buf = [0u8; 4096];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
-            }
-            log.lock().expect("log").push(head);
-            let _ = stream
-                .write_all(b"HTTP/1.1 204 No Content\r\nx-bin: \xff\xfe\x80\r\n\r\n")
-                .await;
-            let _ = stream.shutdown().await;
-        }
-    });
-    (url, heads)
-}
-
 #[tokio::test]
 async fn header_values_that_are_not_utf8_pass_through_byte_for_byte_both_ways() {
-    let (url, heads) = raw_recording_upstream().await;
-    let proxy = proxy(&url, "").await;
+    let upstream = upstream(|_| {
+        vec![
+            Step::Raw(b"HTTP/1.1 204 No Content\r\nx-bin: \xff\xfe\x80\r\n\r\n".to_vec()),
+            Step::Close,
+        ]
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "").await;
     let request = b"GET /v1/models HTTP/1.1\r\nhost: t\r\nx-bin: caf\xe9 \xff\x80\r\nconnection: close\r\n\r\n";
     let answer = raw_exchange(proxy.proxy_addr(), request).await;
     assert_eq!(raw_status(&answer), 204);
@@ -219,9 +195,12 @@ async fn header_values_that_are_not_utf8_pass_through_byte_for_byte_both_ways() 
         "{}",
         String::from_utf8_lossy(&answer)
     );
-    let heads = heads.lock().expect("log").clone();
-    assert_eq!(heads.len(), 1);
-    assert_eq!(count(&heads[0], b"\r\nx-bin: caf\xe9 \xff\x80\r\n"), 1);
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        count(&seen[0].raw_head, b"\r\nx-bin: caf\xe9 \xff\x80\r\n"),
+        1
+    );
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     assert_eq!(

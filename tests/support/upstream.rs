@@ -29,7 +29,9 @@ pub enum Step {
 
 #[derive(Clone, Debug, Default)]
 pub struct RecordedRequest {
+    /// The head as text (bytes that are not UTF-8 replaced); `raw_head` has them as they came.
     pub head: String,
+    pub raw_head: Vec<u8>,
     pub body: Vec<u8>,
     /// The trailer section of a chunked body, as its lines came (each ending in CRLF).
     pub trailers: String,
@@ -262,10 +264,10 @@ async fn read_request<R: AsyncRead + Unpin>(
         }
         fill(rd, buf).await?;
     };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    buf.drain(..head_end);
+    let raw_head: Vec<u8> = buf.drain(..head_end).collect();
     let request = RecordedRequest {
-        head,
+        head: String::from_utf8_lossy(&raw_head).into_owned(),
+        raw_head,
         ..RecordedRequest::default()
     };
     let chunked = request
