@@ -1,6 +1,7 @@
 //! Test harness, one file a job; this file only re-exports, so a test file writes `use support::*;`.
 //! - `upstream`: the scripted upstream (raw HTTP/1.1 or TLS on loopback; faults are steps of its script).
 //! - `script`: building its answers (heads, chunks, OpenAI events).
+//! - `binary`: the built binary as a child process (signals, exit, log), blocking GETs.
 //! - `proxy`: tokentap in-process, and what the test process holds (in flight, descriptors, memory).
 //! - `client`: pooled h1/h2c clients, single h1/h2c connections to drop, what a client got.
 //! - `raw`: raw bytes to the proxy port and the answer as bytes.
@@ -9,6 +10,7 @@
 //! - `streams`: generated inputs (random cut points, proptest strategies).
 #![allow(dead_code, unused_imports)]
 
+mod binary;
 mod chunked;
 mod client;
 mod proxy;
@@ -18,6 +20,7 @@ mod script;
 pub mod streams;
 mod upstream;
 
+pub use binary::*;
 pub use client::*;
 pub use proxy::*;
 pub use raw::*;
