@@ -8,7 +8,7 @@
 //! - `chunked`: the one chunked-coding decoder (the upstream's reader and `raw::dechunk` use it).
 //! - `scrape`: `/metrics` read back as samples.
 //! - `streams`: generated inputs (random cut points, proptest strategies).
-#![allow(dead_code, unused_imports)]
+#![allow(dead_code)]
 
 mod binary;
 mod chunked;
@@ -20,11 +20,20 @@ mod script;
 pub mod streams;
 mod upstream;
 
+// Each test binary uses a different part of the harness.
+#[allow(unused_imports)]
 pub use binary::*;
+#[allow(unused_imports)]
 pub use client::*;
+#[allow(unused_imports)]
 pub use proxy::*;
+#[allow(unused_imports)]
 pub use raw::*;
+#[allow(unused_imports)]
 pub use scrape::*;
+#[allow(unused_imports)]
 pub use script::*;
+#[allow(unused_imports)]
 pub use streams::{random_frames, Lcg};
+#[allow(unused_imports)]
 pub use upstream::*;
