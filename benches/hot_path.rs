@@ -10,13 +10,13 @@ use divan::counter::{BytesCount, ItemsCount};
 use divan::{black_box, Bencher};
 use http::{HeaderValue, Method, StatusCode};
 use tokentap::config::{Config, Metering};
-use tokentap::dialect::{detect, Dialect, EventOutput, Observations};
-use tokentap::exchange::{Exchange, Recorder};
-use tokentap::meter::{Format, Meter};
-use tokentap::metrics::Metrics;
-use tokentap::sse::{SseEvent, SseFramer};
+use tokentap::decode::dialect::{detect, Dialect, EventOutput, Observations};
+use tokentap::decode::meter::{Format, Meter};
+use tokentap::decode::sse::{SseEvent, SseFramer};
+use tokentap::decode::tokenizer::{TextCount, Tokenizers};
+use tokentap::record::exchange::{Exchange, Recorder};
+use tokentap::record::metrics::Metrics;
 use tokentap::tap::ModelSlot;
-use tokentap::tokenizer::{TextCount, Tokenizers};
 
 fn main() {
     divan::main();

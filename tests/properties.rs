@@ -9,11 +9,11 @@ mod support;
 use proptest::prelude::*;
 use support::streams::{cut, piece, splits, stream};
 use tokentap::config::Metering;
-use tokentap::dialect::detect;
-use tokentap::json_scan::FieldScanner;
-use tokentap::meter::{Format, Meter};
-use tokentap::sse::SseFramer;
-use tokentap::tokenizer::TextCount;
+use tokentap::decode::dialect::detect;
+use tokentap::decode::json_scan::FieldScanner;
+use tokentap::decode::meter::{Format, Meter};
+use tokentap::decode::sse::SseFramer;
+use tokentap::decode::tokenizer::TextCount;
 
 type Events = Vec<(Vec<u8>, Vec<u8>)>;
 

@@ -10,9 +10,9 @@ use proptest::prelude::*;
 use support::streams::{cut, splits, stream};
 use support::*;
 use tokentap::config::Metering;
-use tokentap::dialect::detect;
-use tokentap::meter::{Format, Meter};
-use tokentap::tokenizer::TextCount;
+use tokentap::decode::dialect::detect;
+use tokentap::decode::meter::{Format, Meter};
+use tokentap::decode::tokenizer::TextCount;
 
 /// What the meter makes of the whole body at once: the reference the proxy's figures must match.
 struct Expected {

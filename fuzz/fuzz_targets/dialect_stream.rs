@@ -5,9 +5,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use tokentap::config::Metering;
-use tokentap::dialect::detect;
-use tokentap::meter::{Format, Meter};
-use tokentap::tokenizer::TextCount;
+use tokentap::decode::dialect::detect;
+use tokentap::decode::meter::{Format, Meter};
+use tokentap::decode::tokenizer::TextCount;
 
 #[derive(Debug, PartialEq)]
 struct Figures {

@@ -5,9 +5,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use tokentap::config::Metering;
-use tokentap::dialect::{detect, Observations};
-use tokentap::meter::{Format, Meter};
-use tokentap::tokenizer::TextCount;
+use tokentap::decode::dialect::{detect, Observations};
+use tokentap::decode::meter::{Format, Meter};
+use tokentap::decode::tokenizer::TextCount;
 
 fn meter(max_event_bytes: usize, frames: &[&[u8]]) -> (u32, Observations) {
     let (_, dialect) = detect("/v1/chat/completions");

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tokentap::sse::SseFramer;
+use tokentap::decode::sse::SseFramer;
 
 type Events = Vec<(Vec<u8>, Vec<u8>)>;
 

@@ -384,9 +384,9 @@ impl Config {
             if model.is_empty() {
                 return Err(invalid("tokenizers", "model name", "", "must not be empty"));
             }
-            if !crate::tokenizer::AVAILABLE {
+            if !crate::decode::tokenizer::AVAILABLE {
                 let value = path.display().to_string();
-                let reason = crate::tokenizer::WITHOUT_FEATURE;
+                let reason = crate::decode::tokenizer::WITHOUT_FEATURE;
                 return Err(invalid(&key, "tokenizer file", &value, reason));
             }
             check_readable_file(&key, path)?;
@@ -394,8 +394,8 @@ impl Config {
         for (i, dir) in self.tokenizer_dirs.iter().flatten().enumerate() {
             let (key, value) = (format!("tokenizer_dirs[{i}]"), dir.display().to_string());
             let bad = |reason: &str| invalid(&key, "directory", &value, reason);
-            if !crate::tokenizer::AVAILABLE {
-                return Err(bad(crate::tokenizer::WITHOUT_FEATURE));
+            if !crate::decode::tokenizer::AVAILABLE {
+                return Err(bad(crate::decode::tokenizer::WITHOUT_FEATURE));
             }
             if !dir.is_absolute() {
                 return Err(bad("must be an absolute path"));

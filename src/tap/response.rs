@@ -17,7 +17,7 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
 use super::IdleTimer;
-use crate::exchange::{ExchangeGuard, Outcome};
+use crate::record::exchange::{ExchangeGuard, Outcome};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

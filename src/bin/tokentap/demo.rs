@@ -1,0 +1,447 @@
+//! `tokentap demo`: a first look without a model server. It starts an embedded OpenAI-compatible server
+//! that streams tokens the way vLLM does (a role-only chunk at once, then tokens after a varying prefill
+//! delay, varying inter-token gaps with the odd stall, a usage chunk and `[DONE]`), tokentap in front of it
+//! on the usual ports, and a few clients that send a trickle of chat and completion requests through it.
+
+use std::convert::Infallible;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body::{Body, Frame};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde::Deserialize;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use tokentap::config::{Ceilings, Config};
+
+/// The models the demo server pretends to serve: name, base TTFT, base inter-token gap.
+const MODELS: [(&str, Duration, Duration); 2] = [
+    (
+        "demo-llama-8b",
+        Duration::from_millis(120),
+        Duration::from_millis(18),
+    ),
+    (
+        "demo-qwen-32b",
+        Duration::from_millis(350),
+        Duration::from_millis(45),
+    ),
+];
+
+const WORDS: [&str; 16] = [
+    " the",
+    " model",
+    " streams",
+    " tokens",
+    " while",
+    " tokentap",
+    " measures",
+    " every",
+    " gap",
+    ",",
+    " and",
+    " latency",
+    " stays",
+    " visible",
+    ".",
+    " Prometheus",
+];
+
+/// The demo's config: defaults plus SLO ceilings that some demo requests miss, so goodput is interesting.
+pub fn default_config() -> Config {
+    let mut config = Config::default();
+    config.slo.default = Ceilings {
+        ttft: Some(Duration::from_millis(500)),
+        tpot: Some(Duration::from_millis(50)),
+        itl: Some(Duration::from_millis(250)),
+        e2e: Some(Duration::from_secs(20)),
+    };
+    config.slo.models.insert(
+        "demo-qwen-32b".to_owned(),
+        Ceilings {
+            ttft: Some(Duration::from_secs(1)),
+            ..Ceilings::default()
+        },
+    );
+    config
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("starting the embedded model server: {0}")]
+    Upstream(std::io::Error),
+    #[error(transparent)]
+    Start(#[from] tokentap::StartError),
+}
+
+/// Runs the demo until Ctrl-C, or for `duration` when given.
+pub async fn run(mut config: Config, duration: Option<Duration>) -> Result<(), DemoError> {
+    let upstream = spawn_model_server(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .map_err(DemoError::Upstream)?;
+    config.upstream = format!("http://{upstream}").parse().map_err(|_| {
+        DemoError::Upstream(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "bad embedded address",
+        ))
+    })?;
+    let running = tokentap::start(&config).await?;
+    let proxy = running.proxy_addr();
+    let metrics = running.metrics_addr();
+    let shown = |addr: SocketAddr| {
+        if addr.ip().is_unspecified() {
+            SocketAddr::from(([127, 0, 0, 1], addr.port()))
+        } else {
+            addr
+        }
+    };
+    // A closed stdout (`tokentap demo | head`) must not stop the demo: print what can be printed.
+    let _ = writeln!(
+        std::io::stdout().lock(),
+        "tokentap demo\n  embedded model server  http://{upstream}\n  proxy                  http://{proxy}   (clients point here)\n  metrics                http://{m}/metrics\n\nTry:\n  curl -s http://{m}/metrics | grep -E 'tokentap_(requests_total|goodput|time_to_first_token_seconds_count)'\n  curl -N http://{p}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"demo-llama-8b\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'\n\nA few demo clients are sending requests; one log line per finished request follows. Ctrl-C stops.\n",
+        m = shown(metrics),
+        p = shown(proxy),
+    );
+    for worker in 0..3 {
+        tokio::spawn(client_loop(shown(proxy), worker));
+    }
+    // Stops on Ctrl-C or SIGTERM (as `docker stop` sends), or after `duration`.
+    let signal = tokentap::net::server::shutdown_signal();
+    tokentap::net::server::ignore_hangups();
+    match duration {
+        Some(duration) => tokio::select! {
+            _ = tokio::time::sleep(duration) => {},
+            _ = signal => {},
+        },
+        None => signal.await,
+    }
+    drop(running);
+    Ok(())
+}
+
+/// A small xorshift generator: the demo needs variety, not statistics.
+struct Rng(u64);
+
+impl Rng {
+    fn seeded() -> Self {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Rng(nanos ^ COUNTER.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform in [lo, hi).
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo).max(1)
+    }
+
+    /// `base` scaled by a factor in [lo_pct, hi_pct] percent.
+    fn scale(&mut self, base: Duration, lo_pct: u64, hi_pct: u64) -> Duration {
+        base * self.range(lo_pct, hi_pct + 1) as u32 / 100
+    }
+}
+
+/// Binds the embedded OpenAI-compatible server and serves it in the background; returns its address.
+pub async fn spawn_model_server(addr: SocketAddr) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(async move {
+                let service =
+                    service_fn(|request| async move { Ok::<_, Infallible>(serve(request).await) });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok(local)
+}
+
+#[derive(Deserialize, Default)]
+struct GenerationRequest {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    max_tokens: Option<u64>,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Deserialize, Default)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+}
+
+type DemoBody = http_body_util::Either<Full<Bytes>, ChannelBody>;
+
+fn json_response(status: StatusCode, value: serde_json::Value) -> Response<DemoBody> {
+    let mut response = Response::new(DemoBody::Left(Full::new(Bytes::from(value.to_string()))));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+async fn serve(request: Request<Incoming>) -> Response<DemoBody> {
+    let path = request.uri().path().to_owned();
+    let chat = match (request.method(), path.as_str()) {
+        (&Method::GET, "/v1/models") => {
+            let data: Vec<_> = MODELS
+                .iter()
+                .map(|(id, ..)| serde_json::json!({"id": id, "object": "model"}))
+                .collect();
+            return json_response(
+                StatusCode::OK,
+                serde_json::json!({"object": "list", "data": data}),
+            );
+        }
+        (&Method::POST, "/v1/chat/completions") => true,
+        (&Method::POST, "/v1/completions") => false,
+        _ => {
+            return json_response(
+                StatusCode::NOT_FOUND,
+                serde_json::json!({"error": {"message": format!("no route {path}"), "type": "not_found"}}),
+            )
+        }
+    };
+    let body = request
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let Ok(req) = serde_json::from_slice::<GenerationRequest>(&body) else {
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            serde_json::json!({"error": {"message": "body is not a generation request", "type": "invalid_request_error"}}),
+        );
+    };
+    let model = req.model.clone().unwrap_or_else(|| MODELS[0].0.to_owned());
+    let (_, base_ttft, base_itl) = MODELS
+        .iter()
+        .find(|(name, ..)| *name == model)
+        .copied()
+        .unwrap_or(MODELS[0]);
+    let mut rng = Rng::seeded();
+    let tokens = req.max_tokens.unwrap_or(rng.range(24, 96)).clamp(1, 4096);
+    let prompt_tokens = (body.len() as u64 / 4).max(1);
+    // Now and then a queueing spike, as a busy server shows.
+    let ttft = if rng.range(0, 100) < 8 {
+        rng.scale(base_ttft, 300, 600)
+    } else {
+        rng.scale(base_ttft, 50, 180)
+    };
+    let script = Script {
+        chat,
+        model,
+        tokens,
+        prompt_tokens,
+        ttft,
+        base_itl,
+        rng,
+    };
+    if !req.stream {
+        return script.complete().await;
+    }
+    let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(script.stream(tx, include_usage));
+    let mut response = Response::new(DemoBody::Right(ChannelBody(rx)));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    response
+}
+
+struct Script {
+    chat: bool,
+    model: String,
+    tokens: u64,
+    prompt_tokens: u64,
+    ttft: Duration,
+    base_itl: Duration,
+    rng: Rng,
+}
+
+impl Script {
+    fn gap(&mut self) -> Duration {
+        if self.rng.range(0, 1000) < 6 {
+            self.rng.scale(self.base_itl, 800, 1500)
+        } else {
+            self.rng.scale(self.base_itl, 60, 150)
+        }
+    }
+
+    fn chunk(&self, delta: serde_json::Value, usage: Option<serde_json::Value>) -> Bytes {
+        let choices = if delta.is_null() {
+            serde_json::json!([])
+        } else if self.chat {
+            serde_json::json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": null}])
+        } else {
+            serde_json::json!([{"index": 0, "text": delta["content"], "logprobs": null, "finish_reason": null}])
+        };
+        let object = if self.chat {
+            "chat.completion.chunk"
+        } else {
+            "text_completion"
+        };
+        let mut chunk = serde_json::json!({"id": "demo-1", "object": object, "model": self.model, "choices": choices});
+        if let Some(usage) = usage {
+            chunk["usage"] = usage;
+        }
+        Bytes::from(format!("data: {chunk}\n\n"))
+    }
+
+    fn usage(&self) -> serde_json::Value {
+        serde_json::json!({"prompt_tokens": self.prompt_tokens, "completion_tokens": self.tokens,
+            "total_tokens": self.prompt_tokens + self.tokens})
+    }
+
+    async fn stream(mut self, tx: mpsc::Sender<Bytes>, include_usage: bool) {
+        if self.chat
+            && tx
+                .send(self.chunk(
+                    serde_json::json!({"role": "assistant", "content": ""}),
+                    None,
+                ))
+                .await
+                .is_err()
+        {
+            return;
+        }
+        tokio::time::sleep(self.ttft).await;
+        for i in 0..self.tokens {
+            if i > 0 {
+                let gap = self.gap();
+                tokio::time::sleep(gap).await;
+            }
+            let word = WORDS[(self.rng.next() % WORDS.len() as u64) as usize];
+            if tx
+                .send(self.chunk(serde_json::json!({"content": word}), None))
+                .await
+                .is_err()
+            {
+                return; // The client (tokentap) went away: stop generating, as a real server does.
+            }
+        }
+        if include_usage {
+            let _ = tx
+                .send(self.chunk(serde_json::Value::Null, Some(self.usage())))
+                .await;
+        }
+        let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+    }
+
+    async fn complete(mut self) -> Response<DemoBody> {
+        let mut total = self.ttft;
+        for _ in 1..self.tokens {
+            total += self.gap();
+        }
+        tokio::time::sleep(total).await;
+        let text: String = (0..self.tokens)
+            .map(|i| WORDS[i as usize % WORDS.len()])
+            .collect();
+        let choice = if self.chat {
+            serde_json::json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"})
+        } else {
+            serde_json::json!({"index": 0, "text": text, "finish_reason": "length"})
+        };
+        json_response(
+            StatusCode::OK,
+            serde_json::json!({"id": "demo-1", "object": if self.chat { "chat.completion" } else { "text_completion" },
+                "model": self.model, "choices": [choice], "usage": self.usage()}),
+        )
+    }
+}
+
+/// A response body fed by a channel: each message is one frame, sent when the script says so.
+pub struct ChannelBody(mpsc::Receiver<Bytes>);
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|bytes| Ok(Frame::data(bytes))))
+    }
+}
+
+/// One demo client: sends a request, reads the answer (or now and then walks away mid-stream), pauses.
+async fn client_loop(proxy: SocketAddr, worker: u64) {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let mut rng = Rng::seeded();
+    tokio::time::sleep(Duration::from_millis(worker * 300)).await;
+    loop {
+        let (model, ..) = MODELS[rng.range(0, 10) as usize / 7];
+        let stream = rng.range(0, 100) < 85;
+        let chat = rng.range(0, 100) < 80;
+        let max_tokens = rng.range(16, 120);
+        let (path, body) = if chat {
+            (
+                "/v1/chat/completions",
+                serde_json::json!({"model": model, "stream": stream, "max_tokens": max_tokens,
+                "stream_options": {"include_usage": true},
+                "messages": [{"role": "user", "content": "Tell me about latency."}]}),
+            )
+        } else {
+            (
+                "/v1/completions",
+                serde_json::json!({"model": model, "stream": stream, "max_tokens": max_tokens,
+                "prompt": "Latency is"}),
+            )
+        };
+        let request = Request::post(format!("http://{proxy}{path}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body.to_string())));
+        if let Ok(request) = request {
+            if let Ok(response) = client.request(request).await {
+                let walk_away_after = (rng.range(0, 100) < 5).then(|| rng.range(1, 10));
+                let mut body = response.into_body();
+                let mut frames = 0;
+                while let Some(Ok(_)) = body.frame().await {
+                    frames += 1;
+                    if walk_away_after.is_some_and(|n| frames >= n) {
+                        break;
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.range(200, 1500))).await;
+    }
+}

@@ -1,0 +1,130 @@
+//! The `tokentap` command: parses the command line, loads the config and hands over to the library.
+#![forbid(unsafe_code)]
+
+mod demo;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tokentap::config::{self, Config};
+
+/// A transparent measuring reverse proxy for LLM inference servers: forwards every byte unchanged and
+/// exports TTFT, ITL, TPOT, E2E and SLO goodput on a Prometheus endpoint.
+#[derive(Parser, Debug)]
+#[command(name = "tokentap", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// YAML config file (see config/tokentap.yaml); flags override it.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address the proxy listens on [default: 0.0.0.0:8080].
+    #[arg(long, global = true, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// The inference server to forward to, http:// or https:// [default: http://127.0.0.1:8000].
+    #[arg(long, value_name = "URL")]
+    upstream: Option<String>,
+    /// Address of the /metrics, /healthz and /readyz endpoints [default: 0.0.0.0:9464].
+    #[arg(long, global = true, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Start an embedded OpenAI-compatible model server, tokentap in front of it, and a trickle of traffic.
+    Demo {
+        /// Stop after this long (e.g. "30s", "5m"); runs until Ctrl-C when absent.
+        #[arg(long, value_name = "DURATION")]
+        duration: Option<String>,
+    },
+    /// Validate a config file and exit non-zero if it is invalid.
+    CheckConfig {
+        /// The YAML file to check.
+        file: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let log = tokentap::logging::init();
+    let result = execute(cli);
+    // Writes out what the log still holds before the process exits.
+    drop(log);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            // Not `eprintln!`: it panics when stderr is gone, and the exit status says it anyway.
+            let _ = writeln!(std::io::stderr(), "tokentap: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load(cli: &Cli, demo: bool) -> Result<Config, String> {
+    let mut config = match &cli.config {
+        Some(path) => Config::load(path).map_err(|e| e.to_string())?,
+        None if demo => demo::default_config(),
+        None => Config::default(),
+    };
+    if let Some(listen) = cli.listen {
+        config.listen = listen;
+    }
+    if let Some(upstream) = &cli.upstream {
+        config.upstream =
+            config::parse_upstream(upstream).map_err(|e| format!("--upstream: {e}"))?;
+    }
+    if let Some(metrics_listen) = cli.metrics_listen {
+        config.metrics_listen = metrics_listen;
+    }
+    config.validate().map_err(|e| e.to_string())?;
+    Ok(config)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the runtime: {e}"))
+}
+
+fn execute(cli: Cli) -> Result<(), String> {
+    match &cli.command {
+        Some(Command::CheckConfig { file }) => {
+            let config = Config::load(file).map_err(|e| e.to_string())?;
+            let tokenizers = tokentap::decode::tokenizer::Tokenizers::load(&config)
+                .map_err(|e| format!("{}: {e}", file.display()))?;
+            println!(
+                "{}: ok (upstream {}, listen {}, metrics {}, {} per-model SLO override(s), {} tokenizer(s))",
+                file.display(),
+                config.upstream,
+                config.listen,
+                config.metrics_listen,
+                config.slo.models.len(),
+                config.tokenizers.len()
+            );
+            for line in tokenizers.report() {
+                println!("{line}");
+            }
+            Ok(())
+        }
+        Some(Command::Demo { duration }) => {
+            let duration = duration
+                .as_deref()
+                .map(|d| config::parse_duration(d).map_err(|e| format!("--duration: {e}")))
+                .transpose()?;
+            let config = load(&cli, true)?;
+            runtime()?
+                .block_on(demo::run(config, duration))
+                .map_err(|e| e.to_string())
+        }
+        None => {
+            let config = load(&cli, false)?;
+            runtime()?
+                .block_on(tokentap::run(&config))
+                .map_err(|e| e.to_string())
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! llama.cpp server's native completion route, `/completion` (its `/v1/…` routes are OpenAI's): SSE
+//! `data:` events with a `content` string, the last one with `"stop": true`, no `[DONE]`; or one JSON
+//! body without streaming.
+//!
+//! Output-bearing: an event with non-empty `content`. Not output: the final `stop: true` event when its
+//! content is empty. That event is terminal: the client has the whole answer once it has passed. Output tokens come from `timings.predicted_n` (else `tokens_predicted`), the last
+//! value seen. Input tokens come from `tokens_evaluated`, the whole prompt (`timings.prompt_n` counts
+//! only the prompt tokens not served from the cache, so it is the fallback). An event with an `error`
+//! object means `upstream_error`.
+
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+
+use super::text::Text;
+use super::{Dialect, EventKind, EventOutput, Observations};
+use crate::decode::json_scan::FieldScanner;
+use crate::decode::sse::SseEvent;
+
+#[derive(Debug, Default)]
+pub struct LlamaCpp;
+
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(borrow, default)]
+    content: Text<'a>,
+    #[serde(borrow, default)]
+    model: Text<'a>,
+    #[serde(default)]
+    stop: Option<bool>,
+    #[serde(default)]
+    tokens_predicted: Option<u64>,
+    #[serde(default)]
+    tokens_evaluated: Option<u64>,
+    #[serde(default)]
+    timings: Option<Timings>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct Timings {
+    #[serde(default)]
+    predicted_n: Option<u64>,
+    #[serde(default)]
+    prompt_n: Option<u64>,
+}
+
+fn record(
+    timings: Option<&Timings>,
+    predicted: Option<u64>,
+    evaluated: Option<u64>,
+    obs: &mut Observations,
+) {
+    obs.record(
+        timings.and_then(|t| t.predicted_n).or(predicted),
+        evaluated.or(timings.and_then(|t| t.prompt_n)),
+    );
+}
+
+fn parse<T: serde::de::DeserializeOwned>(fields: &FieldScanner, key: &str) -> Option<T> {
+    serde_json::from_slice(fields.raw(key)?).ok()
+}
+
+impl Dialect for LlamaCpp {
+    fn on_event(
+        &mut self,
+        event: &SseEvent<'_>,
+        obs: &mut Observations,
+        text: &mut EventOutput<'_>,
+    ) -> EventKind {
+        let Ok(chunk) = serde_json::from_slice::<Chunk<'_>>(event.data) else {
+            return EventKind::Malformed;
+        };
+        obs.model(chunk.model.0.as_deref());
+        let (predicted, evaluated) = (chunk.tokens_predicted, chunk.tokens_evaluated);
+        record(chunk.timings.as_ref(), predicted, evaluated, obs);
+        if chunk.stop == Some(true) {
+            obs.ended = true;
+        }
+        if chunk.error.is_some() {
+            return EventKind::Error;
+        }
+        match chunk.content.non_empty() {
+            Some(content) => {
+                text.push(content);
+                EventKind::Output
+            }
+            None => EventKind::Other,
+        }
+    }
+
+    fn body_fields(&self) -> &'static [&'static str] {
+        &["model", "timings", "tokens_predicted", "tokens_evaluated"]
+    }
+
+    fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
+        obs.model(fields.string("model").as_deref());
+        let timings: Option<Timings> = parse(fields, "timings");
+        let (predicted, evaluated) = (
+            parse(fields, "tokens_predicted"),
+            parse(fields, "tokens_evaluated"),
+        );
+        record(timings.as_ref(), predicted, evaluated, obs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classify(data: &str) -> (EventKind, Observations, String) {
+        crate::decode::dialect::classify_with(&mut LlamaCpp, data)
+    }
+
+    #[test]
+    fn content_is_output_and_the_stop_event_carries_the_counts() {
+        let token = r#"{"index":0,"content":" the","tokens":[279],"stop":false,"id_slot":0,"tokens_predicted":1,"tokens_evaluated":5}"#;
+        let (kind, obs, text) = classify(token);
+        assert_eq!((kind, text.as_str()), (EventKind::Output, " the"));
+        assert_eq!((obs.output_tokens, obs.input_tokens), (Some(1), Some(5)));
+        let stop = r#"{"index":0,"content":"","tokens":[],"id_slot":0,"stop":true,"model":"qwen2.5-0.5b","tokens_predicted":16,"tokens_evaluated":5,"stop_type":"limit","tokens_cached":20,"timings":{"prompt_n":2,"prompt_ms":10.1,"predicted_n":16,"predicted_ms":160.2}}"#;
+        let (kind, obs, _) = classify(stop);
+        assert_eq!(kind, EventKind::Other);
+        assert_eq!((obs.output_tokens, obs.input_tokens), (Some(16), Some(5)));
+        assert_eq!(obs.model.as_deref(), Some("qwen2.5-0.5b"));
+    }
+
+    #[test]
+    fn error_object_is_an_error() {
+        let error = r#"{"error":{"code":500,"message":"slot unavailable","type":"server_error"}}"#;
+        assert_eq!(classify(error).0, EventKind::Error);
+    }
+}

@@ -1,0 +1,348 @@
+//! API dialects: which events of a response carry generated output, and where the server reports usage.
+//!
+//! The proxy picks a dialect from the request path. A dialect sees one decoded event at a time (an SSE
+//! event, or one line of an NDJSON stream with an empty event name) or the top-level fields of a
+//! non-streaming JSON body, and reports what it learnt into [`Observations`]: usage, the model, and
+//! whether the API's terminal event has passed. What an output-bearing event produced goes into
+//! [`EventOutput`]: which choices it advanced (OpenAI's `n` > 1) and, when a tokenizer will count the
+//! request's output, its text (otherwise nothing is copied). A dialect never sees raw bytes and never
+//! decides timing: that is the meter's and the timeline's job. Adding an API means adding a module here
+//! and a line in [`detect`].
+
+mod anthropic;
+mod llamacpp;
+mod ollama;
+mod openai;
+mod responses;
+mod text;
+mod tgi;
+
+#[cfg(test)]
+mod fixtures;
+
+use crate::decode::json_scan::FieldScanner;
+use crate::decode::sse::SseEvent;
+
+/// The `api` label: a closed set, so clients cannot vary it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Api {
+    /// OpenAI chat completions (`…/chat/completions`).
+    Chat,
+    /// OpenAI text completions (`…/completions`).
+    Completions,
+    /// OpenAI Responses (`…/v1/responses`).
+    Responses,
+    /// Anthropic Messages (`…/v1/messages`).
+    Messages,
+    /// TGI's native `/generate_stream` and `/generate`.
+    Generate,
+    /// Ollama's native `/api/generate` and `/api/chat`.
+    Ollama,
+    /// llama.cpp server's native `/completion`.
+    LlamaCpp,
+    Other,
+}
+
+impl Api {
+    pub const ALL: [Api; 8] = [
+        Api::Chat,
+        Api::Completions,
+        Api::Responses,
+        Api::Messages,
+        Api::Generate,
+        Api::Ollama,
+        Api::LlamaCpp,
+        Api::Other,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::Chat => "chat",
+            Api::Completions => "completions",
+            Api::Responses => "responses",
+            Api::Messages => "messages",
+            Api::Generate => "generate",
+            Api::Ollama => "ollama",
+            Api::LlamaCpp => "llamacpp",
+            Api::Other => "other",
+        }
+    }
+}
+
+/// What one event meant for the request's timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// Carries generated output (text, a refusal, reasoning or a tool-call delta, non-empty): a token
+    /// arrival.
+    Output,
+    /// Framing, metadata, role-only or usage-only chunks, keep-alives, `[DONE]`.
+    Other,
+    /// The server reported an error inside a successful-looking stream.
+    Error,
+    /// The event's payload could not be understood; token figures for this stream are unreliable.
+    Malformed,
+}
+
+/// What the server told us about the request, accumulated over its events.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Observations {
+    pub output_tokens: Option<u64>,
+    pub input_tokens: Option<u64>,
+    /// Reasoning tokens the usage details report (OpenAI `completion_tokens_details.reasoning_tokens`,
+    /// Responses `output_tokens_details.reasoning_tokens`). Most servers count them inside the output
+    /// tokens; some leave them out, which the token count corrects for.
+    pub reasoning_tokens: Option<u64>,
+    pub model: Option<String>,
+    /// The API's terminal event has passed (`[DONE]`, `response.completed`, `message_stop`, Ollama's
+    /// `done: true`, llama.cpp's `stop: true`, TGI's event with `generated_text`): the client has the
+    /// whole answer, whether or not it stays for the end of the body.
+    pub ended: bool,
+}
+
+impl Observations {
+    /// Keeps the first non-empty model name the response names.
+    fn model(&mut self, model: Option<&str>) {
+        if self.model.is_none() {
+            if let Some(model) = model.filter(|m| !m.is_empty()) {
+                self.model = Some(model.to_owned());
+            }
+        }
+    }
+
+    /// Takes the server's token counts, each only when it reported one (later reports win: usage is
+    /// cumulative in every API that repeats it).
+    fn record(&mut self, output_tokens: Option<u64>, input_tokens: Option<u64>) {
+        if output_tokens.is_some() {
+            self.output_tokens = output_tokens;
+        }
+        if input_tokens.is_some() {
+            self.input_tokens = input_tokens;
+        }
+    }
+}
+
+/// Classifies one event's data with a dialect, for the dialects' unit tests: the kind, what was
+/// observed, and the output text handed to a tokenizer.
+#[cfg(test)]
+fn classify_with(dialect: &mut dyn Dialect, data: &str) -> (EventKind, Observations, String) {
+    let (kind, obs, copied, _) = classify_choices(dialect, data);
+    (kind, obs, copied)
+}
+
+/// [`classify_with`], also returning the choices the event advanced.
+#[cfg(test)]
+fn classify_choices(
+    dialect: &mut dyn Dialect,
+    data: &str,
+) -> (EventKind, Observations, String, Vec<u32>) {
+    let (mut obs, mut copied, mut choices) = (Observations::default(), Vec::new(), Vec::new());
+    let event = SseEvent {
+        event: b"",
+        data: data.as_bytes(),
+    };
+    let mut output = EventOutput::new(Some(&mut copied), &mut choices);
+    let kind = dialect.on_event(&event, &mut obs, &mut output);
+    (kind, obs, copied.join("|"), choices)
+}
+
+/// The output text of each choice so far, for a tokenizer to count: entry `i` is choice `i`'s text
+/// (choice 0 for APIs with one answer), at most [`MAX_CHOICE`] + 1 entries. The choices are kept apart
+/// because their events interleave: tokenized as one text, one choice's words would run into another's.
+pub type ChoiceTexts = Vec<String>;
+
+/// What one event produced, beyond its kind: the generated text, for a tokenizer to count, and the
+/// choices it advanced. Without a tokenizer it holds no text buffer and [`EventOutput::push`] does
+/// nothing, so no text is ever copied. The choice list is the caller's, cleared before each event and
+/// reused, so marking a choice allocates nothing once a stream is under way.
+pub struct EventOutput<'a> {
+    text: Option<&'a mut ChoiceTexts>,
+    choices: &'a mut Vec<u32>,
+    /// The choice the next text belongs to: the one marked last (0 until one is).
+    current: u32,
+}
+
+/// Choices beyond this index share the last slot: a client's `n` must not grow per-stream state.
+pub const MAX_CHOICE: u32 = 63;
+
+impl<'a> EventOutput<'a> {
+    pub fn new(text: Option<&'a mut ChoiceTexts>, choices: &'a mut Vec<u32>) -> Self {
+        EventOutput {
+            text,
+            choices,
+            current: 0,
+        }
+    }
+
+    /// Appends generated text (content, refusal, reasoning or tool-call arguments) to the text of the
+    /// choice marked last.
+    pub fn push(&mut self, text: &str) {
+        if let Some(texts) = self.text.as_mut() {
+            let at = self.current as usize;
+            if texts.len() <= at {
+                texts.resize_with(at + 1, String::new);
+            }
+            if let Some(choice) = texts.get_mut(at) {
+                choice.push_str(text);
+            }
+        }
+    }
+
+    /// The event carried output for choice `index` (APIs with one answer per response never call it:
+    /// their output is choice 0). Marked once per choice and event, whatever the event repeats; the
+    /// text pushed next is that choice's.
+    pub fn choice(&mut self, index: u32) {
+        let index = index.min(MAX_CHOICE);
+        self.current = index;
+        if !self.choices.contains(&index) {
+            self.choices.push(index);
+        }
+    }
+}
+
+pub trait Dialect: Send {
+    /// Classifies one event of a streaming response, records any usage, model or end it carries, and
+    /// reports what an output-bearing event produced into `output`.
+    fn on_event(
+        &mut self,
+        event: &SseEvent<'_>,
+        obs: &mut Observations,
+        output: &mut EventOutput<'_>,
+    ) -> EventKind;
+    /// The top-level fields of a non-streaming JSON body this dialect reads.
+    fn body_fields(&self) -> &'static [&'static str];
+    /// Reads usage and model from a non-streaming body's top-level fields.
+    fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations);
+}
+
+/// Picks the dialect for a request path (query excluded); any prefix before the API's own path is
+/// allowed (`/openai/v1/chat/completions`). Unknown paths get `Api::Other` and no dialect: they are
+/// forwarded and counted, but no token figures are guessed for them.
+pub fn detect(path: &str) -> (Api, Option<Box<dyn Dialect>>) {
+    let path = path.trim_end_matches('/');
+    let (api, dialect): (Api, Box<dyn Dialect>) = if path.ends_with("/chat/completions") {
+        (Api::Chat, Box::new(openai::OpenAi))
+    } else if path.ends_with("/completions") {
+        (Api::Completions, Box::new(openai::OpenAi))
+    } else if path.ends_with("/v1/responses") {
+        (Api::Responses, Box::new(responses::Responses))
+    } else if path.ends_with("/v1/messages") {
+        (Api::Messages, Box::<anthropic::Anthropic>::default())
+    } else if path.ends_with("/api/generate") || path.ends_with("/api/chat") {
+        (Api::Ollama, Box::new(ollama::Ollama))
+    } else if path.ends_with("/generate_stream") || path.ends_with("/generate") {
+        (Api::Generate, Box::new(tgi::Tgi))
+    } else if path.ends_with("/completion") {
+        (Api::LlamaCpp, Box::new(llamacpp::LlamaCpp))
+    } else {
+        return (Api::Other, None);
+    };
+    (api, Some(dialect))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detects_every_dialect_with_and_without_prefix() {
+        let cases = [
+            ("/v1/chat/completions", Api::Chat),
+            ("/openai/v1/chat/completions/", Api::Chat),
+            ("/v1/completions", Api::Completions),
+            ("/v1/responses", Api::Responses),
+            ("/gw/v1/responses", Api::Responses),
+            ("/v1/messages", Api::Messages),
+            ("/anthropic/v1/messages/", Api::Messages),
+            ("/generate_stream", Api::Generate),
+            ("/generate", Api::Generate),
+            ("/api/generate", Api::Ollama),
+            ("/api/chat", Api::Ollama),
+            ("/completion", Api::LlamaCpp),
+            ("/v1/models", Api::Other),
+            ("/v1/responses/resp_123", Api::Other),
+            ("/v1/messages/count_tokens", Api::Other),
+            ("/api/tags", Api::Other),
+            ("/", Api::Other),
+        ];
+        for (path, api) in cases {
+            let (got, dialect) = detect(path);
+            assert_eq!(got, api, "{path}");
+            assert_eq!(dialect.is_some(), api != Api::Other, "{path}");
+        }
+    }
+
+    #[test]
+    fn each_api_says_when_its_terminal_event_has_passed() {
+        let cases = [
+            (
+                "/v1/responses",
+                r#"{"type":"response.completed","response":{"status":"completed"}}"#,
+                true,
+            ),
+            (
+                "/v1/responses",
+                r#"{"type":"response.incomplete","response":{"status":"incomplete"}}"#,
+                true,
+            ),
+            (
+                "/v1/responses",
+                r#"{"type":"response.failed","response":{"status":"failed"}}"#,
+                true,
+            ),
+            (
+                "/v1/responses",
+                r#"{"type":"response.output_text.done","text":"a"}"#,
+                false,
+            ),
+            ("/v1/messages", r#"{"type":"message_stop"}"#, true),
+            (
+                "/v1/messages",
+                r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}"#,
+                false,
+            ),
+            (
+                "/api/chat",
+                r#"{"model":"m","message":{"role":"assistant","content":""},"done":true,"eval_count":3}"#,
+                true,
+            ),
+            (
+                "/api/generate",
+                r#"{"model":"m","response":"a","done":false}"#,
+                false,
+            ),
+            (
+                "/completion",
+                r#"{"content":"","stop":true,"timings":{"predicted_n":3}}"#,
+                true,
+            ),
+            ("/completion", r#"{"content":"a","stop":false}"#, false),
+            (
+                "/generate_stream",
+                r#"{"token":{"id":2,"text":"</s>","special":true},"generated_text":"a b","details":null}"#,
+                true,
+            ),
+            (
+                "/generate_stream",
+                r#"{"token":{"id":5,"text":"a","special":false},"generated_text":null,"details":null}"#,
+                false,
+            ),
+            (
+                "/v1/chat/completions",
+                r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+                false,
+            ),
+        ];
+        for (path, data, terminal) in cases {
+            let (_, dialect) = detect(path);
+            let mut dialect = dialect.unwrap_or_else(|| panic!("{path}"));
+            let (_, obs, _) = classify_with(dialect.as_mut(), data);
+            assert_eq!(obs.ended, terminal, "{path}: {data}");
+        }
+    }
+
+    #[test]
+    fn every_api_label_is_distinct() {
+        let labels: std::collections::HashSet<_> = Api::ALL.iter().map(|a| a.as_str()).collect();
+        assert_eq!(labels.len(), Api::ALL.len());
+    }
+}

@@ -1,0 +1,180 @@
+//! Ollama's native API: `/api/generate` and `/api/chat`, streamed as NDJSON (one JSON object a line,
+//! `application/x-ndjson`), or one JSON body with `"stream": false`.
+//!
+//! Output-bearing: a line with non-empty `response` (generate) or `message.content` (chat), non-empty
+//! `thinking` / `message.thinking` (reasoning models), or any `message.tool_calls` entry. Not output: the
+//! final `done: true` line when its text is empty. That line is terminal: the client has the whole
+//! answer once it has passed. Output tokens come from `eval_count`, input tokens
+//! from `prompt_eval_count`, both on the `done: true` line (or the non-streaming body). A line with an
+//! `error` field means `upstream_error`. Tool-call arguments arrive as JSON objects, not text, so a
+//! tokenizer sees only the names of the called tools.
+
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+
+use super::text::Text;
+use super::{Dialect, EventKind, EventOutput, Observations};
+use crate::decode::json_scan::FieldScanner;
+use crate::decode::sse::SseEvent;
+
+#[derive(Debug, Default)]
+pub struct Ollama;
+
+#[derive(Deserialize)]
+struct Line<'a> {
+    #[serde(borrow, default)]
+    model: Text<'a>,
+    #[serde(borrow, default)]
+    response: Text<'a>,
+    #[serde(borrow, default)]
+    thinking: Text<'a>,
+    #[serde(borrow, default)]
+    message: Option<Message<'a>>,
+    #[serde(default)]
+    done: Option<bool>,
+    #[serde(default)]
+    eval_count: Option<u64>,
+    #[serde(default)]
+    prompt_eval_count: Option<u64>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow, default)]
+    content: Text<'a>,
+    #[serde(borrow, default)]
+    thinking: Text<'a>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<ToolCall<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCall<'a> {
+    #[serde(borrow, default)]
+    function: Option<Function<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Function<'a> {
+    #[serde(borrow, default)]
+    name: Text<'a>,
+}
+
+fn parse_count(fields: &FieldScanner, key: &str) -> Option<u64> {
+    serde_json::from_slice(fields.raw(key)?).ok()
+}
+
+impl Dialect for Ollama {
+    fn on_event(
+        &mut self,
+        event: &SseEvent<'_>,
+        obs: &mut Observations,
+        text: &mut EventOutput<'_>,
+    ) -> EventKind {
+        let Ok(line) = serde_json::from_slice::<Line<'_>>(event.data) else {
+            return EventKind::Malformed;
+        };
+        obs.model(line.model.0.as_deref());
+        obs.record(line.eval_count, line.prompt_eval_count);
+        if line.done == Some(true) {
+            obs.ended = true;
+        }
+        if line.error.is_some() {
+            return EventKind::Error;
+        }
+        let message = line.message.as_ref();
+        let parts = [
+            Some(&line.response),
+            Some(&line.thinking),
+            message.map(|m| &m.content),
+            message.map(|m| &m.thinking),
+        ];
+        let mut kind = EventKind::Other;
+        for part in parts.into_iter().flatten().filter_map(Text::non_empty) {
+            text.push(part);
+            kind = EventKind::Output;
+        }
+        let calls = message
+            .and_then(|m| m.tool_calls.as_deref())
+            .unwrap_or_default();
+        if !calls.is_empty() {
+            let names = calls.iter().filter_map(|c| c.function.as_ref());
+            names
+                .filter_map(|f| f.name.non_empty())
+                .for_each(|n| text.push(n));
+            kind = EventKind::Output;
+        }
+        kind
+    }
+
+    fn body_fields(&self) -> &'static [&'static str] {
+        &["model", "eval_count", "prompt_eval_count"]
+    }
+
+    fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
+        obs.model(fields.string("model").as_deref());
+        obs.record(
+            parse_count(fields, "eval_count"),
+            parse_count(fields, "prompt_eval_count"),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classify(data: &str) -> (EventKind, Observations, String) {
+        crate::decode::dialect::classify_with(&mut Ollama, data)
+    }
+
+    #[test]
+    fn generate_and_chat_text_thinking_and_tool_calls_are_output() {
+        let cases = [
+            (
+                r#"{"model":"llama3.2","created_at":"t","response":"The","done":false}"#,
+                "The",
+            ),
+            (
+                r#"{"model":"m","message":{"role":"assistant","content":" sky"},"done":false}"#,
+                " sky",
+            ),
+            (
+                r#"{"model":"m","message":{"role":"assistant","content":"","thinking":"hm"},"done":false}"#,
+                "hm",
+            ),
+            (
+                r#"{"model":"m","response":"","thinking":"so","done":false}"#,
+                "so",
+            ),
+            (
+                r#"{"model":"m","message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"get_weather","arguments":{"city":"Paris"}}}]},"done":false}"#,
+                "get_weather",
+            ),
+        ];
+        for (line, want) in cases {
+            let (kind, obs, text) = classify(line);
+            assert_eq!((kind, text.as_str()), (EventKind::Output, want), "{line}");
+            assert!(obs.model.is_some());
+        }
+    }
+
+    #[test]
+    fn done_line_with_empty_text_is_not_output_but_carries_the_counts() {
+        let done = r#"{"model":"llama3.2","created_at":"t","response":"","done":true,"done_reason":"stop","context":[1,2,3],"total_duration":10706818083,"load_duration":6338219291,"prompt_eval_count":26,"prompt_eval_duration":130079000,"eval_count":259,"eval_duration":4232710000}"#;
+        let (kind, obs, _) = classify(done);
+        assert_eq!(kind, EventKind::Other);
+        assert_eq!((obs.input_tokens, obs.output_tokens), (Some(26), Some(259)));
+    }
+
+    #[test]
+    fn error_line_is_an_error() {
+        assert_eq!(
+            classify(r#"{"error":"model runner has unexpectedly stopped"}"#).0,
+            EventKind::Error
+        );
+        assert_eq!(classify("[1").0, EventKind::Malformed);
+    }
+}

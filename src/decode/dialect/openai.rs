@@ -1,0 +1,351 @@
+//! OpenAI-compatible chat and text completions, as served by vLLM, SGLang, TGI's OpenAI routes,
+//! llama.cpp's `/v1` routes, Ollama's `/v1` routes and hosted APIs.
+//!
+//! Output-bearing: a chunk with a choice whose `delta` has non-empty `content`, `refusal`,
+//! `reasoning_content` or `reasoning`, or any `tool_calls`/`function_call` entry; for text completions a
+//! non-empty `text`. Each such choice is marked by its `index`, so several choices (`n` > 1) are timed
+//! as their readers see them. Not output: the role-only first chunk vLLM sends before any token exists,
+//! the usage-only final chunk (`"choices":[]`), `[DONE]` (the terminal event, which the meter reads for
+//! every dialect). Usage (`completion_tokens`, `prompt_tokens`, and
+//! `completion_tokens_details.reasoning_tokens`) is taken from whichever chunk carries it last (the
+//! final chunk with `stream_options.include_usage`, or every chunk with vLLM's continuous usage stats,
+//! which are cumulative) and from a non-streaming body's `usage`.
+
+use std::borrow::Cow;
+
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+
+use super::text::Text;
+use super::{Dialect, EventKind, EventOutput, Observations};
+use crate::decode::json_scan::FieldScanner;
+use crate::decode::sse::SseEvent;
+
+#[derive(Debug, Default)]
+pub struct OpenAi;
+
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    choices: Option<Vec<Choice<'a>>>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(borrow, default)]
+    delta: Option<Delta<'a>>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(borrow, default)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    refusal: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<ToolCall<'a>>>,
+    #[serde(borrow, default)]
+    function_call: Option<Function<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCall<'a> {
+    #[serde(borrow, default)]
+    function: Option<Function<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Function<'a> {
+    #[serde(borrow, default)]
+    name: Text<'a>,
+    #[serde(borrow, default)]
+    arguments: Text<'a>,
+}
+
+impl Function<'_> {
+    fn copy_text(&self, text: &mut EventOutput<'_>) {
+        for part in [&self.name, &self.arguments] {
+            if let Some(s) = part.non_empty() {
+                text.push(s);
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Usage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Deserialize)]
+struct CompletionDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+fn non_empty(s: &Option<Cow<'_, str>>) -> bool {
+    s.as_deref().is_some_and(|s| !s.is_empty())
+}
+
+impl Delta<'_> {
+    fn carries_output(&self) -> bool {
+        non_empty(&self.content)
+            || non_empty(&self.refusal)
+            || non_empty(&self.reasoning_content)
+            || non_empty(&self.reasoning)
+            || self
+                .tool_calls
+                .as_ref()
+                .is_some_and(|calls| !calls.is_empty())
+            || self.function_call.is_some()
+    }
+}
+
+impl Delta<'_> {
+    /// Content, refusal, reasoning and tool-call names and arguments, as a tokenizer should see them.
+    fn copy_text(&self, text: &mut EventOutput<'_>) {
+        for part in [
+            &self.content,
+            &self.refusal,
+            &self.reasoning_content,
+            &self.reasoning,
+        ] {
+            if let Some(s) = part.as_deref() {
+                text.push(s);
+            }
+        }
+        let calls = self.tool_calls.iter().flatten();
+        for function in calls.filter_map(|c| c.function.as_ref()) {
+            function.copy_text(text);
+        }
+        if let Some(function) = &self.function_call {
+            function.copy_text(text);
+        }
+    }
+}
+
+impl Choice<'_> {
+    fn carries_output(&self) -> bool {
+        self.delta.as_ref().is_some_and(Delta::carries_output) || non_empty(&self.text)
+    }
+
+    fn copy_text(&self, text: &mut EventOutput<'_>) {
+        if let Some(delta) = &self.delta {
+            delta.copy_text(text);
+        }
+        if let Some(s) = self.text.as_deref() {
+            text.push(s);
+        }
+    }
+}
+
+fn record_usage(usage: &Usage, obs: &mut Observations) {
+    obs.record(usage.completion_tokens, usage.prompt_tokens);
+    let details = usage.completion_tokens_details.as_ref();
+    if let Some(n) = details.and_then(|d| d.reasoning_tokens) {
+        obs.reasoning_tokens = Some(n);
+    }
+}
+
+impl Dialect for OpenAi {
+    fn on_event(
+        &mut self,
+        event: &SseEvent<'_>,
+        obs: &mut Observations,
+        output: &mut EventOutput<'_>,
+    ) -> EventKind {
+        let data = event.data.trim_ascii();
+        if data == b"[DONE]" || data.is_empty() {
+            return EventKind::Other;
+        }
+        let Ok(chunk) = serde_json::from_slice::<Chunk<'_>>(data) else {
+            return EventKind::Malformed;
+        };
+        obs.model(chunk.model.as_deref());
+        if let Some(usage) = &chunk.usage {
+            record_usage(usage, obs);
+        }
+        if chunk.error.is_some() {
+            return EventKind::Error;
+        }
+        let choices = chunk.choices.as_deref().unwrap_or_default();
+        let mut kind = EventKind::Other;
+        for choice in choices.iter().filter(|c| c.carries_output()) {
+            output.choice(choice.index.unwrap_or(0));
+            choice.copy_text(output);
+            kind = EventKind::Output;
+        }
+        kind
+    }
+
+    fn body_fields(&self) -> &'static [&'static str] {
+        &["model", "usage"]
+    }
+
+    fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
+        if let Some(model) = fields.string("model").filter(|m| !m.is_empty()) {
+            obs.model = Some(model);
+        }
+        if let Some(usage) = fields
+            .raw("usage")
+            .and_then(|raw| serde_json::from_slice::<Usage>(raw).ok())
+        {
+            record_usage(&usage, obs);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classify(data: &str) -> (EventKind, Observations) {
+        let (kind, obs, _) = crate::decode::dialect::classify_with(&mut OpenAi, data);
+        (kind, obs)
+    }
+
+    fn text_of(data: &str) -> String {
+        crate::decode::dialect::classify_with(&mut OpenAi, data).2
+    }
+
+    fn choices_of(data: &str) -> Vec<u32> {
+        crate::decode::dialect::classify_choices(&mut OpenAi, data).3
+    }
+
+    #[test]
+    fn a_refusal_is_output_and_its_text_is_counted() {
+        let chunk = r#"{"choices":[{"index":0,"delta":{"content":null,"refusal":"I can't"}}]}"#;
+        assert_eq!(classify(chunk).0, EventKind::Output);
+        assert_eq!(text_of(chunk), "I can't");
+        let empty = r#"{"choices":[{"index":0,"delta":{"role":"assistant","refusal":""}}]}"#;
+        assert_eq!(classify(empty).0, EventKind::Other);
+    }
+
+    #[test]
+    fn each_choice_with_output_is_marked_by_its_index() {
+        assert_eq!(
+            choices_of(r#"{"choices":[{"index":1,"delta":{"content":"a"}}]}"#),
+            vec![1]
+        );
+        // Two choices in one chunk, one of them only a finish: only the one with output is marked.
+        let both = r#"{"choices":[{"index":0,"delta":{"content":"a"}},{"index":1,"delta":{},"finish_reason":"stop"}]}"#;
+        assert_eq!(choices_of(both), vec![0]);
+        let both = r#"{"choices":[{"index":2,"text":"x"},{"index":0,"text":"y"}]}"#;
+        assert_eq!(choices_of(both), vec![2, 0]);
+        // No index: the only answer, choice 0. A huge index cannot grow the per-stream state.
+        assert_eq!(choices_of(r#"{"choices":[{"text":"x"}]}"#), vec![0]);
+        let huge = r#"{"choices":[{"index":4000000000,"text":"x"}]}"#;
+        assert_eq!(choices_of(huge), vec![crate::decode::dialect::MAX_CHOICE]);
+    }
+
+    #[test]
+    fn reasoning_tokens_reported_apart_are_read_from_the_usage_details() {
+        let usage = r#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"completion_tokens_details":{"reasoning_tokens":340}}}"#;
+        let (_, obs) = classify(usage);
+        assert_eq!(
+            (obs.output_tokens, obs.reasoning_tokens),
+            (Some(2), Some(340))
+        );
+    }
+
+    #[test]
+    fn output_text_is_content_reasoning_and_tool_call_arguments() {
+        assert_eq!(
+            text_of(r#"{"choices":[{"delta":{"content":"a\nb"}}]}"#),
+            "a\nb"
+        );
+        assert_eq!(
+            text_of(r#"{"choices":[{"delta":{"reasoning_content":"r","content":"c"}}]}"#),
+            "cr"
+        );
+        assert_eq!(
+            text_of(
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"x","function":{"name":"f","arguments":"{\"a\""}}]}}]}"#
+            ),
+            "f{\"a\""
+        );
+        assert_eq!(text_of(r#"{"choices":[{"text":"t","index":0}]}"#), "t");
+    }
+
+    #[test]
+    fn role_only_first_chunk_is_not_output() {
+        let (kind, obs) = classify(
+            r#"{"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+        );
+        assert_eq!(kind, EventKind::Other);
+        assert_eq!(obs.model.as_deref(), Some("m"));
+        assert_eq!(
+            classify(r#"{"choices":[{"delta":{"role":"assistant"}}]}"#).0,
+            EventKind::Other
+        );
+    }
+
+    #[test]
+    fn content_reasoning_and_tool_call_deltas_are_output() {
+        assert_eq!(
+            classify(r#"{"choices":[{"delta":{"content":"hi"}}]}"#).0,
+            EventKind::Output
+        );
+        assert_eq!(
+            classify(r#"{"choices":[{"delta":{"reasoning_content":"hm"}}]}"#).0,
+            EventKind::Output
+        );
+        assert_eq!(
+            classify(r#"{"choices":[{"delta":{"reasoning":"hm","content":null}}]}"#).0,
+            EventKind::Output
+        );
+        assert_eq!(
+            classify(r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]}"#).0,
+            EventKind::Output
+        );
+        assert_eq!(
+            classify(r#"{"choices":[{"delta":{"tool_calls":[]}}]}"#).0,
+            EventKind::Other
+        );
+        assert_eq!(
+            classify(r#"{"choices":[{"text":"x","index":0}]}"#).0,
+            EventKind::Output
+        );
+        assert_eq!(
+            classify(r#"{"choices":[{"text":"","index":0}]}"#).0,
+            EventKind::Other
+        );
+    }
+
+    #[test]
+    fn usage_only_chunk_and_done_are_not_output_but_usage_is_taken() {
+        let (kind, obs) =
+            classify(r#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":16}}"#);
+        assert_eq!(kind, EventKind::Other);
+        assert_eq!((obs.input_tokens, obs.output_tokens), (Some(7), Some(16)));
+        assert_eq!(classify("[DONE]").0, EventKind::Other);
+    }
+
+    #[test]
+    fn error_object_in_stream_is_an_error_and_garbage_is_malformed() {
+        assert_eq!(
+            classify(r#"{"error":{"message":"boom","code":500}}"#).0,
+            EventKind::Error
+        );
+        assert_eq!(classify("{not json").0, EventKind::Malformed);
+    }
+}

@@ -1,0 +1,176 @@
+//! OpenAI Responses (`/v1/responses`), as served by OpenAI, vLLM and SGLang: typed SSE events whose JSON
+//! `type` says what they are.
+//!
+//! Output-bearing: every `response.*.delta` event with a non-empty `delta` — output text, refusal,
+//! reasoning text and reasoning summaries, function-call and custom-tool arguments, code-interpreter
+//! code. Not output: `response.created`/`in_progress`, `output_item.added`/`done`, `content_part.*`,
+//! the `*.done` events (they repeat text already streamed), `response.completed`. Usage
+//! (`output_tokens`, `input_tokens`, `output_tokens_details.reasoning_tokens`) and the model come from
+//! the `response` object of the lifecycle events, the last one seen (normally `response.completed`).
+//! `response.failed` and an `error` event end the request as `upstream_error`; `response.incomplete` (a
+//! `max_output_tokens` or content-filter stop the server chose, like chat's `finish_reason: "length"`)
+//! ends it normally. `response.completed`, `response.incomplete` and `response.failed` are terminal: the
+//! client has the whole answer once one has passed.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+
+use super::text::Text;
+use super::{Dialect, EventKind, EventOutput, Observations};
+use crate::decode::json_scan::FieldScanner;
+use crate::decode::sse::SseEvent;
+
+#[derive(Debug, Default)]
+pub struct Responses;
+
+#[derive(Deserialize)]
+struct Event<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    delta: Text<'a>,
+    #[serde(borrow, default)]
+    response: Option<Response<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Response<'a> {
+    #[serde(borrow, default)]
+    model: Text<'a>,
+    #[serde(default)]
+    usage: Option<Usage>,
+}
+
+#[derive(Deserialize)]
+struct Usage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens_details: Option<OutputDetails>,
+}
+
+#[derive(Deserialize)]
+struct OutputDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+fn record_usage(usage: &Usage, obs: &mut Observations) {
+    obs.record(usage.output_tokens, usage.input_tokens);
+    let details = usage.output_tokens_details.as_ref();
+    if let Some(n) = details.and_then(|d| d.reasoning_tokens) {
+        obs.reasoning_tokens = Some(n);
+    }
+}
+
+impl Dialect for Responses {
+    fn on_event(
+        &mut self,
+        event: &SseEvent<'_>,
+        obs: &mut Observations,
+        text: &mut EventOutput<'_>,
+    ) -> EventKind {
+        let Ok(event) = serde_json::from_slice::<Event<'_>>(event.data) else {
+            return EventKind::Malformed;
+        };
+        if let Some(response) = &event.response {
+            obs.model(response.model.0.as_deref());
+            if let Some(usage) = &response.usage {
+                record_usage(usage, obs);
+            }
+        }
+        let kind = event.kind.as_deref().unwrap_or_default();
+        if matches!(
+            kind,
+            "response.completed" | "response.incomplete" | "response.failed"
+        ) {
+            obs.ended = true;
+        }
+        match kind {
+            "error" | "response.failed" => EventKind::Error,
+            _ if kind.ends_with(".delta") => match event.delta.non_empty() {
+                Some(delta) => {
+                    if kind != "response.audio.delta" {
+                        text.push(delta); // audio deltas are base64 bytes, not text
+                    }
+                    EventKind::Output
+                }
+                None => EventKind::Other,
+            },
+            _ => EventKind::Other,
+        }
+    }
+
+    fn body_fields(&self) -> &'static [&'static str] {
+        &["model", "usage"]
+    }
+
+    fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
+        obs.model(fields.string("model").as_deref());
+        if let Some(usage) = fields
+            .raw("usage")
+            .and_then(|raw| serde_json::from_slice::<Usage>(raw).ok())
+        {
+            record_usage(&usage, obs);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classify(data: &str) -> (EventKind, Observations, String) {
+        crate::decode::dialect::classify_with(&mut Responses, data)
+    }
+
+    #[test]
+    fn text_reasoning_and_argument_deltas_are_output() {
+        for kind in [
+            "response.output_text.delta",
+            "response.reasoning_text.delta",
+            "response.reasoning_summary_text.delta",
+            "response.function_call_arguments.delta",
+            "response.refusal.delta",
+        ] {
+            let data = format!(
+                r#"{{"type":"{kind}","item_id":"x","output_index":0,"delta":"ab","sequence_number":4}}"#
+            );
+            let (got, _, text) = classify(&data);
+            assert_eq!((got, text.as_str()), (EventKind::Output, "ab"), "{kind}");
+        }
+        let empty = r#"{"type":"response.output_text.delta","delta":""}"#;
+        assert_eq!(classify(empty).0, EventKind::Other);
+    }
+
+    #[test]
+    fn lifecycle_and_done_events_are_not_output_and_completed_carries_usage() {
+        let created = r#"{"type":"response.created","sequence_number":0,"response":{"id":"r","model":"gpt-x","status":"in_progress","output":[],"usage":null}}"#;
+        let (kind, obs, _) = classify(created);
+        assert_eq!(
+            (kind, obs.model.as_deref()),
+            (EventKind::Other, Some("gpt-x"))
+        );
+        let done = r#"{"type":"response.output_text.done","text":"whole text"}"#;
+        assert_eq!(classify(done).0, EventKind::Other);
+        let completed = r#"{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":12,"input_tokens_details":{"cached_tokens":0},"output_tokens":7,"output_tokens_details":{"reasoning_tokens":2},"total_tokens":19}}}"#;
+        let (kind, obs, _) = classify(completed);
+        assert_eq!(kind, EventKind::Other);
+        assert_eq!((obs.input_tokens, obs.output_tokens), (Some(12), Some(7)));
+    }
+
+    #[test]
+    fn failed_and_error_events_are_errors_but_incomplete_is_not() {
+        let failed = r#"{"type":"response.failed","response":{"status":"failed","error":{"code":"server_error","message":"x"}}}"#;
+        assert_eq!(classify(failed).0, EventKind::Error);
+        let error = r#"{"type":"error","code":"ERR","message":"boom","param":null}"#;
+        assert_eq!(classify(error).0, EventKind::Error);
+        let incomplete = r#"{"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"usage":{"input_tokens":3,"output_tokens":16}}}"#;
+        let (kind, obs, _) = classify(incomplete);
+        assert_eq!((kind, obs.output_tokens), (EventKind::Other, Some(16)));
+        assert_eq!(classify("{oops").0, EventKind::Malformed);
+    }
+}

@@ -1,0 +1,445 @@
+//! The meter of one response body: frames the bytes that pass (SSE or NDJSON for streams, a top-level
+//! field scan for JSON bodies), hands each decoded event to the API dialect, and tells the exchange
+//! which output-bearing events a frame carried (one mark per event and choice) and whether the API's
+//! terminal event has passed. It only reads the bytes it is lent; forwarding never
+//! waits on it. The framing follows the response's content type, not the path: `text/event-stream` is
+//! SSE, `application/x-ndjson` (Ollama's streams) is NDJSON, anything else is one JSON body.
+//!
+//! When the stream cannot be understood (an event over the framer's bound, a payload the dialect cannot
+//! parse) metering switches off for the rest of that response with a reason; the bytes keep flowing.
+
+use http::HeaderValue;
+
+use crate::config::Metering;
+use crate::decode::dialect::{Dialect, EventKind, EventOutput, Observations};
+use crate::decode::json_scan::FieldScanner;
+use crate::decode::ndjson::NdjsonFramer;
+use crate::decode::sse::{SseEvent, SseFramer};
+use crate::decode::tokenizer::TextCount;
+
+/// Largest raw top-level value (e.g. `usage`) kept from a non-streaming body.
+const MAX_BODY_FIELD_BYTES: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    EventTooLarge,
+    MalformedEvent,
+}
+
+impl SkipReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::EventTooLarge => "event_too_large",
+            SkipReason::MalformedEvent => "malformed_event",
+        }
+    }
+}
+
+/// How a response body is laid out, from its content type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `text/event-stream`.
+    Sse,
+    /// `application/x-ndjson` and its aliases: one JSON object a line.
+    Ndjson,
+    /// Anything else: one JSON body, read for its top-level fields.
+    Json,
+}
+
+impl Format {
+    /// The format a `Content-Type` announces (any parameters, any case).
+    pub fn of(content_type: Option<&HeaderValue>) -> Format {
+        let essence = content_type
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .map(str::trim)
+            .unwrap_or_default();
+        let is = |name: &str| essence.eq_ignore_ascii_case(name);
+        if is("text/event-stream") {
+            Format::Sse
+        } else if [
+            "application/x-ndjson",
+            "application/ndjson",
+            "application/jsonl",
+        ]
+        .iter()
+        .any(|name| is(name))
+        {
+            Format::Ndjson
+        } else {
+            Format::Json
+        }
+    }
+}
+
+enum Framing {
+    Sse(SseFramer),
+    Ndjson(NdjsonFramer),
+    Json(FieldScanner),
+}
+
+/// Everything but the framer: what the events have told so far.
+struct Reading {
+    dialect: Box<dyn Dialect>,
+    obs: Observations,
+    text: TextCount,
+    skipped: Option<SkipReason>,
+    error_event: bool,
+    /// An SSE event was decoded: a body with other lines than comments and none of these was not an
+    /// event stream at all.
+    decoded_event: bool,
+    /// The choices the current event advanced; reused from event to event.
+    choices: Vec<u32>,
+}
+
+impl Reading {
+    /// Reads one event and appends a mark for each choice it carried output for.
+    fn event(&mut self, event: &SseEvent<'_>, marks: &mut Vec<u32>) {
+        if self.skipped.is_some() {
+            return;
+        }
+        self.decoded_event = true;
+        // An event without data carries nothing in any dialect. `[DONE]` ends OpenAI's streams, and the
+        // same marker some gateways add to every API ends theirs.
+        match event.data.trim_ascii() {
+            b"" => return,
+            b"[DONE]" => {
+                self.obs.ended = true;
+                return;
+            }
+            _ => {}
+        }
+        self.choices.clear();
+        let mut output = EventOutput::new(self.text.buffer(), &mut self.choices);
+        let kind = self.dialect.on_event(event, &mut self.obs, &mut output);
+        self.text.after_event(self.obs.model.as_deref());
+        match kind {
+            EventKind::Output if self.choices.is_empty() => marks.push(0),
+            EventKind::Output => marks.extend_from_slice(&self.choices),
+            EventKind::Other => {}
+            EventKind::Error => self.error_event = true,
+            EventKind::Malformed => self.skipped = Some(SkipReason::MalformedEvent),
+        }
+    }
+}
+
+pub struct Meter {
+    framing: Framing,
+    reading: Reading,
+}
+
+impl Meter {
+    /// `text` says whether (and with which tokenizer) the output text is to be counted.
+    pub fn new(
+        dialect: Box<dyn Dialect>,
+        format: Format,
+        limits: &Metering,
+        text: TextCount,
+    ) -> Self {
+        let framing = match format {
+            Format::Sse => Framing::Sse(SseFramer::new(limits.max_event_bytes)),
+            Format::Ndjson => Framing::Ndjson(NdjsonFramer::new(limits.max_event_bytes)),
+            Format::Json => Framing::Json(FieldScanner::new(
+                dialect.body_fields(),
+                MAX_BODY_FIELD_BYTES,
+                limits.max_event_bytes,
+            )),
+        };
+        Meter {
+            framing,
+            reading: Reading {
+                dialect,
+                obs: Observations::default(),
+                text,
+                skipped: None,
+                error_event: false,
+                decoded_event: false,
+                choices: Vec::new(),
+            },
+        }
+    }
+
+    /// A stream of events (SSE or NDJSON), as opposed to one JSON body.
+    pub fn is_streaming(&self) -> bool {
+        !matches!(self.framing, Framing::Json(_))
+    }
+
+    /// Reads one body frame and appends to `marks` the choice of each output it completed, in order
+    /// (an event that advanced two choices leaves two marks).
+    pub fn feed(&mut self, bytes: &[u8], marks: &mut Vec<u32>) {
+        let Meter { framing, reading } = self;
+        if reading.skipped.is_some() {
+            return;
+        }
+        let fed = match framing {
+            Framing::Json(scanner) => {
+                scanner.feed(bytes);
+                Ok(())
+            }
+            Framing::Sse(framer) => framer.feed(bytes, |event| reading.event(&event, marks)),
+            Framing::Ndjson(framer) => framer.feed(bytes, |line| {
+                let event = SseEvent {
+                    event: b"",
+                    data: line,
+                };
+                reading.event(&event, marks);
+            }),
+        };
+        if fed.is_err() {
+            reading.skipped.get_or_insert(SkipReason::EventTooLarge);
+        }
+        // Output events completed before the stream turned unreadable were real token arrivals,
+        // whether or not the unreadable part came in the same frame: the figures depend only on the
+        // bytes, never on where the network cut them into frames.
+    }
+
+    /// Called once at the end of the body (`complete`: it ended normally). A JSON body's fields are
+    /// read now, and an NDJSON stream's last line if it had no LF, whose outputs are appended to
+    /// `marks`. An SSE body that held no event at all is reported as malformed here.
+    pub fn finish(&mut self, complete: bool, marks: &mut Vec<u32>) {
+        let Meter { framing, reading } = self;
+        match framing {
+            Framing::Json(scanner) => reading.dialect.on_body(scanner, &mut reading.obs),
+            Framing::Ndjson(framer) if complete && reading.skipped.is_none() => {
+                framer.finish(|line| {
+                    let event = SseEvent {
+                        event: b"",
+                        data: line,
+                    };
+                    reading.event(&event, marks);
+                });
+            }
+            // An "event stream" that held other lines than comments but not a single complete event (a
+            // JSON or HTML body, binary bytes under an SSE content type) is malformed, not a stream that
+            // carried no tokens. Keep-alive comments alone (a client that left during a long prefill)
+            // are not malformed.
+            Framing::Sse(framer) => {
+                if !reading.decoded_event && framer.saw_non_comment() {
+                    reading.skipped.get_or_insert(SkipReason::MalformedEvent);
+                }
+            }
+            Framing::Ndjson(_) => {}
+        }
+    }
+
+    /// The tokenizer's count of the output text, when one counted it (call after [`Meter::finish`]).
+    pub fn tokenizer_count(&mut self) -> Option<u64> {
+        self.reading.text.finish()
+    }
+
+    pub fn observations(&self) -> &Observations {
+        &self.reading.obs
+    }
+
+    pub fn skipped(&self) -> Option<SkipReason> {
+        self.reading.skipped
+    }
+
+    /// The server reported an error inside the stream (e.g. an OpenAI `{"error":...}` event).
+    pub fn saw_error_event(&self) -> bool {
+        self.reading.error_event
+    }
+
+    /// The API's terminal event has passed: the client has the whole answer.
+    pub fn ended(&self) -> bool {
+        self.reading.obs.ended
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::dialect::detect;
+
+    /// Feeds a frame; the number of output marks it made.
+    fn feed(meter: &mut Meter, bytes: &[u8]) -> usize {
+        let mut marks = Vec::new();
+        meter.feed(bytes, &mut marks);
+        marks.len()
+    }
+
+    fn finish(meter: &mut Meter, complete: bool) -> usize {
+        let mut marks = Vec::new();
+        meter.finish(complete, &mut marks);
+        marks.len()
+    }
+
+    fn limits() -> Metering {
+        Metering {
+            max_event_bytes: 1024,
+            model_scan_bytes: 1024,
+        }
+    }
+
+    #[test]
+    fn counts_output_events_and_reads_usage_from_a_stream() {
+        let (_, dialect) = detect("/v1/chat/completions");
+        let mut meter = Meter::new(
+            dialect.expect("openai"),
+            Format::Sse,
+            &limits(),
+            TextCount::Off,
+        );
+        let role =
+            "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+        assert_eq!(feed(&mut meter, role.as_bytes()), 0);
+        let two = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n";
+        assert_eq!(feed(&mut meter, two.as_bytes()), 2);
+        let usage = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n";
+        assert_eq!(feed(&mut meter, usage.as_bytes()), 0);
+        assert_eq!(meter.observations().output_tokens, Some(2));
+        assert_eq!(meter.skipped(), None);
+    }
+
+    #[test]
+    fn empty_and_done_events_carry_nothing_in_any_dialect() {
+        for path in [
+            "/v1/messages",
+            "/v1/responses",
+            "/generate_stream",
+            "/completion",
+        ] {
+            let (_, dialect) = detect(path);
+            let mut meter =
+                Meter::new(dialect.expect(path), Format::Sse, &limits(), TextCount::Off);
+            assert_eq!(
+                feed(&mut meter, b"event: ping\ndata:\n\ndata: [DONE]\n\n"),
+                0,
+                "{path}"
+            );
+            assert_eq!(meter.skipped(), None, "{path}");
+        }
+    }
+
+    #[test]
+    fn done_ends_the_stream_in_every_dialect() {
+        for path in ["/v1/chat/completions", "/v1/completions", "/v1/messages"] {
+            let (_, dialect) = detect(path);
+            let mut meter =
+                Meter::new(dialect.expect(path), Format::Sse, &limits(), TextCount::Off);
+            feed(&mut meter, b"data: {\"choices\":[]}\n\n: ping\n\n");
+            assert!(!meter.ended(), "{path}");
+            feed(&mut meter, b"data: [DONE]\n\n");
+            assert!(meter.ended(), "{path}");
+        }
+    }
+
+    #[test]
+    fn oversized_event_switches_metering_off() {
+        let (_, dialect) = detect("/v1/chat/completions");
+        let mut meter = Meter::new(
+            dialect.expect("openai"),
+            Format::Sse,
+            &limits(),
+            TextCount::Off,
+        );
+        let big = format!("data: {}\n\n", "x".repeat(4096));
+        assert_eq!(feed(&mut meter, big.as_bytes()), 0);
+        assert_eq!(meter.skipped(), Some(SkipReason::EventTooLarge));
+        assert_eq!(
+            feed(
+                &mut meter,
+                b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"
+            ),
+            0
+        );
+    }
+
+    #[test]
+    fn reads_usage_from_a_json_body_at_the_end() {
+        let (_, dialect) = detect("/v1/completions");
+        let mut meter = Meter::new(
+            dialect.expect("openai"),
+            Format::Json,
+            &limits(),
+            TextCount::Off,
+        );
+        let body = br#"{"model":"m","choices":[{"text":"hi"}],"usage":{"prompt_tokens":5,"completion_tokens":9}}"#;
+        let (a, b) = body.split_at(30);
+        assert_eq!(feed(&mut meter, a) + feed(&mut meter, b), 0);
+        finish(&mut meter, true);
+        let obs = meter.observations();
+        assert_eq!(
+            (obs.input_tokens, obs.output_tokens, obs.model.as_deref()),
+            (Some(5), Some(9), Some("m"))
+        );
+    }
+
+    #[test]
+    fn format_follows_the_content_type_with_parameters_in_any_case() {
+        let of = |ct: &'static str| Format::of(Some(&HeaderValue::from_static(ct)));
+        assert_eq!(of("text/event-stream; charset=utf-8"), Format::Sse);
+        assert_eq!(of("Text/Event-Stream"), Format::Sse);
+        assert_eq!(of("application/x-ndjson"), Format::Ndjson);
+        assert_eq!(of("application/x-ndjson; charset=utf-8"), Format::Ndjson);
+        assert_eq!(of("application/json"), Format::Json);
+        assert_eq!(of("application/json; charset=utf-8"), Format::Json);
+        assert_eq!(Format::of(None), Format::Json);
+    }
+
+    #[test]
+    fn ndjson_last_line_without_lf_is_read_only_when_the_body_ended_normally() {
+        let (_, dialect) = detect("/api/generate");
+        let body = b"{\"model\":\"m\",\"response\":\"a\",\"done\":false}\n{\"model\":\"m\",\"response\":\"b\",\"done\":false}";
+        let mut meter = Meter::new(
+            dialect.expect("ollama"),
+            Format::Ndjson,
+            &limits(),
+            TextCount::Off,
+        );
+        assert_eq!(feed(&mut meter, body), 1);
+        assert_eq!(finish(&mut meter, true), 1);
+        let (_, dialect) = detect("/api/generate");
+        let mut meter = Meter::new(
+            dialect.expect("ollama"),
+            Format::Ndjson,
+            &limits(),
+            TextCount::Off,
+        );
+        assert_eq!(feed(&mut meter, body), 1);
+        assert_eq!(finish(&mut meter, false), 0);
+        assert_eq!(meter.skipped(), None);
+    }
+
+    #[test]
+    fn a_stream_without_a_single_event_is_malformed() {
+        let (_, dialect) = detect("/v1/chat/completions");
+        let mut meter = Meter::new(
+            dialect.expect("openai"),
+            Format::Sse,
+            &limits(),
+            TextCount::Off,
+        );
+        assert_eq!(
+            feed(
+                &mut meter,
+                b"{\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n"
+            ),
+            0
+        );
+        finish(&mut meter, true);
+        assert_eq!(meter.skipped(), Some(SkipReason::MalformedEvent));
+        for quiet in [&b""[..], b": ping\n\n: ping\r\n\r\n: pi"] {
+            let (_, dialect) = detect("/v1/chat/completions");
+            let mut meter = Meter::new(
+                dialect.expect("openai"),
+                Format::Sse,
+                &limits(),
+                TextCount::Off,
+            );
+            feed(&mut meter, quiet);
+            finish(&mut meter, true);
+            assert_eq!(meter.skipped(), None);
+        }
+        let (_, dialect) = detect("/v1/chat/completions");
+        let mut meter = Meter::new(
+            dialect.expect("openai"),
+            Format::Sse,
+            &limits(),
+            TextCount::Off,
+        );
+        feed(&mut meter, b": ping\n\n{\"error\":");
+        finish(&mut meter, true);
+        assert_eq!(meter.skipped(), Some(SkipReason::MalformedEvent));
+    }
+}

@@ -1,0 +1,481 @@
+//! The listeners: the proxy port (HTTP/1.1 and h2c on one socket) and the metrics port (`/metrics`,
+//! `/healthz`, `/readyz`). [`start`] binds both and returns a handle with the bound addresses, so tests
+//! run the whole proxy in-process on `127.0.0.1:0`; [`run`] is the binary's main loop, which ends with a
+//! graceful shutdown ([`Running::shutdown`], see `shutdown.rs`).
+//!
+//! The proxy port holds at most `limits.max_connections` client connections: a connection accepted
+//! beyond them is closed at once and counted (as Envoy and nginx do at their limits: a client left in
+//! the listen backlog would have a connection that looks open and a request nobody reads), while the
+//! connections already open carry on untouched. Each connection is timed by `client_conn.rs`, its
+//! request heads are bounded by `limits.max_request_header_bytes` (and hyper's 100 headers), and an
+//! h2 connection may open `limits.max_concurrent_streams` streams at once. Accept failures (out of
+//! file descriptors) back off and are logged as a [`RepeatedWarning`], not once per retry.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+use crate::config::{Config, Limits, Timeouts};
+use crate::decode::tokenizer::Tokenizers;
+use crate::net::client_conn::{Activity, TimedIo, Tracked};
+use crate::net::repeated::RepeatedWarning;
+use crate::net::shutdown::{self, Drained, Phase, Shutdown};
+use crate::proxy::upstream;
+use crate::proxy::Proxy;
+use crate::record::exchange::Recorder;
+use crate::record::metrics::{Metrics, Refusals};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("binding {what} on {addr}: {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("registering metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("{0}")]
+    Tokenizer(#[from] crate::config::ConfigError),
+    #[error("upstream TLS: {0}")]
+    Tls(#[from] upstream::TlsSetupError),
+}
+
+/// A running tokentap. Dropping it stops the listeners (connections already open finish on their own).
+pub struct Running {
+    proxy_addr: SocketAddr,
+    metrics_addr: SocketAddr,
+    recorder: Arc<Recorder>,
+    shutdown: Shutdown,
+    grace: Duration,
+    open: Arc<AtomicUsize>,
+    proxy_task: Mutex<Option<JoinHandle<()>>>,
+    metrics_task: JoinHandle<()>,
+}
+
+impl Running {
+    pub fn proxy_addr(&self) -> SocketAddr {
+        self.proxy_addr
+    }
+
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.metrics_addr
+    }
+
+    /// Requests between t_arrive and t_end, all APIs.
+    pub fn in_flight(&self) -> i64 {
+        self.recorder.metrics.in_flight_total()
+    }
+
+    /// Client connections open on the proxy port.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// Stops accepting connections on both ports at once, without draining (see [`Running::shutdown`]).
+    pub fn stop_accepting(&mut self) {
+        let proxy_task = self.proxy_task.get_mut();
+        if let Some(task) = proxy_task.unwrap_or_else(PoisonError::into_inner).take() {
+            task.abort();
+        }
+        self.metrics_task.abort();
+    }
+
+    /// Starts a graceful shutdown at once: `/readyz` answers 503 from now on and the proxy port is
+    /// closed. The future completes when every request and client connection has finished, or when
+    /// `shutdown_grace` has run out and what was left has been cut. The metrics port stays up.
+    pub fn shutdown(&self) -> impl Future<Output = Drained> + Send + 'static {
+        self.shutdown.advance(Phase::Draining);
+        let accept_loop = self
+            .proxy_task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(task) = &accept_loop {
+            task.abort();
+        }
+        shutdown::drain(
+            self.shutdown.clone(),
+            accept_loop,
+            self.recorder.clone(),
+            self.open.clone(),
+            self.grace,
+        )
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop_accepting();
+    }
+}
+
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { what, addr, source })
+}
+
+/// Binds the proxy and metrics ports and starts serving.
+pub async fn start(config: &Config) -> Result<Running, StartError> {
+    let recorder = Arc::new(Recorder {
+        metrics: Arc::new(Metrics::new(config)?),
+        slo: config.slo.clone(),
+        metering: config.metering.clone(),
+        tokenizers: Arc::new(Tokenizers::load(config)?),
+    });
+    let client = upstream::client(config)?;
+    let shutdown = Shutdown::default();
+    let proxy = Proxy::new(client, config, recorder.clone(), shutdown.clone());
+    let proxy_listener = bind("the proxy listener", config.listen).await?;
+    let metrics_listener = bind("the metrics listener", config.metrics_listen).await?;
+    let local = |l: &TcpListener, addr| l.local_addr().unwrap_or(addr);
+    let proxy_addr = local(&proxy_listener, config.listen);
+    let metrics_addr = local(&metrics_listener, config.metrics_listen);
+    let open = Arc::new(AtomicUsize::new(0));
+    let serve = ServeProxy {
+        proxy,
+        slots: Arc::new(Semaphore::new(config.limits.max_connections)),
+        max_connections: config.limits.max_connections,
+        refused: recorder.metrics.refusals.clone(),
+        open: open.clone(),
+        builder: connection_builder(&config.limits),
+        timeouts: config.timeouts.clone(),
+        shutdown: shutdown.clone(),
+    };
+    let proxy_task = tokio::spawn(serve.run(proxy_listener));
+    let metrics = serve_metrics(
+        metrics_listener,
+        recorder.clone(),
+        shutdown.clone(),
+        config.timeouts.clone(),
+    );
+    Ok(Running {
+        proxy_addr,
+        metrics_addr,
+        recorder,
+        shutdown,
+        grace: config.shutdown_grace,
+        open,
+        proxy_task: Mutex::new(Some(proxy_task)),
+        metrics_task: tokio::spawn(metrics),
+    })
+}
+
+/// Runs until SIGTERM or SIGINT, then shuts down gracefully (see [`Running::shutdown`]).
+pub async fn run(config: &Config) -> Result<(), StartError> {
+    let signalled = shutdown_signal();
+    ignore_hangups();
+    let running = start(config).await?;
+    tracing::info!(
+        listen = %running.proxy_addr(),
+        upstream = %config.upstream,
+        metrics = %format!("http://{}/metrics", running.metrics_addr()),
+        "tokentap is forwarding"
+    );
+    signalled.await;
+    let in_flight = running.in_flight();
+    let grace = crate::config::format_duration(config.shutdown_grace);
+    tracing::info!(in_flight, %grace, "shutdown requested: not ready, no new connections, draining");
+    let drained = running.shutdown().await;
+    tracing::info!(cut = drained.cut, "tokentap stopped");
+    Ok(())
+}
+
+/// SIGHUP's default action kills the process, and operators and logrotate send it by habit: take it
+/// over for the life of the process and log each one. tokentap holds no file it could reopen (its log
+/// is stderr, whose reader owns any file behind it), so a hangup changes nothing else.
+pub fn ignore_hangups() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::hangup()) {
+            Ok(mut hangups) => {
+                tokio::spawn(async move {
+                    while hangups.recv().await.is_some() {
+                        tracing::info!(
+                            "SIGHUP received: nothing to reopen (the log is stderr); ignored"
+                        );
+                    }
+                });
+            }
+            Err(err) => {
+                tracing::warn!(%err, "cannot listen for SIGHUP: a hangup will stop tokentap")
+            }
+        }
+    }
+}
+
+/// Registers for SIGTERM and SIGINT at once (a signal that arrives before the returned future is
+/// first polled is not lost, nor left to its default action of killing the process); the future
+/// completes at the first of them.
+pub fn shutdown_signal() -> impl Future<Output = ()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (term, interrupt) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        );
+        async move {
+            match (term, interrupt) {
+                (Ok(mut term), Ok(mut interrupt)) => {
+                    tokio::select! {
+                        _ = term.recv() => {},
+                        _ = interrupt.recv() => {},
+                    }
+                }
+                (Ok(mut only), Err(err)) | (Err(err), Ok(mut only)) => {
+                    tracing::warn!(%err, "cannot listen for one of SIGTERM/SIGINT");
+                    only.recv().await;
+                }
+                (Err(err), Err(_)) => {
+                    tracing::warn!(%err, "cannot listen for SIGTERM/SIGINT; falling back to Ctrl-C");
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Accepts the next connection. `failures` is the listener's own: out of file descriptors and the
+/// like, the loop backs off 50 ms instead of spinning, and says so at most once per 10 s.
+async fn accept(
+    listener: &TcpListener,
+    what: &'static str,
+    failures: &mut RepeatedWarning,
+) -> tokio::net::TcpStream {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let _ = stream.set_nodelay(true);
+                return stream;
+            }
+            Err(err) => {
+                if let Some(failed) = failures.occurred(tokio::time::Instant::now()) {
+                    tracing::warn!(%err, listener = what, failed, "accepting connections fails (count since the last such line); retrying every 50ms");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // The upstream's response headers are passed on as they are: no `date` is added where it sent none,
+    // and each name keeps the case it came in (the original case map travels in the message's
+    // extensions, from this parser through the upstream client and back; HTTP/2 names are lowercase).
+    // Its cost: one more small header map and an extensions entry per message; the spellings it holds
+    // are slices of the read buffer the header values already share, not copies.
+    // An HTTP/1.1 head must fit the read buffer whole: beyond it hyper answers 431 and closes.
+    // hyper's own header_read_timeout is off: its clock also runs while a kept-alive connection waits
+    // for its next request, which would cap client_idle at client_header_read; client_conn.rs times both.
+    let read_buffer = limits
+        .max_request_header_bytes
+        .max(Limits::MIN_HEADER_BYTES);
+    builder
+        .http1()
+        .auto_date_header(false)
+        .preserve_header_case(true)
+        .header_read_timeout(None)
+        .max_buf_size(read_buffer);
+    let h2_header_list = u32::try_from(limits.max_request_header_bytes).unwrap_or(u32::MAX);
+    builder
+        .http2()
+        .auto_date_header(false)
+        .max_header_list_size(h2_header_list)
+        .max_concurrent_streams(limits.max_concurrent_streams);
+    builder
+}
+
+/// Counts a client connection as open until dropped, however its task ends.
+struct OpenConnection(Arc<AtomicUsize>);
+
+impl OpenConnection {
+    fn new(open: &Arc<AtomicUsize>) -> Self {
+        open.fetch_add(1, Ordering::AcqRel);
+        OpenConnection(open.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The proxy port's accept loop and what each connection needs.
+struct ServeProxy {
+    proxy: Proxy,
+    /// One permit per connection served, `limits.max_connections` in all.
+    slots: Arc<Semaphore>,
+    max_connections: usize,
+    /// The counters of `tokentap_connections_refused_total` and its kin.
+    refused: Refusals,
+    /// Connections being served.
+    open: Arc<AtomicUsize>,
+    builder: auto::Builder<TokioExecutor>,
+    timeouts: Timeouts,
+    shutdown: Shutdown,
+}
+
+impl ServeProxy {
+    async fn run(self, listener: TcpListener) {
+        let this = Arc::new(self);
+        let (mut failures, mut refusals) = (RepeatedWarning::default(), RepeatedWarning::default());
+        loop {
+            let stream = accept(&listener, "proxy", &mut failures).await;
+            let Ok(permit) = this.slots.clone().try_acquire_owned() else {
+                this.refused.connections.inc();
+                if let Some(refused) = refusals.occurred(tokio::time::Instant::now()) {
+                    let limit = this.max_connections;
+                    tracing::warn!(limit, refused, "client connections closed at limits.max_connections (count since the last such line)");
+                }
+                drop(stream);
+                continue;
+            };
+            let open = OpenConnection::new(&this.open);
+            let this = this.clone();
+            tokio::spawn(async move {
+                this.serve(stream).await;
+                drop((open, permit));
+            });
+        }
+    }
+
+    async fn serve(&self, stream: tokio::net::TcpStream) {
+        let activity = Arc::new(Activity::default());
+        let (header_read, idle) = (self.timeouts.client_header_read, self.timeouts.client_idle);
+        let io = TimedIo::new(stream, activity.clone(), header_read, idle)
+            .counting_head_timeouts(self.refused.head_timeouts.clone());
+        let io = TokioIo::new(io);
+        let proxy = self.proxy.clone();
+        let service = service_fn(move |request| {
+            let in_progress = activity.begin();
+            let handled = proxy.clone().handle(request);
+            async move {
+                let response = handled.await?;
+                Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_progress)))
+            }
+        });
+        let conn = self.builder.serve_connection(io, service);
+        tokio::pin!(conn);
+        let draining = self.shutdown.reached(Phase::Draining);
+        let result = tokio::select! {
+            result = conn.as_mut() => result,
+            () = draining => {
+                // Finish the request in progress (h1) or the open streams (h2), take no more.
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        };
+        if let Err(err) = result {
+            // hyper has answered 431 (or 414) and closed; it gives no other hook to count it by.
+            let head_too_large = err
+                .downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_parse_too_large);
+            if head_too_large {
+                self.refused.header_too_large.inc();
+            }
+            tracing::debug!(%err, "client connection ended with an error");
+        }
+    }
+}
+
+/// The metrics port: no request limits (it serves only tokentap's own small answers), but the same
+/// client timers as the proxy port, so a slow or idle client cannot hold its sockets for ever.
+async fn serve_metrics(
+    listener: TcpListener,
+    recorder: Arc<Recorder>,
+    shutdown: Shutdown,
+    timeouts: Timeouts,
+) {
+    let mut failures = RepeatedWarning::default();
+    loop {
+        let stream = accept(&listener, "metrics", &mut failures).await;
+        let recorder = recorder.clone();
+        let shutdown = shutdown.clone();
+        let activity = Arc::new(Activity::default());
+        let (header_read, idle) = (timeouts.client_header_read, timeouts.client_idle);
+        let io = TokioIo::new(TimedIo::new(stream, activity.clone(), header_read, idle));
+        tokio::spawn(async move {
+            let service = service_fn(move |request| {
+                let in_progress = activity.begin();
+                let ready = shutdown.phase() == Phase::Serving;
+                let recorder = recorder.clone();
+                async move {
+                    let response = metrics_endpoint(&request, &recorder, ready).await;
+                    Ok::<_, Infallible>(response.map(|b| Tracked::new(b, in_progress)))
+                }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .header_read_timeout(None)
+                .serve_connection(io, service);
+            if let Err(err) = conn.await {
+                tracing::debug!(%err, "metrics connection ended with an error");
+            }
+        });
+    }
+}
+
+async fn metrics_endpoint(
+    request: &Request<Incoming>,
+    recorder: &Recorder,
+    ready: bool,
+) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = match (request.method(), request.uri().path()) {
+        (&Method::GET, "/metrics") => match recorder.metrics.scrape().await {
+            Some(page) => (
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                page,
+            ),
+            None => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                Bytes::from_static(b"metrics unavailable: shutting down\n"),
+            ),
+        },
+        (&Method::GET, "/healthz") => (StatusCode::OK, "text/plain", Bytes::from_static(b"ok\n")),
+        (&Method::GET, "/readyz") if ready => {
+            (StatusCode::OK, "text/plain", Bytes::from_static(b"ready\n"))
+        }
+        (&Method::GET, "/readyz") => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            Bytes::from_static(b"shutting down\n"),
+        ),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            Bytes::from_static(b"not found: try /metrics, /healthz or /readyz\n"),
+        ),
+    };
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}

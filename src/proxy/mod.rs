@@ -1,0 +1,8 @@
+//! Forwarding: the per-request service, the upstream client, hop-by-hop headers and the request target.
+
+pub mod hop_by_hop;
+pub mod request_target;
+pub mod service;
+pub mod upstream;
+
+pub use service::Proxy;

@@ -1,0 +1,363 @@
+//! The forwarding service: one request in from the client, the same request out to the upstream, the
+//! upstream's response back. The clock starts when the request head has been read (t_arrive). Only
+//! hop-by-hop headers are touched and `Host` is set to the upstream's, as a reverse proxy must for
+//! virtual-hosted and TLS upstreams; bodies stream through the taps in both directions. Here too are the
+//! limits and timeouts of one request: a body declared over `limits.max_request_body_bytes` is refused
+//! with 413 before anything is sent upstream, and the wait for the response head is bounded by
+//! `timeouts.response_headers` and by a shutdown's grace period. What tokentap does not forward is
+//! refused before anything is sent upstream: `CONNECT` and transfer codings other than `chunked` (501), a
+//! target that would leave the upstream's path prefix (400, [`crate::proxy::request_target`]). An upstream status
+//! HTTP does not define (over 599), or a `101` nobody asked for, is answered 502.
+//!
+//! Every forwarded request, HTTP/1.1 or h2 stream, is its own upstream request, so each takes one of
+//! `limits.max_upstream_connections` slots before it is sent and keeps it in its exchange until the
+//! response ends or the client goes away. With none free the request is answered 503 at once: a
+//! queue would only hold the client's connection and hide the overload from its retry logic.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::uri::Uri;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode, Version};
+use http_body::Body;
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::decode::dialect;
+use crate::error::ProxyError;
+use crate::net::repeated::RepeatedWarning;
+use crate::net::shutdown::{Phase, Shutdown};
+use crate::proxy::hop_by_hop::{self, Direction, NextHop};
+use crate::proxy::request_target::{self, Target, TargetError};
+use crate::proxy::upstream::UpstreamClient;
+use crate::record::exchange::{Exchange, ExchangeGuard, Outcome, Recorder};
+use crate::tap::{MeteredBody, ModelSlot, RequestTap};
+
+/// How long a request the upstream refused may take to yield its `model` before the error answer goes out.
+const LEFTOVER_READ_LIMIT: Duration = Duration::from_millis(250);
+
+pub type ProxyBody = Either<MeteredBody<Incoming>, Full<Bytes>>;
+
+#[derive(Clone)]
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: UpstreamClient,
+    upstream: Uri,
+    /// The `Host` every forwarded request carries, as hyper-util's client would set it.
+    host: Option<HeaderValue>,
+    upstream_shown: String,
+    recorder: Arc<Recorder>,
+    response_headers: Duration,
+    idle: Duration,
+    body_idle: Duration,
+    max_body_bytes: u64,
+    /// One permit per upstream request in progress, `limits.max_upstream_connections` in all.
+    upstream_slots: Arc<Semaphore>,
+    max_upstream: usize,
+    overloaded: Mutex<RepeatedWarning>,
+    shutdown: Shutdown,
+}
+
+impl Proxy {
+    pub fn new(
+        client: UpstreamClient,
+        config: &Config,
+        recorder: Arc<Recorder>,
+        shutdown: Shutdown,
+    ) -> Self {
+        let upstream = config.upstream.clone();
+        let upstream_shown = upstream.to_string().trim_end_matches('/').to_owned();
+        Proxy {
+            inner: Arc::new(Inner {
+                client,
+                host: host_header(&upstream),
+                upstream,
+                upstream_shown,
+                recorder,
+                response_headers: config.timeouts.response_headers,
+                idle: config.timeouts.idle,
+                body_idle: config.timeouts.request_body_idle,
+                max_body_bytes: config.limits.max_request_body_bytes,
+                upstream_slots: Arc::new(Semaphore::new(config.limits.max_upstream_connections)),
+                max_upstream: config.limits.max_upstream_connections,
+                overloaded: Mutex::default(),
+                shutdown,
+            }),
+        }
+    }
+
+    pub async fn handle(
+        self,
+        request: Request<Incoming>,
+    ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
+        let arrive = Instant::now();
+        let inner = &self.inner;
+        let (mut parts, body) = request.into_parts();
+        let target = request_target::resolve(&parts.uri);
+        let path = match &target {
+            Ok(target) => target.path().to_owned(),
+            Err(_) => parts.uri.path().to_owned(),
+        };
+        let (api, dialect) = dialect::detect(&path);
+        let slot = Arc::new(ModelSlot::default());
+        let mut guard = ExchangeGuard::new(Exchange::begin(
+            inner.recorder.clone(),
+            api,
+            dialect,
+            parts.method.clone(),
+            path,
+            arrive,
+            slot.clone(),
+        ));
+
+        let target = match admit(&parts, target, inner.max_body_bytes) {
+            Ok(target) => target,
+            Err(error) => {
+                tracing::warn!(%error, "request refused");
+                return Ok(refuse(&mut guard, &error));
+            }
+        };
+        let Ok(permit) = inner.upstream_slots.clone().try_acquire_owned() else {
+            inner.recorder.metrics.refusals.upstream_requests.inc();
+            let error = ProxyError::UpstreamOverloaded {
+                limit: inner.max_upstream,
+            };
+            let mut overloaded = inner
+                .overloaded
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(refused) = overloaded.occurred(arrive) {
+                tracing::warn!(%error, refused, "requests refused (this one and those since the last such line)");
+            }
+            drop(overloaded);
+            return Ok(refuse(&mut guard, &error));
+        };
+        if let Some(exchange) = guard.get_mut() {
+            exchange.hold(permit);
+        }
+        let client_version = parts.version;
+        parts.uri = upstream_uri(&inner.upstream, target.path_and_query());
+        parts.version = Version::HTTP_11;
+        hop_by_hop::strip(&mut parts.headers, NextHop::Http1, Direction::Request);
+        // In the client's `Host` line, so it keeps its place and case (`insert` replaces in place).
+        match &inner.host {
+            Some(host) => {
+                parts.headers.insert(header::HOST, host.clone());
+            }
+            None => {
+                parts.headers.remove(header::HOST);
+            }
+        }
+        let scan_bytes = inner.recorder.metering.model_scan_bytes;
+        let (body, leftover) = RequestTap::new(
+            body,
+            scan_bytes,
+            inner.max_body_bytes,
+            inner.body_idle,
+            slot.clone(),
+        );
+
+        let forward = inner.client.request(Request::from_parts(parts, body));
+        let answered = tokio::select! {
+            answered = tokio::time::timeout(inner.response_headers, forward) => match answered {
+                Ok(Ok(response)) => Ok(response),
+                Ok(Err(err)) => Err(ProxyError::from_client(
+                    &err,
+                    &inner.upstream_shown,
+                    &slot,
+                    (inner.max_body_bytes, inner.body_idle),
+                )),
+                Err(_) => Err(ProxyError::UpstreamHeadersTimeout {
+                    upstream: inner.upstream_shown.clone(),
+                    after: inner.response_headers,
+                }),
+            },
+            () = inner.shutdown.reached(Phase::Cut) => Err(ProxyError::ShutdownCut),
+        };
+        let answered = answered.and_then(|response| match undefined_status(response.status()) {
+            None => Ok(response),
+            Some(why) => Err(ProxyError::UpstreamBadStatus {
+                upstream: inner.upstream_shown.clone(),
+                status: response.status().as_u16(),
+                why,
+            }),
+        });
+        match answered {
+            Ok(response) => {
+                let (mut parts, body) = response.into_parts();
+                hop_by_hop::strip(
+                    &mut parts.headers,
+                    NextHop::to_client(client_version),
+                    Direction::Response,
+                );
+                if let Some(exchange) = guard.get_mut() {
+                    exchange.on_response(parts.status, parts.headers.get(header::CONTENT_TYPE));
+                }
+                if body.is_end_stream() {
+                    guard.finish(Outcome::Ok);
+                }
+                let cut = inner.shutdown.reached(Phase::Cut);
+                let body = MeteredBody::new(body, guard, inner.idle, cut);
+                Ok(Response::from_parts(parts, Either::Left(body)))
+            }
+            Err(error) => {
+                tracing::warn!(%error, "request not forwarded");
+                leftover.read_model(LEFTOVER_READ_LIMIT).await;
+                Ok(refuse(&mut guard, &error))
+            }
+        }
+    }
+}
+
+/// tokentap's own answer for `error`, recorded as the exchange's response.
+fn refuse(guard: &mut ExchangeGuard, error: &ProxyError) -> Response<ProxyBody> {
+    let response = error.to_response();
+    if let Some(exchange) = guard.get_mut() {
+        exchange.on_response(response.status(), None);
+    }
+    guard.finish(error.outcome());
+    response.map(Either::Right)
+}
+
+/// The request's target made safe to forward, or why tokentap refuses it before anything is sent.
+/// Upgrades are not refused: `Upgrade` is a hop-by-hop header, removed, so the upstream answers the plain
+/// request, as it does behind nginx without `proxy_set_header Upgrade`.
+fn admit(
+    parts: &http::request::Parts,
+    target: Result<Target, TargetError>,
+    max_body_bytes: u64,
+) -> Result<Target, ProxyError> {
+    if parts.method == Method::CONNECT {
+        return Err(ProxyError::NotImplemented { what: "CONNECT" });
+    }
+    if !hop_by_hop::request_coding_supported(&parts.headers) {
+        return Err(ProxyError::NotImplemented {
+            what: "a request transfer coding other than chunked",
+        });
+    }
+    let target = target.map_err(|error| ProxyError::BadTarget {
+        reason: error.reason(),
+    })?;
+    if declared_length(&parts.headers).is_some_and(|n| n > max_body_bytes) {
+        return Err(ProxyError::RequestBodyTooLarge {
+            limit: max_body_bytes,
+        });
+    }
+    Ok(target)
+}
+
+/// Why an upstream's status cannot be forwarded: one HTTP does not define, or a switch of protocols
+/// that was never asked for (tokentap removes `Upgrade` from every request). Other 1xx never get here:
+/// hyper reads them and waits for the final response.
+fn undefined_status(status: StatusCode) -> Option<&'static str> {
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        Some("switching protocols though no upgrade was asked for")
+    } else if status.as_u16() > 599 {
+        Some("which HTTP does not define (100 to 599)")
+    } else {
+        None
+    }
+}
+
+/// The request's `Content-Length`, when it has one that parses.
+fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// `host[:port]` of the upstream, the port left out when it is the scheme's default, as hyper-util's
+/// client writes `Host` when a request has none.
+fn host_header(upstream: &Uri) -> Option<HeaderValue> {
+    let host = upstream.host()?;
+    let default_port = if upstream.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
+    let value = match upstream.port_u16() {
+        Some(port) if port != default_port => format!("{host}:{port}"),
+        _ => host.to_owned(),
+    };
+    HeaderValue::from_str(&value).ok()
+}
+
+/// The upstream base (scheme, authority, optional path prefix) joined with the request's path and query
+/// (which starts with `/`).
+fn upstream_uri(base: &Uri, request: &str) -> Uri {
+    let prefix = base.path().trim_end_matches('/');
+    let mut parts = base.clone().into_parts();
+    parts.path_and_query = format!("{prefix}{request}").parse().ok();
+    Uri::from_parts(parts).unwrap_or_else(|_| base.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn joins_prefix_path_and_query() {
+        let base: Uri = "https://api.example.com/openai".parse().unwrap_or_default();
+        let pq = "/v1/chat/completions?x=1";
+        assert_eq!(
+            upstream_uri(&base, pq).to_string(),
+            "https://api.example.com/openai/v1/chat/completions?x=1"
+        );
+        let base: Uri = "http://127.0.0.1:8000".parse().unwrap_or_default();
+        assert_eq!(
+            upstream_uri(&base, pq).to_string(),
+            "http://127.0.0.1:8000/v1/chat/completions?x=1"
+        );
+        assert_eq!(
+            upstream_uri(&base, "/").to_string(),
+            "http://127.0.0.1:8000/"
+        );
+    }
+
+    #[test]
+    fn only_a_101_or_a_status_over_599_is_not_forwarded() {
+        let status = |code| StatusCode::from_u16(code).unwrap_or_default();
+        for code in [101, 600, 999] {
+            assert!(undefined_status(status(code)).is_some(), "{code}");
+        }
+        for code in [100, 103, 200, 204, 304, 404, 599] {
+            assert!(undefined_status(status(code)).is_none(), "{code}");
+        }
+    }
+
+    #[test]
+    fn host_is_the_upstream_authority_without_a_default_port() {
+        let host = |uri: &str| {
+            let uri: Uri = uri.parse().unwrap_or_default();
+            host_header(&uri).map(|v| v.to_str().unwrap_or_default().to_owned())
+        };
+        assert_eq!(
+            host("http://127.0.0.1:8000").as_deref(),
+            Some("127.0.0.1:8000")
+        );
+        assert_eq!(
+            host("http://models.internal:80/v1").as_deref(),
+            Some("models.internal")
+        );
+        assert_eq!(
+            host("https://api.example.com:443").as_deref(),
+            Some("api.example.com")
+        );
+        assert_eq!(
+            host("https://api.example.com:80").as_deref(),
+            Some("api.example.com:80")
+        );
+        assert_eq!(host("http://[::1]:9000").as_deref(), Some("[::1]:9000"));
+    }
+}

@@ -1,0 +1,336 @@
+//! One request/response exchange from t_arrive to t_end: the timeline, the meter and the labels of a
+//! request, and the single place where a finished request is recorded (metrics, SLO verdict, log line).
+//!
+//! The state lives in an [`ExchangeGuard`]: first inside the forwarding future, then inside the response
+//! body. Whichever way the exchange ends — the body's last frame, an upstream error, or the guard being
+//! dropped because the client went away — it is finished exactly once, and the in-flight gauge with it,
+//! and so is the request's upstream-connection slot (`limits.max_upstream_connections`) given back.
+//! A client that goes away after the API's terminal event has passed (the openai SDK's sync stream
+//! closes at `data: [DONE]`, before the server's chunked terminator) had the whole answer: that request
+//! is complete, and ends when the terminal event passed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderValue, Method, StatusCode};
+use prometheus::IntGauge;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+
+use crate::config::{Metering, Slo};
+use crate::decode::dialect::{Api, Dialect};
+use crate::decode::meter::{Format, Meter};
+use crate::decode::tokenizer::{TextCount, Tokenizers};
+use crate::decode::tokens::{output_tokens, Offered, TokenSource};
+use crate::record::metrics::{status_label, Metrics, Series};
+use crate::record::slo::{judge, Measured};
+use crate::record::timeline::{Mark, Timeline};
+use crate::tap::ModelSlot;
+
+/// How a request ended, the `outcome` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The response ended normally (whatever its status).
+    Ok,
+    /// The client went away before the response ended.
+    Cancelled,
+    /// The upstream could not be reached, broke the stream, or reported an error inside it.
+    UpstreamError,
+    /// A timeout cut the request.
+    Timeout,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Cancelled => "cancelled",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::Timeout => "timeout",
+        }
+    }
+}
+
+/// What every exchange records into: the metrics, the SLO ceilings, the metering bounds and the
+/// configured tokenizers.
+pub struct Recorder {
+    pub metrics: Arc<Metrics>,
+    pub slo: Slo,
+    pub metering: Metering,
+    pub tokenizers: Arc<Tokenizers>,
+}
+
+pub struct Exchange {
+    recorder: Arc<Recorder>,
+    api: Api,
+    method: Method,
+    path: String,
+    timeline: Timeline,
+    request_model: Arc<ModelSlot>,
+    dialect: Option<Box<dyn Dialect>>,
+    meter: Option<Meter>,
+    /// The choice of each output the meter found in the frame being read; reused.
+    marks: Vec<u32>,
+    /// When the API's terminal event passed.
+    ended: Option<Instant>,
+    status: Option<StatusCode>,
+    series: Option<Series>,
+    in_flight: IntGauge,
+    /// One of `limits.max_upstream_connections`, held from forwarding until the exchange finishes.
+    upstream_permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Exchange {
+    pub fn begin(
+        recorder: Arc<Recorder>,
+        api: Api,
+        dialect: Option<Box<dyn Dialect>>,
+        method: Method,
+        path: String,
+        arrive: Instant,
+        request_model: Arc<ModelSlot>,
+    ) -> Self {
+        let in_flight = recorder.metrics.in_flight(api);
+        in_flight.inc();
+        Exchange {
+            recorder,
+            api,
+            method,
+            path,
+            timeline: Timeline::new(arrive),
+            request_model,
+            dialect,
+            meter: None,
+            marks: Vec::new(),
+            ended: None,
+            status: None,
+            series: None,
+            in_flight,
+            upstream_permit: None,
+        }
+    }
+
+    /// Holds `permit` (an upstream connection slot) until the exchange finishes, however it ends.
+    pub fn hold(&mut self, permit: OwnedSemaphorePermit) {
+        self.upstream_permit = Some(permit);
+    }
+
+    /// The response head arrived. Successful responses of a known API are metered from here on.
+    pub fn on_response(&mut self, status: StatusCode, content_type: Option<&HeaderValue>) {
+        self.status = Some(status);
+        if status.is_success() {
+            if let Some(dialect) = self.dialect.take() {
+                let format = Format::of(content_type);
+                let text = match format {
+                    Format::Json => TextCount::Off,
+                    _ => TextCount::start(&self.recorder.tokenizers, self.request_model.get()),
+                };
+                let metering = &self.recorder.metering;
+                self.meter = Some(Meter::new(dialect, format, metering, text));
+            }
+        }
+    }
+
+    /// A response body frame is passing at `now`.
+    pub fn on_data(&mut self, bytes: &[u8], now: Instant) {
+        let Some(meter) = self.meter.as_mut() else {
+            return;
+        };
+        meter.feed(bytes, &mut self.marks);
+        if self.ended.is_none() && meter.ended() {
+            self.ended = Some(now);
+        }
+        self.observe_marks(now);
+    }
+
+    /// The outputs in `marks` passed at `now`: TTFT or a gap each, observed as it happens.
+    fn observe_marks(&mut self, now: Instant) {
+        let marks = std::mem::take(&mut self.marks);
+        for &choice in &marks {
+            let mark = self.timeline.on_output(choice, now);
+            let Some(tokens) = &self.series().tokens else {
+                continue;
+            };
+            match mark {
+                Mark::First(ttft) => tokens.ttft.observe(ttft.as_secs_f64()),
+                Mark::Gap(gap) => tokens.itl.observe(gap.as_secs_f64()),
+                Mark::ChoiceStart => {}
+            }
+        }
+        self.marks = marks;
+        self.marks.clear();
+    }
+
+    /// Labels are resolved once: from the request's `model`, else the response's, else `unknown`. A name
+    /// not yet admitted takes a place only if the upstream answered 2xx (else it counts as `unadmitted`).
+    fn series(&mut self) -> &Series {
+        let recorder = &self.recorder;
+        let request_model = &self.request_model;
+        let meter = &self.meter;
+        let api = self.api;
+        let confirmed = self.status.is_some_and(|s| s.is_success());
+        self.series.get_or_insert_with(|| {
+            let response_model = meter
+                .as_ref()
+                .and_then(|m| m.observations().model.as_deref());
+            let model = request_model.get().or(response_model);
+            let label = recorder.metrics.model_label(model, confirmed);
+            recorder.metrics.series(label, api)
+        })
+    }
+
+    fn finish(mut self, mut outcome: Outcome, mut end: Instant) {
+        self.in_flight.dec();
+        self.upstream_permit.take();
+        // The upstream's answer broke because tokentap cut the client's stalled body under it.
+        if outcome == Outcome::UpstreamError && self.request_model.body_idle() {
+            outcome = Outcome::Timeout;
+        }
+        let recorder = self.recorder.clone();
+        let metrics = &recorder.metrics;
+        let mut streaming = false;
+        let mut tokens = None;
+        let mut input_tokens = None;
+        let mut source = None;
+        if let (Outcome::Cancelled, Some(ended)) = (outcome, self.ended) {
+            outcome = Outcome::Ok;
+            end = ended;
+        }
+        if let Some(meter) = self.meter.as_mut() {
+            meter.finish(outcome == Outcome::Ok, &mut self.marks);
+            self.observe_marks(end);
+        }
+        if let Some(meter) = self.meter.as_mut() {
+            streaming = meter.is_streaming();
+            if meter.saw_error_event() && outcome == Outcome::Ok {
+                outcome = Outcome::UpstreamError;
+            }
+            if let Some(reason) = meter.skipped() {
+                metrics.count_metering_skipped(self.api, reason.as_str());
+                streaming = false;
+            } else {
+                let obs = meter.observations();
+                input_tokens = obs.input_tokens;
+                let offered = Offered {
+                    usage: obs.output_tokens,
+                    reasoning: obs.reasoning_tokens,
+                    events: self.timeline.output_chunks(),
+                    streaming,
+                };
+                let counted = output_tokens(offered, || meter.tokenizer_count());
+                (tokens, source) = (counted.map(|c| c.0), counted.map(|c| c.1));
+            }
+        }
+        let figures = self.timeline.figures(end, tokens.unwrap_or(0));
+        let series = self.series().clone();
+        let status = self
+            .status
+            .map_or_else(|| "none".to_owned(), |s| s.as_str().to_owned());
+        metrics.count_request(&series, status_label(self.status), outcome.as_str());
+        if let Some(t) = &series.tokens {
+            if let Some(n) = tokens {
+                t.output_tokens.inc_by(n);
+            }
+            if let Some(source) = source {
+                metrics.count_token_source(&series, source.as_str());
+            }
+            if let Some(n) = input_tokens {
+                t.input_tokens.inc_by(n);
+            }
+        }
+
+        let measured = if outcome == Outcome::Ok {
+            series.e2e.observe(figures.e2e.as_secs_f64());
+            if let Some(t) = series.tokens.as_ref().filter(|_| streaming) {
+                observe(&t.generation, figures.generation);
+                observe(&t.tpot, figures.tpot);
+                observe(&t.max_gap, figures.max_gap);
+                if let Some(rate) = figures.output_tokens_per_second {
+                    t.tokens_per_second.observe(rate);
+                }
+            }
+            Measured {
+                ttft: figures.ttft.filter(|_| streaming),
+                tpot: figures.tpot.filter(|_| streaming),
+                itl: figures.max_gap.filter(|_| streaming),
+                e2e: Some(figures.e2e),
+            }
+        } else {
+            // Lower bounds of what the request had already waited when it broke off.
+            let open_gap = self
+                .timeline
+                .last()
+                .map(|last| end.saturating_duration_since(last));
+            Measured {
+                ttft: figures.ttft.or(Some(figures.e2e)).filter(|_| streaming),
+                tpot: None,
+                itl: figures.max_gap.max(open_gap).filter(|_| streaming),
+                e2e: Some(figures.e2e),
+            }
+        };
+        let succeeded = outcome == Outcome::Ok && self.status.is_some_and(|s| s.is_success());
+        let verdict = judge(
+            &recorder.slo.ceilings_for(&series.model),
+            &measured,
+            succeeded,
+        );
+        let slo = verdict.describe(outcome.as_str(), self.status);
+        for &kind in &verdict.missed {
+            metrics.count_violation(&series, kind);
+        }
+        if verdict.goodput {
+            series.goodput.inc();
+        }
+        tracing::info!(
+            method = %self.method,
+            path = %self.path,
+            model = %series.model,
+            api = self.api.as_str(),
+            status = %status,
+            outcome = outcome.as_str(),
+            ttft_ms = figures.ttft.filter(|_| streaming).map(millis),
+            tpot_ms = figures.tpot.filter(|_| streaming && outcome == Outcome::Ok).map(millis),
+            e2e_ms = millis(figures.e2e),
+            output_tokens = tokens,
+            token_source = source.map(TokenSource::as_str),
+            input_tokens = input_tokens,
+            slo = %slo,
+            "request finished"
+        );
+    }
+}
+
+fn observe(histogram: &prometheus::Histogram, value: Option<Duration>) {
+    if let Some(value) = value {
+        histogram.observe(value.as_secs_f64());
+    }
+}
+
+fn millis(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// Owns an exchange until it is finished; dropping it unfinished means the client went away.
+pub struct ExchangeGuard(Option<Exchange>);
+
+impl ExchangeGuard {
+    pub fn new(exchange: Exchange) -> Self {
+        ExchangeGuard(Some(exchange))
+    }
+
+    pub fn get_mut(&mut self) -> Option<&mut Exchange> {
+        self.0.as_mut()
+    }
+
+    pub fn finish(&mut self, outcome: Outcome) {
+        if let Some(exchange) = self.0.take() {
+            exchange.finish(outcome, Instant::now());
+        }
+    }
+}
+
+impl Drop for ExchangeGuard {
+    fn drop(&mut self) {
+        self.finish(Outcome::Cancelled);
+    }
+}

@@ -1,0 +1,471 @@
+//! The exported series (SPEC §2), registered into an owned registry, and the bounds that keep their number
+//! fixed whatever clients send.
+//!
+//! Labelled children are resolved once per request into a [`Series`], never per chunk. Label values come
+//! from closed enums, the closed `status` set, or [`ModelLabels`], which admits at most `max_models`
+//! model names the upstream confirmed and retires idle ones. Only requests on a path a dialect knows get
+//! the token-level families; the rest are counted in `requests_total`, E2E and goodput only. So the
+//! number of series has a fixed ceiling, computed in [`bound`] and exported next to the current count;
+//! [`scrape`] encodes the page off the async workers and lets concurrent scrapes share one encoding.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
+};
+
+use crate::config::{Config, SloKind};
+use crate::decode::dialect::Api;
+
+mod bound;
+mod labels;
+mod scrape;
+
+pub use labels::{
+    status_label, status_labels, Lookup, ModelLabels, OTHER_MODEL, UNADMITTED_MODEL, UNKNOWN_MODEL,
+};
+
+pub struct Metrics {
+    registry: Registry,
+    ttft: HistogramVec,
+    itl: HistogramVec,
+    tpot: HistogramVec,
+    e2e: HistogramVec,
+    generation: HistogramVec,
+    tokens_per_second: HistogramVec,
+    max_gap: HistogramVec,
+    requests: IntCounterVec,
+    input_tokens: IntCounterVec,
+    output_tokens: IntCounterVec,
+    goodput: IntCounterVec,
+    slo_violations: IntCounterVec,
+    in_flight: IntGaugeVec,
+    metering_skipped: IntCounterVec,
+    token_source: IntCounterVec,
+    series_count: IntGauge,
+    encodes: IntCounter,
+    retired: IntCounter,
+    scrapes: scrape::Coalesce,
+    pub models: ModelLabels,
+    pub refusals: Refusals,
+}
+
+/// What tokentap's own limits turned away before a request could be counted, or instead of
+/// forwarding it. Unlabelled: nothing a client sends chooses a series here.
+#[derive(Clone)]
+pub struct Refusals {
+    /// Client connections closed at once because `limits.max_connections` were open.
+    pub connections: IntCounter,
+    /// Client connections closed because a request head was not complete in `client_header_read`.
+    pub head_timeouts: IntCounter,
+    /// HTTP/1.1 request heads hyper answered with 431 (or 414) because they were too large.
+    pub header_too_large: IntCounter,
+    /// Requests answered 503 because `limits.max_upstream_connections` were in progress.
+    pub upstream_requests: IntCounter,
+}
+
+impl Refusals {
+    fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let counter = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
+            let c = IntCounter::new(name, help)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok(c)
+        };
+        Ok(Refusals {
+            connections: counter(
+                "tokentap_connections_refused_total",
+                "Client connections closed at once because limits.max_connections were open.",
+            )?,
+            head_timeouts: counter(
+                "tokentap_request_head_timeouts_total",
+                "Client connections closed because a request head was not complete within timeouts.client_header_read.",
+            )?,
+            header_too_large: counter(
+                "tokentap_request_header_too_large_total",
+                "HTTP/1.1 request heads answered 431 (or 414) for being too large or having over 100 headers.",
+            )?,
+            upstream_requests: counter(
+                "tokentap_upstream_requests_refused_total",
+                "Requests answered 503 because limits.max_upstream_connections upstream requests were in progress.",
+            )?,
+        })
+    }
+}
+
+/// One request's labelled children, resolved once.
+#[derive(Clone)]
+pub struct Series {
+    pub model: Arc<str>,
+    pub api: Api,
+    pub e2e: Histogram,
+    pub goodput: IntCounter,
+    /// The token-level families: only for a path a dialect knows, so an unknown path (a client can send
+    /// any) never creates them.
+    pub tokens: Option<TokenSeries>,
+}
+
+#[derive(Clone)]
+pub struct TokenSeries {
+    pub ttft: Histogram,
+    pub itl: Histogram,
+    pub tpot: Histogram,
+    pub generation: Histogram,
+    pub tokens_per_second: Histogram,
+    pub max_gap: Histogram,
+    pub input_tokens: IntCounter,
+    pub output_tokens: IntCounter,
+}
+
+const MODEL_API: &[&str] = &["model", "api"];
+
+impl Metrics {
+    pub fn new(config: &Config) -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let histogram = |name: &str,
+                         help: &str,
+                         buckets: Vec<f64>|
+         -> Result<HistogramVec, prometheus::Error> {
+            let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), MODEL_API)?;
+            registry.register(Box::new(h.clone()))?;
+            Ok(h)
+        };
+        let counter =
+            |name: &str, help: &str, labels: &[&str]| -> Result<IntCounterVec, prometheus::Error> {
+                let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+                registry.register(Box::new(c.clone()))?;
+                Ok(c)
+            };
+        let boundaries = bound::Boundaries::of(config);
+        let ttft = histogram(
+            "tokentap_time_to_first_token_seconds",
+            "Time from the request head arriving to the first output-bearing chunk (TTFT).",
+            boundaries.ttft.clone(),
+        )?;
+        let itl = histogram(
+            "tokentap_inter_token_latency_seconds",
+            "Gap between consecutive output-bearing chunks, one observation per gap (ITL).",
+            boundaries.itl.clone(),
+        )?;
+        let tpot = histogram(
+            "tokentap_time_per_output_token_seconds",
+            "Per-request (E2E - TTFT) / (output tokens - 1), requests with at least 2 output tokens (TPOT).",
+            boundaries.tpot.clone(),
+        )?;
+        let e2e = histogram(
+            "tokentap_e2e_request_latency_seconds",
+            "Time from the request head arriving to the end of the response body, completed requests.",
+            boundaries.e2e.clone(),
+        )?;
+        let generation = histogram(
+            "tokentap_token_generation_time_seconds",
+            "Time from the first output-bearing chunk to the end of the response body.",
+            boundaries.generation.clone(),
+        )?;
+        let tokens_per_second = histogram(
+            "tokentap_output_tokens_per_second",
+            "Per-request decode speed (output tokens - 1) / token generation time, at least 2 output tokens.",
+            boundaries.tokens_per_second.clone(),
+        )?;
+        let max_gap = histogram(
+            "tokentap_max_inter_token_gap_seconds",
+            "The longest gap between consecutive output-bearing chunks of a request: stalls show here.",
+            boundaries.itl.clone(),
+        )?;
+        let requests = counter(
+            "tokentap_requests_total",
+            "Finished requests by HTTP status and outcome (ok, cancelled, upstream_error, timeout).",
+            &["model", "api", "status", "outcome"],
+        )?;
+        let input_tokens = counter(
+            "tokentap_input_tokens_total",
+            "Prompt tokens, as reported by the server's usage.",
+            MODEL_API,
+        )?;
+        let output_tokens = counter(
+            "tokentap_output_tokens_total",
+            "Output tokens: the server's usage, else one per output-bearing chunk.",
+            MODEL_API,
+        )?;
+        let goodput = counter(
+            "tokentap_goodput_requests_total",
+            "Requests that ended ok with a 2xx status and met every configured SLO ceiling.",
+            MODEL_API,
+        )?;
+        let slo_violations = counter(
+            "tokentap_slo_violations_total",
+            "One per SLO ceiling a request missed (slo = ttft, tpot, itl, e2e).",
+            &["model", "api", "slo"],
+        )?;
+        let metering_skipped = counter(
+            "tokentap_metering_skipped_total",
+            "Responses forwarded whole whose token-level figures were skipped, by reason.",
+            &["api", "reason"],
+        )?;
+        let token_source = counter(
+            "tokentap_output_token_source_total",
+            "Requests with an output token count, by where it came from (usage, tokenizer, chunks).",
+            &["model", "api", "token_source"],
+        )?;
+        let in_flight = IntGaugeVec::new(
+            Opts::new(
+                "tokentap_requests_in_flight",
+                "Requests between the request head and the end of the response body.",
+            ),
+            &["api"],
+        )?;
+        registry.register(Box::new(in_flight.clone()))?;
+        registry.register(Box::new(crate::logging::DroppedLinesCollector::new()?))?;
+        let refusals = Refusals::register(&registry)?;
+        for api in Api::ALL {
+            in_flight.with_label_values(&[api.as_str()]).set(0);
+        }
+        let gauge = |name: &str, help: &str| -> Result<IntGauge, prometheus::Error> {
+            let g = IntGauge::new(name, help)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok(g)
+        };
+        let models = ModelLabels::new(
+            config.max_models,
+            config.metrics.model_idle,
+            config.slo.models.keys().map(String::as_str),
+        );
+        let limit = gauge(
+            bound::LIMIT,
+            "The most series this process can ever export, from max_models, the API, status and outcome \
+             sets and the bucket counts (README: series bound).",
+        )?;
+        let series_count = gauge(
+            scrape::SERIES,
+            "Series on this page, as of this scrape (never above tokentap_metrics_series_limit).",
+        )?;
+        let single = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
+            let c = IntCounter::new(name, help)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok(c)
+        };
+        let encodes = single(
+            "tokentap_metrics_encodes_total",
+            "Encodings of this page; scrapes that arrive while one runs share it.",
+        )?;
+        let retired = single(
+            "tokentap_model_labels_retired_total",
+            "Model label values removed after metrics.model_idle without a request; their series restart \
+             from zero if the model comes back.",
+        )?;
+        let unlabelled = registry
+            .gather()
+            .iter()
+            .flat_map(|family| family.get_metric())
+            .filter(|metric| metric.get_label().is_empty())
+            .count();
+        limit.set(boundaries.series_limit(&config.slo, models.max_values(), unlabelled));
+        Ok(Metrics {
+            registry,
+            ttft,
+            itl,
+            tpot,
+            e2e,
+            generation,
+            tokens_per_second,
+            max_gap,
+            requests,
+            input_tokens,
+            output_tokens,
+            goodput,
+            slo_violations,
+            in_flight,
+            metering_skipped,
+            token_source,
+            series_count,
+            encodes,
+            retired,
+            scrapes: scrape::Coalesce::default(),
+            models,
+            refusals,
+        })
+    }
+
+    /// The `model` label for a request's model name, `confirmed` when the upstream answered 2xx. When
+    /// every place is taken, names idle for `metrics.model_idle` are retired first.
+    pub fn model_label(&self, model: Option<&str>, confirmed: bool) -> Arc<str> {
+        match self.models.lookup(model, confirmed) {
+            Lookup::Label(label) => label,
+            Lookup::Full if self.retire_idle() == 0 => self.models.overflow(),
+            Lookup::Full => match self.models.lookup(model, confirmed) {
+                Lookup::Label(label) => label,
+                Lookup::Full => self.models.overflow(),
+            },
+        }
+    }
+
+    pub fn series(&self, model: Arc<str>, api: Api) -> Series {
+        let labels = [&*model, api.as_str()];
+        let tokens = (api != Api::Other).then(|| TokenSeries {
+            ttft: self.ttft.with_label_values(&labels),
+            itl: self.itl.with_label_values(&labels),
+            tpot: self.tpot.with_label_values(&labels),
+            generation: self.generation.with_label_values(&labels),
+            tokens_per_second: self.tokens_per_second.with_label_values(&labels),
+            max_gap: self.max_gap.with_label_values(&labels),
+            input_tokens: self.input_tokens.with_label_values(&labels),
+            output_tokens: self.output_tokens.with_label_values(&labels),
+        });
+        Series {
+            e2e: self.e2e.with_label_values(&labels),
+            goodput: self.goodput.with_label_values(&labels),
+            tokens,
+            model,
+            api,
+        }
+    }
+
+    /// Retires the model names idle for `metrics.model_idle` (and not in use): each one's series are
+    /// removed from every family, and its place under `max_models` is free again.
+    pub fn retire_idle(&self) -> usize {
+        let retired = self.models.retire(|names| {
+            purge(&self.ttft, names);
+            purge(&self.itl, names);
+            purge(&self.tpot, names);
+            purge(&self.e2e, names);
+            purge(&self.generation, names);
+            purge(&self.tokens_per_second, names);
+            purge(&self.max_gap, names);
+            purge(&self.requests, names);
+            purge(&self.input_tokens, names);
+            purge(&self.output_tokens, names);
+            purge(&self.goodput, names);
+            purge(&self.slo_violations, names);
+            purge(&self.token_source, names);
+        });
+        if retired > 0 {
+            self.retired.inc_by(retired as u64);
+            tracing::debug!(retired, "idle model labels retired");
+        }
+        retired
+    }
+
+    pub fn in_flight(&self, api: Api) -> IntGauge {
+        self.in_flight.with_label_values(&[api.as_str()])
+    }
+
+    pub fn in_flight_total(&self) -> i64 {
+        Api::ALL.iter().map(|api| self.in_flight(*api).get()).sum()
+    }
+
+    /// Counts a finished request (`status` from [`status_label`]); its model name was in use until now.
+    pub fn count_request(&self, series: &Series, status: &str, outcome: &str) {
+        self.requests
+            .with_label_values(&[&*series.model, series.api.as_str(), status, outcome])
+            .inc();
+        self.models.touch(&series.model);
+    }
+
+    pub fn count_violation(&self, series: &Series, slo: SloKind) {
+        self.slo_violations
+            .with_label_values(&[&*series.model, series.api.as_str(), slo.as_str()])
+            .inc();
+    }
+
+    pub fn count_token_source(&self, series: &Series, source: &str) {
+        self.token_source
+            .with_label_values(&[&*series.model, series.api.as_str(), source])
+            .inc();
+    }
+
+    pub fn count_metering_skipped(&self, api: Api, reason: &str) {
+        self.metering_skipped
+            .with_label_values(&[api.as_str(), reason])
+            .inc();
+    }
+}
+
+/// Removes every series of `family` whose `model` label is one of `names`.
+fn purge<T: MetricVecBuilder>(family: &MetricVec<T>, names: &HashSet<Arc<str>>) {
+    for gathered in family.collect() {
+        for metric in gathered.get_metric() {
+            let labels: std::collections::HashMap<&str, &str> = metric
+                .get_label()
+                .iter()
+                .map(|pair| (pair.name(), pair.value()))
+                .collect();
+            if labels.get("model").is_some_and(|m| names.contains(*m)) {
+                // Err only when the series is already gone.
+                let _ = family.remove(&labels);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slo_ceilings_become_bucket_boundaries() {
+        assert_eq!(
+            bound::with_boundaries(&[0.1, 0.5, 1.0], &[0.25, 0.5]),
+            vec![0.1, 0.25, 0.5, 1.0]
+        );
+    }
+
+    fn page_series(metrics: &Metrics) -> i64 {
+        let families = metrics.registry.gather();
+        families.iter().map(scrape::series_in).sum::<usize>() as i64
+    }
+
+    fn limit(metrics: &Metrics) -> i64 {
+        let family = metrics.registry.gather();
+        let limit = family.iter().find(|f| f.name() == bound::LIMIT);
+        limit.map_or(0, |f| f.get_metric()[0].get_gauge().get_value() as i64)
+    }
+
+    /// Every label value each family can take, for every model value and API: the page then holds exactly
+    /// the series limit, so the limit is neither too low (a bound that lies) nor loose.
+    #[test]
+    fn every_combination_of_label_values_fills_exactly_the_series_limit() {
+        let yaml = "max_models: 2\nslo: {e2e: 30s, ttft: 1s}\nbuckets: {ttft: [0.5], itl: [0.1], tpot: [0.1], e2e: [1, 10], output_tokens_per_second: [10]}";
+        let config = Config::from_yaml_str(yaml).unwrap();
+        let metrics = Metrics::new(&config).unwrap();
+        let outcomes = ["ok", "cancelled", "upstream_error", "timeout"];
+        let sources = ["usage", "usage_corrected", "tokenizer", "chunks"];
+        let reasons = ["event_too_large", "malformed_event"];
+        let names = [Some("a"), Some("b"), Some("c"), None, Some("bad\n")];
+        for (name, confirmed) in names.iter().flat_map(|n| [(n, true), (n, false)]) {
+            let label = metrics.model_label(*name, confirmed);
+            for api in Api::ALL {
+                let series = metrics.series(label.clone(), api);
+                for (status, outcome) in status_labels().flat_map(|s| outcomes.map(|o| (s, o))) {
+                    metrics.count_request(&series, status, outcome);
+                }
+                let kinds = match api {
+                    Api::Other => &[SloKind::E2e][..],
+                    _ => &[SloKind::E2e, SloKind::Ttft][..],
+                };
+                for &kind in kinds {
+                    metrics.count_violation(&series, kind);
+                }
+                if api != Api::Other {
+                    for source in sources {
+                        metrics.count_token_source(&series, source);
+                    }
+                    for reason in reasons {
+                        metrics.count_metering_skipped(api, reason);
+                    }
+                }
+            }
+        }
+        // a, b, unknown, other, unadmitted.
+        assert_eq!(metrics.models.max_values(), 5);
+        assert_eq!(page_series(&metrics), limit(&metrics));
+    }
+
+    #[test]
+    fn the_default_limit_is_stated_in_the_readme() {
+        let metrics = Metrics::new(&Config::default()).unwrap();
+        // Adding a series family moves this figure: update README.md and docs/metrics.md with it.
+        assert_eq!(limit(&metrics), 206_237);
+    }
+}
