@@ -1,16 +1,16 @@
-//! Cancellation at the phases `failures.rs` does not cover: a client that leaves while it is still
-//! uploading its request body, and one that leaves during the wait for the first token (after the
-//! response head and vLLM's role-only chunk). Each time tokentap closes the upstream connection at once,
-//! counts the request `cancelled`, keeps what it had already observed and never counts goodput.
+//! The client leaves: the one home of these tests. At every phase of a request (in its head, while
+//! uploading its body, before the response head, during the wait for the first token, mid-stream, during
+//! keep-alive comments; with a FIN or a reset) tokentap closes the upstream connection at once, counts the
+//! request `cancelled` exactly once, keeps what it had already observed (TTFT, gaps, a missed TTFT
+//! ceiling) and never counts goodput or E2E.
 
 mod support;
 
 use std::time::Duration;
 
 use http_body_util::BodyExt;
-use hyper_util::rt::TokioIo;
 use support::*;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -35,13 +35,7 @@ async fn a_client_leaving_during_the_ttft_wait_closes_the_upstream_and_counts_th
     })
     .await;
     let proxy = proxy(&upstream.url(), "slo:\n  ttft: 1s\n").await;
-    let stream = TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    let conn = tokio::spawn(conn);
+    let (mut sender, conn) = open(&proxy).await;
     let response = sender
         .send_request(post(&proxy, CHAT, &chat_request("m")))
         .await
@@ -125,4 +119,310 @@ async fn a_client_leaving_while_uploading_its_body_closes_the_upstream_and_count
     assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
     assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
     assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn client_leaving_mid_stream_closes_the_upstream_at_once_and_counts_cancelled() {
+    let upstream = upstream(|_| token_stream(200, ms(50))).await;
+    let proxy = proxy(&upstream.url(), "slo:\n  ttft: 1s\n").await;
+    let (mut sender, conn) = open(&proxy).await;
+    let response = sender
+        .send_request(post(&proxy, CHAT, &chat_request("m")))
+        .await
+        .expect("head");
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut frames = 0;
+    while frames < 4 {
+        body.frame().await.expect("frame").expect("data");
+        frames += 1;
+    }
+    assert_eq!(proxy.in_flight(), 1);
+    let left_at = Instant::now();
+    drop(body);
+    drop(sender);
+    conn.abort();
+    let _ = conn.await;
+    let closed_at = upstream.wait_closed(0).await;
+    // Closed before the upstream's next token was due: the model server stops generating at once.
+    assert!(
+        closed_at.duration_since(left_at) < ms(50),
+        "closed {:?} after the client left",
+        closed_at - left_at
+    );
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[("model", "m"), ("status", "200"), ("outcome", "cancelled")]
+        ),
+        1.0
+    );
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    // What was observed before the client left is kept: its TTFT, and its gaps.
+    assert_eq!(
+        m.get(
+            "tokentap_time_to_first_token_seconds_count",
+            &[("model", "m")]
+        ),
+        1.0
+    );
+    assert!(
+        m.get(
+            "tokentap_inter_token_latency_seconds_count",
+            &[("model", "m")]
+        ) >= 1.0
+    );
+    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
+    assert_eq!(
+        m.get("tokentap_e2e_request_latency_seconds_count", &[]),
+        0.0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn client_leaving_before_the_response_head_closes_the_upstream_and_counts_cancelled() {
+    let upstream = upstream(|_| {
+        let mut steps = vec![Step::Sleep(Duration::from_secs(10))];
+        steps.extend(token_stream(200, ms(50)));
+        steps
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "slo:\n  ttft: 500ms\n").await;
+    let (mut sender, conn) = open(&proxy).await;
+    let waited = tokio::time::timeout(
+        ms(2000),
+        sender.send_request(post(&proxy, CHAT, &chat_request("m"))),
+    )
+    .await;
+    assert!(waited.is_err(), "no head was due before 10 s");
+    let left_at = Instant::now();
+    drop(sender);
+    conn.abort();
+    let _ = conn.await;
+    let closed_at = upstream.wait_closed(0).await;
+    assert!(closed_at.duration_since(left_at) < ms(50));
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[
+                ("model", "unadmitted"),
+                ("status", "none"),
+                ("outcome", "cancelled")
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_leaving_during_keep_alive_comments_is_cancelled_not_skipped() {
+    let upstream = upstream(|_| {
+        let mut s: Vec<Step> = vec![sse_head()];
+        for _ in 0..20 {
+            s.push(chunk(b": keep-alive\n\n"));
+            s.push(Step::Sleep(Duration::from_secs(1)));
+        }
+        s.push(last_chunk());
+        s
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let client = client();
+    let sent = send(&client, post(&proxy, CHAT, &chat_request("m")));
+    assert!(tokio::time::timeout(Duration::from_secs(3), sent)
+        .await
+        .is_err());
+    drop(client);
+    upstream.wait_closed(0).await;
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[("status", "200"), ("outcome", "cancelled")]
+        ),
+        1.0
+    );
+    assert_eq!(m.get("tokentap_metering_skipped_total", &[]), 0.0);
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+}
+
+// ---- a raw client vanishes (FIN or reset) at each phase of a request ------------------------------
+
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// Half of the request head sent.
+    InRequestHead,
+    /// Head sent, 10 of 1000 body bytes sent.
+    InRequestBody,
+    /// Whole request sent, no response head yet.
+    BeforeResponseHead,
+    /// Response head and role chunk received, no token yet (waiting for the first token).
+    BeforeFirstToken,
+    /// Three tokens received.
+    MidStream,
+}
+
+/// Runs one request from a raw client that goes away at `phase` (with a FIN, or a reset when `reset`).
+async fn vanish(phase: Phase, reset: bool) {
+    let upstream = upstream(move |_| {
+        let faults = token_stream(100, ms(50));
+        let delay = if matches!(phase, Phase::BeforeResponseHead) {
+            Duration::from_secs(10)
+        } else {
+            Duration::ZERO
+        };
+        let mut all = vec![Step::Sleep(delay)];
+        all.extend(faults.into_iter().take(2));
+        if matches!(phase, Phase::BeforeFirstToken) {
+            all.push(Step::Sleep(Duration::from_secs(10)));
+        }
+        all.extend(token_stream(100, ms(50)).into_iter().skip(2));
+        all
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let body = chat_request("m");
+    let head = format!(
+        "POST {CHAT} HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        match phase {
+            Phase::InRequestBody => 1000,
+            _ => body.len(),
+        }
+    );
+    let mut stream = TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    let mut read = Vec::new();
+    match phase {
+        Phase::InRequestHead => {
+            stream
+                .write_all(&head.as_bytes()[..head.len() / 2])
+                .await
+                .expect("write");
+            tokio::time::sleep(ms(100)).await;
+        }
+        Phase::InRequestBody => {
+            stream.write_all(head.as_bytes()).await.expect("write");
+            stream
+                .write_all(&body.as_bytes()[..10])
+                .await
+                .expect("write");
+            // The request is forwarded as soon as its head is read: wait for the upstream to have it open.
+            for _ in 0..100 {
+                if upstream.connection_count() > 0 {
+                    break;
+                }
+                tokio::time::sleep(ms(10)).await;
+            }
+            tokio::time::sleep(ms(50)).await;
+        }
+        _ => {
+            stream.write_all(head.as_bytes()).await.expect("write");
+            stream.write_all(body.as_bytes()).await.expect("write");
+            let wanted = match phase {
+                Phase::BeforeResponseHead => 0,
+                Phase::BeforeFirstToken => 1,
+                _ => 4,
+            };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while count(&read, b"data: ") < wanted && Instant::now() < deadline {
+                let mut buf = [0u8; 4096];
+                match tokio::time::timeout(ms(200), stream.read(&mut buf)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => break,
+                    Ok(Ok(n)) => read.extend_from_slice(&buf[..n]),
+                    Err(_) => {}
+                }
+            }
+            assert!(
+                count(&read, b"data: ") >= wanted,
+                "{phase:?}: never got there"
+            );
+            if wanted == 0 {
+                tokio::time::sleep(ms(200)).await;
+            }
+        }
+    }
+    if reset {
+        stream.set_zero_linger().ok();
+    }
+    let left_at = Instant::now();
+    drop(stream);
+    let what = format!("{phase:?}, reset {reset}");
+    match phase {
+        Phase::InRequestHead => {
+            tokio::time::sleep(ms(100)).await;
+            assert_eq!(upstream.connection_count(), 0, "{what}");
+        }
+        _ => {
+            let closed_at = upstream.wait_closed(0).await;
+            assert!(
+                closed_at.saturating_duration_since(left_at) < Duration::from_secs(1),
+                "{what}: upstream closed {:?} after the client left",
+                closed_at.saturating_duration_since(left_at)
+            );
+        }
+    }
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0, "{what}");
+    let (status, ttft, tokens) = match phase {
+        Phase::InRequestHead => {
+            assert_eq!(
+                m.get("tokentap_requests_total", &[]),
+                0.0,
+                "{what}: no request was read"
+            );
+            return;
+        }
+        // tokentap answers a body that broke off with 400 (the client, gone, never reads it).
+        Phase::InRequestBody => ("400", 0.0, 0.0),
+        Phase::BeforeResponseHead => ("none", 0.0, 0.0),
+        Phase::BeforeFirstToken => ("200", 0.0, 0.0),
+        Phase::MidStream => ("200", 1.0, 3.0),
+    };
+    assert_eq!(m.get("tokentap_requests_total", &[]), 1.0, "{what}");
+    assert_eq!(
+        m.get(
+            "tokentap_requests_total",
+            &[("status", status), ("outcome", "cancelled")]
+        ),
+        1.0,
+        "{what}"
+    );
+    assert_eq!(
+        m.get("tokentap_time_to_first_token_seconds_count", &[]),
+        ttft,
+        "{what}"
+    );
+    assert!(
+        m.get("tokentap_output_tokens_total", &[]) >= tokens,
+        "{what}"
+    );
+    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0, "{what}");
+    assert_eq!(
+        m.get("tokentap_e2e_request_latency_seconds_count", &[]),
+        0.0,
+        "{what}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_vanishing_at_any_phase_closes_the_upstream_and_is_counted_once() {
+    for phase in [
+        Phase::InRequestHead,
+        Phase::InRequestBody,
+        Phase::BeforeResponseHead,
+        Phase::BeforeFirstToken,
+        Phase::MidStream,
+    ] {
+        for reset in [false, true] {
+            vanish(phase, reset).await;
+        }
+    }
 }

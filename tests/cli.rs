@@ -1,10 +1,13 @@
 //! The `tokentap` command as a user runs it: `check-config` verdicts and exit codes, flag errors, and a
 //! bounded `demo` run that proves the README's first command produces metered traffic.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+mod support;
+
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use support::get_blocking;
 
 fn tokentap() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tokentap"))
@@ -193,23 +196,6 @@ fn a_bad_upstream_flag_is_an_error_naming_the_flag() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--upstream"));
 }
 
-fn get(addr: &str, path: &str) -> Result<String, String> {
-    let mut stream = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
-    )
-    .map_err(|e| format!("write: {e}"))?;
-    let mut text = String::new();
-    stream
-        .read_to_string(&mut text)
-        .map_err(|e| format!("read: {e}"))?;
-    Ok(text)
-}
-
 #[test]
 fn demo_serves_metered_traffic_and_stops_on_sigterm() {
     let log = write_temp("demo.log", "");
@@ -248,7 +234,7 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
     let mut seen = String::new();
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(500));
-        let got = get(&addr, "/metrics");
+        let got = get_blocking(&addr, "/metrics");
         if let Err(err) = &got {
             seen = err.clone();
         }

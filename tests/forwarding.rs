@@ -93,10 +93,7 @@ async fn h2c_clients_get_the_same_bytes() {
     let script = streamed(&frames);
     let upstream = upstream(move |_| script.clone()).await;
     let proxy = proxy(&upstream.url(), "").await;
-    let h2: TestClient =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .http2_only(true)
-            .build_http();
+    let h2: TestClient = h2_client();
     let got = send(
         &h2,
         post(&proxy, "/v1/chat/completions", &chat_request("tiny-llama")),
@@ -256,9 +253,7 @@ async fn response_trailers_reach_h1_clients_when_declared_and_h2_clients_all() {
     })
     .await;
     let proxy = proxy(&upstream.url(), "").await;
-    let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .http2_only(true)
-        .build_http();
+    let h2 = h2_client();
     for (client, te, want) in [
         (client(), true, &[("x-checksum", "abc123")][..]),
         (client(), false, &[]),
@@ -328,16 +323,7 @@ async fn request_trailers_reach_the_upstream_when_declared_in_trailer() {
     let answer = raw_exchange(proxy.proxy_addr(), request.as_bytes()).await;
     assert_eq!(raw_status(&answer), 200);
     // h2: the same rule; without a `trailer` header nothing is declared, so nothing passes.
-    let stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
-    let (mut h2, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .expect("h2 handshake");
-    tokio::spawn(conn);
+    let (mut h2, _conn) = open_h2(&proxy).await;
     for declared in [true, false] {
         let mut request =
             http::Request::post(format!("http://{}/v1/embeddings", proxy.proxy_addr()));

@@ -232,10 +232,7 @@ async fn h2_clients_get_the_upstreams_order_in_lowercase() {
     })
     .await;
     let proxy = proxy(&upstream.url(), "").await;
-    let h2: TestClient =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .http2_only(true)
-            .build_http();
+    let h2: TestClient = h2_client();
     let request = http::Request::get(format!("http://{}/v1/models", proxy.proxy_addr()))
         .header("x-second", "b")
         .header("x-first", "a")

@@ -6,22 +6,9 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
-
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 
 const CHAT: &str = "/v1/chat/completions";
-
-fn ok_stream() -> Vec<Step> {
-    vec![
-        sse_head(),
-        chunk(content_chunk("a").as_bytes()),
-        chunk(DONE.as_bytes()),
-        last_chunk(),
-    ]
-}
 
 #[tokio::test]
 async fn malformed_request_heads_are_refused_with_400_and_never_reach_the_upstream() {
@@ -189,36 +176,16 @@ async fn an_absolute_target_or_a_forged_host_never_sends_the_request_anywhere_bu
     }
 }
 
-/// A one-shot upstream that records the raw bytes of each request head it receives.
-async fn raw_recording_upstream() -> (String, Arc<Mutex<Vec<Vec<u8>>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let heads: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
-    let log = heads.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let mut head = Vec::new();
-            let mut buf = [0u8; 4096];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
-            }
-            log.lock().expect("log").push(head);
-            let _ = stream
-                .write_all(b"HTTP/1.1 204 No Content\r\nx-bin: \xff\xfe\x80\r\n\r\n")
-                .await;
-            let _ = stream.shutdown().await;
-        }
-    });
-    (url, heads)
-}
-
 #[tokio::test]
 async fn header_values_that_are_not_utf8_pass_through_byte_for_byte_both_ways() {
-    let (url, heads) = raw_recording_upstream().await;
-    let proxy = proxy(&url, "").await;
+    let upstream = upstream(|_| {
+        vec![
+            Step::Raw(b"HTTP/1.1 204 No Content\r\nx-bin: \xff\xfe\x80\r\n\r\n".to_vec()),
+            Step::Close,
+        ]
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "").await;
     let request = b"GET /v1/models HTTP/1.1\r\nhost: t\r\nx-bin: caf\xe9 \xff\x80\r\nconnection: close\r\n\r\n";
     let answer = raw_exchange(proxy.proxy_addr(), request).await;
     assert_eq!(raw_status(&answer), 204);
@@ -228,9 +195,12 @@ async fn header_values_that_are_not_utf8_pass_through_byte_for_byte_both_ways() 
         "{}",
         String::from_utf8_lossy(&answer)
     );
-    let heads = heads.lock().expect("log").clone();
-    assert_eq!(heads.len(), 1);
-    assert_eq!(count(&heads[0], b"\r\nx-bin: caf\xe9 \xff\x80\r\n"), 1);
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        count(&seen[0].raw_head, b"\r\nx-bin: caf\xe9 \xff\x80\r\n"),
+        1
+    );
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     assert_eq!(
@@ -240,13 +210,6 @@ async fn header_values_that_are_not_utf8_pass_through_byte_for_byte_both_ways() 
         ),
         1.0
     );
-}
-
-fn count(haystack: &[u8], needle: &[u8]) -> usize {
-    haystack
-        .windows(needle.len())
-        .filter(|w| *w == needle)
-        .count()
 }
 
 #[tokio::test(start_paused = true)]
@@ -340,9 +303,7 @@ async fn a_target_that_would_leave_the_upstream_path_prefix_is_refused_with_400_
         assert!(body.contains("invalid_request_error"), "{target}: {body}");
     }
     // The same over h2, where the target is the `:path` pseudo-header.
-    let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .http2_only(true)
-        .build_http();
+    let h2 = h2_client();
     let request = http::Request::get(format!("http://{}/../admin/secret", proxy.proxy_addr()))
         .body(http_body_util::Full::new(bytes::Bytes::new()))
         .expect("request");
@@ -475,16 +436,7 @@ async fn a_content_length_with_leading_zeros_goes_upstream_as_its_plain_decimal(
 async fn an_h2_connect_is_answered_501_and_never_forwarded() {
     let upstream = upstream(|_| ok_stream()).await;
     let proxy = proxy(&upstream.url(), "").await;
-    let stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
-    let (mut h2, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(stream),
-    )
-    .await
-    .expect("h2 handshake");
-    tokio::spawn(conn);
+    let (mut h2, _conn) = open_h2(&proxy).await;
     let request = http::Request::connect("169.254.169.254:443")
         .body(http_body_util::Empty::<bytes::Bytes>::new())
         .expect("request");

@@ -34,12 +34,6 @@ fn slow_stream(hold: Duration) -> Vec<Step> {
     ]
 }
 
-fn h2_client() -> TestClient {
-    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .http2_only(true)
-        .build_http()
-}
-
 #[tokio::test]
 async fn beyond_the_upstream_connection_cap_a_request_gets_503_at_once_and_the_upstream_sees_only_the_cap(
 ) {
@@ -287,10 +281,7 @@ async fn a_stalled_h2_request_body_gets_408_within_request_body_idle() {
     let upstream = upstream(|_| slow_stream(ms(10))).await;
     let yaml = "timeouts:\n  request_body_idle: 300ms\nlimits:\n  max_upstream_connections: 1\n";
     let proxy = proxy(&upstream.url(), yaml).await;
-    let h2: hyper_util::client::legacy::Client<_, Fed> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .http2_only(true)
-            .build_http();
+    let h2: hyper_util::client::legacy::Client<_, Fed> = h2_client();
     let (feed, body) = mpsc::channel(4);
     feed.send(Bytes::from_static(b"{\"model\":"))
         .await
@@ -448,54 +439,13 @@ async fn a_request_body_stalling_under_a_streaming_answer_breaks_the_stream_and_
     assert_eq!(m.get("tokentap_requests_total", &timed_out), 1.0);
 }
 
-/// The binary, run under `ulimit -n 48`, with an unreachable upstream; returns it and its proxy address.
-#[cfg(unix)]
-fn tokentap_with_few_fds() -> (
-    std::process::Child,
-    std::io::BufReader<std::process::ChildStderr>,
-    String,
-) {
-    use std::io::BufRead;
-    let yaml = "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: http://127.0.0.1:9\ntokenizer_dirs: []\n";
-    let dir = std::env::temp_dir().join(format!("tokentap-emfile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let config = dir.join("tokentap.yaml");
-    std::fs::write(&config, yaml).expect("write config");
-    let mut child = std::process::Command::new("sh")
-        .args(["-c", "ulimit -n 48 && exec \"$0\" --config \"$1\""])
-        .arg(env!("CARGO_BIN_EXE_tokentap"))
-        .arg(&config)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn tokentap");
-    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
-    let mut log = String::new();
-    for _ in 0..20 {
-        let mut line = String::new();
-        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
-            break;
-        }
-        log.push_str(&line);
-        if let Some((_, rest)) = line.split_once("listen=") {
-            let addr = rest
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-            return (child, stderr, addr);
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("tokentap did not log its address:\n{log}");
-}
-
 #[cfg(unix)]
 #[test]
 fn out_of_file_descriptors_the_accept_loop_warns_once_per_interval_and_recovers() {
-    use std::io::{Read, Write};
-    let (mut child, mut stderr, addr) = tokentap_with_few_fds();
+    // The binary, run under `ulimit -n 48`, with an unreachable upstream.
+    let yaml = "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: http://127.0.0.1:9\ntokenizer_dirs: []\n";
+    let process = start_binary("emfile", yaml, Some(48));
+    let addr = process.proxy.clone();
     // Far more connections than tokentap has descriptors left: the rest wait in the backlog and every
     // accept fails with EMFILE, retried every 50 ms.
     let held: Vec<_> = (0..80)
@@ -507,22 +457,14 @@ fn out_of_file_descriptors_the_accept_loop_warns_once_per_interval_and_recovers(
     // With descriptors free again it serves (the upstream is unreachable: a 502 is an answer).
     let mut served = String::new();
     for _ in 0..50 {
-        if let Ok(mut stream) = std::net::TcpStream::connect(&addr) {
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-            let request = "GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
-            let _ = stream.write_all(request.as_bytes());
-            served.clear();
-            let _ = stream.read_to_string(&mut served);
-            if served.starts_with("HTTP/1.1 502") {
-                break;
-            }
+        served = get_blocking(&addr, "/v1/models").unwrap_or_default();
+        if served.starts_with("HTTP/1.1 502") {
+            break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    let mut log = String::new();
-    let _ = stderr.read_to_string(&mut log);
+    process.signal("KILL");
+    let (_, log) = process.wait();
     assert!(served.starts_with("HTTP/1.1 502"), "{served}\n{log}");
     let warnings: Vec<&str> = log
         .lines()

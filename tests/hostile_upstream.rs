@@ -106,9 +106,7 @@ async fn informational_answers_are_dropped_and_the_final_response_arrives_intact
     assert!(!head.to_ascii_lowercase().contains("link:"), "{head}");
     assert_eq!(dechunk(&body).as_deref(), Some(stream.as_bytes()));
     // The same over h2.
-    let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .http2_only(true)
-        .build_http();
+    let h2 = h2_client();
     let got = send(&h2, post(&proxy, CHAT, &chat_request("m"))).await;
     assert_eq!(got.status, 200);
     assert_eq!(got.body, stream.as_bytes());
@@ -144,11 +142,4 @@ async fn an_upstream_content_length_with_leading_zeros_reaches_the_client_as_its
     let (head, body) = raw_split(&answer);
     assert!(head.contains("\r\ncontent-length: 2\r\n"), "{head}");
     assert_eq!(body, b"{}");
-}
-
-fn count(haystack: &[u8], needle: &[u8]) -> usize {
-    haystack
-        .windows(needle.len())
-        .filter(|w| *w == needle)
-        .count()
 }

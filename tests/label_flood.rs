@@ -12,15 +12,6 @@ use support::*;
 
 const CHAT: &str = "/v1/chat/completions";
 
-fn ok_stream() -> Vec<Step> {
-    vec![
-        sse_head(),
-        chunk(content_chunk("a").as_bytes()),
-        chunk(DONE.as_bytes()),
-        last_chunk(),
-    ]
-}
-
 fn not_found() -> Vec<Step> {
     let body = r#"{"error":{"message":"The model does not exist.","type":"NotFoundError"}}"#;
     vec![json_response(404, "Not Found", body)]
@@ -345,11 +336,4 @@ async fn concurrent_scrapes_all_answer_while_a_stream_keeps_flowing() {
     assert_eq!(count(&got.body, b"\"content\":\"t"), 40);
     let m = scrape(&proxy).await;
     assert!(m.get("tokentap_metrics_encodes_total", &[]) <= (rounds * 16 + 1) as f64);
-}
-
-fn count(haystack: &[u8], needle: &[u8]) -> usize {
-    haystack
-        .windows(needle.len())
-        .filter(|w| *w == needle)
-        .count()
 }

@@ -13,50 +13,50 @@ use tokio::net::TcpStream;
 
 const ROUNDS: usize = 10;
 
-fn script(case: &str) -> Vec<Fault> {
-    let ok = || -> Vec<Fault> {
+fn script(case: &str) -> Vec<Step> {
+    let ok = || -> Vec<Step> {
         vec![
-            sse_head().into(),
-            chunk(ROLE_CHUNK.as_bytes()).into(),
-            chunk(content_chunk("a").as_bytes()).into(),
-            chunk(usage_chunk(3, 1).as_bytes()).into(),
-            chunk(DONE.as_bytes()).into(),
-            last_chunk().into(),
+            sse_head(),
+            chunk(ROLE_CHUNK.as_bytes()),
+            chunk(content_chunk("a").as_bytes()),
+            chunk(usage_chunk(3, 1).as_bytes()),
+            chunk(DONE.as_bytes()),
+            last_chunk(),
         ]
     };
     match case {
         "ok" => ok(),
-        "reset-before-head" => vec![Fault::Reset],
+        "reset-before-head" => vec![Step::Reset],
         "reset-mid-stream" => {
             let mut s = ok();
             s.truncate(3);
-            s.push(Fault::Reset);
+            s.push(Step::Reset);
             s
         }
-        "garbage" => vec![Step::Raw(b"\x00\xffnot http\r\n\r\n".to_vec()).into()],
+        "garbage" => vec![Step::Raw(b"\x00\xffnot http\r\n\r\n".to_vec())],
         "hang" => vec![
-            sse_head().into(),
-            chunk(ROLE_CHUNK.as_bytes()).into(),
-            Step::Sleep(Duration::from_secs(30)).into(),
+            sse_head(),
+            chunk(ROLE_CHUNK.as_bytes()),
+            Step::Sleep(Duration::from_secs(30)),
         ],
         "huge" => {
             let line = format!("data: {}\n\n", "x".repeat(1 << 20));
-            let mut s: Vec<Fault> = vec![sse_head().into()];
-            s.extend(line.as_bytes().chunks(64 << 10).map(|c| chunk(c).into()));
-            s.push(last_chunk().into());
+            let mut s: Vec<Step> = vec![sse_head()];
+            s.extend(line.as_bytes().chunks(64 << 10).map(chunk));
+            s.push(last_chunk());
             s
         }
         "not-sse" => vec![
-            sse_head().into(),
-            chunk(b"<html>oops</html>").into(),
-            last_chunk().into(),
+            sse_head(),
+            chunk(b"<html>oops</html>"),
+            last_chunk(),
         ],
-        "trickle" => vec![Fault::Trickle(
+        "trickle" => vec![Step::Trickle(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 14\r\n\r\ndata: [DONE]\n\n"
                 .to_vec(),
             Duration::ZERO,
         )],
-        _ => vec![Step::Close.into()],
+        _ => vec![Step::Close],
     }
 }
 
@@ -109,7 +109,7 @@ async fn round(proxy: &tokentap::Running, client: &TestClient) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_leave_no_request_in_flight_no_open_descriptor_and_no_memory_behind() {
-    let upstream = faulty_upstream(|request| {
+    let upstream = upstream(|request| {
         let line = request.request_line();
         let case = line
             .split("case=")

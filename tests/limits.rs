@@ -195,10 +195,7 @@ async fn an_h2c_header_list_over_the_limit_gets_431_and_the_connection_serves_on
     let upstream = upstream(|_| ok_upstream_steps()).await;
     let yaml = "limits:\n  max_request_header_bytes: 8KiB\n";
     let proxy = proxy(&upstream.url(), yaml).await;
-    let h2: TestClient =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .http2_only(true)
-            .build_http();
+    let h2: TestClient = h2_client();
     let too_big = send(&h2, with_header(&proxy, 16 << 10)).await;
     assert_eq!(too_big.status, 431);
     assert_eq!(upstream.connection_count(), 0, "nothing was forwarded");

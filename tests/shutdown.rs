@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use support::*;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -20,18 +19,6 @@ async fn get_status(proxy: &tokentap::Running, path: &str) -> u16 {
         .body(Full::new(Bytes::new()))
         .expect("request");
     send(&client(), request).await.status
-}
-
-/// A token every `gap`, `n` of them, then `[DONE]`.
-fn stream_of(n: usize, gap: Duration) -> Vec<Step> {
-    let mut steps = vec![sse_head(), chunk(ROLE_CHUNK.as_bytes())];
-    for i in 0..n {
-        steps.push(Step::Sleep(gap));
-        steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
-    }
-    steps.push(chunk(DONE.as_bytes()));
-    steps.push(last_chunk());
-    steps
 }
 
 async fn refuses_connections(proxy: &tokentap::Running) -> bool {
@@ -46,7 +33,7 @@ async fn refuses_connections(proxy: &tokentap::Running) -> bool {
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_turns_unready_at_once_refuses_new_clients_and_lets_a_stream_finish() {
-    let upstream = upstream(|_| stream_of(10, ms(300))).await;
+    let upstream = upstream(|_| token_stream(10, ms(300))).await;
     let proxy = proxy(&upstream.url(), "shutdown_grace: 30s\n").await;
     assert_eq!(get_status(&proxy, "/readyz").await, 200);
     let (mut sender, _conn) = open(&proxy).await;
@@ -99,7 +86,7 @@ async fn shutdown_turns_unready_at_once_refuses_new_clients_and_lets_a_stream_fi
 
 #[tokio::test(start_paused = true)]
 async fn a_stream_outliving_the_grace_is_cut_broken_and_counted_timeout() {
-    let upstream = upstream(|_| stream_of(200, ms(50))).await;
+    let upstream = upstream(|_| token_stream(200, ms(50))).await;
     let proxy = proxy(&upstream.url(), "shutdown_grace: 2s\n").await;
     let (mut sender, _conn) = open(&proxy).await;
     let response = sender
@@ -150,7 +137,7 @@ async fn a_stream_outliving_the_grace_is_cut_broken_and_counted_timeout() {
 async fn a_request_still_waiting_for_its_head_when_the_grace_runs_out_gets_503() {
     let upstream = upstream(|_| {
         let mut steps = vec![Step::Sleep(Duration::from_secs(60))];
-        steps.extend(stream_of(1, ms(10)));
+        steps.extend(token_stream(1, ms(10)));
         steps
     })
     .await;
@@ -174,7 +161,7 @@ async fn a_request_still_waiting_for_its_head_when_the_grace_runs_out_gets_503()
 
 #[tokio::test(start_paused = true)]
 async fn an_idle_proxy_shuts_down_at_once() {
-    let upstream = upstream(|_| stream_of(1, ms(10))).await;
+    let upstream = upstream(|_| token_stream(1, ms(10))).await;
     let proxy = proxy(&upstream.url(), "").await;
     // A kept-alive client connection with no request in progress does not hold the shutdown up.
     let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
@@ -194,18 +181,9 @@ async fn an_idle_proxy_shuts_down_at_once() {
 // theirs; the same exchange passes on the real clock).
 #[tokio::test]
 async fn an_h2c_stream_in_flight_finishes_within_the_grace() {
-    let upstream = upstream(|_| stream_of(5, ms(400))).await;
+    let upstream = upstream(|_| token_stream(5, ms(400))).await;
     let proxy = proxy(&upstream.url(), "shutdown_grace: 30s\n").await;
-    let stream = TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        TokioIo::new(stream),
-    )
-    .await
-    .expect("h2 handshake");
-    let conn = tokio::spawn(conn);
+    let (mut sender, conn) = open_h2(&proxy).await;
     let response = sender
         .send_request(post(&proxy, CHAT, &chat_request("m")))
         .await

@@ -6,123 +6,21 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{chunk, content_chunk, last_chunk, ms, sse_head, Step, DONE};
-
-fn get(addr: &str, path: &str) -> String {
-    let Ok(mut stream) = TcpStream::connect(addr) else {
-        return String::new();
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let _ = write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
-    );
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
-    text
-}
-
-/// A tokentap process with its config in a temp dir; its stderr is piped and read up to the startup
-/// line, which gives the two addresses.
-struct Process {
-    child: Child,
-    stderr: Option<BufReader<ChildStderr>>,
-    log: String,
-    proxy: String,
-    metrics: String,
-    dir: std::path::PathBuf,
-}
+use support::{
+    chunk, content_chunk, get_blocking, last_chunk, ms, sse_head, start_binary, Process, Step, DONE,
+};
 
 fn start(name: &str, upstream: &str) -> Process {
-    let dir = std::env::temp_dir().join(format!("tokentap-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let config = dir.join("tokentap.yaml");
     let yaml = format!("listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: {upstream}\nshutdown_grace: 20s\n");
-    std::fs::write(&config, yaml).expect("write config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tokentap"))
-        .arg("--config")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tokentap");
-    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-    let mut log = String::new();
-    let mut addresses = None;
-    for _ in 0..20 {
-        let mut line = String::new();
-        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
-            break;
-        }
-        log.push_str(&line);
-        let field = |key: &str| {
-            line.split_once(key)
-                .and_then(|(_, rest)| rest.split_whitespace().next())
-                .map(|v| v.trim_end_matches("/metrics").to_owned())
-        };
-        if let (Some(proxy), Some(metrics)) = (field(" listen="), field("metrics=http://")) {
-            addresses = Some((proxy, metrics));
-            break;
-        }
-    }
-    let Some((proxy, metrics)) = addresses else {
-        let _ = child.kill();
-        panic!("tokentap did not log its addresses:\n{log}");
-    };
-    Process {
-        child,
-        stderr: Some(stderr),
-        log,
-        proxy,
-        metrics,
-        dir,
-    }
+    start_binary(name, &yaml, None)
 }
 
-impl Process {
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{name}"), &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-    }
-
-    /// Waits (at most 10 s) for the process to exit; returns its status and the rest of its log.
-    fn wait(mut self) -> (std::process::ExitStatus, String) {
-        let since = Instant::now();
-        let exit = loop {
-            if let Ok(Some(exit)) = self.child.try_wait() {
-                break Some(exit);
-            }
-            if since.elapsed() > Duration::from_secs(10) {
-                let _ = self.child.kill();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        if let Some(mut stderr) = self.stderr.take() {
-            let _ = stderr.read_to_string(&mut self.log);
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-        let exit = exit.unwrap_or_else(|| panic!("tokentap did not exit:\n{}", self.log));
-        (exit, self.log)
-    }
-
-    fn metric(&self, name: &str) -> f64 {
-        self.scrape().get(name, &[])
-    }
-
-    fn scrape(&self) -> support::Metrics {
-        let answer = get(&self.metrics, "/metrics");
-        let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
-        support::Metrics::parse(body)
-    }
+fn get(addr: &str, path: &str) -> String {
+    get_blocking(addr, path).unwrap_or_default()
 }
 
 /// A streaming chat request over a blocking connection; the whole raw answer.

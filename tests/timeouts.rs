@@ -9,7 +9,6 @@ mod support;
 use std::time::Duration;
 
 use http_body_util::BodyExt;
-use hyper_util::rt::TokioIo;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -191,13 +190,7 @@ async fn a_kept_alive_connection_is_closed_after_client_idle_and_not_before() {
     let upstream = upstream(|_| vec![json_response(200, "OK", r#"{"choices":[]}"#)]).await;
     let yaml = "timeouts:\n  client_header_read: 2s\n  client_idle: 20s\n";
     let proxy = proxy(&upstream.url(), yaml).await;
-    let stream = TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    let conn = tokio::spawn(conn);
+    let (mut sender, conn) = open(&proxy).await;
     for _ in 0..2 {
         // Two requests on one connection, 10 s apart: longer than client_header_read, shorter than
         // client_idle, so the connection must still be open for the second.
@@ -253,16 +246,7 @@ async fn an_h2c_connection_is_timed_by_client_idle_only_and_never_while_a_stream
     .await;
     let yaml = "timeouts:\n  client_header_read: 200ms\n  client_idle: 1s\n";
     let proxy = proxy(&upstream.url(), yaml).await;
-    let stream = TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        TokioIo::new(stream),
-    )
-    .await
-    .expect("h2 handshake");
-    let conn = tokio::spawn(conn);
+    let (mut sender, conn) = open_h2(&proxy).await;
     // A 2 s stream: beyond client_header_read and client_idle, and never cut by them.
     let response = sender
         .send_request(post(&proxy, CHAT, &chat_request("m")))

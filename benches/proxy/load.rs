@@ -120,7 +120,8 @@ pub fn hold(spec: Spec, open: Arc<AtomicUsize>, first_user: usize) -> JoinSet<Sa
     users
 }
 
-async fn connect(target: SocketAddr) -> Result<SendRequest<Full<Bytes>>, String> {
+/// One HTTP/1.1 connection (nodelay) driven by its own task; the benchmark's only client handshake.
+pub async fn connect(target: SocketAddr) -> Result<SendRequest<Full<Bytes>>, String> {
     let stream = TcpStream::connect(target)
         .await
         .map_err(|e| format!("connect: {e}"))?;

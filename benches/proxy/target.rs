@@ -9,8 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::TokioIo;
+use http_body_util::{BodyExt, Full};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -283,16 +282,10 @@ pub fn rss_bytes(pid: u32) -> u64 {
 
 /// GET /metrics from tokentap's metrics port.
 pub async fn scrape(addr: SocketAddr) -> Result<String, String> {
-    let stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| e.to_string())?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
+    let mut sender = crate::load::connect(addr).await?;
     let request = http::Request::get("/metrics")
         .header(http::header::HOST, "bench.local")
-        .body(Empty::<Bytes>::new())
+        .body(Full::new(Bytes::new()))
         .map_err(|e| e.to_string())?;
     let response = sender
         .send_request(request)

@@ -1,0 +1,145 @@
+//! tokentap as an operator runs it: the built binary as a child process, its config in a temp dir, its
+//! stderr read up to the startup line (which gives both addresses); signals, exit, and blocking GETs.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use super::scrape::Metrics;
+
+/// A tokentap process; `stderr` is its log pipe (drop it to close the log's reader).
+pub struct Process {
+    pub child: Child,
+    pub stderr: Option<BufReader<ChildStderr>>,
+    /// The log read so far.
+    pub log: String,
+    pub proxy: String,
+    pub metrics: String,
+    dir: std::path::PathBuf,
+}
+
+/// Starts the binary with `yaml` as its config (in a temp dir named after `name`), under `ulimit -n`
+/// when `max_fds` is given, and reads its log up to the startup line.
+pub fn start_binary(name: &str, yaml: &str, max_fds: Option<u32>) -> Process {
+    let dir = std::env::temp_dir().join(format!("tokentap-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let config = dir.join("tokentap.yaml");
+    std::fs::write(&config, yaml).expect("write config");
+    let binary = env!("CARGO_BIN_EXE_tokentap");
+    let mut command = match max_fds {
+        Some(n) => {
+            let mut sh = Command::new("sh");
+            sh.args([
+                "-c",
+                &format!("ulimit -n {n} && exec \"$0\" --config \"$1\""),
+            ])
+            .arg(binary)
+            .arg(&config);
+            sh
+        }
+        None => {
+            let mut direct = Command::new(binary);
+            direct.arg("--config").arg(&config);
+            direct
+        }
+    };
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tokentap");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut log = String::new();
+    let mut addresses = None;
+    for _ in 0..20 {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        log.push_str(&line);
+        let field = |key: &str| {
+            line.split_once(key)
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .map(|v| v.trim_end_matches("/metrics").to_owned())
+        };
+        if let (Some(proxy), Some(metrics)) = (field(" listen="), field("metrics=http://")) {
+            addresses = Some((proxy, metrics));
+            break;
+        }
+    }
+    let Some((proxy, metrics)) = addresses else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("tokentap did not log its addresses:\n{log}");
+    };
+    Process {
+        child,
+        stderr: Some(stderr),
+        log,
+        proxy,
+        metrics,
+        dir,
+    }
+}
+
+impl Process {
+    /// Sends a signal by name (`TERM`, `HUP`, `KILL`).
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits (at most 10 s) for the process to exit; returns its status and its whole log.
+    pub fn wait(mut self) -> (ExitStatus, String) {
+        let since = Instant::now();
+        let exit = loop {
+            if let Ok(Some(exit)) = self.child.try_wait() {
+                break Some(exit);
+            }
+            if since.elapsed() > Duration::from_secs(10) {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if let Some(mut stderr) = self.stderr.take() {
+            let _ = stderr.read_to_string(&mut self.log);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let exit = exit.unwrap_or_else(|| panic!("tokentap did not exit:\n{}", self.log));
+        (exit, self.log)
+    }
+
+    pub fn metric(&self, name: &str) -> f64 {
+        self.scrape().get(name, &[])
+    }
+
+    pub fn scrape(&self) -> Metrics {
+        let answer = get_blocking(&self.metrics, "/metrics").unwrap_or_default();
+        let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+        Metrics::parse(body)
+    }
+}
+
+/// A GET over a blocking connection (`connection: close`, 5 s read timeout); the whole raw answer.
+pub fn get_blocking(addr: &str, path: &str) -> Result<String, String> {
+    let mut stream = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
+    )
+    .map_err(|e| format!("write: {e}"))?;
+    let mut text = String::new();
+    stream
+        .read_to_string(&mut text)
+        .map_err(|e| format!("read: {e}"))?;
+    Ok(text)
+}

@@ -1,0 +1,40 @@
+//! tokentap started in-process on loopback ports, and what a test reads of the process it runs in:
+//! requests in flight, open descriptors, resident memory.
+
+use tokentap::{Config, Running};
+
+use super::script::ms;
+
+/// Starts tokentap in-process in front of `upstream_url`, both ports on 127.0.0.1:0, with extra YAML.
+pub async fn proxy(upstream_url: &str, extra_yaml: &str) -> Running {
+    let yaml = format!(
+        "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: {upstream_url}\n{extra_yaml}"
+    );
+    let config = Config::from_yaml_str(&yaml).expect("test config");
+    tokentap::start(&config).await.expect("start tokentap")
+}
+/// Waits (bounded) until the proxy has no request in flight.
+pub async fn settle(proxy: &Running) {
+    for _ in 0..200 {
+        if proxy.in_flight() == 0 {
+            return;
+        }
+        tokio::time::sleep(ms(10)).await;
+    }
+}
+/// Open file descriptors of this process.
+pub fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+/// Resident set size of this process in KiB.
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
