@@ -24,7 +24,7 @@ use crate::decode::dialect::{Api, Dialect};
 use crate::decode::meter::{Format, Meter};
 use crate::decode::tokenizer::{TextCount, Tokenizers};
 use crate::decode::tokens::TokenSource;
-use crate::record::finished::{conclude, FinishedRecord};
+use crate::record::finished::{conclude, t_end, FinishedRecord};
 use crate::record::metrics::{status_label, Metrics, Series};
 use crate::record::outcome::{classify, End, Outcome, Seen};
 use crate::record::timeline::{Mark, Timeline};
@@ -171,11 +171,7 @@ impl Exchange {
         };
         // The body was delivered whole (the decoder's own say comes with its report).
         let complete = classify(end, seen) == Outcome::Ok;
-        // A client that left after the terminal event had the whole answer when that event passed.
-        let t_end = match (end, terminal_event) {
-            (End::ClientGone, Some(ended)) => ended,
-            _ => now,
-        };
+        let t_end = t_end(end, terminal_event, now);
         let mut report = None;
         if let Some(meter) = self.meter.as_mut() {
             report = Some(meter.finish(complete, &mut self.marks));

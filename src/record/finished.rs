@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::config::Ceilings;
 use crate::decode::meter::{MeterReport, SkipReason};
 use crate::decode::tokens::{output_tokens, Offered, TokenSource};
-use crate::record::outcome::Outcome;
+use crate::record::outcome::{End, Outcome};
 use crate::record::slo::{judge, Measured, Verdict};
 use crate::record::timeline::{Figures, Timeline};
 
@@ -40,6 +40,15 @@ impl FinishedRecord {
     /// The `slo` field of the log line: `met`, or why not.
     pub fn slo(&self) -> String {
         self.verdict.describe(self.outcome.as_str(), self.status)
+    }
+}
+
+/// When the request ended (t_end), having ended as `end` at `now`: a client that left after the API's
+/// terminal event passed had the whole answer when that event passed.
+pub fn t_end(end: End<'_>, terminal_event_at: Option<Instant>, now: Instant) -> Instant {
+    match (end, terminal_event_at) {
+        (End::ClientGone, Some(at)) => at,
+        _ => now,
     }
 }
 
@@ -268,11 +277,20 @@ mod tests {
 
     #[test]
     fn a_client_gone_after_the_terminal_event_is_recorded_as_the_ok_request_it_was() {
-        // The exchange classifies it `ok` and ends it when the terminal event passed.
         let t0 = Instant::now();
         let tl = timeline(t0, &[(0, 100), (0, 200)]);
         let report = stream_report(Some(2));
-        let end = t0 + ms(210);
+        let (terminal, gone) = (Some(t0 + ms(210)), t0 + ms(5_000));
+        let end = t_end(End::ClientGone, terminal, gone);
+        assert_eq!(end, t0 + ms(210), "it ended when the terminal event passed");
+        assert_eq!(t_end(End::ClientGone, None, gone), gone);
+        assert_eq!(t_end(End::Cut, terminal, gone), gone);
+        let seen = crate::record::outcome::Seen {
+            terminal_event: true,
+            ..Default::default()
+        };
+        let outcome = crate::record::outcome::classify(End::ClientGone, seen);
+        assert_eq!(outcome, Outcome::Ok);
         let record = conclude(
             Some(&report),
             &tl,
