@@ -143,6 +143,7 @@ fn exchange_on_data_per_content_chunk(bencher: Bencher) {
         slo: config.slo.clone(),
         metering: config.metering.clone(),
         tokenizers: Arc::new(Tokenizers::default()),
+        requests: Default::default(),
     });
     let (api, dialect) = detect("/v1/chat/completions");
     let start = tokio::time::Instant::now();

@@ -14,13 +14,13 @@
 
 pub mod config;
 pub mod decode;
-pub mod error;
 pub mod logging;
 pub mod net;
 pub mod proxy;
 pub mod record;
+pub mod shutdown;
 pub mod tap;
 
 pub use config::Config;
 pub use net::server::{run, start, Running, StartError};
-pub use net::shutdown::Drained;
+pub use shutdown::Drained;

@@ -14,7 +14,6 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -31,13 +30,13 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, Limits, Timeouts};
 use crate::decode::tokenizer::Tokenizers;
+use crate::logging::repeated::RepeatedWarning;
 use crate::net::client_conn::{Activity, TimedIo, Tracked};
-use crate::net::repeated::RepeatedWarning;
-use crate::net::shutdown::{self, Drained, Phase, Shutdown};
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
 use crate::record::exchange::Recorder;
 use crate::record::metrics::{Metrics, Refusals};
+use crate::shutdown::{self, Count, Counted, Drained, Phase, Shutdown};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -62,7 +61,8 @@ pub struct Running {
     recorder: Arc<Recorder>,
     shutdown: Shutdown,
     grace: Duration,
-    open: Arc<AtomicUsize>,
+    /// Client connections open on the proxy port.
+    connections: Count,
     proxy_task: Mutex<Option<JoinHandle<()>>>,
     metrics_task: JoinHandle<()>,
 }
@@ -78,12 +78,12 @@ impl Running {
 
     /// Requests between t_arrive and t_end, all APIs.
     pub fn in_flight(&self) -> i64 {
-        self.recorder.metrics.in_flight_total()
+        i64::try_from(self.recorder.requests.get()).unwrap_or(i64::MAX)
     }
 
     /// Client connections open on the proxy port.
     pub fn open_connections(&self) -> usize {
-        self.open.load(Ordering::Acquire)
+        self.connections.get()
     }
 
     /// Stops accepting connections on both ports at once, without draining (see [`Running::shutdown`]).
@@ -111,8 +111,8 @@ impl Running {
         shutdown::drain(
             self.shutdown.clone(),
             accept_loop,
-            self.recorder.clone(),
-            self.open.clone(),
+            self.recorder.requests.clone(),
+            self.connections.clone(),
             self.grace,
         )
     }
@@ -137,6 +137,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         slo: config.slo.clone(),
         metering: config.metering.clone(),
         tokenizers: Arc::new(Tokenizers::load(config)?),
+        requests: Count::default(),
     });
     let client = upstream::client(config)?;
     let shutdown = Shutdown::default();
@@ -146,13 +147,13 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let local = |l: &TcpListener, addr| l.local_addr().unwrap_or(addr);
     let proxy_addr = local(&proxy_listener, config.listen);
     let metrics_addr = local(&metrics_listener, config.metrics_listen);
-    let open = Arc::new(AtomicUsize::new(0));
+    let connections = Count::default();
     let serve = ServeProxy {
         proxy,
         slots: Arc::new(Semaphore::new(config.limits.max_connections)),
         max_connections: config.limits.max_connections,
         refused: recorder.metrics.refusals.clone(),
-        open: open.clone(),
+        connections: connections.clone(),
         builder: connection_builder(&config.limits),
         timeouts: config.timeouts.clone(),
         shutdown: shutdown.clone(),
@@ -170,7 +171,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         recorder,
         shutdown,
         grace: config.shutdown_grace,
-        open,
+        connections,
         proxy_task: Mutex::new(Some(proxy_task)),
         metrics_task: tokio::spawn(metrics),
     })
@@ -309,22 +310,6 @@ fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// Counts a client connection as open until dropped, however its task ends.
-struct OpenConnection(Arc<AtomicUsize>);
-
-impl OpenConnection {
-    fn new(open: &Arc<AtomicUsize>) -> Self {
-        open.fetch_add(1, Ordering::AcqRel);
-        OpenConnection(open.clone())
-    }
-}
-
-impl Drop for OpenConnection {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// The proxy port's accept loop and what each connection needs.
 struct ServeProxy {
     proxy: Proxy,
@@ -334,7 +319,8 @@ struct ServeProxy {
     /// The counters of `tokentap_connections_refused_total` and its kin.
     refused: Refusals,
     /// Connections being served.
-    open: Arc<AtomicUsize>,
+    /// Counts each client connection as open, however its task ends.
+    connections: Count,
     builder: auto::Builder<TokioExecutor>,
     timeouts: Timeouts,
     shutdown: Shutdown,
@@ -355,7 +341,7 @@ impl ServeProxy {
                 drop(stream);
                 continue;
             };
-            let open = OpenConnection::new(&this.open);
+            let open: Counted = this.connections.enter();
             let this = this.clone();
             tokio::spawn(async move {
                 this.serve(stream).await;

@@ -28,13 +28,13 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::decode::dialect;
-use crate::error::ProxyError;
-use crate::net::repeated::RepeatedWarning;
-use crate::net::shutdown::{Phase, Shutdown};
+use crate::logging::repeated::RepeatedWarning;
+use crate::proxy::error::ProxyError;
 use crate::proxy::hop_by_hop::{self, Direction, NextHop};
 use crate::proxy::request_target::{self, Target, TargetError};
 use crate::proxy::upstream::UpstreamClient;
 use crate::record::exchange::{Exchange, ExchangeGuard, Outcome, Recorder};
+use crate::shutdown::{Phase, Shutdown};
 use crate::tap::{MeteredBody, ModelSlot, RequestTap};
 
 /// How long a request the upstream refused may take to yield its `model` before the error answer goes out.

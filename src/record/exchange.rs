@@ -25,6 +25,7 @@ use crate::decode::tokens::{output_tokens, Offered, TokenSource};
 use crate::record::metrics::{status_label, Metrics, Series};
 use crate::record::slo::{judge, Measured};
 use crate::record::timeline::{Mark, Timeline};
+use crate::shutdown::{Count, Counted};
 use crate::tap::ModelSlot;
 
 /// How a request ended, the `outcome` label.
@@ -58,6 +59,8 @@ pub struct Recorder {
     pub slo: Slo,
     pub metering: Metering,
     pub tokenizers: Arc<Tokenizers>,
+    /// Requests between t_arrive and t_end: what a shutdown waits for.
+    pub requests: Count,
 }
 
 pub struct Exchange {
@@ -76,6 +79,8 @@ pub struct Exchange {
     status: Option<StatusCode>,
     series: Option<Series>,
     in_flight: IntGauge,
+    /// This request in [`Recorder::requests`], until it finishes.
+    counted: Option<Counted>,
     /// One of `limits.max_upstream_connections`, held from forwarding until the exchange finishes.
     upstream_permit: Option<OwnedSemaphorePermit>,
 }
@@ -92,6 +97,7 @@ impl Exchange {
     ) -> Self {
         let in_flight = recorder.metrics.in_flight(api);
         in_flight.inc();
+        let counted = Some(recorder.requests.enter());
         Exchange {
             recorder,
             api,
@@ -105,6 +111,7 @@ impl Exchange {
             ended: None,
             status: None,
             series: None,
+            counted,
             in_flight,
             upstream_permit: None,
         }
@@ -181,6 +188,7 @@ impl Exchange {
 
     fn finish(mut self, mut outcome: Outcome, mut end: Instant) {
         self.in_flight.dec();
+        self.counted.take();
         self.upstream_permit.take();
         // The upstream's answer broke because tokentap cut the client's stalled body under it.
         if outcome == Outcome::UpstreamError && self.request_model.body_idle() {

@@ -351,10 +351,6 @@ impl Metrics {
         self.in_flight.with_label_values(&[api.as_str()])
     }
 
-    pub fn in_flight_total(&self) -> i64 {
-        Api::ALL.iter().map(|api| self.in_flight(*api).get()).sum()
-    }
-
     /// Counts a finished request (`status` from [`status_label`]); its model name was in use until now.
     pub fn count_request(&self, series: &Series, status: &str, outcome: &str) {
         self.requests
