@@ -14,8 +14,8 @@ use tokentap::decode::dialect::{detect, Dialect, EventOutput, Observations};
 use tokentap::decode::meter::{Format, Meter};
 use tokentap::decode::sse::{SseEvent, SseFramer};
 use tokentap::decode::tokenizer::{TextCount, Tokenizers};
-use tokentap::record::exchange::{Exchange, Recorder};
 use tokentap::record::metrics::Metrics;
+use tokentap::tap::exchange::{Exchange, Recorder};
 use tokentap::tap::ModelSlot;
 
 fn main() {

@@ -7,4 +7,3 @@ pub mod meter;
 pub mod ndjson;
 pub mod sse;
 pub mod tokenizer;
-pub mod tokens;

@@ -34,9 +34,9 @@ use crate::logging::repeated::RepeatedWarning;
 use crate::net::client_conn::{Activity, TimedIo, Tracked};
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
-use crate::record::exchange::Recorder;
 use crate::record::metrics::{Metrics, Refusals};
 use crate::shutdown::{self, Count, Counted, Drained, Phase, Shutdown};
+use crate::tap::exchange::Recorder;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {

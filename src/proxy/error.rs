@@ -10,7 +10,7 @@ use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 
 use crate::config::format_duration;
-use crate::record::exchange::Outcome;
+use crate::tap::exchange::Outcome;
 use crate::tap::ModelSlot;
 
 #[derive(Debug, thiserror::Error)]

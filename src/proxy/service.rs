@@ -33,8 +33,8 @@ use crate::proxy::error::ProxyError;
 use crate::proxy::hop_by_hop::{self, Direction, NextHop};
 use crate::proxy::request_target::{self, Target, TargetError};
 use crate::proxy::upstream::UpstreamClient;
-use crate::record::exchange::{Exchange, ExchangeGuard, Outcome, Recorder};
 use crate::shutdown::{Phase, Shutdown};
+use crate::tap::exchange::{Exchange, ExchangeGuard, Outcome, Recorder};
 use crate::tap::{MeteredBody, ModelSlot, RequestTap};
 
 /// How long a request the upstream refused may take to yield its `model` before the error answer goes out.

@@ -17,7 +17,7 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
 use super::IdleTimer;
-use crate::record::exchange::{ExchangeGuard, Outcome};
+use crate::tap::exchange::{ExchangeGuard, Outcome};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

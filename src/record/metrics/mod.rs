@@ -18,7 +18,7 @@ use prometheus::{
 };
 
 use crate::config::{Config, SloKind};
-use crate::decode::dialect::Api;
+use crate::record::api::Api;
 
 mod bound;
 mod labels;

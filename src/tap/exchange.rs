@@ -18,13 +18,14 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::config::{Metering, Slo};
-use crate::decode::dialect::{Api, Dialect};
+use crate::decode::dialect::Dialect;
 use crate::decode::meter::{Format, Meter};
 use crate::decode::tokenizer::{TextCount, Tokenizers};
-use crate::decode::tokens::{output_tokens, Offered, TokenSource};
+use crate::record::api::Api;
 use crate::record::metrics::{status_label, Metrics, Series};
 use crate::record::slo::{judge, Measured};
 use crate::record::timeline::{Mark, Timeline};
+use crate::record::tokens::{output_tokens, Offered, TokenSource};
 use crate::shutdown::{Count, Counted};
 use crate::tap::ModelSlot;
 
