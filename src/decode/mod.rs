@@ -2,6 +2,8 @@
 //! tokenizer and the meter that puts them together.
 
 pub mod dialect;
+#[cfg(test)]
+mod fixtures;
 pub mod json_scan;
 pub mod meter;
 pub mod ndjson;

@@ -17,9 +17,6 @@ mod responses;
 mod text;
 mod tgi;
 
-#[cfg(test)]
-mod fixtures;
-
 use crate::decode::json_scan::FieldScanner;
 use crate::decode::sse::SseEvent;
 use crate::record::api::Api;
