@@ -1,5 +1,6 @@
-//! tokentap's configuration (SPEC §4, §6): the types the rest of the proxy reads, their
-//! documented defaults, loading a file, and the semantic checks in [`Config::validate`].
+//! tokentap's configuration (every key is listed in config/tokentap.yaml and the README): the types the
+//! rest of the proxy reads, their documented defaults, loading a file, and the semantic checks in
+//! [`Config::validate`].
 //!
 //! The work is split by job: `values` parses and formats the value syntaxes (durations, sizes,
 //! the upstream URL, socket addresses) and is re-exported here, so `config::parse_duration` and

@@ -1,5 +1,5 @@
-//! The exported series (SPEC §2), registered into an owned registry, and the bounds that keep their number
-//! fixed whatever clients send.
+//! The exported series (each one explained in docs/metrics.md), registered into an owned registry, and the
+//! bounds that keep their number fixed whatever clients send.
 //!
 //! Labelled children are resolved once per request into a [`Series`], never per chunk. Label values come
 //! from closed enums, the closed `status` set, or [`ModelLabels`], which admits at most `max_models`
