@@ -282,7 +282,7 @@ fn no_two_rooms_import_each_other() {
 #[test]
 fn the_import_reader_finds_plain_grouped_and_nested_paths() {
     let text = "use crate::decode::meter::{Format, Meter};\n\
-                use crate::{config::Config, tap::{ModelSlot, RequestTap}};\n\
+                use crate::{config::Config, tap::{RequestSeen, RequestTap}};\n\
                 // use crate::net::server;\n\
                 let x = crate::record::slo::judge(a); my_crate::net::x();\n";
     let found: Vec<String> = crate_paths(text).iter().map(|p| p.join("::")).collect();

@@ -36,7 +36,7 @@ use crate::proxy::upstream;
 use crate::proxy::Proxy;
 use crate::record::metrics::{Metrics, Refusals};
 use crate::shutdown::{self, Count, Counted, Drained, Phase, Shutdown};
-use crate::tap::exchange::Recorder;
+use crate::tap::exchange::ExchangeContext;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -58,7 +58,7 @@ pub enum StartError {
 pub struct Running {
     proxy_addr: SocketAddr,
     metrics_addr: SocketAddr,
-    recorder: Arc<Recorder>,
+    context: Arc<ExchangeContext>,
     shutdown: Shutdown,
     grace: Duration,
     /// Client connections open on the proxy port.
@@ -78,7 +78,7 @@ impl Running {
 
     /// Requests between t_arrive and t_end, all APIs.
     pub fn in_flight(&self) -> i64 {
-        i64::try_from(self.recorder.requests.get()).unwrap_or(i64::MAX)
+        i64::try_from(self.context.requests.get()).unwrap_or(i64::MAX)
     }
 
     /// Client connections open on the proxy port.
@@ -111,7 +111,7 @@ impl Running {
         shutdown::drain(
             self.shutdown.clone(),
             accept_loop,
-            self.recorder.requests.clone(),
+            self.context.requests.clone(),
             self.connections.clone(),
             self.grace,
         )
@@ -132,7 +132,7 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Start
 
 /// Binds the proxy and metrics ports and starts serving.
 pub async fn start(config: &Config) -> Result<Running, StartError> {
-    let recorder = Arc::new(Recorder {
+    let context = Arc::new(ExchangeContext {
         metrics: Arc::new(Metrics::new(config)?),
         slo: config.slo.clone(),
         metering: config.metering.clone(),
@@ -141,7 +141,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     });
     let client = upstream::client(config)?;
     let shutdown = Shutdown::default();
-    let proxy = Proxy::new(client, config, recorder.clone(), shutdown.clone());
+    let proxy = Proxy::new(client, config, context.clone(), shutdown.clone());
     let proxy_listener = bind("the proxy listener", config.listen).await?;
     let metrics_listener = bind("the metrics listener", config.metrics_listen).await?;
     let local = |l: &TcpListener, addr| l.local_addr().unwrap_or(addr);
@@ -152,7 +152,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         proxy,
         slots: Arc::new(Semaphore::new(config.limits.max_connections)),
         max_connections: config.limits.max_connections,
-        refused: recorder.metrics.refusals.clone(),
+        refused: context.metrics.refusals.clone(),
         connections: connections.clone(),
         builder: connection_builder(&config.limits),
         timeouts: config.timeouts.clone(),
@@ -161,14 +161,14 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let proxy_task = tokio::spawn(serve.run(proxy_listener));
     let metrics = serve_metrics(
         metrics_listener,
-        recorder.clone(),
+        context.clone(),
         shutdown.clone(),
         config.timeouts.clone(),
     );
     Ok(Running {
         proxy_addr,
         metrics_addr,
-        recorder,
+        context,
         shutdown,
         grace: config.shutdown_grace,
         connections,
@@ -393,14 +393,14 @@ impl ServeProxy {
 /// client timers as the proxy port, so a slow or idle client cannot hold its sockets for ever.
 async fn serve_metrics(
     listener: TcpListener,
-    recorder: Arc<Recorder>,
+    context: Arc<ExchangeContext>,
     shutdown: Shutdown,
     timeouts: Timeouts,
 ) {
     let mut failures = RepeatedWarning::default();
     loop {
         let stream = accept(&listener, "metrics", &mut failures).await;
-        let recorder = recorder.clone();
+        let context = context.clone();
         let shutdown = shutdown.clone();
         let activity = Arc::new(Activity::default());
         let (header_read, idle) = (timeouts.client_header_read, timeouts.client_idle);
@@ -409,9 +409,9 @@ async fn serve_metrics(
             let service = service_fn(move |request| {
                 let in_progress = activity.begin();
                 let ready = shutdown.phase() == Phase::Serving;
-                let recorder = recorder.clone();
+                let context = context.clone();
                 async move {
-                    let response = metrics_endpoint(&request, &recorder, ready).await;
+                    let response = metrics_endpoint(&request, &context, ready).await;
                     Ok::<_, Infallible>(response.map(|b| Tracked::new(b, in_progress)))
                 }
             });
@@ -427,11 +427,11 @@ async fn serve_metrics(
 
 async fn metrics_endpoint(
     request: &Request<Incoming>,
-    recorder: &Recorder,
+    context: &ExchangeContext,
     ready: bool,
 ) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (request.method(), request.uri().path()) {
-        (&Method::GET, "/metrics") => match recorder.metrics.scrape().await {
+        (&Method::GET, "/metrics") => match context.metrics.scrape().await {
             Some(page) => (
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",
