@@ -1,6 +1,8 @@
-//! Recording a finished request: the exchange, its timeline, the SLO verdict and the metrics.
+//! Recording a request: its `api` label, its timeline, which token count to trust, the SLO verdict and
+//! the metrics.
 
-pub mod exchange;
+pub mod api;
 pub mod metrics;
 pub mod slo;
 pub mod timeline;
+pub mod tokens;

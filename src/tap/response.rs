@@ -17,7 +17,7 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
 use super::IdleTimer;
-use crate::record::exchange::{ExchangeGuard, Outcome};
+use crate::tap::exchange::{ExchangeGuard, Outcome};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -31,7 +31,7 @@ pub enum StreamCut {
 }
 
 pin_project! {
-    pub struct MeteredBody<B> {
+    pub struct ResponseTap<B> {
         #[pin]
         inner: B,
         exchange: ExchangeGuard,
@@ -41,7 +41,7 @@ pin_project! {
     }
 }
 
-impl<B> MeteredBody<B> {
+impl<B> ResponseTap<B> {
     /// `shutdown_cut` completes when a shutdown's grace period is over.
     pub fn new(
         inner: B,
@@ -49,7 +49,7 @@ impl<B> MeteredBody<B> {
         idle: Duration,
         shutdown_cut: impl Future<Output = ()> + Send + 'static,
     ) -> Self {
-        MeteredBody {
+        ResponseTap {
             inner,
             exchange,
             idle: IdleTimer::new(idle),
@@ -59,7 +59,7 @@ impl<B> MeteredBody<B> {
     }
 }
 
-impl<B> Body for MeteredBody<B>
+impl<B> Body for ResponseTap<B>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,

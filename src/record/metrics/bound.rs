@@ -8,7 +8,7 @@
 //! series the process can ever export, whatever clients and the upstream send.
 
 use crate::config::{Config, Slo, SloKind};
-use crate::decode::dialect::Api;
+use crate::record::api::Api;
 
 use super::status_labels;
 

@@ -10,8 +10,8 @@ use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 
 use crate::config::format_duration;
-use crate::record::exchange::Outcome;
-use crate::tap::ModelSlot;
+use crate::tap::exchange::Outcome;
+use crate::tap::RequestSeen;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
@@ -50,7 +50,7 @@ impl ProxyError {
     pub fn from_client(
         err: &hyper_util::client::legacy::Error,
         upstream: &str,
-        request: &ModelSlot,
+        request: &RequestSeen,
         limits: (u64, Duration),
     ) -> Self {
         let upstream = upstream.to_owned();

@@ -18,14 +18,16 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::config::{Metering, Slo};
-use crate::decode::dialect::{Api, Dialect};
+use crate::decode::dialect::Dialect;
 use crate::decode::meter::{Format, Meter};
 use crate::decode::tokenizer::{TextCount, Tokenizers};
-use crate::decode::tokens::{output_tokens, Offered, TokenSource};
+use crate::record::api::Api;
 use crate::record::metrics::{status_label, Metrics, Series};
 use crate::record::slo::{judge, Measured};
 use crate::record::timeline::{Mark, Timeline};
-use crate::tap::ModelSlot;
+use crate::record::tokens::{output_tokens, Offered, TokenSource};
+use crate::shutdown::{Count, Counted};
+use crate::tap::RequestSeen;
 
 /// How a request ended, the `outcome` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,22 +53,24 @@ impl Outcome {
     }
 }
 
-/// What every exchange records into: the metrics, the SLO ceilings, the metering bounds and the
-/// configured tokenizers.
-pub struct Recorder {
+/// What every exchange is given: the metrics it records into, the SLO ceilings, the metering bounds,
+/// the configured tokenizers and the count of requests in flight a shutdown waits on.
+pub struct ExchangeContext {
     pub metrics: Arc<Metrics>,
     pub slo: Slo,
     pub metering: Metering,
     pub tokenizers: Arc<Tokenizers>,
+    /// Requests between t_arrive and t_end: what a shutdown waits for.
+    pub requests: Count,
 }
 
 pub struct Exchange {
-    recorder: Arc<Recorder>,
+    context: Arc<ExchangeContext>,
     api: Api,
     method: Method,
     path: String,
     timeline: Timeline,
-    request_model: Arc<ModelSlot>,
+    request_model: Arc<RequestSeen>,
     dialect: Option<Box<dyn Dialect>>,
     meter: Option<Meter>,
     /// The choice of each output the meter found in the frame being read; reused.
@@ -76,24 +80,27 @@ pub struct Exchange {
     status: Option<StatusCode>,
     series: Option<Series>,
     in_flight: IntGauge,
+    /// This request in [`ExchangeContext::requests`], until it finishes.
+    counted: Option<Counted>,
     /// One of `limits.max_upstream_connections`, held from forwarding until the exchange finishes.
     upstream_permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Exchange {
     pub fn begin(
-        recorder: Arc<Recorder>,
+        context: Arc<ExchangeContext>,
         api: Api,
         dialect: Option<Box<dyn Dialect>>,
         method: Method,
         path: String,
         arrive: Instant,
-        request_model: Arc<ModelSlot>,
+        request_model: Arc<RequestSeen>,
     ) -> Self {
-        let in_flight = recorder.metrics.in_flight(api);
+        let in_flight = context.metrics.in_flight(api);
         in_flight.inc();
+        let counted = Some(context.requests.enter());
         Exchange {
-            recorder,
+            context,
             api,
             method,
             path,
@@ -105,6 +112,7 @@ impl Exchange {
             ended: None,
             status: None,
             series: None,
+            counted,
             in_flight,
             upstream_permit: None,
         }
@@ -123,9 +131,9 @@ impl Exchange {
                 let format = Format::of(content_type);
                 let text = match format {
                     Format::Json => TextCount::Off,
-                    _ => TextCount::start(&self.recorder.tokenizers, self.request_model.get()),
+                    _ => TextCount::start(&self.context.tokenizers, self.request_model.get()),
                 };
-                let metering = &self.recorder.metering;
+                let metering = &self.context.metering;
                 self.meter = Some(Meter::new(dialect, format, metering, text));
             }
         }
@@ -164,7 +172,7 @@ impl Exchange {
     /// Labels are resolved once: from the request's `model`, else the response's, else `unknown`. A name
     /// not yet admitted takes a place only if the upstream answered 2xx (else it counts as `unadmitted`).
     fn series(&mut self) -> &Series {
-        let recorder = &self.recorder;
+        let context = &self.context;
         let request_model = &self.request_model;
         let meter = &self.meter;
         let api = self.api;
@@ -174,20 +182,21 @@ impl Exchange {
                 .as_ref()
                 .and_then(|m| m.observations().model.as_deref());
             let model = request_model.get().or(response_model);
-            let label = recorder.metrics.model_label(model, confirmed);
-            recorder.metrics.series(label, api)
+            let label = context.metrics.model_label(model, confirmed);
+            context.metrics.series(label, api)
         })
     }
 
     fn finish(mut self, mut outcome: Outcome, mut end: Instant) {
         self.in_flight.dec();
+        self.counted.take();
         self.upstream_permit.take();
         // The upstream's answer broke because tokentap cut the client's stalled body under it.
         if outcome == Outcome::UpstreamError && self.request_model.body_idle() {
             outcome = Outcome::Timeout;
         }
-        let recorder = self.recorder.clone();
-        let metrics = &recorder.metrics;
+        let context = self.context.clone();
+        let metrics = &context.metrics;
         let mut streaming = false;
         let mut tokens = None;
         let mut input_tokens = None;
@@ -270,7 +279,7 @@ impl Exchange {
         };
         let succeeded = outcome == Outcome::Ok && self.status.is_some_and(|s| s.is_success());
         let verdict = judge(
-            &recorder.slo.ceilings_for(&series.model),
+            &context.slo.ceilings_for(&series.model),
             &measured,
             succeeded,
         );
