@@ -14,9 +14,9 @@ use tokentap::decode::dialect::{detect, Dialect, EventOutput, Observations};
 use tokentap::decode::meter::{Format, Meter};
 use tokentap::decode::sse::{SseEvent, SseFramer};
 use tokentap::decode::tokenizer::{TextCount, Tokenizers};
-use tokentap::record::exchange::{Exchange, Recorder};
 use tokentap::record::metrics::Metrics;
-use tokentap::tap::ModelSlot;
+use tokentap::tap::exchange::{Exchange, ExchangeContext};
+use tokentap::tap::RequestSeen;
 
 fn main() {
     divan::main();
@@ -138,22 +138,23 @@ fn meter_vllm_capture_per_stream(bencher: Bencher) {
 #[divan::bench]
 fn exchange_on_data_per_content_chunk(bencher: Bencher) {
     let config = Config::default();
-    let recorder = Arc::new(Recorder {
+    let context = Arc::new(ExchangeContext {
         metrics: Arc::new(Metrics::new(&config).unwrap_or_else(|e| panic!("metrics: {e}"))),
         slo: config.slo.clone(),
         metering: config.metering.clone(),
         tokenizers: Arc::new(Tokenizers::default()),
+        requests: Default::default(),
     });
     let (api, dialect) = detect("/v1/chat/completions");
     let start = tokio::time::Instant::now();
     let mut exchange = Exchange::begin(
-        recorder,
+        context,
         api,
         dialect,
         Method::POST,
         "/v1/chat/completions".to_owned(),
         start,
-        Arc::new(ModelSlot::default()),
+        Arc::new(RequestSeen::default()),
     );
     exchange.on_response(
         StatusCode::OK,

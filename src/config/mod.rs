@@ -1,5 +1,6 @@
-//! tokentap's configuration (SPEC §4, §6): the types the rest of the proxy reads, their
-//! documented defaults, loading a file, and the semantic checks in [`Config::validate`].
+//! tokentap's configuration (every key is listed in config/tokentap.yaml and the README): the types the
+//! rest of the proxy reads, their documented defaults, loading a file, and the semantic checks in
+//! [`Config::validate`].
 //!
 //! The work is split by job: `values` parses and formats the value syntaxes (durations, sizes,
 //! the upstream URL, socket addresses) and is re-exported here, so `config::parse_duration` and
@@ -22,6 +23,14 @@ mod tests;
 pub use values::{format_duration, parse_duration, parse_size, parse_upstream};
 
 use values::POSITIVE;
+
+/// Whether this binary was built with the `tokenizer` cargo feature: without it, `tokenizers` and
+/// `tokenizer_dirs` are refused.
+pub const TOKENIZER_FEATURE: bool = cfg!(feature = "tokenizer");
+
+/// Why a tokenizer key is refused by a binary built without the `tokenizer` feature.
+pub const WITHOUT_TOKENIZER_FEATURE: &str = "this tokentap was built without the `tokenizer` \
+     feature; rebuild it with its default features (`cargo build --release`)";
 
 /// The whole configuration. [`Default`] gives the documented defaults.
 #[derive(Debug, Clone, PartialEq)]
@@ -384,9 +393,9 @@ impl Config {
             if model.is_empty() {
                 return Err(invalid("tokenizers", "model name", "", "must not be empty"));
             }
-            if !crate::decode::tokenizer::AVAILABLE {
+            if !TOKENIZER_FEATURE {
                 let value = path.display().to_string();
-                let reason = crate::decode::tokenizer::WITHOUT_FEATURE;
+                let reason = WITHOUT_TOKENIZER_FEATURE;
                 return Err(invalid(&key, "tokenizer file", &value, reason));
             }
             check_readable_file(&key, path)?;
@@ -394,8 +403,8 @@ impl Config {
         for (i, dir) in self.tokenizer_dirs.iter().flatten().enumerate() {
             let (key, value) = (format!("tokenizer_dirs[{i}]"), dir.display().to_string());
             let bad = |reason: &str| invalid(&key, "directory", &value, reason);
-            if !crate::decode::tokenizer::AVAILABLE {
-                return Err(bad(crate::decode::tokenizer::WITHOUT_FEATURE));
+            if !TOKENIZER_FEATURE {
+                return Err(bad(WITHOUT_TOKENIZER_FEATURE));
             }
             if !dir.is_absolute() {
                 return Err(bad("must be an absolute path"));

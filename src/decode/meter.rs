@@ -16,24 +16,11 @@ use crate::decode::json_scan::FieldScanner;
 use crate::decode::ndjson::NdjsonFramer;
 use crate::decode::sse::{SseEvent, SseFramer};
 use crate::decode::tokenizer::TextCount;
+use crate::record::finished::DecoderReport;
+pub use crate::record::finished::SkipReason;
 
 /// Largest raw top-level value (e.g. `usage`) kept from a non-streaming body.
 const MAX_BODY_FIELD_BYTES: usize = 4096;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SkipReason {
-    EventTooLarge,
-    MalformedEvent,
-}
-
-impl SkipReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SkipReason::EventTooLarge => "event_too_large",
-            SkipReason::MalformedEvent => "malformed_event",
-        }
-    }
-}
 
 /// How a response body is laid out, from its content type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,28 +110,6 @@ impl Reading {
     }
 }
 
-/// What the meter hands over at the end of the body: everything the exchange records from the decoding.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MeterReport {
-    /// A stream of events (SSE or NDJSON), as opposed to one JSON body.
-    pub streaming: bool,
-    /// Why metering switched off, if it did; the figures below are then not to be trusted.
-    pub skipped: Option<SkipReason>,
-    /// The server reported an error inside the stream.
-    pub error_event: bool,
-    /// The API's terminal event passed.
-    pub terminal_event: bool,
-    /// The server's output tokens (`completion_tokens`, `output_tokens`, `eval_count`, …).
-    pub usage_output_tokens: Option<u64>,
-    /// The reasoning tokens the usage details report.
-    pub reasoning_tokens: Option<u64>,
-    /// The server's input tokens.
-    pub input_tokens: Option<u64>,
-    /// The tokenizer's count of the streamed output text; only counted for a stream without usage,
-    /// the one case where it is used.
-    pub tokenizer_count: Option<u64>,
-}
-
 pub struct Meter {
     framing: Framing,
     reading: Reading,
@@ -218,14 +183,14 @@ impl Meter {
     /// Called once at the end of the body (`complete`: it ended normally). A JSON body's fields are
     /// read now, and an NDJSON stream's last line if it had no LF, whose outputs are appended to
     /// `marks`. An SSE body that held no event at all is reported as malformed here. Returns the
-    /// meter's [`MeterReport`].
-    pub fn finish(&mut self, complete: bool, marks: &mut Vec<u32>) -> MeterReport {
+    /// meter's [`DecoderReport`].
+    pub fn finish(&mut self, complete: bool, marks: &mut Vec<u32>) -> DecoderReport {
         self.flush(complete, marks);
         let streaming = self.is_streaming();
         let reading = &mut self.reading;
         let obs = &reading.obs;
         let counts_text = streaming && reading.skipped.is_none() && obs.output_tokens.is_none();
-        MeterReport {
+        DecoderReport {
             streaming,
             skipped: reading.skipped,
             error_event: reading.error_event,

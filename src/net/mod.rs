@@ -1,6 +1,5 @@
-//! The network edge: listeners, admin endpoints, client connection timers and graceful shutdown.
+//! The network edge: the listeners, the admin endpoints and each client connection's timers.
+//! The shutdown sequence they run is [`crate::shutdown`].
 
 pub mod client_conn;
-pub mod repeated;
 pub mod server;
-pub mod shutdown;

@@ -14,7 +14,6 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -31,13 +30,13 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, Limits, Timeouts};
 use crate::decode::tokenizer::Tokenizers;
+use crate::logging::repeated::RepeatedWarning;
 use crate::net::client_conn::{Activity, TimedIo, Tracked};
-use crate::net::repeated::RepeatedWarning;
-use crate::net::shutdown::{self, Drained, Phase, Shutdown};
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
-use crate::record::exchange::Recorder;
 use crate::record::metrics::{Metrics, Refusals};
+use crate::shutdown::{self, Count, Counted, Drained, Phase, Shutdown};
+use crate::tap::exchange::ExchangeContext;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -59,10 +58,11 @@ pub enum StartError {
 pub struct Running {
     proxy_addr: SocketAddr,
     metrics_addr: SocketAddr,
-    recorder: Arc<Recorder>,
+    context: Arc<ExchangeContext>,
     shutdown: Shutdown,
     grace: Duration,
-    open: Arc<AtomicUsize>,
+    /// Client connections open on the proxy port.
+    connections: Count,
     proxy_task: Mutex<Option<JoinHandle<()>>>,
     metrics_task: JoinHandle<()>,
 }
@@ -78,12 +78,12 @@ impl Running {
 
     /// Requests between t_arrive and t_end, all APIs.
     pub fn in_flight(&self) -> i64 {
-        self.recorder.metrics.in_flight_total()
+        i64::try_from(self.context.requests.get()).unwrap_or(i64::MAX)
     }
 
     /// Client connections open on the proxy port.
     pub fn open_connections(&self) -> usize {
-        self.open.load(Ordering::Acquire)
+        self.connections.get()
     }
 
     /// Stops accepting connections on both ports at once, without draining (see [`Running::shutdown`]).
@@ -111,8 +111,8 @@ impl Running {
         shutdown::drain(
             self.shutdown.clone(),
             accept_loop,
-            self.recorder.clone(),
-            self.open.clone(),
+            self.context.requests.clone(),
+            self.connections.clone(),
             self.grace,
         )
     }
@@ -132,27 +132,28 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Start
 
 /// Binds the proxy and metrics ports and starts serving.
 pub async fn start(config: &Config) -> Result<Running, StartError> {
-    let recorder = Arc::new(Recorder {
+    let context = Arc::new(ExchangeContext {
         metrics: Arc::new(Metrics::new(config)?),
         slo: config.slo.clone(),
         metering: config.metering.clone(),
         tokenizers: Arc::new(Tokenizers::load(config)?),
+        requests: Count::default(),
     });
     let client = upstream::client(config)?;
     let shutdown = Shutdown::default();
-    let proxy = Proxy::new(client, config, recorder.clone(), shutdown.clone());
+    let proxy = Proxy::new(client, config, context.clone(), shutdown.clone());
     let proxy_listener = bind("the proxy listener", config.listen).await?;
     let metrics_listener = bind("the metrics listener", config.metrics_listen).await?;
     let local = |l: &TcpListener, addr| l.local_addr().unwrap_or(addr);
     let proxy_addr = local(&proxy_listener, config.listen);
     let metrics_addr = local(&metrics_listener, config.metrics_listen);
-    let open = Arc::new(AtomicUsize::new(0));
+    let connections = Count::default();
     let serve = ServeProxy {
         proxy,
         slots: Arc::new(Semaphore::new(config.limits.max_connections)),
         max_connections: config.limits.max_connections,
-        refused: recorder.metrics.refusals.clone(),
-        open: open.clone(),
+        refused: context.metrics.refusals.clone(),
+        connections: connections.clone(),
         builder: connection_builder(&config.limits),
         timeouts: config.timeouts.clone(),
         shutdown: shutdown.clone(),
@@ -160,17 +161,17 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let proxy_task = tokio::spawn(serve.run(proxy_listener));
     let metrics = serve_metrics(
         metrics_listener,
-        recorder.clone(),
+        context.clone(),
         shutdown.clone(),
         config.timeouts.clone(),
     );
     Ok(Running {
         proxy_addr,
         metrics_addr,
-        recorder,
+        context,
         shutdown,
         grace: config.shutdown_grace,
-        open,
+        connections,
         proxy_task: Mutex::new(Some(proxy_task)),
         metrics_task: tokio::spawn(metrics),
     })
@@ -309,22 +310,6 @@ fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     builder
 }
 
-/// Counts a client connection as open until dropped, however its task ends.
-struct OpenConnection(Arc<AtomicUsize>);
-
-impl OpenConnection {
-    fn new(open: &Arc<AtomicUsize>) -> Self {
-        open.fetch_add(1, Ordering::AcqRel);
-        OpenConnection(open.clone())
-    }
-}
-
-impl Drop for OpenConnection {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// The proxy port's accept loop and what each connection needs.
 struct ServeProxy {
     proxy: Proxy,
@@ -334,7 +319,8 @@ struct ServeProxy {
     /// The counters of `tokentap_connections_refused_total` and its kin.
     refused: Refusals,
     /// Connections being served.
-    open: Arc<AtomicUsize>,
+    /// Counts each client connection as open, however its task ends.
+    connections: Count,
     builder: auto::Builder<TokioExecutor>,
     timeouts: Timeouts,
     shutdown: Shutdown,
@@ -355,7 +341,7 @@ impl ServeProxy {
                 drop(stream);
                 continue;
             };
-            let open = OpenConnection::new(&this.open);
+            let open: Counted = this.connections.enter();
             let this = this.clone();
             tokio::spawn(async move {
                 this.serve(stream).await;
@@ -407,14 +393,14 @@ impl ServeProxy {
 /// client timers as the proxy port, so a slow or idle client cannot hold its sockets for ever.
 async fn serve_metrics(
     listener: TcpListener,
-    recorder: Arc<Recorder>,
+    context: Arc<ExchangeContext>,
     shutdown: Shutdown,
     timeouts: Timeouts,
 ) {
     let mut failures = RepeatedWarning::default();
     loop {
         let stream = accept(&listener, "metrics", &mut failures).await;
-        let recorder = recorder.clone();
+        let context = context.clone();
         let shutdown = shutdown.clone();
         let activity = Arc::new(Activity::default());
         let (header_read, idle) = (timeouts.client_header_read, timeouts.client_idle);
@@ -423,9 +409,9 @@ async fn serve_metrics(
             let service = service_fn(move |request| {
                 let in_progress = activity.begin();
                 let ready = shutdown.phase() == Phase::Serving;
-                let recorder = recorder.clone();
+                let context = context.clone();
                 async move {
-                    let response = metrics_endpoint(&request, &recorder, ready).await;
+                    let response = metrics_endpoint(&request, &context, ready).await;
                     Ok::<_, Infallible>(response.map(|b| Tracked::new(b, in_progress)))
                 }
             });
@@ -441,11 +427,11 @@ async fn serve_metrics(
 
 async fn metrics_endpoint(
     request: &Request<Incoming>,
-    recorder: &Recorder,
+    context: &ExchangeContext,
     ready: bool,
 ) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (request.method(), request.uri().path()) {
-        (&Method::GET, "/metrics") => match recorder.metrics.scrape().await {
+        (&Method::GET, "/metrics") => match context.metrics.scrape().await {
             Some(page) => (
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",

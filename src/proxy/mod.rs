@@ -1,5 +1,6 @@
 //! Forwarding: the per-request service, the upstream client, hop-by-hop headers and the request target.
 
+pub mod error;
 pub mod hop_by_hop;
 pub mod request_target;
 pub mod service;

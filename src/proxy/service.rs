@@ -28,20 +28,20 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::decode::dialect;
-use crate::error::ProxyError;
-use crate::net::repeated::RepeatedWarning;
-use crate::net::shutdown::{Phase, Shutdown};
+use crate::logging::repeated::RepeatedWarning;
+use crate::proxy::error::ProxyError;
 use crate::proxy::hop_by_hop::{self, Direction, NextHop};
 use crate::proxy::request_target::{self, Target, TargetError};
 use crate::proxy::upstream::UpstreamClient;
-use crate::record::exchange::{Exchange, ExchangeGuard, Recorder};
 use crate::record::outcome::End;
-use crate::tap::{MeteredBody, ModelSlot, RequestTap};
+use crate::shutdown::{Phase, Shutdown};
+use crate::tap::exchange::{Exchange, ExchangeContext, ExchangeGuard};
+use crate::tap::{RequestSeen, RequestTap, ResponseTap};
 
 /// How long a request the upstream refused may take to yield its `model` before the error answer goes out.
 const LEFTOVER_READ_LIMIT: Duration = Duration::from_millis(250);
 
-pub type ProxyBody = Either<MeteredBody<Incoming>, Full<Bytes>>;
+pub type ProxyBody = Either<ResponseTap<Incoming>, Full<Bytes>>;
 
 #[derive(Clone)]
 pub struct Proxy {
@@ -54,7 +54,7 @@ struct Inner {
     /// The `Host` every forwarded request carries, as hyper-util's client would set it.
     host: Option<HeaderValue>,
     upstream_shown: String,
-    recorder: Arc<Recorder>,
+    context: Arc<ExchangeContext>,
     response_headers: Duration,
     idle: Duration,
     body_idle: Duration,
@@ -70,7 +70,7 @@ impl Proxy {
     pub fn new(
         client: UpstreamClient,
         config: &Config,
-        recorder: Arc<Recorder>,
+        context: Arc<ExchangeContext>,
         shutdown: Shutdown,
     ) -> Self {
         let upstream = config.upstream.clone();
@@ -81,7 +81,7 @@ impl Proxy {
                 host: host_header(&upstream),
                 upstream,
                 upstream_shown,
-                recorder,
+                context,
                 response_headers: config.timeouts.response_headers,
                 idle: config.timeouts.idle,
                 body_idle: config.timeouts.request_body_idle,
@@ -107,9 +107,9 @@ impl Proxy {
             Err(_) => parts.uri.path().to_owned(),
         };
         let (api, dialect) = dialect::detect(&path);
-        let slot = Arc::new(ModelSlot::default());
+        let slot = Arc::new(RequestSeen::default());
         let mut guard = ExchangeGuard::new(Exchange::begin(
-            inner.recorder.clone(),
+            inner.context.clone(),
             api,
             dialect,
             parts.method.clone(),
@@ -126,7 +126,7 @@ impl Proxy {
             }
         };
         let Ok(permit) = inner.upstream_slots.clone().try_acquire_owned() else {
-            inner.recorder.metrics.refusals.upstream_requests.inc();
+            inner.context.metrics.refusals.upstream_requests.inc();
             let error = ProxyError::UpstreamOverloaded {
                 limit: inner.max_upstream,
             };
@@ -156,7 +156,7 @@ impl Proxy {
                 parts.headers.remove(header::HOST);
             }
         }
-        let scan_bytes = inner.recorder.metering.model_scan_bytes;
+        let scan_bytes = inner.context.metering.model_scan_bytes;
         let (body, leftover) = RequestTap::new(
             body,
             scan_bytes,
@@ -205,7 +205,7 @@ impl Proxy {
                     guard.finish(End::Complete);
                 }
                 let cut = inner.shutdown.reached(Phase::Cut);
-                let body = MeteredBody::new(body, guard, inner.idle, cut);
+                let body = ResponseTap::new(body, guard, inner.idle, cut);
                 Ok(Response::from_parts(parts, Either::Left(body)))
             }
             Err(error) => {
@@ -223,7 +223,7 @@ fn refuse(guard: &mut ExchangeGuard, error: &ProxyError) -> Response<ProxyBody> 
     if let Some(exchange) = guard.get_mut() {
         exchange.on_response(response.status(), None);
     }
-    guard.finish(End::Refused(error));
+    guard.finish(End::Refused(error.refusal()));
     response.map(Either::Right)
 }
 

@@ -1,6 +1,6 @@
 //! The end of a request as a pure function: from the decoder's report, the timeline, the outcome and the
 //! status to a [`FinishedRecord`] holding every figure, the token count and its source, and the SLO
-//! verdict. No clock, no metrics, no log: the exchange writes the record out (`record::exchange`).
+//! verdict. No clock, no metrics, no log: the exchange writes the record out (`tap::exchange`).
 //!
 //! The rules decided here: which token count is believed ([`output_tokens`]); which figures exist (the
 //! stream figures only for a stream metered to its end); and for a request that did not end `ok`, that
@@ -11,11 +11,49 @@ use http::StatusCode;
 use tokio::time::Instant;
 
 use crate::config::Ceilings;
-use crate::decode::meter::{MeterReport, SkipReason};
-use crate::decode::tokens::{output_tokens, Offered, TokenSource};
 use crate::record::outcome::{End, Outcome};
 use crate::record::slo::{judge, Measured, Verdict};
 use crate::record::timeline::{Figures, Timeline};
+use crate::record::tokens::{output_tokens, Offered, TokenSource};
+
+/// Why the decoder switched metering off for the rest of a response (the `reason` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    EventTooLarge,
+    MalformedEvent,
+}
+
+impl SkipReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::EventTooLarge => "event_too_large",
+            SkipReason::MalformedEvent => "malformed_event",
+        }
+    }
+}
+
+/// What the decoder hands over at the end of the body (`decode::meter::Meter::finish`): everything
+/// recorded from the decoding.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DecoderReport {
+    /// A stream of events (SSE or NDJSON), as opposed to one JSON body.
+    pub streaming: bool,
+    /// Why metering switched off, if it did; the figures below are then not to be trusted.
+    pub skipped: Option<SkipReason>,
+    /// The server reported an error inside the stream.
+    pub error_event: bool,
+    /// The API's terminal event passed.
+    pub terminal_event: bool,
+    /// The server's output tokens (`completion_tokens`, `output_tokens`, `eval_count`, …).
+    pub usage_output_tokens: Option<u64>,
+    /// The reasoning tokens the usage details report.
+    pub reasoning_tokens: Option<u64>,
+    /// The server's input tokens.
+    pub input_tokens: Option<u64>,
+    /// The tokenizer's count of the streamed output text; only counted for a stream without usage,
+    /// the one case where it is used.
+    pub tokenizer_count: Option<u64>,
+}
 
 /// Everything recorded about a finished request.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,7 +83,7 @@ impl FinishedRecord {
 
 /// When the request ended (t_end), having ended as `end` at `now`: a client that left after the API's
 /// terminal event passed had the whole answer when that event passed.
-pub fn t_end(end: End<'_>, terminal_event_at: Option<Instant>, now: Instant) -> Instant {
+pub fn t_end(end: End, terminal_event_at: Option<Instant>, now: Instant) -> Instant {
     match (end, terminal_event_at) {
         (End::ClientGone, Some(at)) => at,
         _ => now,
@@ -55,7 +93,7 @@ pub fn t_end(end: End<'_>, terminal_event_at: Option<Instant>, now: Instant) -> 
 /// The record of a request that ended at `end` with `outcome`. `report` is the decoder's, `None` when
 /// the response was not metered (not 2xx, or an unknown API); `ceilings` are those of its model.
 pub fn conclude(
-    report: Option<&MeterReport>,
+    report: Option<&DecoderReport>,
     timeline: &Timeline,
     outcome: Outcome,
     end: Instant,
@@ -129,13 +167,13 @@ mod tests {
         timeline
     }
 
-    fn stream_report(usage: Option<u64>) -> MeterReport {
-        MeterReport {
+    fn stream_report(usage: Option<u64>) -> DecoderReport {
+        DecoderReport {
             streaming: true,
             terminal_event: true,
             usage_output_tokens: usage,
             input_tokens: Some(7),
-            ..MeterReport::default()
+            ..DecoderReport::default()
         }
     }
 
@@ -228,9 +266,9 @@ mod tests {
     fn cancelled_before_the_first_token_waited_its_e2e_for_ttft() {
         let t0 = Instant::now();
         let tl = timeline(t0, &[]);
-        let report = MeterReport {
+        let report = DecoderReport {
             streaming: true,
-            ..MeterReport::default()
+            ..DecoderReport::default()
         };
         let ceilings = Ceilings {
             ttft: Some(ms(500)),
@@ -253,9 +291,9 @@ mod tests {
     fn a_stream_broken_off_counts_its_open_gap_as_a_lower_bound_of_itl() {
         let t0 = Instant::now();
         let tl = timeline(t0, &[(0, 100), (0, 150)]);
-        let report = MeterReport {
+        let report = DecoderReport {
             streaming: true,
-            ..MeterReport::default()
+            ..DecoderReport::default()
         };
         let ceilings = Ceilings {
             ttft: Some(ms(500)),
@@ -330,7 +368,7 @@ mod tests {
     fn a_skipped_meter_gives_no_tokens_and_no_stream_figures() {
         let t0 = Instant::now();
         let tl = timeline(t0, &[(0, 100), (0, 900)]);
-        let report = MeterReport {
+        let report = DecoderReport {
             skipped: Some(SkipReason::MalformedEvent),
             ..stream_report(Some(2))
         };
@@ -350,9 +388,9 @@ mod tests {
     fn a_json_body_takes_its_usage_and_has_only_e2e() {
         let t0 = Instant::now();
         let tl = timeline(t0, &[]);
-        let report = MeterReport {
+        let report = DecoderReport {
             usage_output_tokens: Some(12),
-            ..MeterReport::default()
+            ..DecoderReport::default()
         };
         let ceilings = Ceilings {
             e2e: Some(ms(100)),

@@ -1,9 +1,10 @@
-//! Recording a finished request: the exchange, its timeline, its outcome, the finished record (figures,
-//! token source, SLO verdict) and the metrics.
+//! Recording a request: its `api` label, its timeline, how it ended (its outcome), which token count to
+//! trust, its finished record (figures and SLO verdict, a pure function) and the metrics.
 
-pub mod exchange;
+pub mod api;
 pub mod finished;
 pub mod metrics;
 pub mod outcome;
 pub mod slo;
 pub mod timeline;
+pub mod tokens;

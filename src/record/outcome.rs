@@ -3,8 +3,6 @@
 //! reset, a cut, or an error event inside the stream. Every way an exchange ends is named by an [`End`];
 //! [`classify`] turns it, with what the decoder saw, into the [`Outcome`].
 
-use crate::error::ProxyError;
-
 /// How a request ended, the `outcome` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -30,8 +28,8 @@ impl Outcome {
 }
 
 /// How the exchange ended, as the forwarding service or the response tap saw it.
-#[derive(Debug, Clone, Copy)]
-pub enum End<'a> {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
     /// The response body ended: its last frame passed, or it had none.
     Complete,
     /// The exchange was dropped unfinished: the client went away.
@@ -40,8 +38,22 @@ pub enum End<'a> {
     UpstreamBroke,
     /// tokentap cut the stream itself: `timeouts.idle`, or a shutdown's grace period ran out.
     Cut,
-    /// tokentap answered with this error itself, before there was an upstream response.
-    Refused(&'a ProxyError),
+    /// tokentap answered itself, before there was an upstream response.
+    Refused(Refusal),
+}
+
+/// Why tokentap answered a request itself (the proxy's errors say which kind they are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The upstream could not be reached, failed before its head, or sent a head that cannot be passed on.
+    UpstreamFailed,
+    /// A deadline passed first: connecting, the upstream's head, the client's body, a shutdown's grace.
+    TimedOut,
+    /// The client's request body broke off.
+    ClientBodyBroken,
+    /// tokentap declined the request (too large, overloaded, a bad target, not supported): a complete
+    /// answer, whose status says it was refused.
+    Declined,
 }
 
 /// What the rest of the exchange knows at its end, besides how it ended.
@@ -60,13 +72,16 @@ pub struct Seen {
 /// - an upstream that broke because tokentap cut the client's stalled request body under it: `timeout`;
 /// - a client that left after the terminal event passed had the whole answer: `ok`;
 /// - an `ok` stream that carried an error event: `upstream_error`.
-pub fn classify(end: End<'_>, seen: Seen) -> Outcome {
+pub fn classify(end: End, seen: Seen) -> Outcome {
     let outcome = match end {
         End::Complete => Outcome::Ok,
         End::ClientGone => Outcome::Cancelled,
         End::UpstreamBroke => Outcome::UpstreamError,
         End::Cut => Outcome::Timeout,
-        End::Refused(error) => refused(error),
+        End::Refused(Refusal::UpstreamFailed) => Outcome::UpstreamError,
+        End::Refused(Refusal::TimedOut) => Outcome::Timeout,
+        End::Refused(Refusal::ClientBodyBroken) => Outcome::Cancelled,
+        End::Refused(Refusal::Declined) => Outcome::Ok,
     };
     let outcome = match outcome {
         Outcome::UpstreamError if seen.request_body_idle => Outcome::Timeout,
@@ -79,28 +94,8 @@ pub fn classify(end: End<'_>, seen: Seen) -> Outcome {
     }
 }
 
-fn refused(error: &ProxyError) -> Outcome {
-    match error {
-        ProxyError::UpstreamUnreachable { .. }
-        | ProxyError::UpstreamFailed { .. }
-        | ProxyError::UpstreamBadStatus { .. } => Outcome::UpstreamError,
-        ProxyError::UpstreamConnectTimeout { .. }
-        | ProxyError::UpstreamHeadersTimeout { .. }
-        | ProxyError::RequestBodyIdle { .. }
-        | ProxyError::ShutdownCut => Outcome::Timeout,
-        ProxyError::ClientBodyBroken => Outcome::Cancelled,
-        // A complete answer to a request tokentap refused: the status says it was refused.
-        ProxyError::RequestBodyTooLarge { .. }
-        | ProxyError::UpstreamOverloaded { .. }
-        | ProxyError::BadTarget { .. }
-        | ProxyError::NotImplemented { .. } => Outcome::Ok,
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     const NOTHING: Seen = Seen {
@@ -161,60 +156,24 @@ mod tests {
         assert_eq!(classify(End::UpstreamBroke, BODY_IDLE), Outcome::Timeout);
         assert_eq!(classify(End::Complete, BODY_IDLE), Outcome::Ok);
         assert_eq!(classify(End::ClientGone, BODY_IDLE), Outcome::Cancelled);
-        let failed = ProxyError::UpstreamFailed {
-            upstream: "u".into(),
-            reason: "reset".into(),
-        };
-        assert_eq!(classify(End::Refused(&failed), BODY_IDLE), Outcome::Timeout);
+        let failed = End::Refused(Refusal::UpstreamFailed);
+        assert_eq!(classify(failed, BODY_IDLE), Outcome::Timeout);
     }
 
     #[test]
     fn each_refusal_has_its_outcome() {
-        let upstream = || "127.0.0.1:1".to_owned();
         let cases = [
-            (
-                ProxyError::UpstreamUnreachable {
-                    upstream: upstream(),
-                    reason: "refused".into(),
-                },
-                Outcome::UpstreamError,
-            ),
-            (
-                ProxyError::UpstreamBadStatus {
-                    upstream: upstream(),
-                    status: 101,
-                    why: "x",
-                },
-                Outcome::UpstreamError,
-            ),
-            (
-                ProxyError::UpstreamConnectTimeout {
-                    upstream: upstream(),
-                },
-                Outcome::Timeout,
-            ),
-            (
-                ProxyError::UpstreamHeadersTimeout {
-                    upstream: upstream(),
-                    after: Duration::from_secs(1),
-                },
-                Outcome::Timeout,
-            ),
-            (
-                ProxyError::RequestBodyIdle {
-                    after: Duration::from_secs(1),
-                },
-                Outcome::Timeout,
-            ),
-            (ProxyError::ShutdownCut, Outcome::Timeout),
-            (ProxyError::ClientBodyBroken, Outcome::Cancelled),
-            (ProxyError::RequestBodyTooLarge { limit: 1 }, Outcome::Ok),
-            (ProxyError::UpstreamOverloaded { limit: 1 }, Outcome::Ok),
-            (ProxyError::BadTarget { reason: "x" }, Outcome::Ok),
-            (ProxyError::NotImplemented { what: "x" }, Outcome::Ok),
+            (Refusal::UpstreamFailed, Outcome::UpstreamError),
+            (Refusal::TimedOut, Outcome::Timeout),
+            (Refusal::ClientBodyBroken, Outcome::Cancelled),
+            (Refusal::Declined, Outcome::Ok),
         ];
-        for (error, outcome) in cases {
-            assert_eq!(classify(End::Refused(&error), NOTHING), outcome, "{error}");
+        for (refusal, outcome) in cases {
+            assert_eq!(
+                classify(End::Refused(refusal), NOTHING),
+                outcome,
+                "{refusal:?}"
+            );
         }
     }
 }

@@ -1,4 +1,5 @@
-//! SLO verdicts (SPEC §4): which ceilings a finished request missed, and whether it counts as goodput.
+//! SLO verdicts (the `slo:` config keys; docs/metrics.md explains goodput): which ceilings a finished
+//! request missed, and whether it counts as goodput.
 //!
 //! A ceiling is missed when the measured value is above it (a value equal to the ceiling meets it, matching
 //! the histogram's `le` bucket). A ceiling whose figure does not exist for the request (TPOT or ITL with fewer

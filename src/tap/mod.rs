@@ -1,7 +1,10 @@
 //! Body wrappers that observe the bytes passing through the proxy and hand back the very same frames:
-//! [`RequestTap`] reads the request's `model` on its way upstream (and cuts a body over its size limit), [`MeteredBody`] timestamps the
-//! response's frames on their way to the client and finishes the exchange when the body ends.
+//! [`RequestTap`] reads the request's `model` on its way upstream (and cuts a body over its size limit),
+//! [`ResponseTap`] timestamps the response's frames on their way to the client and finishes the
+//! [`exchange`] when the body ends. The exchange is the request's state the taps feed: it runs the
+//! response through its decoder (`decode`) and, once, records the result (`record`).
 
+pub mod exchange;
 mod idle;
 #[cfg(test)]
 mod mock;
@@ -9,5 +12,5 @@ mod request;
 mod response;
 
 pub use idle::IdleTimer;
-pub use request::{Leftover, ModelSlot, RequestTap};
-pub use response::{BoxError, MeteredBody, StreamCut};
+pub use request::{Leftover, RequestSeen, RequestTap};
+pub use response::{BoxError, ResponseTap, StreamCut};

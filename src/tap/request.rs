@@ -1,14 +1,14 @@
 //! The request body on its way upstream. It is forwarded frame by frame as it arrives; while it passes,
 //! a bounded scan reads its top-level `model` field (never holding a byte back), and publishes it in a
-//! [`ModelSlot`] the response side reads when it resolves the request's labels.
+//! [`RequestSeen`] the response side reads when it resolves the request's labels.
 //!
 //! A body that grows past `limits.max_request_body_bytes` is cut: the tap returns an error instead of the
 //! frame that crossed the limit, so the upstream sees an aborted request, never a complete truncated one,
-//! and the slot records why, for the 413 answer.
+//! and the [`RequestSeen`] notes why, for the 413 answer.
 //!
 //! A client that stops sending its body is cut the same way once it has sent nothing for
 //! `timeouts.request_body_idle` while tokentap was waiting for more (time the upstream spends not
-//! reading is not the client's), and the slot records it, for the 408 answer.
+//! reading is not the client's), and the [`RequestSeen`] notes it, for the 408 answer.
 //!
 //! When the upstream cannot be reached, the client library drops the request unread; the [`Leftover`]
 //! handle then lets the proxy read what is left of the body (bounded in bytes and time) so that even a 502
@@ -32,10 +32,10 @@ use crate::decode::json_scan::FieldScanner;
 const MAX_MODEL_VALUE_BYTES: usize = 1024;
 const MODEL_FIELD: &[&str] = &["model"];
 
-/// The request's `model`, once the scan has ended, and whether the client's body broke off or was cut
-/// for its size or for going idle.
+/// What the request tap saw of the body: its `model`, once the scan has ended, and whether the body
+/// broke off or was cut for its size or for going idle.
 #[derive(Debug, Default)]
-pub struct ModelSlot {
+pub struct RequestSeen {
     model: OnceLock<Option<String>>,
     body_broken: AtomicBool,
     body_too_large: AtomicBool,
@@ -54,7 +54,7 @@ pub struct BodyTooLarge {
 #[error("the client sent no more of its request body for {0:?} (timeouts.request_body_idle)")]
 pub struct BodyIdle(pub Duration);
 
-impl ModelSlot {
+impl RequestSeen {
     pub fn get(&self) -> Option<&str> {
         self.model.get().and_then(|m| m.as_deref())
     }
@@ -82,7 +82,7 @@ struct Shared<B> {
 }
 
 impl<B> Shared<B> {
-    fn publish(&mut self, slot: &ModelSlot) {
+    fn publish(&mut self, slot: &RequestSeen) {
         if let Some(scanner) = self.scanner.take() {
             let _ = slot.model.set(scanner.string("model"));
         }
@@ -95,7 +95,7 @@ fn lock<B>(shared: &Mutex<Shared<B>>) -> MutexGuard<'_, Shared<B>> {
 
 pub struct RequestTap<B> {
     shared: Arc<Mutex<Shared<B>>>,
-    slot: Arc<ModelSlot>,
+    slot: Arc<RequestSeen>,
     idle: IdleTimer,
     /// Whether the last poll found no frame: the idle wait runs from that first empty poll.
     waiting: bool,
@@ -104,7 +104,7 @@ pub struct RequestTap<B> {
 /// The proxy's hold on the request body, for when the upstream never read it.
 pub struct Leftover<B> {
     shared: Arc<Mutex<Shared<B>>>,
-    slot: Arc<ModelSlot>,
+    slot: Arc<RequestSeen>,
 }
 
 impl<B> RequestTap<B> {
@@ -113,7 +113,7 @@ impl<B> RequestTap<B> {
         scan_bytes: usize,
         max_body_bytes: u64,
         body_idle: Duration,
-        slot: Arc<ModelSlot>,
+        slot: Arc<RequestSeen>,
     ) -> (Self, Leftover<B>) {
         let scanner = Some(FieldScanner::new(
             MODEL_FIELD,
@@ -249,8 +249,8 @@ mod tests {
 
     const IDLE: Duration = Duration::from_secs(5);
 
-    fn tap(body: MockBody, max_body_bytes: u64) -> (RequestTap<MockBody>, Arc<ModelSlot>) {
-        let slot = Arc::new(ModelSlot::default());
+    fn tap(body: MockBody, max_body_bytes: u64) -> (RequestTap<MockBody>, Arc<RequestSeen>) {
+        let slot = Arc::new(RequestSeen::default());
         let (tap, _leftover) = RequestTap::new(body, 64 * 1024, max_body_bytes, IDLE, slot.clone());
         (tap, slot)
     }

@@ -17,8 +17,8 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
 use super::IdleTimer;
-use crate::record::exchange::ExchangeGuard;
 use crate::record::outcome::End;
+use crate::tap::exchange::ExchangeGuard;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -32,7 +32,7 @@ pub enum StreamCut {
 }
 
 pin_project! {
-    pub struct MeteredBody<B> {
+    pub struct ResponseTap<B> {
         #[pin]
         inner: B,
         exchange: ExchangeGuard,
@@ -42,7 +42,7 @@ pin_project! {
     }
 }
 
-impl<B> MeteredBody<B> {
+impl<B> ResponseTap<B> {
     /// `shutdown_cut` completes when a shutdown's grace period is over.
     pub fn new(
         inner: B,
@@ -50,7 +50,7 @@ impl<B> MeteredBody<B> {
         idle: Duration,
         shutdown_cut: impl Future<Output = ()> + Send + 'static,
     ) -> Self {
-        MeteredBody {
+        ResponseTap {
             inner,
             exchange,
             idle: IdleTimer::new(idle),
@@ -60,7 +60,7 @@ impl<B> MeteredBody<B> {
     }
 }
 
-impl<B> Body for MeteredBody<B>
+impl<B> Body for ResponseTap<B>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
@@ -128,10 +128,10 @@ mod tests {
     use crate::config::Config;
     use crate::decode::dialect::detect;
     use crate::decode::tokenizer::Tokenizers;
-    use crate::record::exchange::{Exchange, Recorder};
     use crate::record::metrics::Metrics;
+    use crate::tap::exchange::{Exchange, ExchangeContext};
     use crate::tap::mock::{data, MockBody, Step};
-    use crate::tap::ModelSlot;
+    use crate::tap::RequestSeen;
 
     const CHUNK: &str =
         "data: {\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n";
@@ -144,37 +144,38 @@ mod tests {
             Ok(metrics) => Arc::new(metrics),
             Err(e) => panic!("metrics: {e}"),
         };
-        let recorder = Arc::new(Recorder {
+        let context = Arc::new(ExchangeContext {
             metrics: metrics.clone(),
             slo: config.slo.clone(),
             metering: config.metering.clone(),
             tokenizers: Arc::new(Tokenizers::default()),
+            requests: Default::default(),
         });
         let (api, dialect) = detect("/v1/chat/completions");
         let mut exchange = Exchange::begin(
-            recorder,
+            context,
             api,
             dialect,
             Method::POST,
             "/v1/chat/completions".to_owned(),
             Instant::now(),
-            Arc::new(ModelSlot::default()),
+            Arc::new(RequestSeen::default()),
         );
         let sse = HeaderValue::from_static("text/event-stream");
         exchange.on_response(StatusCode::OK, Some(&sse));
         (ExchangeGuard::new(exchange), metrics)
     }
 
-    fn tap(body: MockBody) -> (MeteredBody<MockBody>, Arc<Metrics>) {
+    fn tap(body: MockBody) -> (ResponseTap<MockBody>, Arc<Metrics>) {
         tap_with_cut(body, pending())
     }
 
     fn tap_with_cut(
         body: MockBody,
         cut: impl Future<Output = ()> + Send + 'static,
-    ) -> (MeteredBody<MockBody>, Arc<Metrics>) {
+    ) -> (ResponseTap<MockBody>, Arc<Metrics>) {
         let (guard, metrics) = exchange();
-        (MeteredBody::new(body, guard, IDLE, cut), metrics)
+        (ResponseTap::new(body, guard, IDLE, cut), metrics)
     }
 
     /// Each outcome recorded so far in `tokentap_requests_total`, with its count.
@@ -191,7 +192,17 @@ mod tests {
             .collect()
     }
 
-    async fn next(body: &mut MeteredBody<MockBody>) -> Option<Result<Frame<Bytes>, BoxError>> {
+    /// `tokentap_requests_in_flight`, summed over its labels.
+    fn in_flight(metrics: &Metrics) -> f64 {
+        let page = metrics.encode();
+        let page = String::from_utf8_lossy(&page);
+        page.lines()
+            .filter(|l| l.starts_with("tokentap_requests_in_flight"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    async fn next(body: &mut ResponseTap<MockBody>) -> Option<Result<Frame<Bytes>, BoxError>> {
         body.frame().await
     }
 
@@ -230,9 +241,9 @@ mod tests {
     async fn the_last_data_frame_finishes_the_exchange_once() {
         let (mut body, metrics) = tap(MockBody::new([data(CHUNK), data(CHUNK)]));
         assert!(next(&mut body).await.is_some());
-        assert_eq!(metrics.in_flight_total(), 1, "not finished before the end");
+        assert_eq!(in_flight(&metrics), 1.0, "not finished before the end");
         assert!(next(&mut body).await.is_some());
-        assert_eq!(metrics.in_flight_total(), 0);
+        assert_eq!(in_flight(&metrics), 0.0);
         assert_eq!(recorded(&metrics), ["ok 1"]);
         assert!(next(&mut body).await.is_none());
         drop(body);
@@ -268,7 +279,7 @@ mod tests {
         assert!(next(&mut body).await.is_some());
         assert!(matches!(next(&mut body).await, Some(Err(_))));
         assert_eq!(recorded(&metrics), ["upstream_error 1"]);
-        assert_eq!(metrics.in_flight_total(), 0);
+        assert_eq!(in_flight(&metrics), 0.0);
         drop(body);
         assert_eq!(recorded(&metrics), ["upstream_error 1"]);
     }
@@ -277,10 +288,10 @@ mod tests {
     async fn dropping_the_body_unfinished_records_a_cancelled_request() {
         let (mut body, metrics) = tap(MockBody::new([data(CHUNK), Step::Pending]));
         assert!(next(&mut body).await.is_some());
-        assert_eq!(metrics.in_flight_total(), 1);
+        assert_eq!(in_flight(&metrics), 1.0);
         drop(body);
         assert_eq!(recorded(&metrics), ["cancelled 1"]);
-        assert_eq!(metrics.in_flight_total(), 0);
+        assert_eq!(in_flight(&metrics), 0.0);
     }
 
     #[tokio::test(start_paused = true)]

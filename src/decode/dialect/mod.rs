@@ -17,57 +17,9 @@ mod responses;
 mod text;
 mod tgi;
 
-#[cfg(test)]
-mod fixtures;
-
 use crate::decode::json_scan::FieldScanner;
 use crate::decode::sse::SseEvent;
-
-/// The `api` label: a closed set, so clients cannot vary it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Api {
-    /// OpenAI chat completions (`…/chat/completions`).
-    Chat,
-    /// OpenAI text completions (`…/completions`).
-    Completions,
-    /// OpenAI Responses (`…/v1/responses`).
-    Responses,
-    /// Anthropic Messages (`…/v1/messages`).
-    Messages,
-    /// TGI's native `/generate_stream` and `/generate`.
-    Generate,
-    /// Ollama's native `/api/generate` and `/api/chat`.
-    Ollama,
-    /// llama.cpp server's native `/completion`.
-    LlamaCpp,
-    Other,
-}
-
-impl Api {
-    pub const ALL: [Api; 8] = [
-        Api::Chat,
-        Api::Completions,
-        Api::Responses,
-        Api::Messages,
-        Api::Generate,
-        Api::Ollama,
-        Api::LlamaCpp,
-        Api::Other,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Api::Chat => "chat",
-            Api::Completions => "completions",
-            Api::Responses => "responses",
-            Api::Messages => "messages",
-            Api::Generate => "generate",
-            Api::Ollama => "ollama",
-            Api::LlamaCpp => "llamacpp",
-            Api::Other => "other",
-        }
-    }
-}
+use crate::record::api::Api;
 
 /// What one event meant for the request's timeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

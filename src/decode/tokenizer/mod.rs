@@ -30,8 +30,9 @@ pub const WINDOW_BYTES: usize = 64 * 1024;
 /// Tokens at the end of a full window that are tokenized again together with the text after them.
 const OVERLAP_TOKENS: usize = 8;
 
-/// Whether this binary was built with the `tokenizer` feature.
-pub const AVAILABLE: bool = cfg!(feature = "tokenizer");
+/// Whether this binary was built with the `tokenizer` feature (the config, which must refuse
+/// tokenizer keys without it, owns the answer).
+pub use crate::config::TOKENIZER_FEATURE as AVAILABLE;
 
 #[cfg(feature = "tokenizer")]
 pub type Model = tokenizers::Tokenizer;
@@ -52,8 +53,7 @@ fn load(_: &Path) -> Result<Model, String> {
 }
 
 /// The message for a configured tokenizer in a binary built without the feature.
-pub const WITHOUT_FEATURE: &str = "this tokentap was built without the `tokenizer` feature; \
-     rebuild it with its default features (`cargo build --release`)";
+pub use crate::config::WITHOUT_TOKENIZER_FEATURE as WITHOUT_FEATURE;
 
 /// Byte offsets of the tokens of `text` (no special tokens added).
 #[cfg(feature = "tokenizer")]

@@ -8,7 +8,7 @@
 //! series the process can ever export, whatever clients and the upstream send.
 
 use crate::config::{Config, Slo, SloKind};
-use crate::decode::dialect::Api;
+use crate::record::api::Api;
 
 use super::status_labels;
 
@@ -18,7 +18,7 @@ pub const LIMIT: &str = "tokentap_metrics_series_limit";
 const OUTCOMES: usize = 4;
 /// The values of the `token_source` label (`tokens::TokenSource`).
 const TOKEN_SOURCES: usize = 4;
-/// The values of the `reason` label of `tokentap_metering_skipped_total` (`meter::SkipReason`).
+/// The values of the `reason` label of `tokentap_metering_skipped_total` (`record::finished::SkipReason`).
 const SKIP_REASONS: usize = 2;
 
 /// The bucket boundaries of each histogram: the configured buckets plus every SLO ceiling of its kind.

@@ -1,5 +1,5 @@
-//! The exported series (SPEC §2), registered into an owned registry, and the bounds that keep their number
-//! fixed whatever clients send.
+//! The exported series (each one explained in docs/metrics.md), registered into an owned registry, and the
+//! bounds that keep their number fixed whatever clients send.
 //!
 //! Labelled children are resolved once per request into a [`Series`], never per chunk. Label values come
 //! from closed enums, the closed `status` set, or [`ModelLabels`], which admits at most `max_models`
@@ -18,7 +18,7 @@ use prometheus::{
 };
 
 use crate::config::{Config, SloKind};
-use crate::decode::dialect::Api;
+use crate::record::api::Api;
 
 mod bound;
 mod labels;
@@ -349,10 +349,6 @@ impl Metrics {
 
     pub fn in_flight(&self, api: Api) -> IntGauge {
         self.in_flight.with_label_values(&[api.as_str()])
-    }
-
-    pub fn in_flight_total(&self) -> i64 {
-        Api::ALL.iter().map(|api| self.in_flight(*api).get()).sum()
     }
 
     /// Counts a finished request (`status` from [`status_label`]); its model name was in use until now.

@@ -116,7 +116,7 @@ mod tests {
 
     use super::*;
     use crate::config::Config;
-    use crate::decode::dialect::Api;
+    use crate::record::api::Api;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn scrapes_arriving_during_an_encoding_share_it_and_a_later_one_encodes_afresh() {

@@ -3,8 +3,8 @@
 //! output-bearing events, the usage, the model and the output text must be the same however the network
 //! cuts the stream.
 
-use super::{detect, EventOutput};
 use crate::config::Metering;
+use crate::decode::dialect::{detect, EventOutput};
 use crate::decode::meter::{Format, Meter};
 use crate::decode::ndjson::NdjsonFramer;
 use crate::decode::sse::{SseEvent, SseFramer};
@@ -28,7 +28,7 @@ macro_rules! fixture {
     ($file:literal) => {
         (
             $file,
-            include_bytes!(concat!("../../../tests/fixtures/", $file)),
+            include_bytes!(concat!("../../tests/fixtures/", $file)),
         )
     };
 }
@@ -171,7 +171,7 @@ fn tgi_and_llamacpp_json_bodies_give_their_counts() {
         max_event_bytes: 64 << 10,
         model_scan_bytes: 1 << 20,
     };
-    let body = include_bytes!("../../../tests/fixtures/tgi/generate.json");
+    let body = include_bytes!("../../tests/fixtures/tgi/generate.json");
     let (_, dialect) = detect("/generate");
     let mut meter = Meter::new(dialect.expect("tgi"), Format::Json, &limits, TextCount::Off);
     let mut marks = Vec::new();

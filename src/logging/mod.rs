@@ -7,6 +7,8 @@
 //! Every line that is not written is counted: the queue's overflow and the writes stderr refused add up
 //! in [`dropped_lines`], which `/metrics` exports as `tokentap_log_lines_dropped_total`.
 
+pub mod repeated;
+
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;

@@ -1,5 +1,6 @@
 //! What can go wrong on the data path before a response exists, and the one place that maps each case to
-//! the HTTP answer the client gets (its `outcome` is decided with every other end, in `record::outcome`).
+//! the HTTP answer the client gets and the kind of refusal it is (from which `record::outcome` decides the
+//! `outcome` it is counted with, as it does for every other end).
 
 use std::error::Error as StdError;
 use std::io;
@@ -10,7 +11,8 @@ use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 
 use crate::config::format_duration;
-use crate::tap::ModelSlot;
+use crate::record::outcome::Refusal;
+use crate::tap::RequestSeen;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
@@ -49,7 +51,7 @@ impl ProxyError {
     pub fn from_client(
         err: &hyper_util::client::legacy::Error,
         upstream: &str,
-        request: &ModelSlot,
+        request: &RequestSeen,
         limits: (u64, Duration),
     ) -> Self {
         let upstream = upstream.to_owned();
@@ -91,6 +93,24 @@ impl ProxyError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ProxyError::NotImplemented { .. } => StatusCode::NOT_IMPLEMENTED,
+        }
+    }
+
+    /// What kind of refusal this is; `record::outcome::classify` decides the outcome it counts as.
+    pub fn refusal(&self) -> Refusal {
+        match self {
+            ProxyError::UpstreamUnreachable { .. }
+            | ProxyError::UpstreamFailed { .. }
+            | ProxyError::UpstreamBadStatus { .. } => Refusal::UpstreamFailed,
+            ProxyError::UpstreamConnectTimeout { .. }
+            | ProxyError::UpstreamHeadersTimeout { .. }
+            | ProxyError::RequestBodyIdle { .. }
+            | ProxyError::ShutdownCut => Refusal::TimedOut,
+            ProxyError::ClientBodyBroken => Refusal::ClientBodyBroken,
+            ProxyError::RequestBodyTooLarge { .. }
+            | ProxyError::UpstreamOverloaded { .. }
+            | ProxyError::BadTarget { .. }
+            | ProxyError::NotImplemented { .. } => Refusal::Declined,
         }
     }
 

@@ -20,32 +20,36 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::config::{Metering, Slo};
-use crate::decode::dialect::{Api, Dialect};
+use crate::decode::dialect::Dialect;
 use crate::decode::meter::{Format, Meter};
 use crate::decode::tokenizer::{TextCount, Tokenizers};
-use crate::decode::tokens::TokenSource;
+use crate::record::api::Api;
 use crate::record::finished::{conclude, t_end, FinishedRecord};
 use crate::record::metrics::{status_label, Metrics, Series};
 use crate::record::outcome::{classify, End, Outcome, Seen};
 use crate::record::timeline::{Mark, Timeline};
-use crate::tap::ModelSlot;
+use crate::record::tokens::TokenSource;
+use crate::shutdown::{Count, Counted};
+use crate::tap::RequestSeen;
 
-/// What every exchange records into: the metrics, the SLO ceilings, the metering bounds and the
-/// configured tokenizers.
-pub struct Recorder {
+/// What every exchange is given: the metrics it records into, the SLO ceilings, the metering bounds,
+/// the configured tokenizers and the count of requests in flight a shutdown waits on.
+pub struct ExchangeContext {
     pub metrics: Arc<Metrics>,
     pub slo: Slo,
     pub metering: Metering,
     pub tokenizers: Arc<Tokenizers>,
+    /// Requests between t_arrive and t_end: what a shutdown waits for.
+    pub requests: Count,
 }
 
 pub struct Exchange {
-    recorder: Arc<Recorder>,
+    context: Arc<ExchangeContext>,
     api: Api,
     method: Method,
     path: String,
     timeline: Timeline,
-    request_model: Arc<ModelSlot>,
+    request_model: Arc<RequestSeen>,
     dialect: Option<Box<dyn Dialect>>,
     meter: Option<Meter>,
     /// The choice of each output the meter found in the frame being read; reused.
@@ -55,24 +59,27 @@ pub struct Exchange {
     status: Option<StatusCode>,
     series: Option<Series>,
     in_flight: IntGauge,
+    /// This request in [`ExchangeContext::requests`], until it finishes.
+    counted: Option<Counted>,
     /// One of `limits.max_upstream_connections`, held from forwarding until the exchange finishes.
     upstream_permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Exchange {
     pub fn begin(
-        recorder: Arc<Recorder>,
+        context: Arc<ExchangeContext>,
         api: Api,
         dialect: Option<Box<dyn Dialect>>,
         method: Method,
         path: String,
         arrive: Instant,
-        request_model: Arc<ModelSlot>,
+        request_model: Arc<RequestSeen>,
     ) -> Self {
-        let in_flight = recorder.metrics.in_flight(api);
+        let in_flight = context.metrics.in_flight(api);
         in_flight.inc();
+        let counted = Some(context.requests.enter());
         Exchange {
-            recorder,
+            context,
             api,
             method,
             path,
@@ -84,6 +91,7 @@ impl Exchange {
             ended: None,
             status: None,
             series: None,
+            counted,
             in_flight,
             upstream_permit: None,
         }
@@ -102,9 +110,9 @@ impl Exchange {
                 let format = Format::of(content_type);
                 let text = match format {
                     Format::Json => TextCount::Off,
-                    _ => TextCount::start(&self.recorder.tokenizers, self.request_model.get()),
+                    _ => TextCount::start(&self.context.tokenizers, self.request_model.get()),
                 };
-                let metering = &self.recorder.metering;
+                let metering = &self.context.metering;
                 self.meter = Some(Meter::new(dialect, format, metering, text));
             }
         }
@@ -143,7 +151,7 @@ impl Exchange {
     /// Labels are resolved once: from the request's `model`, else the response's, else `unknown`. A name
     /// not yet admitted takes a place only if the upstream answered 2xx (else it counts as `unadmitted`).
     fn series(&mut self) -> &Series {
-        let recorder = &self.recorder;
+        let context = &self.context;
         let request_model = &self.request_model;
         let meter = &self.meter;
         let api = self.api;
@@ -153,15 +161,16 @@ impl Exchange {
                 .as_ref()
                 .and_then(|m| m.observations().model.as_deref());
             let model = request_model.get().or(response_model);
-            let label = recorder.metrics.model_label(model, confirmed);
-            recorder.metrics.series(label, api)
+            let label = context.metrics.model_label(model, confirmed);
+            context.metrics.series(label, api)
         })
     }
 
     /// Ends the exchange as `end` at `now`: classifies the outcome, has the meter hand over its report,
     /// concludes the [`FinishedRecord`] and writes it out.
-    fn finish(mut self, end: End<'_>, now: Instant) {
+    fn finish(mut self, end: End, now: Instant) {
         self.in_flight.dec();
+        self.counted.take();
         self.upstream_permit.take();
         let terminal_event = self.ended;
         let seen = Seen {
@@ -186,7 +195,7 @@ impl Exchange {
             },
         );
         let series = self.series().clone();
-        let ceilings = self.recorder.slo.ceilings_for(&series.model);
+        let ceilings = self.context.slo.ceilings_for(&series.model);
         let record = conclude(
             report.as_ref(),
             &self.timeline,
@@ -200,7 +209,7 @@ impl Exchange {
 
     /// Writes a finished request to the metrics and the log line.
     fn write(&self, series: &Series, record: &FinishedRecord) {
-        let metrics = &self.recorder.metrics;
+        let metrics = &self.context.metrics;
         let figures = &record.figures;
         let ok = record.outcome == Outcome::Ok;
         if let Some(reason) = record.skipped {
@@ -281,7 +290,7 @@ impl ExchangeGuard {
     }
 
     /// Finishes the exchange as `end`, unless it was already finished.
-    pub fn finish(&mut self, end: End<'_>) {
+    pub fn finish(&mut self, end: End) {
         if let Some(exchange) = self.0.take() {
             exchange.finish(end, Instant::now());
         }
