@@ -6,7 +6,8 @@
 //!
 //! [`TimedIo`] wraps the socket and sees every read; [`Activity`] counts the connection's requests in
 //! progress, each held by an [`InProgress`] that lives in the response body ([`Tracked`]). A timeout
-//! reads as end of file, so hyper closes the connection as if the client had.
+//! reads as end of file, so hyper closes the connection as if the client had. [`accept`] takes the
+//! next connection off a listener, both ports'.
 
 use std::future::Future;
 use std::io;
@@ -21,7 +22,10 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use prometheus::IntCounter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpListener;
 use tokio::time::{Instant, Sleep};
+
+use crate::logging::repeated::RepeatedWarning;
 
 /// The HTTP/2 connection preface: its clients are timed by `client_idle` only (h2 has its own
 /// flow control and stream limits against slow senders).
@@ -236,6 +240,29 @@ impl<B: Body<Data = Bytes>> Body for Tracked<B> {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// Accepts the next connection. `failures` is the listener's own: out of file descriptors and the
+/// like, the loop backs off 50 ms instead of spinning, and says so at most once per 10 s.
+pub async fn accept(
+    listener: &TcpListener,
+    what: &'static str,
+    failures: &mut RepeatedWarning,
+) -> tokio::net::TcpStream {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let _ = stream.set_nodelay(true);
+                return stream;
+            }
+            Err(err) => {
+                if let Some(failed) = failures.occurred(tokio::time::Instant::now()) {
+                    tracing::warn!(%err, listener = what, failed, "accepting connections fails (count since the last such line); retrying every 50ms");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
     }
 }
 

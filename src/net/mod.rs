@@ -1,5 +1,6 @@
 //! The network edge: the listeners, the admin endpoints and each client connection's timers.
 //! The shutdown sequence they run is [`crate::shutdown`].
 
+pub mod admin;
 pub mod client_conn;
 pub mod server;

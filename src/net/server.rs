@@ -1,5 +1,5 @@
-//! The listeners: the proxy port (HTTP/1.1 and h2c on one socket) and the metrics port (`/metrics`,
-//! `/healthz`, `/readyz`). [`start`] binds both and returns a handle with the bound addresses, so tests
+//! The listeners: the proxy port (HTTP/1.1 and h2c on one socket) and the metrics port (its endpoints
+//! are `admin.rs`). [`start`] binds both and returns a handle with the bound addresses, so tests
 //! run the whole proxy in-process on `127.0.0.1:0`; [`run`] is the binary's main loop, which ends with a
 //! graceful shutdown ([`Running::shutdown`], see `shutdown.rs`).
 //!
@@ -17,10 +17,6 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::Full;
-use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -31,7 +27,8 @@ use tokio::task::JoinHandle;
 use crate::config::{Config, Limits, Timeouts};
 use crate::decode::tokenizer::Tokenizers;
 use crate::logging::repeated::RepeatedWarning;
-use crate::net::client_conn::{Activity, TimedIo, Tracked};
+use crate::net::admin::serve_metrics;
+use crate::net::client_conn::{accept, Activity, TimedIo, Tracked};
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
 use crate::record::metrics::{Metrics, Refusals};
@@ -259,29 +256,6 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
     }
 }
 
-/// Accepts the next connection. `failures` is the listener's own: out of file descriptors and the
-/// like, the loop backs off 50 ms instead of spinning, and says so at most once per 10 s.
-async fn accept(
-    listener: &TcpListener,
-    what: &'static str,
-    failures: &mut RepeatedWarning,
-) -> tokio::net::TcpStream {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                let _ = stream.set_nodelay(true);
-                return stream;
-            }
-            Err(err) => {
-                if let Some(failed) = failures.occurred(tokio::time::Instant::now()) {
-                    tracing::warn!(%err, listener = what, failed, "accepting connections fails (count since the last such line); retrying every 50ms");
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
-}
-
 fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // The upstream's response headers are passed on as they are: no `date` is added where it sent none,
@@ -387,81 +361,4 @@ impl ServeProxy {
             tracing::debug!(%err, "client connection ended with an error");
         }
     }
-}
-
-/// The metrics port: no request limits (it serves only tokentap's own small answers), but the same
-/// client timers as the proxy port, so a slow or idle client cannot hold its sockets for ever.
-async fn serve_metrics(
-    listener: TcpListener,
-    context: Arc<ExchangeContext>,
-    shutdown: Shutdown,
-    timeouts: Timeouts,
-) {
-    let mut failures = RepeatedWarning::default();
-    loop {
-        let stream = accept(&listener, "metrics", &mut failures).await;
-        let context = context.clone();
-        let shutdown = shutdown.clone();
-        let activity = Arc::new(Activity::default());
-        let (header_read, idle) = (timeouts.client_header_read, timeouts.client_idle);
-        let io = TokioIo::new(TimedIo::new(stream, activity.clone(), header_read, idle));
-        tokio::spawn(async move {
-            let service = service_fn(move |request| {
-                let in_progress = activity.begin();
-                let ready = shutdown.phase() == Phase::Serving;
-                let context = context.clone();
-                async move {
-                    let response = metrics_endpoint(&request, &context, ready).await;
-                    Ok::<_, Infallible>(response.map(|b| Tracked::new(b, in_progress)))
-                }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .header_read_timeout(None)
-                .serve_connection(io, service);
-            if let Err(err) = conn.await {
-                tracing::debug!(%err, "metrics connection ended with an error");
-            }
-        });
-    }
-}
-
-async fn metrics_endpoint(
-    request: &Request<Incoming>,
-    context: &ExchangeContext,
-    ready: bool,
-) -> Response<Full<Bytes>> {
-    let (status, content_type, body) = match (request.method(), request.uri().path()) {
-        (&Method::GET, "/metrics") => match context.metrics.scrape().await {
-            Some(page) => (
-                StatusCode::OK,
-                "text/plain; version=0.0.4; charset=utf-8",
-                page,
-            ),
-            None => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "text/plain",
-                Bytes::from_static(b"metrics unavailable: shutting down\n"),
-            ),
-        },
-        (&Method::GET, "/healthz") => (StatusCode::OK, "text/plain", Bytes::from_static(b"ok\n")),
-        (&Method::GET, "/readyz") if ready => {
-            (StatusCode::OK, "text/plain", Bytes::from_static(b"ready\n"))
-        }
-        (&Method::GET, "/readyz") => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain",
-            Bytes::from_static(b"shutting down\n"),
-        ),
-        _ => (
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            Bytes::from_static(b"not found: try /metrics, /healthz or /readyz\n"),
-        ),
-    };
-    let mut response = Response::new(Full::new(body));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    response
 }
