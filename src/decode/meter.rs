@@ -276,15 +276,16 @@ mod tests {
         }
     }
 
+    /// A meter for the dialect of `path`, with the small test limits and no text counting.
+    fn meter_for(path: &str, format: Format) -> Meter {
+        let (_, dialect) = detect(path);
+        let dialect = dialect.unwrap_or_else(|| panic!("no dialect for {path}"));
+        Meter::new(dialect, format, &limits(), TextCount::Off)
+    }
+
     #[test]
     fn counts_output_events_and_reads_usage_from_a_stream() {
-        let (_, dialect) = detect("/v1/chat/completions");
-        let mut meter = Meter::new(
-            dialect.expect("openai"),
-            Format::Sse,
-            &limits(),
-            TextCount::Off,
-        );
+        let mut meter = meter_for("/v1/chat/completions", Format::Sse);
         let role =
             "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
         assert_eq!(feed(&mut meter, role.as_bytes()), 0);
@@ -304,9 +305,7 @@ mod tests {
             "/generate_stream",
             "/completion",
         ] {
-            let (_, dialect) = detect(path);
-            let mut meter =
-                Meter::new(dialect.expect(path), Format::Sse, &limits(), TextCount::Off);
+            let mut meter = meter_for(path, Format::Sse);
             assert_eq!(
                 feed(&mut meter, b"event: ping\ndata:\n\ndata: [DONE]\n\n"),
                 0,
@@ -319,9 +318,7 @@ mod tests {
     #[test]
     fn done_ends_the_stream_in_every_dialect() {
         for path in ["/v1/chat/completions", "/v1/completions", "/v1/messages"] {
-            let (_, dialect) = detect(path);
-            let mut meter =
-                Meter::new(dialect.expect(path), Format::Sse, &limits(), TextCount::Off);
+            let mut meter = meter_for(path, Format::Sse);
             feed(&mut meter, b"data: {\"choices\":[]}\n\n: ping\n\n");
             assert!(!meter.ended(), "{path}");
             feed(&mut meter, b"data: [DONE]\n\n");
@@ -331,13 +328,7 @@ mod tests {
 
     #[test]
     fn oversized_event_switches_metering_off() {
-        let (_, dialect) = detect("/v1/chat/completions");
-        let mut meter = Meter::new(
-            dialect.expect("openai"),
-            Format::Sse,
-            &limits(),
-            TextCount::Off,
-        );
+        let mut meter = meter_for("/v1/chat/completions", Format::Sse);
         let big = format!("data: {}\n\n", "x".repeat(4096));
         assert_eq!(feed(&mut meter, big.as_bytes()), 0);
         assert_eq!(meter.skipped(), Some(SkipReason::EventTooLarge));
@@ -352,13 +343,7 @@ mod tests {
 
     #[test]
     fn reads_usage_from_a_json_body_at_the_end() {
-        let (_, dialect) = detect("/v1/completions");
-        let mut meter = Meter::new(
-            dialect.expect("openai"),
-            Format::Json,
-            &limits(),
-            TextCount::Off,
-        );
+        let mut meter = meter_for("/v1/completions", Format::Json);
         let body = br#"{"model":"m","choices":[{"text":"hi"}],"usage":{"prompt_tokens":5,"completion_tokens":9}}"#;
         let (a, b) = body.split_at(30);
         assert_eq!(feed(&mut meter, a) + feed(&mut meter, b), 0);
@@ -384,23 +369,11 @@ mod tests {
 
     #[test]
     fn ndjson_last_line_without_lf_is_read_only_when_the_body_ended_normally() {
-        let (_, dialect) = detect("/api/generate");
         let body = b"{\"model\":\"m\",\"response\":\"a\",\"done\":false}\n{\"model\":\"m\",\"response\":\"b\",\"done\":false}";
-        let mut meter = Meter::new(
-            dialect.expect("ollama"),
-            Format::Ndjson,
-            &limits(),
-            TextCount::Off,
-        );
+        let mut meter = meter_for("/api/generate", Format::Ndjson);
         assert_eq!(feed(&mut meter, body), 1);
         assert_eq!(finish(&mut meter, true), 1);
-        let (_, dialect) = detect("/api/generate");
-        let mut meter = Meter::new(
-            dialect.expect("ollama"),
-            Format::Ndjson,
-            &limits(),
-            TextCount::Off,
-        );
+        let mut meter = meter_for("/api/generate", Format::Ndjson);
         assert_eq!(feed(&mut meter, body), 1);
         assert_eq!(finish(&mut meter, false), 0);
         assert_eq!(meter.skipped(), None);
@@ -408,13 +381,7 @@ mod tests {
 
     #[test]
     fn a_stream_without_a_single_event_is_malformed() {
-        let (_, dialect) = detect("/v1/chat/completions");
-        let mut meter = Meter::new(
-            dialect.expect("openai"),
-            Format::Sse,
-            &limits(),
-            TextCount::Off,
-        );
+        let mut meter = meter_for("/v1/chat/completions", Format::Sse);
         assert_eq!(
             feed(
                 &mut meter,
@@ -425,24 +392,12 @@ mod tests {
         finish(&mut meter, true);
         assert_eq!(meter.skipped(), Some(SkipReason::MalformedEvent));
         for quiet in [&b""[..], b": ping\n\n: ping\r\n\r\n: pi"] {
-            let (_, dialect) = detect("/v1/chat/completions");
-            let mut meter = Meter::new(
-                dialect.expect("openai"),
-                Format::Sse,
-                &limits(),
-                TextCount::Off,
-            );
+            let mut meter = meter_for("/v1/chat/completions", Format::Sse);
             feed(&mut meter, quiet);
             finish(&mut meter, true);
             assert_eq!(meter.skipped(), None);
         }
-        let (_, dialect) = detect("/v1/chat/completions");
-        let mut meter = Meter::new(
-            dialect.expect("openai"),
-            Format::Sse,
-            &limits(),
-            TextCount::Off,
-        );
+        let mut meter = meter_for("/v1/chat/completions", Format::Sse);
         feed(&mut meter, b": ping\n\n{\"error\":");
         finish(&mut meter, true);
         assert_eq!(meter.skipped(), Some(SkipReason::MalformedEvent));
