@@ -74,6 +74,8 @@ pub fn default_config() -> Config {
             ..Ceilings::default()
         },
     );
+    // The demo's models exist nowhere on disk (its server sends usage): no tokenizer to look for.
+    config.tokenizer_dirs = Some(Vec::new());
     config
 }
 
