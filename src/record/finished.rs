@@ -32,7 +32,7 @@ impl SkipReason {
     }
 }
 
-/// What the decoder hands over at the end of the body (`decode::meter::Meter::finish`): everything
+/// What the decoder hands over at the end of the body (`decode::response::ResponseDecoder::finish`): everything
 /// recorded from the decoding.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DecoderReport {

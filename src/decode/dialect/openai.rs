@@ -5,7 +5,7 @@
 //! `reasoning_content` or `reasoning`, or any `tool_calls`/`function_call` entry; for text completions a
 //! non-empty `text`. Each such choice is marked by its `index`, so several choices (`n` > 1) are timed
 //! as their readers see them. Not output: the role-only first chunk vLLM sends before any token exists,
-//! the usage-only final chunk (`"choices":[]`), `[DONE]` (the terminal event, which the meter reads for
+//! the usage-only final chunk (`"choices":[]`), `[DONE]` (the terminal event, which the decoder reads for
 //! every dialect). Usage (`completion_tokens`, `prompt_tokens`, and
 //! `completion_tokens_details.reasoning_tokens`) is taken from whichever chunk carries it last (the
 //! final chunk with `stream_options.include_usage`, or every chunk with vLLM's continuous usage stats,
