@@ -11,8 +11,9 @@ use divan::{black_box, Bencher};
 use http::{HeaderValue, Method, StatusCode};
 use tokentap::config::{Config, Metering};
 use tokentap::decode::dialect::{detect, Dialect, EventOutput, Observations};
+use tokentap::decode::event::FramedEvent;
 use tokentap::decode::response::{Format, ResponseDecoder};
-use tokentap::decode::sse::{SseEvent, SseFramer};
+use tokentap::decode::sse::SseFramer;
 use tokentap::decode::tokenizer::{TextCount, Tokenizers};
 use tokentap::record::metrics::Metrics;
 use tokentap::tap::exchange::{Exchange, ExchangeContext};
@@ -86,10 +87,7 @@ fn openai_dialect_per_event(bencher: Bencher, kind: &str) {
         "usage" => USAGE,
         _ => CONTENT,
     };
-    let event = SseEvent {
-        event: b"",
-        data: event_data(chunk),
-    };
+    let event = FramedEvent::unnamed(event_data(chunk));
     let mut dialect = chat_dialect();
     let (mut obs, mut choices) = (Observations::default(), Vec::new());
     bencher.bench_local(|| {

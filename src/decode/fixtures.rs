@@ -5,9 +5,10 @@
 
 use crate::config::Metering;
 use crate::decode::dialect::{detect, EventOutput};
+use crate::decode::event::FramedEvent;
 use crate::decode::ndjson::NdjsonFramer;
 use crate::decode::response::{Format, ResponseDecoder};
-use crate::decode::sse::{SseEvent, SseFramer};
+use crate::decode::sse::SseFramer;
 use crate::decode::tokenizer::TextCount;
 
 struct Case {
@@ -157,17 +158,13 @@ fn every_fixture_hands_its_output_text_to_the_tokenizer_buffer() {
         let (_, dialect) = detect(case.path);
         let mut dialect = dialect.unwrap_or_else(|| panic!("{}: no dialect", case.path));
         let (mut obs, mut text, mut choices) = (Default::default(), Vec::new(), Vec::new());
-        let mut on_event = |event: SseEvent<'_>| {
+        let mut on_event = |event: FramedEvent<'_>| {
             let mut output = EventOutput::new(Some(&mut text), &mut choices);
             dialect.on_event(&event, &mut obs, &mut output);
         };
         let fed = match case.format {
-            Format::Ndjson => NdjsonFramer::new(1 << 20).feed(case.bytes, |line| {
-                on_event(SseEvent {
-                    event: b"",
-                    data: line,
-                })
-            }),
+            Format::Ndjson => NdjsonFramer::new(1 << 20)
+                .feed(case.bytes, |line| on_event(FramedEvent::unnamed(line))),
             _ => SseFramer::new(1 << 20).feed(case.bytes, on_event),
         };
         assert_eq!(fed, Ok(()), "{}", case.file);

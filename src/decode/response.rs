@@ -12,9 +12,10 @@ use http::HeaderValue;
 
 use crate::config::Metering;
 use crate::decode::dialect::{Dialect, EventKind, EventOutput, Observations};
+use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
 use crate::decode::ndjson::NdjsonFramer;
-use crate::decode::sse::{SseEvent, SseFramer};
+use crate::decode::sse::SseFramer;
 use crate::decode::tokenizer::TextCount;
 use crate::record::finished::DecoderReport;
 pub use crate::record::finished::SkipReason;
@@ -81,7 +82,7 @@ struct Reading {
 
 impl Reading {
     /// Reads one event and appends a mark for each choice it carried output for.
-    fn event(&mut self, event: &SseEvent<'_>, marks: &mut Vec<u32>) {
+    fn event(&mut self, event: &FramedEvent<'_>, marks: &mut Vec<u32>) {
         if self.skipped.is_some() {
             return;
         }
@@ -165,10 +166,7 @@ impl ResponseDecoder {
             }
             Framing::Sse(framer) => framer.feed(bytes, |event| reading.event(&event, marks)),
             Framing::Ndjson(framer) => framer.feed(bytes, |line| {
-                let event = SseEvent {
-                    event: b"",
-                    data: line,
-                };
+                let event = FramedEvent::unnamed(line);
                 reading.event(&event, marks);
             }),
         };
@@ -212,10 +210,7 @@ impl ResponseDecoder {
             Framing::Json(scanner) => reading.dialect.on_body(scanner, &mut reading.obs),
             Framing::Ndjson(framer) if complete && reading.skipped.is_none() => {
                 framer.finish(|line| {
-                    let event = SseEvent {
-                        event: b"",
-                        data: line,
-                    };
+                    let event = FramedEvent::unnamed(line);
                     reading.event(&event, marks);
                 });
             }

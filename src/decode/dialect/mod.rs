@@ -17,8 +17,8 @@ mod responses;
 mod text;
 mod tgi;
 
+use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
-use crate::decode::sse::SseEvent;
 use crate::record::api::Api;
 
 /// What one event meant for the request's timeline.
@@ -88,10 +88,7 @@ fn classify_choices(
     data: &str,
 ) -> (EventKind, Observations, String, Vec<u32>) {
     let (mut obs, mut copied, mut choices) = (Observations::default(), Vec::new(), Vec::new());
-    let event = SseEvent {
-        event: b"",
-        data: data.as_bytes(),
-    };
+    let event = FramedEvent::unnamed(data.as_bytes());
     let mut output = EventOutput::new(Some(&mut copied), &mut choices);
     let kind = dialect.on_event(&event, &mut obs, &mut output);
     (kind, obs, copied.join("|"), choices)
@@ -156,7 +153,7 @@ pub trait Dialect: Send {
     /// reports what an output-bearing event produced into `output`.
     fn on_event(
         &mut self,
-        event: &SseEvent<'_>,
+        event: &FramedEvent<'_>,
         obs: &mut Observations,
         output: &mut EventOutput<'_>,
     ) -> EventKind;

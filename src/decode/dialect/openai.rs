@@ -18,8 +18,8 @@ use serde::Deserialize;
 
 use super::text::Text;
 use super::{Dialect, EventKind, EventOutput, Observations};
+use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
-use crate::decode::sse::SseEvent;
 
 #[derive(Debug, Default)]
 pub struct OpenAi;
@@ -169,7 +169,7 @@ fn record_usage(usage: &Usage, obs: &mut Observations) {
 impl Dialect for OpenAi {
     fn on_event(
         &mut self,
-        event: &SseEvent<'_>,
+        event: &FramedEvent<'_>,
         obs: &mut Observations,
         output: &mut EventOutput<'_>,
     ) -> EventKind {
