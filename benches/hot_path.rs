@@ -1,5 +1,5 @@
 //! Micro-benchmarks of tokentap's per-chunk hot path, so a change that slows it shows up:
-//! the SSE framer, the OpenAI dialect decoder, the meter (framer + dialect), and the exchange (meter +
+//! the SSE framer, the OpenAI dialect decoder, the response decoder (framer + dialect), and the exchange (decoder +
 //! timeline + histogram observations). Every figure is per vLLM-shaped chunk of ~240 bytes unless the
 //! name says otherwise. Run with `cargo bench --bench hot_path`.
 #![forbid(unsafe_code)]
@@ -11,8 +11,9 @@ use divan::{black_box, Bencher};
 use http::{HeaderValue, Method, StatusCode};
 use tokentap::config::{Config, Metering};
 use tokentap::decode::dialect::{detect, Dialect, EventOutput, Observations};
-use tokentap::decode::meter::{Format, Meter};
-use tokentap::decode::sse::{SseEvent, SseFramer};
+use tokentap::decode::event::FramedEvent;
+use tokentap::decode::response::{Format, ResponseDecoder};
+use tokentap::decode::sse::SseFramer;
 use tokentap::decode::tokenizer::{TextCount, Tokenizers};
 use tokentap::record::metrics::Metrics;
 use tokentap::tap::exchange::{Exchange, ExchangeContext};
@@ -86,10 +87,7 @@ fn openai_dialect_per_event(bencher: Bencher, kind: &str) {
         "usage" => USAGE,
         _ => CONTENT,
     };
-    let event = SseEvent {
-        event: b"",
-        data: event_data(chunk),
-    };
+    let event = FramedEvent::unnamed(event_data(chunk));
     let mut dialect = chat_dialect();
     let (mut obs, mut choices) = (Observations::default(), Vec::new());
     bencher.bench_local(|| {
@@ -100,19 +98,19 @@ fn openai_dialect_per_event(bencher: Bencher, kind: &str) {
 }
 
 #[divan::bench]
-fn meter_per_content_chunk(bencher: Bencher) {
-    let mut meter = Meter::new(chat_dialect(), Format::Sse, &limits(), TextCount::Off);
+fn decoder_per_content_chunk(bencher: Bencher) {
+    let mut decoder = ResponseDecoder::new(chat_dialect(), Format::Sse, &limits(), TextCount::Off);
     let mut marks = Vec::new();
-    meter.feed(ROLE, &mut marks);
+    decoder.feed(ROLE, &mut marks);
     bencher.counter(ItemsCount::new(1usize)).bench_local(|| {
         marks.clear();
-        meter.feed(black_box(CONTENT), &mut marks)
+        decoder.feed(black_box(CONTENT), &mut marks)
     });
 }
 
 /// The whole vLLM capture (19 events), fed as one frame per event as a server flushes them.
 #[divan::bench]
-fn meter_vllm_capture_per_stream(bencher: Bencher) {
+fn decoder_vllm_capture_per_stream(bencher: Bencher) {
     let mut events: Vec<&[u8]> = Vec::new();
     let mut rest = CAPTURE;
     while let Some(end) = memchr::memmem::find(rest, b"\n\n") {
@@ -124,17 +122,18 @@ fn meter_vllm_capture_per_stream(bencher: Bencher) {
     bencher
         .counter(ItemsCount::new(events.len()))
         .bench_local(|| {
-            let mut meter = Meter::new(chat_dialect(), Format::Sse, &limits, TextCount::Off);
+            let mut decoder =
+                ResponseDecoder::new(chat_dialect(), Format::Sse, &limits, TextCount::Off);
             let mut marks = Vec::new();
             for event in &events {
-                meter.feed(black_box(event), &mut marks);
+                decoder.feed(black_box(event), &mut marks);
             }
-            meter.finish(true, &mut marks);
+            decoder.finish(true, &mut marks);
             marks.len()
         });
 }
 
-/// What the response tap does per frame: meter, timeline, TTFT/ITL histogram observations.
+/// What the response tap does per frame: decoder, timeline, TTFT/ITL histogram observations.
 #[divan::bench]
 fn exchange_on_data_per_content_chunk(bencher: Bencher) {
     let config = Config::default();

@@ -2,7 +2,7 @@
 //! later stage or a leaf, never an earlier stage, and no two rooms import each other (directly or round
 //! a circle). Stages, in path order: `net` → `proxy` → `tap` → `decode` → `record`; leaves (`config`,
 //! `error`, `logging`) use only leaves. A room is a file or folder directly inside a stage folder
-//! (`decode/meter.rs`, `decode/dialect/`) or a leaf. Imports are read as text: every `crate::` path
+//! (`decode/response.rs`, `decode/dialect/`) or a leaf. Imports are read as text: every `crate::` path
 //! outside comments, `use crate::{a, b::c}` groups included. `docs/architecture.md` explains the rule.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,7 +22,7 @@ fn rank(top: &str) -> Option<usize> {
         .or_else(|| LEAVES.contains(&top).then_some(STAGES.len()))
 }
 
-/// The room a module path (`["decode", "meter", "Meter"]`) belongs to: `decode::meter`, or the leaf.
+/// The room a module path (`["decode", "response", "ResponseDecoder"]`) belongs to: `decode::response`, or the leaf.
 fn room(segments: &[String]) -> String {
     match segments {
         [top, second, ..] if STAGES.contains(&top.as_str()) => format!("{top}::{second}"),
@@ -281,7 +281,7 @@ fn no_two_rooms_import_each_other() {
 
 #[test]
 fn the_import_reader_finds_plain_grouped_and_nested_paths() {
-    let text = "use crate::decode::meter::{Format, Meter};\n\
+    let text = "use crate::decode::response::{Format, ResponseDecoder};\n\
                 use crate::{config::Config, tap::{RequestSeen, RequestTap}};\n\
                 // use crate::net::server;\n\
                 let x = crate::record::slo::judge(a); my_crate::net::x();\n";
@@ -289,12 +289,15 @@ fn the_import_reader_finds_plain_grouped_and_nested_paths() {
     assert_eq!(
         found,
         [
-            "decode::meter",
+            "decode::response",
             "config::Config",
             "tap",
             "record::slo::judge"
         ]
     );
-    assert_eq!(room(&segments_of("decode::meter::Meter")), "decode::meter");
+    assert_eq!(
+        room(&segments_of("decode::response::ResponseDecoder")),
+        "decode::response"
+    );
     assert_eq!(room(&segments_of("config::Config")), "config");
 }

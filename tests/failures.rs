@@ -1,5 +1,5 @@
 //! Failure answers: a dead or slow upstream gets a clear 502/504, a broken upstream stream breaks the
-//! client's stream too, and streams the meter cannot read are still forwarded whole. The in-flight gauge
+//! client's stream too, and streams the decoder cannot read are still forwarded whole. The in-flight gauge
 //! returns to 0 every time. (A client that leaves: `cancellation.rs`.)
 
 mod support;

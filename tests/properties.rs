@@ -1,5 +1,5 @@
 //! Property tests of the synchronous readers on the data path: the SSE framer, the JSON field scanner and
-//! the meter (framer + OpenAI dialect). The network cuts a body into frames anywhere; whatever the cut,
+//! the decoder (framer + OpenAI dialect). The network cuts a body into frames anywhere; whatever the cut,
 //! each of them must decode the same events, keep the same fields and give the same figures as when it
 //! is fed the whole body at once. Inputs mix well-formed OpenAI streams with the hostile cases: invalid
 //! JSON, non-UTF-8, NUL bytes, lone CR line endings, BOMs, events over the bound, plain garbage.
@@ -11,7 +11,7 @@ use support::streams::{cut, piece, splits, stream};
 use tokentap::config::Metering;
 use tokentap::decode::dialect::detect;
 use tokentap::decode::json_scan::FieldScanner;
-use tokentap::decode::meter::{Format, Meter};
+use tokentap::decode::response::{Format, ResponseDecoder};
 use tokentap::decode::sse::SseFramer;
 use tokentap::decode::tokenizer::TextCount;
 
@@ -32,7 +32,7 @@ fn frame_all(max: usize, frames: &[&[u8]]) -> (Events, bool, usize) {
     (events, false, most_held)
 }
 
-/// Everything the meter reports about one body: per-frame output counts summed, and what it learnt.
+/// Everything the decoder reports about one body: per-frame output counts summed, and what it learnt.
 #[derive(Debug, PartialEq)]
 struct Figures {
     outputs: u32,
@@ -43,31 +43,31 @@ struct Figures {
     error_event: bool,
 }
 
-fn meter(path: &str, streaming: bool, max_event_bytes: usize, frames: &[&[u8]]) -> Figures {
+fn decode(path: &str, streaming: bool, max_event_bytes: usize, frames: &[&[u8]]) -> Figures {
     let (_, dialect) = detect(path);
     let limits = Metering {
         max_event_bytes,
         model_scan_bytes: 4096,
     };
     let format = if streaming { Format::Sse } else { Format::Json };
-    let mut meter = Meter::new(
+    let mut decoder = ResponseDecoder::new(
         dialect.expect("an OpenAI path"),
         format,
         &limits,
         TextCount::Off,
     );
     let mut marks = Vec::new();
-    frames.iter().for_each(|f| meter.feed(f, &mut marks));
-    meter.finish(true, &mut marks);
+    frames.iter().for_each(|f| decoder.feed(f, &mut marks));
+    decoder.finish(true, &mut marks);
     let outputs = u32::try_from(marks.len()).unwrap_or(u32::MAX);
-    let obs = meter.observations();
+    let obs = decoder.observations();
     Figures {
         outputs,
         output_tokens: obs.output_tokens,
         input_tokens: obs.input_tokens,
         model: obs.model.clone(),
-        skipped: meter.skipped().map(|r| r.as_str()),
-        error_event: meter.saw_error_event(),
+        skipped: decoder.skipped().map(|r| r.as_str()),
+        error_event: decoder.saw_error_event(),
     }
 }
 
@@ -111,7 +111,7 @@ proptest! {
     ) {
         let path = if chat { "/v1/chat/completions" } else { "/v1/completions" };
         let frames = cut(&data, &points);
-        prop_assert_eq!(meter(path, true, max, &frames), meter(path, true, max, &[&data]));
+        prop_assert_eq!(decode(path, true, max, &frames), decode(path, true, max, &[&data]));
     }
 
     #[test]
@@ -132,8 +132,8 @@ proptest! {
             usage.1,
         );
         let frames = cut(body.as_bytes(), &points);
-        let whole = meter("/v1/chat/completions", false, max, &[body.as_bytes()]);
-        prop_assert_eq!(meter("/v1/chat/completions", false, max, &frames), whole);
+        let whole = decode("/v1/chat/completions", false, max, &[body.as_bytes()]);
+        prop_assert_eq!(decode("/v1/chat/completions", false, max, &frames), whole);
     }
 
     #[test]
@@ -171,17 +171,17 @@ fn meter_counts_tokens_and_keeps_the_skip_reason_whatever_else_the_frame_holds()
     let bad = b"data: {not json\n\n".as_slice();
     let whole = [token, bad].concat();
     let path = "/v1/chat/completions";
-    let one_frame = meter(path, true, 1024, &[&whole]);
-    assert_eq!(one_frame, meter(path, true, 1024, &[token, bad]));
+    let one_frame = decode(path, true, 1024, &[&whole]);
+    assert_eq!(one_frame, decode(path, true, 1024, &[token, bad]));
     assert_eq!(one_frame.outputs, 1);
     assert_eq!(one_frame.skipped, Some("malformed_event"));
     let huge = format!("data: {}\n\n", "x".repeat(2048));
     let whole = [token, huge.as_bytes()].concat();
-    assert_eq!(meter(path, true, 1024, &[&whole]).outputs, 1);
+    assert_eq!(decode(path, true, 1024, &[&whole]).outputs, 1);
     // And the reason is the first thing that went wrong, not the last one seen in the frame.
     let whole = [bad, huge.as_bytes()].concat();
     assert_eq!(
-        meter(path, true, 1024, &[&whole]).skipped,
+        decode(path, true, 1024, &[&whole]).skipped,
         Some("malformed_event")
     );
 }

@@ -1,5 +1,5 @@
 //! The whole proxy, property-tested: any stream (good or hostile events), cut into frames anywhere by the
-//! upstream, reaches the client byte-identical, and `/metrics` gives exactly the figures the meter gives
+//! upstream, reaches the client byte-identical, and `/metrics` gives exactly the figures the decoder gives
 //! for the same bytes fed at once. Each case starts a scripted upstream and tokentap on tokio's paused
 //! clock, so the pauses between frames are real frame boundaries yet cost no time.
 //! `PROPTEST_CASES` sets the number of cases (default 64).
@@ -11,10 +11,10 @@ use support::streams::{cut, splits, stream};
 use support::*;
 use tokentap::config::Metering;
 use tokentap::decode::dialect::detect;
-use tokentap::decode::meter::{Format, Meter};
+use tokentap::decode::response::{Format, ResponseDecoder};
 use tokentap::decode::tokenizer::TextCount;
 
-/// What the meter makes of the whole body at once: the reference the proxy's figures must match.
+/// What the decoder makes of the whole body at once: the reference the proxy's figures must match.
 struct Expected {
     outputs: u64,
     output_tokens: u64,
@@ -28,18 +28,18 @@ fn expected(path: &str, body: &[u8]) -> Expected {
         max_event_bytes: 1024,
         model_scan_bytes: 1 << 20,
     };
-    let mut meter = Meter::new(
+    let mut decoder = ResponseDecoder::new(
         detect(path).1.expect("dialect"),
         Format::Sse,
         &limits,
         TextCount::Off,
     );
     let mut marks = Vec::new();
-    meter.feed(body, &mut marks);
-    meter.finish(true, &mut marks);
+    decoder.feed(body, &mut marks);
+    decoder.finish(true, &mut marks);
     let outputs = marks.len() as u64;
-    let obs = meter.observations();
-    let skipped = meter.skipped().map(|r| r.as_str());
+    let obs = decoder.observations();
+    let skipped = decoder.skipped().map(|r| r.as_str());
     Expected {
         outputs,
         output_tokens: match skipped {
@@ -51,7 +51,7 @@ fn expected(path: &str, body: &[u8]) -> Expected {
             None => obs.input_tokens.unwrap_or(0),
         },
         skipped,
-        outcome: if meter.saw_error_event() {
+        outcome: if decoder.saw_error_event() {
             "upstream_error"
         } else {
             "ok"

@@ -1,4 +1,4 @@
-//! The meter on a streaming response of every API dialect (the SSE or NDJSON framer + that dialect's
+//! The decoder on a streaming response of every API dialect (the SSE or NDJSON framer + that dialect's
 //! event decoder), any bytes: it never panics and gives the same figures however the stream is cut.
 //! Input: 1 byte choosing the API and the event bound, 1 byte of split seed, then the stream.
 #![no_main]
@@ -6,7 +6,7 @@
 use libfuzzer_sys::fuzz_target;
 use tokentap::config::Metering;
 use tokentap::decode::dialect::detect;
-use tokentap::decode::meter::{Format, Meter};
+use tokentap::decode::response::{Format, ResponseDecoder};
 use tokentap::decode::tokenizer::TextCount;
 
 #[derive(Debug, PartialEq)]
@@ -30,7 +30,7 @@ const STREAMS: [(&str, Format); 7] = [
     ("/api/chat", Format::Ndjson),
 ];
 
-fn meter(path: &str, format: Format, max_event_bytes: usize, frames: &[&[u8]]) -> Figures {
+fn decode(path: &str, format: Format, max_event_bytes: usize, frames: &[&[u8]]) -> Figures {
     let (_, dialect) = detect(path);
     let Some(dialect) = dialect else {
         panic!("{path} has no dialect");
@@ -39,19 +39,19 @@ fn meter(path: &str, format: Format, max_event_bytes: usize, frames: &[&[u8]]) -
         max_event_bytes,
         model_scan_bytes: 4096,
     };
-    let mut meter = Meter::new(dialect, format, &limits, TextCount::Off);
+    let mut decoder = ResponseDecoder::new(dialect, format, &limits, TextCount::Off);
     let mut marks = Vec::new();
-    frames.iter().for_each(|f| meter.feed(f, &mut marks));
-    meter.finish(true, &mut marks);
+    frames.iter().for_each(|f| decoder.feed(f, &mut marks));
+    decoder.finish(true, &mut marks);
     let outputs = u32::try_from(marks.len()).unwrap_or(u32::MAX);
-    let obs = meter.observations();
+    let obs = decoder.observations();
     Figures {
         outputs,
         output_tokens: obs.output_tokens,
         input_tokens: obs.input_tokens,
         model: obs.model.clone(),
-        skipped: meter.skipped().map(|r| r.as_str()),
-        error_event: meter.saw_error_event(),
+        skipped: decoder.skipped().map(|r| r.as_str()),
+        error_event: decoder.saw_error_event(),
     }
 }
 
@@ -73,6 +73,6 @@ fuzz_target!(|data: &[u8]| {
     };
     let (path, format) = STREAMS[usize::from(mode % 7)];
     let max = 16 + usize::from(mode / 7) * 16;
-    let whole = meter(path, format, max, &[stream]);
-    assert_eq!(meter(path, format, max, &frames(stream, *seed)), whole);
+    let whole = decode(path, format, max, &[stream]);
+    assert_eq!(decode(path, format, max, &frames(stream, *seed)), whole);
 });

@@ -1,13 +1,14 @@
 //! Every dialect's fixture stream (tests/fixtures/<dialect>/, each with a README saying where its wire
-//! format comes from) fed to the meter whole, cut in two at every byte, and one byte at a time: the
+//! format comes from) fed to the decoder whole, cut in two at every byte, and one byte at a time: the
 //! output-bearing events, the usage, the model and the output text must be the same however the network
 //! cuts the stream.
 
 use crate::config::Metering;
 use crate::decode::dialect::{detect, EventOutput};
-use crate::decode::meter::{Format, Meter};
+use crate::decode::event::FramedEvent;
 use crate::decode::ndjson::NdjsonFramer;
-use crate::decode::sse::{SseEvent, SseFramer};
+use crate::decode::response::{Format, ResponseDecoder};
+use crate::decode::sse::SseFramer;
 use crate::decode::tokenizer::TextCount;
 
 struct Case {
@@ -89,26 +90,26 @@ fn cases() -> Vec<Case> {
 }
 
 /// (output-bearing events, output tokens, input tokens, model) after feeding `pieces`.
-fn meter(case: &Case, pieces: &[&[u8]]) -> (u32, Option<u64>, Option<u64>, Option<String>) {
+fn decode(case: &Case, pieces: &[&[u8]]) -> (u32, Option<u64>, Option<u64>, Option<String>) {
     let limits = Metering {
         max_event_bytes: 64 << 10,
         model_scan_bytes: 1 << 20,
     };
     let (_, dialect) = detect(case.path);
     let dialect = dialect.unwrap_or_else(|| panic!("{}: no dialect", case.path));
-    let mut meter = Meter::new(dialect, case.format, &limits, TextCount::Off);
+    let mut decoder = ResponseDecoder::new(dialect, case.format, &limits, TextCount::Off);
     let mut marks = Vec::new();
-    pieces.iter().for_each(|p| meter.feed(p, &mut marks));
-    meter.finish(true, &mut marks);
+    pieces.iter().for_each(|p| decoder.feed(p, &mut marks));
+    decoder.finish(true, &mut marks);
     let outputs = u32::try_from(marks.len()).unwrap_or(u32::MAX);
-    assert_eq!(meter.skipped(), None, "{}", case.file);
-    assert!(!meter.saw_error_event(), "{}", case.file);
+    assert_eq!(decoder.skipped(), None, "{}", case.file);
+    assert!(!decoder.saw_error_event(), "{}", case.file);
     assert!(
-        meter.ended(),
+        decoder.ended(),
         "{}: the terminal event was not seen",
         case.file
     );
-    let obs = meter.observations();
+    let obs = decoder.observations();
     (
         outputs,
         obs.output_tokens,
@@ -126,14 +127,24 @@ fn every_fixture_gives_the_same_figures_however_it_is_cut() {
             case.input_tokens,
             case.model.map(str::to_owned),
         );
-        assert_eq!(meter(&case, &[case.bytes]), expected, "{} whole", case.file);
+        assert_eq!(
+            decode(&case, &[case.bytes]),
+            expected,
+            "{} whole",
+            case.file
+        );
         for at in 0..=case.bytes.len() {
             let (a, b) = case.bytes.split_at(at);
-            assert_eq!(meter(&case, &[a, b]), expected, "{} cut at {at}", case.file);
+            assert_eq!(
+                decode(&case, &[a, b]),
+                expected,
+                "{} cut at {at}",
+                case.file
+            );
         }
         let bytes: Vec<&[u8]> = case.bytes.chunks(1).collect();
         assert_eq!(
-            meter(&case, &bytes),
+            decode(&case, &bytes),
             expected,
             "{} byte at a time",
             case.file
@@ -147,17 +158,13 @@ fn every_fixture_hands_its_output_text_to_the_tokenizer_buffer() {
         let (_, dialect) = detect(case.path);
         let mut dialect = dialect.unwrap_or_else(|| panic!("{}: no dialect", case.path));
         let (mut obs, mut text, mut choices) = (Default::default(), Vec::new(), Vec::new());
-        let mut on_event = |event: SseEvent<'_>| {
+        let mut on_event = |event: FramedEvent<'_>| {
             let mut output = EventOutput::new(Some(&mut text), &mut choices);
             dialect.on_event(&event, &mut obs, &mut output);
         };
         let fed = match case.format {
-            Format::Ndjson => NdjsonFramer::new(1 << 20).feed(case.bytes, |line| {
-                on_event(SseEvent {
-                    event: b"",
-                    data: line,
-                })
-            }),
+            Format::Ndjson => NdjsonFramer::new(1 << 20)
+                .feed(case.bytes, |line| on_event(FramedEvent::unnamed(line))),
             _ => SseFramer::new(1 << 20).feed(case.bytes, on_event),
         };
         assert_eq!(fed, Ok(()), "{}", case.file);
@@ -173,10 +180,11 @@ fn tgi_and_llamacpp_json_bodies_give_their_counts() {
     };
     let body = include_bytes!("../../tests/fixtures/tgi/generate.json");
     let (_, dialect) = detect("/generate");
-    let mut meter = Meter::new(dialect.expect("tgi"), Format::Json, &limits, TextCount::Off);
+    let mut decoder =
+        ResponseDecoder::new(dialect.expect("tgi"), Format::Json, &limits, TextCount::Off);
     let mut marks = Vec::new();
-    meter.feed(body, &mut marks);
-    meter.finish(true, &mut marks);
+    decoder.feed(body, &mut marks);
+    decoder.finish(true, &mut marks);
     assert!(marks.is_empty());
-    assert_eq!(meter.observations().output_tokens, Some(8));
+    assert_eq!(decoder.observations().output_tokens, Some(8));
 }

@@ -7,7 +7,7 @@
 //! the unfinished line, and once a line would exceed `max_line_bytes` it frees its buffer and refuses
 //! all further input ([`Overflow`]), so a broken stream costs no more than the bound.
 
-use crate::decode::sse::Overflow;
+use crate::decode::event::Overflow;
 
 /// Buffers whose capacity grew beyond this are shrunk once their content has been consumed.
 const SHRINK_ABOVE: usize = 16 * 1024;

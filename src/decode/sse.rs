@@ -10,34 +10,13 @@
 //! buffers and refuses all further input, so a hostile or broken stream costs no more than the bound.
 #![forbid(unsafe_code)]
 
-use std::fmt;
+use crate::decode::event::{FramedEvent, Overflow};
 
 /// Buffers whose capacity grew beyond this are shrunk once their content has been consumed.
 const SHRINK_ABOVE: usize = 16 * 1024;
 /// Capacity kept after such a shrink.
 const KEEP_CAPACITY: usize = 4 * 1024;
 const BOM: &[u8; 3] = b"\xEF\xBB\xBF";
-
-/// One dispatched event, borrowing the framer's buffers for the duration of the callback.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SseEvent<'a> {
-    /// Value of the event's last `event:` field; empty when the event had none.
-    pub event: &'a [u8],
-    /// The event's `data:` lines joined with LF, without the final LF.
-    pub data: &'a [u8],
-}
-
-/// A line or the accumulated event exceeded `max_event_bytes`; the framer (SSE or NDJSON) is poisoned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Overflow;
-
-impl fmt::Display for Overflow {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("stream line or event exceeds max_event_bytes")
-    }
-}
-
-impl std::error::Error for Overflow {}
 
 /// The event being assembled: data buffer and event type buffer.
 #[derive(Debug, Default)]
@@ -54,7 +33,7 @@ impl Pending {
     }
 
     /// Interprets one complete line (without its terminator).
-    fn line<F: FnMut(SseEvent<'_>)>(
+    fn line<F: FnMut(FramedEvent<'_>)>(
         &mut self,
         line: &[u8],
         max: usize,
@@ -91,10 +70,10 @@ impl Pending {
         Ok(())
     }
 
-    fn dispatch<F: FnMut(SseEvent<'_>)>(&mut self, on_event: &mut F) {
+    fn dispatch<F: FnMut(FramedEvent<'_>)>(&mut self, on_event: &mut F) {
         if !self.data.is_empty() {
             let data = self.data.strip_suffix(b"\n").unwrap_or(&self.data);
-            on_event(SseEvent {
+            on_event(FramedEvent {
                 event: &self.event,
                 data,
             });
@@ -147,7 +126,7 @@ impl SseFramer {
     pub fn feed(
         &mut self,
         bytes: &[u8],
-        mut on_event: impl FnMut(SseEvent<'_>),
+        mut on_event: impl FnMut(FramedEvent<'_>),
     ) -> Result<(), Overflow> {
         if self.poisoned {
             return Err(Overflow);
@@ -173,7 +152,7 @@ impl SseFramer {
         self.line.len().saturating_add(self.pending.held())
     }
 
-    fn feed_inner<F: FnMut(SseEvent<'_>)>(
+    fn feed_inner<F: FnMut(FramedEvent<'_>)>(
         &mut self,
         mut bytes: &[u8],
         on_event: &mut F,
@@ -194,7 +173,7 @@ impl SseFramer {
         self.process(bytes, on_event)
     }
 
-    fn process<F: FnMut(SseEvent<'_>)>(
+    fn process<F: FnMut(FramedEvent<'_>)>(
         &mut self,
         mut bytes: &[u8],
         on_event: &mut F,
@@ -272,7 +251,7 @@ mod tests {
         events
     }
 
-    fn no_event(e: SseEvent<'_>) {
+    fn no_event(e: FramedEvent<'_>) {
         panic!("unexpected event {e:?}");
     }
 

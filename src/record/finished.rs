@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::config::Ceilings;
 use crate::record::outcome::{End, Outcome};
-use crate::record::slo::{judge, Measured, Verdict};
+use crate::record::slo::{judge, Verdict};
 use crate::record::timeline::{Figures, Timeline};
 use crate::record::tokens::{output_tokens, Offered, TokenSource};
 
@@ -32,7 +32,7 @@ impl SkipReason {
     }
 }
 
-/// What the decoder hands over at the end of the body (`decode::meter::Meter::finish`): everything
+/// What the decoder hands over at the end of the body (`decode::response::ResponseDecoder::finish`): everything
 /// recorded from the decoding.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DecoderReport {
@@ -69,8 +69,9 @@ pub struct FinishedRecord {
     pub output_tokens: Option<u64>,
     pub token_source: Option<TokenSource>,
     pub input_tokens: Option<u64>,
-    /// What the SLO ceilings were judged on: the figures of an `ok` request, lower bounds otherwise.
-    pub measured: Measured,
+    /// What the SLO ceilings were judged on: `figures` with the stream figures only for a stream, and
+    /// for a request that did not end `ok`, TTFT and the largest gap as lower bounds and no TPOT.
+    pub judged: Figures,
     pub verdict: Verdict,
 }
 
@@ -113,23 +114,23 @@ pub fn conclude(
     });
     let figures = timeline.figures(end, counted.map_or(0, |c| c.0));
     let stream = |d: Option<std::time::Duration>| d.filter(|_| streaming);
-    let measured = if outcome == Outcome::Ok {
-        Measured {
+    let judged = if outcome == Outcome::Ok {
+        Figures {
             ttft: stream(figures.ttft),
             tpot: stream(figures.tpot),
-            itl: stream(figures.max_gap),
-            e2e: Some(figures.e2e),
+            max_gap: stream(figures.max_gap),
+            ..figures
         }
     } else {
         // Lower bounds of what the request had already waited when it broke off.
         let open_gap = timeline
             .last()
             .map(|last| end.saturating_duration_since(last));
-        Measured {
+        Figures {
             ttft: stream(figures.ttft.or(Some(figures.e2e))),
             tpot: None,
-            itl: stream(figures.max_gap.max(open_gap)),
-            e2e: Some(figures.e2e),
+            max_gap: stream(figures.max_gap.max(open_gap)),
+            ..figures
         }
     };
     let succeeded = outcome == Outcome::Ok && status.is_some_and(|s| s.is_success());
@@ -142,8 +143,8 @@ pub fn conclude(
         output_tokens: counted.map(|c| c.0),
         token_source: counted.map(|c| c.1),
         input_tokens: metered.and_then(|r| r.input_tokens),
-        verdict: judge(ceilings, &measured, succeeded),
-        measured,
+        verdict: judge(ceilings, &judged, succeeded),
+        judged,
     }
 }
 
@@ -200,7 +201,7 @@ mod tests {
         assert_eq!(record.figures.e2e, ms(300));
         // (300 - 100) / (3 - 1)
         assert_eq!(record.figures.tpot, Some(ms(100)));
-        assert_eq!(record.measured.itl, Some(ms(50)));
+        assert_eq!(record.judged.max_gap, Some(ms(50)));
         assert!(record.verdict.goodput);
         assert_eq!(record.slo(), "met");
     }
@@ -279,9 +280,9 @@ mod tests {
         let record = conclude(Some(&report), &tl, Outcome::Cancelled, end, OK, &ceilings);
         assert_eq!(record.output_tokens, Some(0));
         assert_eq!(record.token_source, Some(TokenSource::Chunks));
-        assert_eq!(record.measured.ttft, Some(ms(800)));
-        assert_eq!(record.measured.itl, None);
-        assert_eq!(record.measured.tpot, None);
+        assert_eq!(record.judged.ttft, Some(ms(800)));
+        assert_eq!(record.judged.max_gap, None);
+        assert_eq!(record.judged.tpot, None);
         assert_eq!(record.verdict.missed, vec![SloKind::Ttft]);
         assert!(!record.verdict.goodput);
         assert_eq!(record.slo(), "cancelled;missed:ttft");
@@ -303,12 +304,9 @@ mod tests {
         };
         let end = t0 + ms(1_150);
         let record = conclude(Some(&report), &tl, Outcome::Timeout, end, OK, &ceilings);
-        assert_eq!(record.measured.ttft, Some(ms(100)));
-        assert_eq!(record.measured.itl, Some(ms(1_000)));
-        assert_eq!(
-            record.measured.tpot, None,
-            "no TPOT for a request cut short"
-        );
+        assert_eq!(record.judged.ttft, Some(ms(100)));
+        assert_eq!(record.judged.max_gap, Some(ms(1_000)));
+        assert_eq!(record.judged.tpot, None, "no TPOT for a request cut short");
         assert_eq!(record.verdict.missed, vec![SloKind::Itl]);
         assert_eq!(record.slo(), "timeout;missed:itl");
     }
@@ -358,14 +356,14 @@ mod tests {
         assert!(!record.streaming);
         assert_eq!(record.output_tokens, None);
         assert_eq!(record.token_source, None);
-        assert_eq!(record.measured.ttft, None);
-        assert_eq!(record.measured.e2e, Some(ms(5)));
+        assert_eq!(record.judged.ttft, None);
+        assert_eq!(record.judged.e2e, ms(5));
         assert!(!record.verdict.goodput);
         assert_eq!(record.slo(), "not_2xx");
     }
 
     #[test]
-    fn a_skipped_meter_gives_no_tokens_and_no_stream_figures() {
+    fn a_skipped_decoder_gives_no_tokens_and_no_stream_figures() {
         let t0 = Instant::now();
         let tl = timeline(t0, &[(0, 100), (0, 900)]);
         let report = DecoderReport {
@@ -380,7 +378,7 @@ mod tests {
         assert!(!record.streaming);
         assert_eq!(record.skipped, Some(SkipReason::MalformedEvent));
         assert_eq!((record.output_tokens, record.input_tokens), (None, None));
-        assert_eq!(record.measured.itl, None);
+        assert_eq!(record.judged.max_gap, None);
         assert!(record.verdict.goodput);
     }
 
@@ -399,7 +397,7 @@ mod tests {
         let record = conclude(Some(&report), &tl, Outcome::Ok, t0 + ms(250), OK, &ceilings);
         assert_eq!(record.output_tokens, Some(12));
         assert_eq!(record.token_source, Some(TokenSource::Usage));
-        assert_eq!(record.measured.ttft, None);
+        assert_eq!(record.judged.ttft, None);
         assert_eq!(record.verdict.missed, vec![SloKind::E2e]);
         assert_eq!(record.slo(), "missed:e2e");
     }

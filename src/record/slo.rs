@@ -3,33 +3,15 @@
 //!
 //! A ceiling is missed when the measured value is above it (a value equal to the ceiling meets it, matching
 //! the histogram's `le` bucket). A ceiling whose figure does not exist for the request (TPOT or ITL with fewer
-//! than two tokens, TTFT of a non-streaming response) is met. For a request that failed or was cancelled, the
-//! exchange passes lower bounds (the time already waited), so a ceiling already exceeded is still counted
-//! as missed, and such a request is never goodput.
+//! than two tokens, TTFT of a non-streaming response) is met. The request is judged on the timeline's
+//! [`Figures`]; for a request that failed or was cancelled, `record::finished` passes them with lower
+//! bounds (the time already waited), so a ceiling already exceeded is still counted as missed, and such
+//! a request is never goodput.
 
 use std::time::Duration;
 
 use crate::config::{Ceilings, SloKind};
-
-/// The figures a request is judged on; `None` where the figure does not apply.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub struct Measured {
-    pub ttft: Option<Duration>,
-    pub tpot: Option<Duration>,
-    pub itl: Option<Duration>,
-    pub e2e: Option<Duration>,
-}
-
-impl Measured {
-    fn get(&self, kind: SloKind) -> Option<Duration> {
-        match kind {
-            SloKind::Ttft => self.ttft,
-            SloKind::Tpot => self.tpot,
-            SloKind::Itl => self.itl,
-            SloKind::E2e => self.e2e,
-        }
-    }
-}
+use crate::record::timeline::Figures;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Verdict {
@@ -59,11 +41,22 @@ impl Verdict {
     }
 }
 
-/// Judges a request. `succeeded`: outcome ok and a 2xx status.
-pub fn judge(ceilings: &Ceilings, measured: &Measured, succeeded: bool) -> Verdict {
+/// The figure a ceiling of `kind` is judged on: ITL is judged on the largest gap.
+fn figure(figures: &Figures, kind: SloKind) -> Option<Duration> {
+    match kind {
+        SloKind::Ttft => figures.ttft,
+        SloKind::Tpot => figures.tpot,
+        SloKind::Itl => figures.max_gap,
+        SloKind::E2e => Some(figures.e2e),
+    }
+}
+
+/// Judges a request on `figures` (a figure that is `None` does not apply and meets its ceiling).
+/// `succeeded`: outcome ok and a 2xx status.
+pub fn judge(ceilings: &Ceilings, figures: &Figures, succeeded: bool) -> Verdict {
     let missed: Vec<SloKind> = SloKind::ALL
         .into_iter()
-        .filter(|&kind| match (ceilings.get(kind), measured.get(kind)) {
+        .filter(|&kind| match (ceilings.get(kind), figure(figures, kind)) {
             (Some(ceiling), Some(value)) => value > ceiling,
             _ => false,
         })
@@ -91,11 +84,12 @@ mod tests {
 
     #[test]
     fn within_every_ceiling_is_goodput_and_equal_counts_as_met() {
-        let m = Measured {
+        let m = Figures {
             ttft: ms(500),
             tpot: ms(20),
-            itl: ms(250),
-            e2e: ms(900),
+            max_gap: ms(250),
+            e2e: Duration::from_millis(900),
+            ..Figures::default()
         };
         let v = judge(&ceilings(), &m, true);
         assert_eq!(
@@ -110,11 +104,12 @@ mod tests {
 
     #[test]
     fn each_missed_ceiling_is_listed_and_blocks_goodput() {
-        let m = Measured {
+        let m = Figures {
             ttft: ms(501),
             tpot: ms(20),
-            itl: ms(900),
-            e2e: ms(900),
+            max_gap: ms(900),
+            e2e: Duration::from_millis(900),
+            ..Figures::default()
         };
         let v = judge(&ceilings(), &m, true);
         assert_eq!(v.missed, vec![SloKind::Ttft, SloKind::Itl]);
@@ -127,24 +122,25 @@ mod tests {
 
     #[test]
     fn figures_that_do_not_apply_meet_their_ceiling() {
-        let m = Measured {
+        let m = Figures {
             ttft: None,
             tpot: None,
-            itl: None,
-            e2e: ms(100),
+            max_gap: None,
+            e2e: Duration::from_millis(100),
+            ..Figures::default()
         };
         assert!(judge(&ceilings(), &m, true).goodput);
     }
 
     #[test]
     fn failed_request_is_never_goodput_even_within_ceilings() {
-        let v = judge(&ceilings(), &Measured::default(), false);
+        let v = judge(&ceilings(), &Figures::default(), false);
         assert!(!v.goodput);
     }
 
     #[test]
     fn the_log_says_why_a_request_is_not_goodput() {
-        let within = judge(&Ceilings::default(), &Measured::default(), false);
+        let within = judge(&Ceilings::default(), &Figures::default(), false);
         assert_eq!(within.describe("cancelled", None), "cancelled");
         let not_found = Some(http::StatusCode::NOT_FOUND);
         assert_eq!(within.describe("ok", not_found), "not_2xx");
@@ -152,9 +148,9 @@ mod tests {
             within.describe("upstream_error", not_found),
             "upstream_error"
         );
-        let slow = Measured {
+        let slow = Figures {
             ttft: ms(900),
-            ..Measured::default()
+            ..Figures::default()
         };
         let v = judge(&ceilings(), &slow, false);
         assert_eq!(v.describe("timeout", None), "timeout;missed:ttft");
@@ -165,11 +161,12 @@ mod tests {
 
     #[test]
     fn absent_ceiling_is_never_missed() {
-        let m = Measured {
+        let m = Figures {
             ttft: ms(99_999),
             tpot: ms(99_999),
-            itl: ms(99_999),
-            e2e: ms(99_999),
+            max_gap: ms(99_999),
+            e2e: Duration::from_millis(99_999),
+            ..Figures::default()
         };
         assert!(judge(&Ceilings::default(), &m, true).goodput);
     }

@@ -35,8 +35,9 @@ pub enum Mark {
     ChoiceStart,
 }
 
-/// The whole-request figures at t_end. `None` where the formula does not apply.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The whole-request figures at t_end, and what the SLO ceilings are judged on (`record::slo`). `None`
+/// where the formula does not apply.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub struct Figures {
     pub e2e: Duration,
     pub ttft: Option<Duration>,

@@ -1,4 +1,4 @@
-//! One request/response exchange from t_arrive to t_end: the timeline, the meter and the labels of a
+//! One request/response exchange from t_arrive to t_end: the timeline, the decoder and the labels of a
 //! request, and the single place where a finished request is recorded: its outcome is classified
 //! (`record::outcome`), its record concluded (`record::finished`, pure) and written to the metrics and
 //! the log line here.
@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::config::{Metering, Slo};
 use crate::decode::dialect::Dialect;
-use crate::decode::meter::{Format, Meter};
+use crate::decode::response::{Format, ResponseDecoder};
 use crate::decode::tokenizer::{TextCount, Tokenizers};
 use crate::record::api::Api;
 use crate::record::finished::{conclude, t_end, FinishedRecord};
@@ -51,8 +51,8 @@ pub struct Exchange {
     timeline: Timeline,
     request_model: Arc<RequestSeen>,
     dialect: Option<Box<dyn Dialect>>,
-    meter: Option<Meter>,
-    /// The choice of each output the meter found in the frame being read; reused.
+    decoder: Option<ResponseDecoder>,
+    /// The choice of each output the decoder found in the frame being read; reused.
     marks: Vec<u32>,
     /// When the API's terminal event passed.
     ended: Option<Instant>,
@@ -86,7 +86,7 @@ impl Exchange {
             timeline: Timeline::new(arrive),
             request_model,
             dialect,
-            meter: None,
+            decoder: None,
             marks: Vec::new(),
             ended: None,
             status: None,
@@ -113,18 +113,18 @@ impl Exchange {
                     _ => TextCount::start(&self.context.tokenizers, self.request_model.get()),
                 };
                 let metering = &self.context.metering;
-                self.meter = Some(Meter::new(dialect, format, metering, text));
+                self.decoder = Some(ResponseDecoder::new(dialect, format, metering, text));
             }
         }
     }
 
     /// A response body frame is passing at `now`.
     pub fn on_data(&mut self, bytes: &[u8], now: Instant) {
-        let Some(meter) = self.meter.as_mut() else {
+        let Some(decoder) = self.decoder.as_mut() else {
             return;
         };
-        meter.feed(bytes, &mut self.marks);
-        if self.ended.is_none() && meter.ended() {
+        decoder.feed(bytes, &mut self.marks);
+        if self.ended.is_none() && decoder.ended() {
             self.ended = Some(now);
         }
         self.observe_marks(now);
@@ -153,11 +153,11 @@ impl Exchange {
     fn series(&mut self) -> &Series {
         let context = &self.context;
         let request_model = &self.request_model;
-        let meter = &self.meter;
+        let decoder = &self.decoder;
         let api = self.api;
         let confirmed = self.status.is_some_and(|s| s.is_success());
         self.series.get_or_insert_with(|| {
-            let response_model = meter
+            let response_model = decoder
                 .as_ref()
                 .and_then(|m| m.observations().model.as_deref());
             let model = request_model.get().or(response_model);
@@ -166,7 +166,7 @@ impl Exchange {
         })
     }
 
-    /// Ends the exchange as `end` at `now`: classifies the outcome, has the meter hand over its report,
+    /// Ends the exchange as `end` at `now`: classifies the outcome, has the decoder hand over its report,
     /// concludes the [`FinishedRecord`] and writes it out.
     fn finish(mut self, end: End, now: Instant) {
         self.in_flight.dec();
@@ -182,8 +182,8 @@ impl Exchange {
         let complete = classify(end, seen) == Outcome::Ok;
         let t_end = t_end(end, terminal_event, now);
         let mut report = None;
-        if let Some(meter) = self.meter.as_mut() {
-            report = Some(meter.finish(complete, &mut self.marks));
+        if let Some(decoder) = self.decoder.as_mut() {
+            report = Some(decoder.finish(complete, &mut self.marks));
             self.observe_marks(t_end);
         }
         let error_event = report.as_ref().is_some_and(|r| r.error_event);

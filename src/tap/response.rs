@@ -1,4 +1,4 @@
-//! The response body on its way to the client: every frame is timestamped and lent to the exchange's meter,
+//! The response body on its way to the client: every frame is timestamped and lent to the exchange's decoder,
 //! then returned unchanged. The exchange is finished exactly once, at the first of: the last frame, an
 //! upstream error (passed on, so the client's stream breaks too), the body being dropped unfinished
 //! (the client went away, which also drops the upstream response and so stops the model server), or a

@@ -23,8 +23,8 @@ use serde::Deserialize;
 
 use super::text::Text;
 use super::{Dialect, EventKind, EventOutput, Observations};
+use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
-use crate::decode::sse::SseEvent;
 
 /// The last cumulative value of each input field, summed when any changes.
 #[derive(Debug, Default)]
@@ -127,7 +127,7 @@ impl Anthropic {
 impl Dialect for Anthropic {
     fn on_event(
         &mut self,
-        event: &SseEvent<'_>,
+        event: &FramedEvent<'_>,
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {
@@ -245,10 +245,7 @@ mod tests {
         let mut obs = Observations::default();
         for data in events {
             let (mut text, mut choices) = (Vec::new(), Vec::new());
-            let event = SseEvent {
-                event: b"",
-                data: data.as_bytes(),
-            };
+            let event = FramedEvent::unnamed(data.as_bytes());
             let mut output = EventOutput::new(Some(&mut text), &mut choices);
             dialect.on_event(&event, &mut obs, &mut output);
         }

@@ -13,8 +13,8 @@ use serde::Deserialize;
 
 use super::text::Text;
 use super::{Dialect, EventKind, EventOutput, Observations};
+use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
-use crate::decode::sse::SseEvent;
 
 #[derive(Debug, Default)]
 pub struct LlamaCpp;
@@ -64,7 +64,7 @@ fn parse<T: serde::de::DeserializeOwned>(fields: &FieldScanner, key: &str) -> Op
 impl Dialect for LlamaCpp {
     fn on_event(
         &mut self,
-        event: &SseEvent<'_>,
+        event: &FramedEvent<'_>,
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {

@@ -6,7 +6,7 @@
 //! whether the API's terminal event has passed. What an output-bearing event produced goes into
 //! [`EventOutput`]: which choices it advanced (OpenAI's `n` > 1) and, when a tokenizer will count the
 //! request's output, its text (otherwise nothing is copied). A dialect never sees raw bytes and never
-//! decides timing: that is the meter's and the timeline's job. Adding an API means adding a module here
+//! decides timing: that is the decoder's and the timeline's job. Adding an API means adding a module here
 //! and a line in [`detect`].
 
 mod anthropic;
@@ -17,8 +17,8 @@ mod responses;
 mod text;
 mod tgi;
 
+use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
-use crate::decode::sse::SseEvent;
 use crate::record::api::Api;
 
 /// What one event meant for the request's timeline.
@@ -88,10 +88,7 @@ fn classify_choices(
     data: &str,
 ) -> (EventKind, Observations, String, Vec<u32>) {
     let (mut obs, mut copied, mut choices) = (Observations::default(), Vec::new(), Vec::new());
-    let event = SseEvent {
-        event: b"",
-        data: data.as_bytes(),
-    };
+    let event = FramedEvent::unnamed(data.as_bytes());
     let mut output = EventOutput::new(Some(&mut copied), &mut choices);
     let kind = dialect.on_event(&event, &mut obs, &mut output);
     (kind, obs, copied.join("|"), choices)
@@ -156,7 +153,7 @@ pub trait Dialect: Send {
     /// reports what an output-bearing event produced into `output`.
     fn on_event(
         &mut self,
-        event: &SseEvent<'_>,
+        event: &FramedEvent<'_>,
         obs: &mut Observations,
         output: &mut EventOutput<'_>,
     ) -> EventKind;

@@ -14,8 +14,8 @@ use serde::Deserialize;
 
 use super::text::Text;
 use super::{Dialect, EventKind, EventOutput, Observations};
+use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
-use crate::decode::sse::SseEvent;
 
 #[derive(Debug, Default)]
 pub struct Ollama;
@@ -69,7 +69,7 @@ fn parse_count(fields: &FieldScanner, key: &str) -> Option<u64> {
 impl Dialect for Ollama {
     fn on_event(
         &mut self,
-        event: &SseEvent<'_>,
+        event: &FramedEvent<'_>,
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {

@@ -5,7 +5,7 @@
 //! `reasoning_content` or `reasoning`, or any `tool_calls`/`function_call` entry; for text completions a
 //! non-empty `text`. Each such choice is marked by its `index`, so several choices (`n` > 1) are timed
 //! as their readers see them. Not output: the role-only first chunk vLLM sends before any token exists,
-//! the usage-only final chunk (`"choices":[]`), `[DONE]` (the terminal event, which the meter reads for
+//! the usage-only final chunk (`"choices":[]`), `[DONE]` (the terminal event, which the decoder reads for
 //! every dialect). Usage (`completion_tokens`, `prompt_tokens`, and
 //! `completion_tokens_details.reasoning_tokens`) is taken from whichever chunk carries it last (the
 //! final chunk with `stream_options.include_usage`, or every chunk with vLLM's continuous usage stats,
@@ -18,8 +18,8 @@ use serde::Deserialize;
 
 use super::text::Text;
 use super::{Dialect, EventKind, EventOutput, Observations};
+use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
-use crate::decode::sse::SseEvent;
 
 #[derive(Debug, Default)]
 pub struct OpenAi;
@@ -169,7 +169,7 @@ fn record_usage(usage: &Usage, obs: &mut Observations) {
 impl Dialect for OpenAi {
     fn on_event(
         &mut self,
-        event: &SseEvent<'_>,
+        event: &FramedEvent<'_>,
         obs: &mut Observations,
         output: &mut EventOutput<'_>,
     ) -> EventKind {

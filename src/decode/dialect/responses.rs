@@ -18,8 +18,8 @@ use serde::Deserialize;
 
 use super::text::Text;
 use super::{Dialect, EventKind, EventOutput, Observations};
+use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
-use crate::decode::sse::SseEvent;
 
 #[derive(Debug, Default)]
 pub struct Responses;
@@ -69,7 +69,7 @@ fn record_usage(usage: &Usage, obs: &mut Observations) {
 impl Dialect for Responses {
     fn on_event(
         &mut self,
-        event: &SseEvent<'_>,
+        event: &FramedEvent<'_>,
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {

@@ -15,8 +15,8 @@ use serde::Deserialize;
 
 use super::text::Text;
 use super::{Dialect, EventKind, EventOutput, Observations};
+use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
-use crate::decode::sse::SseEvent;
 
 #[derive(Debug, Default)]
 pub struct Tgi;
@@ -58,7 +58,7 @@ impl Details {
 impl Dialect for Tgi {
     fn on_event(
         &mut self,
-        event: &SseEvent<'_>,
+        event: &FramedEvent<'_>,
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {

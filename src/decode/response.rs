@@ -1,4 +1,4 @@
-//! The meter of one response body: frames the bytes that pass (SSE or NDJSON for streams, a top-level
+//! The decoder of one response body: frames the bytes that pass (SSE or NDJSON for streams, a top-level
 //! field scan for JSON bodies), hands each decoded event to the API dialect, and tells the exchange
 //! which output-bearing events a frame carried (one mark per event and choice) and whether the API's
 //! terminal event has passed. It only reads the bytes it is lent; forwarding never
@@ -12,9 +12,10 @@ use http::HeaderValue;
 
 use crate::config::Metering;
 use crate::decode::dialect::{Dialect, EventKind, EventOutput, Observations};
+use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
 use crate::decode::ndjson::NdjsonFramer;
-use crate::decode::sse::{SseEvent, SseFramer};
+use crate::decode::sse::SseFramer;
 use crate::decode::tokenizer::TextCount;
 use crate::record::finished::DecoderReport;
 pub use crate::record::finished::SkipReason;
@@ -81,7 +82,7 @@ struct Reading {
 
 impl Reading {
     /// Reads one event and appends a mark for each choice it carried output for.
-    fn event(&mut self, event: &SseEvent<'_>, marks: &mut Vec<u32>) {
+    fn event(&mut self, event: &FramedEvent<'_>, marks: &mut Vec<u32>) {
         if self.skipped.is_some() {
             return;
         }
@@ -110,12 +111,12 @@ impl Reading {
     }
 }
 
-pub struct Meter {
+pub struct ResponseDecoder {
     framing: Framing,
     reading: Reading,
 }
 
-impl Meter {
+impl ResponseDecoder {
     /// `text` says whether (and with which tokenizer) the output text is to be counted.
     pub fn new(
         dialect: Box<dyn Dialect>,
@@ -132,7 +133,7 @@ impl Meter {
                 limits.max_event_bytes,
             )),
         };
-        Meter {
+        ResponseDecoder {
             framing,
             reading: Reading {
                 dialect,
@@ -154,7 +155,7 @@ impl Meter {
     /// Reads one body frame and appends to `marks` the choice of each output it completed, in order
     /// (an event that advanced two choices leaves two marks).
     pub fn feed(&mut self, bytes: &[u8], marks: &mut Vec<u32>) {
-        let Meter { framing, reading } = self;
+        let ResponseDecoder { framing, reading } = self;
         if reading.skipped.is_some() {
             return;
         }
@@ -165,10 +166,7 @@ impl Meter {
             }
             Framing::Sse(framer) => framer.feed(bytes, |event| reading.event(&event, marks)),
             Framing::Ndjson(framer) => framer.feed(bytes, |line| {
-                let event = SseEvent {
-                    event: b"",
-                    data: line,
-                };
+                let event = FramedEvent::unnamed(line);
                 reading.event(&event, marks);
             }),
         };
@@ -183,7 +181,7 @@ impl Meter {
     /// Called once at the end of the body (`complete`: it ended normally). A JSON body's fields are
     /// read now, and an NDJSON stream's last line if it had no LF, whose outputs are appended to
     /// `marks`. An SSE body that held no event at all is reported as malformed here. Returns the
-    /// meter's [`DecoderReport`].
+    /// decoder's [`DecoderReport`].
     pub fn finish(&mut self, complete: bool, marks: &mut Vec<u32>) -> DecoderReport {
         self.flush(complete, marks);
         let streaming = self.is_streaming();
@@ -207,15 +205,12 @@ impl Meter {
     }
 
     fn flush(&mut self, complete: bool, marks: &mut Vec<u32>) {
-        let Meter { framing, reading } = self;
+        let ResponseDecoder { framing, reading } = self;
         match framing {
             Framing::Json(scanner) => reading.dialect.on_body(scanner, &mut reading.obs),
             Framing::Ndjson(framer) if complete && reading.skipped.is_none() => {
                 framer.finish(|line| {
-                    let event = SseEvent {
-                        event: b"",
-                        data: line,
-                    };
+                    let event = FramedEvent::unnamed(line);
                     reading.event(&event, marks);
                 });
             }
@@ -257,15 +252,15 @@ mod tests {
     use crate::decode::dialect::detect;
 
     /// Feeds a frame; the number of output marks it made.
-    fn feed(meter: &mut Meter, bytes: &[u8]) -> usize {
+    fn feed(decoder: &mut ResponseDecoder, bytes: &[u8]) -> usize {
         let mut marks = Vec::new();
-        meter.feed(bytes, &mut marks);
+        decoder.feed(bytes, &mut marks);
         marks.len()
     }
 
-    fn finish(meter: &mut Meter, complete: bool) -> usize {
+    fn finish(decoder: &mut ResponseDecoder, complete: bool) -> usize {
         let mut marks = Vec::new();
-        meter.finish(complete, &mut marks);
+        decoder.finish(complete, &mut marks);
         marks.len()
     }
 
@@ -276,25 +271,25 @@ mod tests {
         }
     }
 
-    /// A meter for the dialect of `path`, with the small test limits and no text counting.
-    fn meter_for(path: &str, format: Format) -> Meter {
+    /// A decoder for the dialect of `path`, with the small test limits and no text counting.
+    fn decoder_for(path: &str, format: Format) -> ResponseDecoder {
         let (_, dialect) = detect(path);
         let dialect = dialect.unwrap_or_else(|| panic!("no dialect for {path}"));
-        Meter::new(dialect, format, &limits(), TextCount::Off)
+        ResponseDecoder::new(dialect, format, &limits(), TextCount::Off)
     }
 
     #[test]
     fn counts_output_events_and_reads_usage_from_a_stream() {
-        let mut meter = meter_for("/v1/chat/completions", Format::Sse);
+        let mut decoder = decoder_for("/v1/chat/completions", Format::Sse);
         let role =
             "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
-        assert_eq!(feed(&mut meter, role.as_bytes()), 0);
+        assert_eq!(feed(&mut decoder, role.as_bytes()), 0);
         let two = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n";
-        assert_eq!(feed(&mut meter, two.as_bytes()), 2);
+        assert_eq!(feed(&mut decoder, two.as_bytes()), 2);
         let usage = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n";
-        assert_eq!(feed(&mut meter, usage.as_bytes()), 0);
-        assert_eq!(meter.observations().output_tokens, Some(2));
-        assert_eq!(meter.skipped(), None);
+        assert_eq!(feed(&mut decoder, usage.as_bytes()), 0);
+        assert_eq!(decoder.observations().output_tokens, Some(2));
+        assert_eq!(decoder.skipped(), None);
     }
 
     #[test]
@@ -305,36 +300,36 @@ mod tests {
             "/generate_stream",
             "/completion",
         ] {
-            let mut meter = meter_for(path, Format::Sse);
+            let mut decoder = decoder_for(path, Format::Sse);
             assert_eq!(
-                feed(&mut meter, b"event: ping\ndata:\n\ndata: [DONE]\n\n"),
+                feed(&mut decoder, b"event: ping\ndata:\n\ndata: [DONE]\n\n"),
                 0,
                 "{path}"
             );
-            assert_eq!(meter.skipped(), None, "{path}");
+            assert_eq!(decoder.skipped(), None, "{path}");
         }
     }
 
     #[test]
     fn done_ends_the_stream_in_every_dialect() {
         for path in ["/v1/chat/completions", "/v1/completions", "/v1/messages"] {
-            let mut meter = meter_for(path, Format::Sse);
-            feed(&mut meter, b"data: {\"choices\":[]}\n\n: ping\n\n");
-            assert!(!meter.ended(), "{path}");
-            feed(&mut meter, b"data: [DONE]\n\n");
-            assert!(meter.ended(), "{path}");
+            let mut decoder = decoder_for(path, Format::Sse);
+            feed(&mut decoder, b"data: {\"choices\":[]}\n\n: ping\n\n");
+            assert!(!decoder.ended(), "{path}");
+            feed(&mut decoder, b"data: [DONE]\n\n");
+            assert!(decoder.ended(), "{path}");
         }
     }
 
     #[test]
     fn oversized_event_switches_metering_off() {
-        let mut meter = meter_for("/v1/chat/completions", Format::Sse);
+        let mut decoder = decoder_for("/v1/chat/completions", Format::Sse);
         let big = format!("data: {}\n\n", "x".repeat(4096));
-        assert_eq!(feed(&mut meter, big.as_bytes()), 0);
-        assert_eq!(meter.skipped(), Some(SkipReason::EventTooLarge));
+        assert_eq!(feed(&mut decoder, big.as_bytes()), 0);
+        assert_eq!(decoder.skipped(), Some(SkipReason::EventTooLarge));
         assert_eq!(
             feed(
-                &mut meter,
+                &mut decoder,
                 b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"
             ),
             0
@@ -343,12 +338,12 @@ mod tests {
 
     #[test]
     fn reads_usage_from_a_json_body_at_the_end() {
-        let mut meter = meter_for("/v1/completions", Format::Json);
+        let mut decoder = decoder_for("/v1/completions", Format::Json);
         let body = br#"{"model":"m","choices":[{"text":"hi"}],"usage":{"prompt_tokens":5,"completion_tokens":9}}"#;
         let (a, b) = body.split_at(30);
-        assert_eq!(feed(&mut meter, a) + feed(&mut meter, b), 0);
-        finish(&mut meter, true);
-        let obs = meter.observations();
+        assert_eq!(feed(&mut decoder, a) + feed(&mut decoder, b), 0);
+        finish(&mut decoder, true);
+        let obs = decoder.observations();
         assert_eq!(
             (obs.input_tokens, obs.output_tokens, obs.model.as_deref()),
             (Some(5), Some(9), Some("m"))
@@ -370,36 +365,36 @@ mod tests {
     #[test]
     fn ndjson_last_line_without_lf_is_read_only_when_the_body_ended_normally() {
         let body = b"{\"model\":\"m\",\"response\":\"a\",\"done\":false}\n{\"model\":\"m\",\"response\":\"b\",\"done\":false}";
-        let mut meter = meter_for("/api/generate", Format::Ndjson);
-        assert_eq!(feed(&mut meter, body), 1);
-        assert_eq!(finish(&mut meter, true), 1);
-        let mut meter = meter_for("/api/generate", Format::Ndjson);
-        assert_eq!(feed(&mut meter, body), 1);
-        assert_eq!(finish(&mut meter, false), 0);
-        assert_eq!(meter.skipped(), None);
+        let mut decoder = decoder_for("/api/generate", Format::Ndjson);
+        assert_eq!(feed(&mut decoder, body), 1);
+        assert_eq!(finish(&mut decoder, true), 1);
+        let mut decoder = decoder_for("/api/generate", Format::Ndjson);
+        assert_eq!(feed(&mut decoder, body), 1);
+        assert_eq!(finish(&mut decoder, false), 0);
+        assert_eq!(decoder.skipped(), None);
     }
 
     #[test]
     fn a_stream_without_a_single_event_is_malformed() {
-        let mut meter = meter_for("/v1/chat/completions", Format::Sse);
+        let mut decoder = decoder_for("/v1/chat/completions", Format::Sse);
         assert_eq!(
             feed(
-                &mut meter,
+                &mut decoder,
                 b"{\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n"
             ),
             0
         );
-        finish(&mut meter, true);
-        assert_eq!(meter.skipped(), Some(SkipReason::MalformedEvent));
+        finish(&mut decoder, true);
+        assert_eq!(decoder.skipped(), Some(SkipReason::MalformedEvent));
         for quiet in [&b""[..], b": ping\n\n: ping\r\n\r\n: pi"] {
-            let mut meter = meter_for("/v1/chat/completions", Format::Sse);
-            feed(&mut meter, quiet);
-            finish(&mut meter, true);
-            assert_eq!(meter.skipped(), None);
+            let mut decoder = decoder_for("/v1/chat/completions", Format::Sse);
+            feed(&mut decoder, quiet);
+            finish(&mut decoder, true);
+            assert_eq!(decoder.skipped(), None);
         }
-        let mut meter = meter_for("/v1/chat/completions", Format::Sse);
-        feed(&mut meter, b": ping\n\n{\"error\":");
-        finish(&mut meter, true);
-        assert_eq!(meter.skipped(), Some(SkipReason::MalformedEvent));
+        let mut decoder = decoder_for("/v1/chat/completions", Format::Sse);
+        feed(&mut decoder, b": ping\n\n{\"error\":");
+        finish(&mut decoder, true);
+        assert_eq!(decoder.skipped(), Some(SkipReason::MalformedEvent));
     }
 }
