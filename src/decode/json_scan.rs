@@ -118,6 +118,11 @@ impl FieldScanner {
     /// The value decoded as a JSON string (handles escapes via serde_json); None if
     /// absent or not a string.
     pub fn string(&self, key: &str) -> Option<String> {
+        self.value(key)
+    }
+
+    /// The value decoded as a `T`; None if absent or not a `T`.
+    pub fn value<T: serde::de::DeserializeOwned>(&self, key: &str) -> Option<T> {
         serde_json::from_slice(self.raw(key)?).ok()
     }
 

@@ -57,10 +57,6 @@ fn record(
     );
 }
 
-fn parse<T: serde::de::DeserializeOwned>(fields: &FieldScanner, key: &str) -> Option<T> {
-    serde_json::from_slice(fields.raw(key)?).ok()
-}
-
 impl Dialect for LlamaCpp {
     fn on_event(
         &mut self,
@@ -95,10 +91,10 @@ impl Dialect for LlamaCpp {
 
     fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
         obs.model(fields.string("model").as_deref());
-        let timings: Option<Timings> = parse(fields, "timings");
+        let timings: Option<Timings> = fields.value("timings");
         let (predicted, evaluated) = (
-            parse(fields, "tokens_predicted"),
-            parse(fields, "tokens_evaluated"),
+            fields.value("tokens_predicted"),
+            fields.value("tokens_evaluated"),
         );
         record(timings.as_ref(), predicted, evaluated, obs);
     }

@@ -62,10 +62,6 @@ struct Function<'a> {
     name: Text<'a>,
 }
 
-fn parse_count(fields: &FieldScanner, key: &str) -> Option<u64> {
-    serde_json::from_slice(fields.raw(key)?).ok()
-}
-
 impl Dialect for Ollama {
     fn on_event(
         &mut self,
@@ -116,8 +112,8 @@ impl Dialect for Ollama {
     fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
         obs.model(fields.string("model").as_deref());
         obs.record(
-            parse_count(fields, "eval_count"),
-            parse_count(fields, "prompt_eval_count"),
+            fields.value("eval_count"),
+            fields.value("prompt_eval_count"),
         );
     }
 }
