@@ -182,10 +182,7 @@ impl Dialect for Anthropic {
 
     fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
         obs.model(fields.string("model").as_deref());
-        if let Some(usage) = fields
-            .raw("usage")
-            .and_then(|raw| serde_json::from_slice::<Usage>(raw).ok())
-        {
+        if let Some(usage) = fields.value::<Usage>("usage") {
             self.usage(&usage, true, obs);
         }
     }

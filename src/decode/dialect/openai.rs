@@ -205,10 +205,7 @@ impl Dialect for OpenAi {
         if let Some(model) = fields.string("model").filter(|m| !m.is_empty()) {
             obs.model = Some(model);
         }
-        if let Some(usage) = fields
-            .raw("usage")
-            .and_then(|raw| serde_json::from_slice::<Usage>(raw).ok())
-        {
+        if let Some(usage) = fields.value::<Usage>("usage") {
             record_usage(&usage, obs);
         }
     }

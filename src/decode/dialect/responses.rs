@@ -110,10 +110,7 @@ impl Dialect for Responses {
 
     fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
         obs.model(fields.string("model").as_deref());
-        if let Some(usage) = fields
-            .raw("usage")
-            .and_then(|raw| serde_json::from_slice::<Usage>(raw).ok())
-        {
+        if let Some(usage) = fields.value::<Usage>("usage") {
             record_usage(&usage, obs);
         }
     }

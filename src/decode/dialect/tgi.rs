@@ -94,10 +94,7 @@ impl Dialect for Tgi {
     }
 
     fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
-        if let Some(details) = fields
-            .raw("details")
-            .and_then(|raw| serde_json::from_slice::<Details>(raw).ok())
-        {
+        if let Some(details) = fields.value::<Details>("details") {
             details.record(obs);
         }
     }
