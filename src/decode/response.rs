@@ -196,6 +196,8 @@ impl ResponseDecoder {
             usage_output_tokens: obs.output_tokens,
             reasoning_tokens: obs.reasoning_tokens,
             input_tokens: obs.input_tokens,
+            cached_input_tokens: None,
+            server: Default::default(),
             tokenizer_count: if counts_text {
                 reading.text.finish()
             } else {

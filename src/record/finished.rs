@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::config::Ceilings;
 use crate::record::outcome::{End, Outcome};
+use crate::record::server::ServerTimings;
 use crate::record::slo::{judge, Verdict};
 use crate::record::timeline::{Figures, Timeline};
 use crate::record::tokens::{output_tokens, Offered, TokenSource};
@@ -50,6 +51,10 @@ pub struct DecoderReport {
     pub reasoning_tokens: Option<u64>,
     /// The server's input tokens.
     pub input_tokens: Option<u64>,
+    /// The input tokens the server reports as served from its prefix cache.
+    pub cached_input_tokens: Option<u64>,
+    /// The server's own timings, where it reports them.
+    pub server: ServerTimings,
     /// The tokenizer's count of the streamed output text; only counted for a stream without usage,
     /// the one case where it is used.
     pub tokenizer_count: Option<u64>,
@@ -69,6 +74,12 @@ pub struct FinishedRecord {
     pub output_tokens: Option<u64>,
     pub token_source: Option<TokenSource>,
     pub input_tokens: Option<u64>,
+    /// Reasoning tokens: the usage details' count where reported.
+    pub reasoning_tokens: Option<u64>,
+    /// Input tokens served from the server's prefix cache, as the server reports.
+    pub cached_input_tokens: Option<u64>,
+    /// The server's own timings, where it reports them.
+    pub server: ServerTimings,
     /// What the SLO ceilings were judged on: `figures` with the stream figures only for a stream, and
     /// for a request that did not end `ok`, TTFT and the largest gap as lower bounds and no TPOT.
     pub judged: Figures,
@@ -143,6 +154,9 @@ pub fn conclude(
         output_tokens: counted.map(|c| c.0),
         token_source: counted.map(|c| c.1),
         input_tokens: metered.and_then(|r| r.input_tokens),
+        reasoning_tokens: metered.and_then(|r| r.reasoning_tokens),
+        cached_input_tokens: metered.and_then(|r| r.cached_input_tokens),
+        server: metered.map(|r| r.server).unwrap_or_default(),
         verdict: judge(ceilings, &judged, succeeded),
         judged,
     }

@@ -41,6 +41,10 @@ pub enum Mark {
 pub struct Figures {
     pub e2e: Duration,
     pub ttft: Option<Duration>,
+    /// t_answer − t_arrive: the first output that is answer (text, refusal or tool call), not reasoning.
+    pub time_to_first_answer: Option<Duration>,
+    /// t_answer − t_first, when reasoning came before the answer.
+    pub reasoning_time: Option<Duration>,
     /// t_end − t_first.
     pub generation: Option<Duration>,
     /// (t_end − t_first) / (N/k − 1) for k choices with output, N/k ≥ 2.
@@ -119,6 +123,8 @@ impl Timeline {
         Figures {
             e2e,
             ttft,
+            time_to_first_answer: None,
+            reasoning_time: None,
             generation,
             tpot,
             output_tokens_per_second,
