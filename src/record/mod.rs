@@ -5,6 +5,7 @@ pub mod api;
 pub mod finished;
 pub mod metrics;
 pub mod outcome;
+pub mod request_record;
 pub mod server;
 pub mod slo;
 pub mod timeline;
