@@ -401,3 +401,42 @@ async fn a_first_answer_over_its_ceiling_is_a_violation_and_not_goodput_while_tt
         1.0
     );
 }
+
+#[cfg(feature = "tokenizer")]
+#[tokio::test(start_paused = true)]
+async fn without_reasoning_details_a_configured_tokenizer_counts_the_reasoning_text() {
+    const WORDS: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/tokenizer/words.json"
+    );
+    // Usage without completion_tokens_details (vLLM's default): the reasoning text is tokenized,
+    // apart from the answer. The test tokenizer makes a token of each word and punctuation mark.
+    let usage = r#"{"id":"c","object":"chat.completion.chunk","model":"m","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":6,"total_tokens":11}}"#;
+    let events = vec![
+        (100, chat_delta(r#"{"reasoning_content":"hello world,"}"#)),
+        (100, chat_delta(r#"{"reasoning_content":" hello"}"#)),
+        (100, chat_delta(r#"{"content":"world"}"#)),
+        (0, sse(usage)),
+        (0, "data: [DONE]\n\n".to_owned()),
+    ];
+    let yaml = format!("tokenizers:\n  m: {WORDS}\n");
+    let m = stream_with(
+        "/v1/chat/completions",
+        &chat_body(),
+        sse_head,
+        events,
+        &yaml,
+    )
+    .await;
+    assert_eq!(
+        m.get(REASONING_TOKENS, &labels("chat")),
+        4.0,
+        "hello world , hello"
+    );
+    assert_eq!(
+        m.get("tokentap_output_tokens_total", &labels("chat")),
+        6.0,
+        "usage"
+    );
+    assert_close(seconds(&m, REASONING, "chat").1, 0.2, "reasoning time");
+}
