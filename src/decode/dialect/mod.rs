@@ -130,9 +130,10 @@ fn classify_choices(
 }
 
 /// The output text of each choice so far, for a tokenizer to count: entry `2i` is choice `i`'s answer
-/// text and entry `2i + 1` its reasoning (choice 0 for APIs with one answer), at most 2 × ([`MAX_CHOICE`]
-/// + 1) entries. The choices are kept apart because their events interleave: tokenized as one text, one
-/// choice's words would run into another's; reasoning is kept apart so its tokens can be told.
+/// text and entry `2i + 1` its reasoning (choice 0 for APIs with one answer), so at most twice
+/// [`MAX_CHOICE`] plus 2 entries. The choices are kept apart because their events interleave: tokenized
+/// as one text, one choice's words would run into another's; reasoning is kept apart so its tokens can
+/// be told.
 pub type ChoiceTexts = Vec<String>;
 
 /// Whether entry `at` of [`ChoiceTexts`] is reasoning.
