@@ -3,6 +3,9 @@
 //! reported as `2γ^i/(γ + 1)`, within [`RELATIVE_ERROR`] (α) of every value in it. Count, sum, min and
 //! max are kept exactly, so the mean, the minimum and the maximum carry no error.
 //!
+//! While a sketch holds at most [`EXACT_UP_TO`] values it also keeps them, and its quantiles are exact;
+//! past that the kept values are dropped and the buckets answer.
+//!
 //! Memory does not grow with the number of values, only with their spread: one map entry per bucket
 //! that holds a value, at most [`MAX_BUCKETS`] between 1 ns and one day (values at or below 1 ns share
 //! one bucket reported as the minimum; larger values only add buckets slowly, 100 per factor of 2.7).
@@ -13,12 +16,16 @@ use std::collections::BTreeMap;
 pub const RELATIVE_ERROR: f64 = 0.005;
 /// The number of buckets that cover 1 ns to 86,400 s at [`RELATIVE_ERROR`].
 pub const MAX_BUCKETS: usize = 3_211;
+/// Up to this many values the quantiles are exact (8 KB of kept values at most).
+pub const EXACT_UP_TO: usize = 1_000;
 /// Values at or below this share the lowest bucket.
 const TINY: f64 = 1e-9;
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Sketch {
     buckets: BTreeMap<i32, u64>,
+    /// Every value while there are at most [`EXACT_UP_TO`]; emptied for good past that.
+    exact: Vec<f64>,
     tiny: u64,
     count: u64,
     sum: f64,
@@ -44,6 +51,11 @@ impl Sketch {
         }
         self.count += 1;
         self.sum += value;
+        if self.count as usize <= EXACT_UP_TO {
+            self.exact.push(value);
+        } else if !self.exact.is_empty() {
+            self.exact = Vec::new();
+        }
         if value <= TINY {
             self.tiny += 1;
         } else {
@@ -68,13 +80,23 @@ impl Sketch {
         (self.count > 0).then_some(self.max)
     }
 
-    /// The nearest-rank `q` quantile (the value at rank ⌈q·n⌉, at least 1), within
-    /// [`RELATIVE_ERROR`] of the exact one and never outside [min, max].
+    /// Whether [`Sketch::quantile`] is exact (at most [`EXACT_UP_TO`] values).
+    pub fn is_exact(&self) -> bool {
+        self.count as usize <= EXACT_UP_TO
+    }
+
+    /// The nearest-rank `q` quantile (the value at rank ⌈q·n⌉, at least 1): exact up to
+    /// [`EXACT_UP_TO`] values, then within [`RELATIVE_ERROR`] of it and never outside [min, max].
     pub fn quantile(&self, q: f64) -> Option<f64> {
         if self.count == 0 {
             return None;
         }
         let rank = ((q.clamp(0.0, 1.0) * self.count as f64).ceil() as u64).max(1);
+        if self.is_exact() {
+            let mut sorted = self.exact.clone();
+            sorted.sort_by(f64::total_cmp);
+            return sorted.get(rank as usize - 1).copied();
+        }
         let mut seen = self.tiny;
         if seen >= rank {
             return Some(self.min);
@@ -136,11 +158,26 @@ mod tests {
         for v in [0.3, 0.1, 0.2, 0.4] {
             sketch.add(v);
         }
-        // Ranks ⌈q·4⌉: p50 = the 2nd value, p90 and p99 = the 4th (the maximum, exact).
-        assert!(within(sketch.quantile(0.5).unwrap(), 0.2));
+        // Ranks ⌈q·4⌉: p50 = the 2nd value, p90 and p99 = the 4th, exactly.
+        assert_eq!(sketch.quantile(0.5), Some(0.2));
         assert_eq!(sketch.quantile(0.9), Some(0.4));
         assert_eq!(sketch.quantile(0.99), Some(0.4));
         assert_eq!(sketch.quantile(0.0), Some(0.1));
+    }
+
+    #[test]
+    fn exact_up_to_the_limit_then_the_kept_values_are_dropped() {
+        let mut sketch = Sketch::default();
+        for i in 1..=EXACT_UP_TO {
+            sketch.add(i as f64 * 0.001);
+        }
+        assert!(sketch.is_exact());
+        assert_eq!(sketch.quantile(0.5), Some(0.5));
+        sketch.add(2.0);
+        assert!(!sketch.is_exact());
+        assert!(sketch.exact.is_empty());
+        let p50 = sketch.quantile(0.5).unwrap();
+        assert!(within(p50, 0.501), "{p50}");
     }
 
     #[test]
