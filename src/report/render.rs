@@ -63,7 +63,7 @@ impl Table {
         line(&self.head, out);
         let rule: Vec<String> = (0..columns)
             .map(|i| match (style, i) {
-                (Style::Markdown, 0) => format!("{}", "-".repeat(widths[0])),
+                (Style::Markdown, 0) => "-".repeat(widths[0]),
                 (Style::Markdown, _) => format!("{}:", "-".repeat(widths[i] - 1)),
                 (Style::Terminal, _) => "-".repeat(widths[i]),
             })
