@@ -210,6 +210,20 @@ fn grouping_splits_the_records_and_rates_divide_by_the_whole_span() {
     assert_eq!(groups["qwen"]["request_count"], 2);
     close(&groups["qwen"]["request_throughput"], 2.0 / 9.0);
     assert_eq!(groups["llama"]["good_request_count"], 2);
+    // Every group shows the ceilings of the whole report, met or not.
+    let llama: Vec<(String, u64)> = groups["llama"]["attainment"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["ceiling"].as_str().unwrap().to_owned(),
+                a["met"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want = [("ttft", 3), ("tpot", 4), ("itl", 4)].map(|(k, n)| (k.to_owned(), n));
+    assert_eq!(llama, want);
     o.by = Some(By::Tenant);
     let doc = json(&o);
     let counts: Vec<(String, u64)> = doc["groups"]

@@ -111,16 +111,21 @@ fn per_second(n: u64, duration: Option<f64>) -> Option<f64> {
     duration.filter(|d| *d > 0.0).map(|d| n as f64 / d)
 }
 
-/// `summary` with its rates over `duration` (the whole report's span).
-pub fn summary(summary: &Summary, verdicts: &Verdicts, duration: Option<f64>) -> SummaryJson {
+/// `summary` with its rates over `duration` (the whole report's span) and the attainment of each of
+/// `ceilings` (the same list for every group).
+pub fn summary(
+    summary: &Summary,
+    ceilings: &[(String, Option<f64>)],
+    duration: Option<f64>,
+) -> SummaryJson {
     let metrics = Figure::ALL
         .into_iter()
         .filter(|&f| summary.sketch(f).count() > 0)
         .map(|f| (f.tag(), stats(summary, f)))
         .collect();
-    let attainment = summary
-        .ceilings(verdicts)
-        .into_iter()
+    let attainment = ceilings
+        .iter()
+        .cloned()
         .map(|(ceiling, limit_s)| {
             let missed = summary.missed.get(&ceiling).copied().unwrap_or(0);
             let met = summary.requests - missed;
@@ -165,6 +170,7 @@ pub fn summary(summary: &Summary, verdicts: &Verdicts, duration: Option<f64>) ->
 
 pub fn side<'a>(report: &Report, input: &'a InputStats) -> Side<'a> {
     let duration = report.duration();
+    let ceilings = report.total.ceilings(&report.verdicts);
     let slo = match &report.verdicts {
         Verdicts::Recorded => serde_json::Value::from("recorded"),
         Verdicts::WhatIf(c) => {
@@ -182,11 +188,11 @@ pub fn side<'a>(report: &Report, input: &'a InputStats) -> Side<'a> {
         records_without_time: report.bad_start,
         slo,
         by: report.by.map(|b| b.as_str()),
-        total: summary(&report.total, &report.verdicts, duration),
+        total: summary(&report.total, &ceilings, duration),
         groups: report
             .groups
             .iter()
-            .map(|(name, s)| (name.clone(), summary(s, &report.verdicts, duration)))
+            .map(|(name, s)| (name.clone(), summary(s, &ceilings, duration)))
             .collect(),
     }
 }

@@ -464,11 +464,7 @@ pub fn compare(before: &Side, after: &Side, style: Style) -> String {
             .filter(|k| !before.groups.contains_key(*k)),
     );
     names.sort();
-    let empty = crate::report::json::summary(
-        &Default::default(),
-        &crate::report::summary::Verdicts::Recorded,
-        None,
-    );
+    let empty = crate::report::json::summary(&Default::default(), &[], None);
     for name in names {
         title(&group_name(before, Some(name)), style, &mut out);
         let b = before.groups.get(name).unwrap_or(&empty);

@@ -228,7 +228,8 @@ impl Summary {
     }
 
     /// The ceilings to show attainment for, in the config's order: the what-if ones, or those the
-    /// records name as missed (a configured ceiling no request missed is not in the records).
+    /// records name as missed (a configured ceiling no request missed is not in the records). A
+    /// report asks its total, and shows the same list for every group.
     pub fn ceilings(&self, verdicts: &Verdicts) -> Vec<(String, Option<f64>)> {
         match verdicts {
             Verdicts::WhatIf(c) => SloKind::ALL
