@@ -114,6 +114,13 @@ def sdk(suite, usage, n):
     source = "usage" if usage else "tokenizer"
     suite.exact(group, f"token_source={source}", t.get("tokentap_output_token_source_total", token_source=source), len(seen))
     suite.outcomes(group, t, sum(s.stream for s in seen))
+    if usage and n == 1:
+        # vLLM's per-request `metrics` in every OpenAI answer of the group: chat and completions
+        # bodies and usage chunks, Responses bodies and `response.completed` (not /v1/messages).
+        openai_answers = sum(not s.name.startswith("anthropic") for s in seen)
+        server = sum(t.get("tokentap_server_time_to_first_token_seconds_count", api=api)
+                     for api in ("chat", "completions", "responses"))
+        suite.exact(group, "answers with vLLM's own timings", server, openai_answers)
 
 
 def random_text(suite):
