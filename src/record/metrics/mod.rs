@@ -24,8 +24,10 @@ mod bound;
 mod labels;
 mod scrape;
 
+pub use bound::SeriesBound;
 pub use labels::{
-    status_label, status_labels, Lookup, ModelLabels, OTHER_MODEL, UNADMITTED_MODEL, UNKNOWN_MODEL,
+    status_label, status_labels, Lookup, ModelLabels, NO_TENANT, OTHER_MODEL, UNADMITTED_MODEL,
+    UNKNOWN_MODEL,
 };
 
 pub struct Metrics {
@@ -50,7 +52,12 @@ pub struct Metrics {
     retired: IntCounter,
     scrapes: scrape::Coalesce,
     pub models: ModelLabels,
+    /// The `tenant` label values, when `tenants:` is configured.
+    pub tenants: Option<ModelLabels>,
     pub refusals: Refusals,
+    /// The request_log writer's counters, when `request_log:` is configured.
+    pub records: Option<crate::logging::records::RecordCounters>,
+    bound: SeriesBound,
 }
 
 /// What tokentap's own limits turned away before a request could be counted, or instead of
@@ -99,6 +106,8 @@ impl Refusals {
 #[derive(Clone)]
 pub struct Series {
     pub model: Arc<str>,
+    /// The `tenant` label value, when `tenants:` is configured.
+    pub tenant: Option<Arc<str>>,
     pub api: Api,
     pub e2e: Histogram,
     pub goodput: IntCounter,
@@ -120,18 +129,33 @@ pub struct TokenSeries {
 }
 
 const MODEL_API: &[&str] = &["model", "api"];
+const MODEL_API_TENANT: &[&str] = &["model", "api", "tenant"];
 
 impl Metrics {
     pub fn new(config: &Config) -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
-        let histogram = |name: &str,
-                         help: &str,
-                         buckets: Vec<f64>|
+        // The families that carry the `tenant` label, when there is one.
+        let by_tenant = if config.tenants.is_some() {
+            MODEL_API_TENANT
+        } else {
+            MODEL_API
+        };
+        let requests_labels: &[&str] = if config.tenants.is_some() {
+            &["model", "api", "status", "outcome", "tenant"]
+        } else {
+            &["model", "api", "status", "outcome"]
+        };
+        let labelled = |name: &str,
+                        help: &str,
+                        buckets: Vec<f64>,
+                        labels: &[&str]|
          -> Result<HistogramVec, prometheus::Error> {
-            let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), MODEL_API)?;
+            let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)?;
             registry.register(Box::new(h.clone()))?;
             Ok(h)
         };
+        let histogram =
+            |name: &str, help: &str, buckets: Vec<f64>| labelled(name, help, buckets, MODEL_API);
         let counter =
             |name: &str, help: &str, labels: &[&str]| -> Result<IntCounterVec, prometheus::Error> {
                 let c = IntCounterVec::new(Opts::new(name, help), labels)?;
@@ -139,10 +163,11 @@ impl Metrics {
                 Ok(c)
             };
         let boundaries = bound::Boundaries::of(config);
-        let ttft = histogram(
+        let ttft = labelled(
             "tokentap_time_to_first_token_seconds",
             "Time from the request head arriving to the first output-bearing chunk (TTFT).",
             boundaries.ttft.clone(),
+            by_tenant,
         )?;
         let itl = histogram(
             "tokentap_inter_token_latency_seconds",
@@ -154,10 +179,11 @@ impl Metrics {
             "Per-request (E2E - TTFT) / (output tokens - 1), requests with at least 2 output tokens (TPOT).",
             boundaries.tpot.clone(),
         )?;
-        let e2e = histogram(
+        let e2e = labelled(
             "tokentap_e2e_request_latency_seconds",
             "Time from the request head arriving to the end of the response body, completed requests.",
             boundaries.e2e.clone(),
+            by_tenant,
         )?;
         let generation = histogram(
             "tokentap_token_generation_time_seconds",
@@ -177,7 +203,7 @@ impl Metrics {
         let requests = counter(
             "tokentap_requests_total",
             "Finished requests by HTTP status and outcome (ok, cancelled, upstream_error, timeout).",
-            &["model", "api", "status", "outcome"],
+            requests_labels,
         )?;
         let input_tokens = counter(
             "tokentap_input_tokens_total",
@@ -192,7 +218,7 @@ impl Metrics {
         let goodput = counter(
             "tokentap_goodput_requests_total",
             "Requests that ended ok with a 2xx status and met every configured SLO ceiling.",
-            MODEL_API,
+            by_tenant,
         )?;
         let slo_violations = counter(
             "tokentap_slo_violations_total",
@@ -219,6 +245,12 @@ impl Metrics {
         registry.register(Box::new(in_flight.clone()))?;
         registry.register(Box::new(crate::logging::DroppedLinesCollector::new()?))?;
         let refusals = Refusals::register(&registry)?;
+        let records = match &config.request_log {
+            Some(_) => Some(crate::logging::records::RecordCounters::register(
+                &registry,
+            )?),
+            None => None,
+        };
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }
@@ -232,6 +264,10 @@ impl Metrics {
             config.metrics.model_idle,
             config.slo.models.keys().map(String::as_str),
         );
+        let tenants = config.tenants.as_ref().map(|t| {
+            let pinned = config.slo.tenants.keys().map(String::as_str);
+            ModelLabels::for_tenants(t.max, config.metrics.model_idle, pinned)
+        });
         let limit = gauge(
             bound::LIMIT,
             "The most series this process can ever export, from max_models, the API, status and outcome \
@@ -261,7 +297,15 @@ impl Metrics {
             .flat_map(|family| family.get_metric())
             .filter(|metric| metric.get_label().is_empty())
             .count();
-        limit.set(boundaries.series_limit(&config.slo, models.max_values(), unlabelled));
+        let tenant_values = tenants.as_ref().map_or(1, ModelLabels::max_values);
+        let bound = boundaries.series_limit(
+            &config.slo,
+            models.max_values(),
+            tenant_values,
+            unlabelled,
+            records.is_some(),
+        );
+        limit.set(bound.total);
         Ok(Metrics {
             registry,
             ttft,
@@ -284,7 +328,29 @@ impl Metrics {
             retired,
             scrapes: scrape::Coalesce::default(),
             models,
+            tenants,
             refusals,
+            records,
+            bound,
+        })
+    }
+
+    /// The most series this process can export, and how that figure is made.
+    pub fn bound(&self) -> &SeriesBound {
+        &self.bound
+    }
+
+    /// The `tenant` label for a request's tenant (`None`: it named none), `confirmed` when the upstream
+    /// answered 2xx; `None` when `tenants:` is not configured. Capped and admitted as the model is.
+    pub fn tenant_label(&self, tenant: Option<&str>, confirmed: bool) -> Option<Arc<str>> {
+        let tenants = self.tenants.as_ref()?;
+        Some(match tenants.lookup(tenant, confirmed) {
+            Lookup::Label(label) => label,
+            Lookup::Full if self.retire_idle() == 0 => tenants.overflow(),
+            Lookup::Full => match tenants.lookup(tenant, confirmed) {
+                Lookup::Label(label) => label,
+                Lookup::Full => tenants.overflow(),
+            },
         })
     }
 
@@ -302,9 +368,22 @@ impl Metrics {
     }
 
     pub fn series(&self, model: Arc<str>, api: Api) -> Series {
+        self.series_of(model, None, api)
+    }
+
+    /// A request's series with its `tenant` label (from [`Metrics::tenant_label`]); with `tenants:`
+    /// configured, `None` is the `none` tenant.
+    pub fn series_of(&self, model: Arc<str>, tenant: Option<Arc<str>>, api: Api) -> Series {
+        let tenant = (self.tenants.as_ref()).map(|t| tenant.unwrap_or_else(|| t.none()));
         let labels = [&*model, api.as_str()];
+        let with_tenant = [&*model, api.as_str(), tenant.as_deref().unwrap_or("")];
+        let by_tenant: &[&str] = if tenant.is_some() {
+            &with_tenant
+        } else {
+            &labels
+        };
         let tokens = (api != Api::Other).then(|| TokenSeries {
-            ttft: self.ttft.with_label_values(&labels),
+            ttft: self.ttft.with_label_values(by_tenant),
             itl: self.itl.with_label_values(&labels),
             tpot: self.tpot.with_label_values(&labels),
             generation: self.generation.with_label_values(&labels),
@@ -314,10 +393,11 @@ impl Metrics {
             output_tokens: self.output_tokens.with_label_values(&labels),
         });
         Series {
-            e2e: self.e2e.with_label_values(&labels),
-            goodput: self.goodput.with_label_values(&labels),
+            e2e: self.e2e.with_label_values(by_tenant),
+            goodput: self.goodput.with_label_values(by_tenant),
             tokens,
             model,
+            tenant,
             api,
         }
     }
@@ -325,21 +405,31 @@ impl Metrics {
     /// Retires the model names idle for `metrics.model_idle` (and not in use): each one's series are
     /// removed from every family, and its place under `max_models` is free again.
     pub fn retire_idle(&self) -> usize {
-        let retired = self.models.retire(|names| {
-            purge(&self.ttft, names);
-            purge(&self.itl, names);
-            purge(&self.tpot, names);
-            purge(&self.e2e, names);
-            purge(&self.generation, names);
-            purge(&self.tokens_per_second, names);
-            purge(&self.max_gap, names);
-            purge(&self.requests, names);
-            purge(&self.input_tokens, names);
-            purge(&self.output_tokens, names);
-            purge(&self.goodput, names);
-            purge(&self.slo_violations, names);
-            purge(&self.token_source, names);
+        let m = "model";
+        let mut retired = self.models.retire(|names| {
+            purge(&self.ttft, m, names);
+            purge(&self.itl, m, names);
+            purge(&self.tpot, m, names);
+            purge(&self.e2e, m, names);
+            purge(&self.generation, m, names);
+            purge(&self.tokens_per_second, m, names);
+            purge(&self.max_gap, m, names);
+            purge(&self.requests, m, names);
+            purge(&self.input_tokens, m, names);
+            purge(&self.output_tokens, m, names);
+            purge(&self.goodput, m, names);
+            purge(&self.slo_violations, m, names);
+            purge(&self.token_source, m, names);
         });
+        if let Some(tenants) = &self.tenants {
+            let t = "tenant";
+            retired += tenants.retire(|names| {
+                purge(&self.ttft, t, names);
+                purge(&self.e2e, t, names);
+                purge(&self.requests, t, names);
+                purge(&self.goodput, t, names);
+            });
+        }
         if retired > 0 {
             self.retired.inc_by(retired as u64);
             tracing::debug!(retired, "idle model labels retired");
@@ -353,9 +443,20 @@ impl Metrics {
 
     /// Counts a finished request (`status` from [`status_label`]); its model name was in use until now.
     pub fn count_request(&self, series: &Series, status: &str, outcome: &str) {
-        self.requests
-            .with_label_values(&[&*series.model, series.api.as_str(), status, outcome])
-            .inc();
+        let (model, api) = (&*series.model, series.api.as_str());
+        match &series.tenant {
+            Some(tenant) => {
+                let labels = [model, api, status, outcome, tenant];
+                self.requests.with_label_values(&labels).inc();
+                if let Some(tenants) = &self.tenants {
+                    tenants.touch(tenant);
+                }
+            }
+            None => self
+                .requests
+                .with_label_values(&[model, api, status, outcome])
+                .inc(),
+        }
         self.models.touch(&series.model);
     }
 
@@ -378,8 +479,8 @@ impl Metrics {
     }
 }
 
-/// Removes every series of `family` whose `model` label is one of `names`.
-fn purge<T: MetricVecBuilder>(family: &MetricVec<T>, names: &HashSet<Arc<str>>) {
+/// Removes every series of `family` whose `label` is one of `names`.
+fn purge<T: MetricVecBuilder>(family: &MetricVec<T>, label: &str, names: &HashSet<Arc<str>>) {
     for gathered in family.collect() {
         for metric in gathered.get_metric() {
             let labels: std::collections::HashMap<&str, &str> = metric
@@ -387,7 +488,7 @@ fn purge<T: MetricVecBuilder>(family: &MetricVec<T>, names: &HashSet<Arc<str>>) 
                 .iter()
                 .map(|pair| (pair.name(), pair.value()))
                 .collect();
-            if labels.get("model").is_some_and(|m| names.contains(*m)) {
+            if labels.get(label).is_some_and(|m| names.contains(*m)) {
                 // Err only when the series is already gone.
                 let _ = family.remove(&labels);
             }
