@@ -519,44 +519,134 @@ mod tests {
         limit.map_or(0, |f| f.get_metric()[0].get_gauge().get_value() as i64)
     }
 
-    /// Every label value each family can take, for every model value and API: the page then holds exactly
-    /// the series limit, so the limit is neither too low (a bound that lies) nor loose.
-    #[test]
-    fn every_combination_of_label_values_fills_exactly_the_series_limit() {
-        let yaml = "max_models: 2\nslo: {e2e: 30s, ttft: 1s}\nbuckets: {ttft: [0.5], itl: [0.1], tpot: [0.1], e2e: [1, 10], output_tokens_per_second: [10]}";
-        let config = Config::from_yaml_str(yaml).unwrap();
-        let metrics = Metrics::new(&config).unwrap();
+    /// Counts every label value each family can take, for every model (and tenant) value and API.
+    fn fill_every_combination(metrics: &Metrics, tenants: &[Option<&str>]) {
         let outcomes = ["ok", "cancelled", "upstream_error", "timeout"];
         let sources = ["usage", "usage_corrected", "tokenizer", "chunks"];
         let reasons = ["event_too_large", "malformed_event"];
         let names = [Some("a"), Some("b"), Some("c"), None, Some("bad\n")];
         for (name, confirmed) in names.iter().flat_map(|n| [(n, true), (n, false)]) {
-            let label = metrics.model_label(*name, confirmed);
-            for api in Api::ALL {
-                let series = metrics.series(label.clone(), api);
-                for (status, outcome) in status_labels().flat_map(|s| outcomes.map(|o| (s, o))) {
-                    metrics.count_request(&series, status, outcome);
-                }
-                let kinds = match api {
-                    Api::Other => &[SloKind::E2e][..],
-                    _ => &[SloKind::E2e, SloKind::Ttft][..],
-                };
-                for &kind in kinds {
-                    metrics.count_violation(&series, kind);
-                }
-                if api != Api::Other {
-                    for source in sources {
-                        metrics.count_token_source(&series, source);
+            for (tenant, tenant_confirmed) in tenants.iter().flat_map(|t| [(t, true), (t, false)]) {
+                let label = metrics.model_label(*name, confirmed);
+                let tenant = metrics.tenant_label(*tenant, tenant_confirmed);
+                for api in Api::ALL {
+                    let series = metrics.series_of(label.clone(), tenant.clone(), api);
+                    series.e2e.observe(1.0);
+                    series.goodput.inc();
+                    if let Some(t) = &series.tokens {
+                        t.ttft.observe(1.0);
                     }
-                    for reason in reasons {
-                        metrics.count_metering_skipped(api, reason);
+                    for (status, outcome) in status_labels().flat_map(|s| outcomes.map(|o| (s, o)))
+                    {
+                        metrics.count_request(&series, status, outcome);
+                    }
+                    let kinds = match api {
+                        Api::Other => &[SloKind::E2e][..],
+                        _ => &[SloKind::E2e, SloKind::Ttft][..],
+                    };
+                    for &kind in kinds {
+                        metrics.count_violation(&series, kind);
+                    }
+                    if api != Api::Other {
+                        for source in sources {
+                            metrics.count_token_source(&series, source);
+                        }
+                        for reason in reasons {
+                            metrics.count_metering_skipped(api, reason);
+                        }
                     }
                 }
             }
         }
+    }
+
+    /// The page then holds exactly the series limit, so the limit is neither too low (a bound that
+    /// lies) nor loose.
+    #[test]
+    fn every_combination_of_label_values_fills_exactly_the_series_limit() {
+        let yaml = "max_models: 2\nslo: {e2e: 30s, ttft: 1s}\nbuckets: {ttft: [0.5], itl: [0.1], tpot: [0.1], e2e: [1, 10], output_tokens_per_second: [10]}";
+        let config = Config::from_yaml_str(yaml).unwrap();
+        let metrics = Metrics::new(&config).unwrap();
+        fill_every_combination(&metrics, &[None]);
         // a, b, unknown, other, unadmitted.
         assert_eq!(metrics.models.max_values(), 5);
         assert_eq!(page_series(&metrics), limit(&metrics));
+    }
+
+    #[test]
+    fn with_tenants_and_records_every_combination_fills_exactly_the_series_limit() {
+        let yaml = "max_models: 2\nslo: {e2e: 30s, ttft: 1s}\nbuckets: {ttft: [0.5], itl: [0.1], tpot: [0.1], e2e: [1, 10], output_tokens_per_second: [10]}\ntenants: {header: x-tenant, max: 2}\nrequest_log: {path: /dev/null}";
+        let config = Config::from_yaml_str(yaml).unwrap();
+        let metrics = Metrics::new(&config).unwrap();
+        let tenants = [Some("x"), Some("y"), Some("z"), None, Some("bad\r")];
+        fill_every_combination(&metrics, &tenants);
+        // x, y, none, other, unadmitted.
+        assert_eq!(metrics.bound().tenants, 5);
+        assert_eq!(page_series(&metrics), limit(&metrics));
+        let plain = Metrics::new(
+            &Config::from_yaml_str(&yaml[..yaml.find("\ntenants").unwrap_or(0)]).unwrap(),
+        )
+        .unwrap();
+        assert!(
+            limit(&metrics) > 4 * limit(&plain),
+            "the tenant label multiplies four families"
+        );
+    }
+
+    #[test]
+    fn tenant_labels_are_capped_with_overflow_other_and_none_without_a_tenant() {
+        let config =
+            Config::from_yaml_str("tenants: {header: t, max: 2, slo: {pinned: {ttft: 1s}}}")
+                .unwrap();
+        let metrics = Metrics::new(&config).unwrap();
+        let label = |t: Option<&str>| metrics.tenant_label(t, true).map(|l| l.to_string());
+        assert_eq!(label(Some("acme")), Some("acme".into()));
+        assert_eq!(
+            label(Some("globex")),
+            Some("other".into()),
+            "one place left was the pinned one's"
+        );
+        assert_eq!(label(Some("pinned")), Some("pinned".into()));
+        assert_eq!(label(None), Some("none".into()));
+        assert_eq!(
+            metrics.tenant_label(Some("new"), false).as_deref(),
+            Some("unadmitted")
+        );
+        let plain = Metrics::new(&Config::default()).unwrap();
+        assert_eq!(plain.tenant_label(Some("acme"), true), None);
+    }
+
+    #[test]
+    fn a_bound_above_the_budget_is_refused_naming_the_product_of_the_caps() {
+        let yaml = "max_models: 64\ntenants: {header: t, max: 32}";
+        let config = Config::from_yaml_str(yaml).unwrap();
+        let metrics = Metrics::new(&config).unwrap();
+        let bound = metrics.bound();
+        assert_eq!(
+            (
+                bound.models,
+                bound.tenants,
+                bound.apis,
+                bound.statuses,
+                bound.outcomes
+            ),
+            (67, 35, 8, 22, 4)
+        );
+        assert_eq!(bound.requests_total, 67 * 35 * 8 * 22 * 4);
+        let refusal = bound.check(500_000).unwrap_err();
+        let product = format!("models 67 × tenants 35 × apis 8 × statuses 22 × outcomes 4 = {} series of tokentap_requests_total alone", 67 * 35 * 8 * 22 * 4);
+        assert!(
+            refusal.starts_with("metrics.max_series: the configuration allows up to "),
+            "{refusal}"
+        );
+        assert!(refusal.contains(&product), "{refusal}");
+        assert!(refusal.contains("above the budget of 500000"), "{refusal}");
+        assert!(bound.check(u64::MAX).is_ok());
+        assert!(Metrics::new(&Config::default())
+            .unwrap()
+            .bound()
+            .check(500_000)
+            .is_ok());
     }
 
     #[test]

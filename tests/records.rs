@@ -1,0 +1,248 @@
+//! The per-request records (`request_log:`): for the same traffic they say exactly what `/metrics`
+//! says (counts per outcome and tenant, TTFT and E2E sums, output tokens, gaps, goodput), they carry
+//! the client's request id or tokentap's own, and the forwarded request is not changed by either.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use support::*;
+use tokentap::record::request_record::RequestRecord;
+
+fn temp_file(name: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("tokentap-{name}-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// The records in `path`, waiting (at most 5 s, the writer is a thread of its own) for `n` of them.
+fn read_records(path: &Path, n: usize) -> Vec<RequestRecord> {
+    for _ in 0..500 {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().count() >= n {
+            return text
+                .lines()
+                .map(|line| serde_json::from_str(line).expect("a record per line"))
+                .collect();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    panic!("fewer than {n} records in {}:\n{text}", path.display());
+}
+
+fn with_header(
+    mut request: http::Request<http_body_util::Full<bytes::Bytes>>,
+    name: &'static str,
+    value: &str,
+) -> http::Request<http_body_util::Full<bytes::Bytes>> {
+    let value = value.parse().expect("header value");
+    request.headers_mut().insert(name, value);
+    request
+}
+
+/// A stream of `tokens` content chunks `gap` apart after `first`, with usage.
+fn stream_with_usage(first: Duration, tokens: usize, gap: Duration) -> Vec<Step> {
+    let mut steps = vec![sse_head(), Step::Sleep(first)];
+    for i in 0..tokens {
+        if i > 0 {
+            steps.push(Step::Sleep(gap));
+        }
+        steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
+    }
+    steps.push(chunk(usage_chunk(5, tokens as u64).as_bytes()));
+    steps.push(chunk(DONE.as_bytes()));
+    steps.push(last_chunk());
+    steps
+}
+
+#[tokio::test]
+async fn records_say_exactly_what_the_metrics_say_for_the_same_traffic() {
+    let upstream = upstream(|request| {
+        let body = String::from_utf8_lossy(&request.body).to_string();
+        if request.request_line().contains("/missing") {
+            return vec![json_response(404, "Not Found", r#"{"error":"no"}"#)];
+        }
+        if body.contains("\"json\"") {
+            let usage = r#"{"id":"x","object":"chat.completion","model":"json","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":4,"completion_tokens":9,"total_tokens":13}}"#;
+            return vec![json_response(200, "OK", usage)];
+        }
+        if body.contains("\"broken\"") {
+            return vec![
+                sse_head(),
+                chunk(content_chunk("a").as_bytes()),
+                Step::Sleep(ms(5)),
+                Step::Close,
+            ];
+        }
+        if body.contains("\"slow\"") {
+            return stream_with_usage(ms(120), 2, ms(5));
+        }
+        stream_with_usage(ms(1), 4, ms(10))
+    })
+    .await;
+    let path = temp_file("records-match");
+    let yaml = format!(
+        "max_models: 4\nslo: {{ttft: 100ms}}\ntenants: {{header: x-tenant-id, max: 4}}\nrequest_log: {{path: {}}}\n",
+        path.display()
+    );
+    let proxy = proxy(&upstream.url(), &yaml).await;
+    let chat = "/v1/chat/completions";
+    let c = client();
+    let tenant = |model: &str, tenant: &str| {
+        with_header(
+            post(&proxy, chat, &chat_request(model)),
+            "x-tenant-id",
+            tenant,
+        )
+    };
+    for _ in 0..3 {
+        assert_eq!(send(&c, tenant("m", "acme")).await.status, 200);
+    }
+    let named = with_header(tenant("m", "acme"), "x-request-id", "client-id-1");
+    assert_eq!(send(&c, named).await.status, 200);
+    assert_eq!(send(&c, tenant("slow", "globex")).await.status, 200);
+    assert_eq!(
+        send(&c, post(&proxy, chat, &chat_request("json")))
+            .await
+            .status,
+        200
+    );
+    let missing = post(&proxy, "/missing/v1/chat/completions", "{}");
+    assert_eq!(send(&c, missing).await.status, 404);
+    let broken = send(&c, tenant("broken", "acme")).await;
+    assert!(broken.end.is_err(), "the stream broke off");
+    settle(&proxy).await;
+
+    let records = read_records(&path, 8);
+    let metrics = scrape(&proxy).await;
+    assert_eq!(records.len(), 8);
+    for outcome in ["ok", "upstream_error"] {
+        let n = records.iter().filter(|r| r.outcome == outcome).count();
+        let counted = metrics.get("tokentap_requests_total", &[("outcome", outcome)]);
+        assert_eq!(n as f64, counted, "{outcome}");
+    }
+    for t in ["acme", "globex", "none"] {
+        let n = records
+            .iter()
+            .filter(|r| r.tenant.as_deref() == Some(t))
+            .count();
+        let counted = metrics.get("tokentap_requests_total", &[("tenant", t)]);
+        assert_eq!(n as f64, counted, "tenant {t}");
+    }
+    let close = |a: f64, b: f64, what: &str| assert!((a - b).abs() < 1e-9, "{what}: {a} vs {b}");
+    let ttft: Vec<f64> = records.iter().filter_map(|r| r.ttft_s).collect();
+    let ttft_metric = "tokentap_time_to_first_token_seconds";
+    close(
+        ttft.iter().sum(),
+        metrics.get(&format!("{ttft_metric}_sum"), &[]),
+        "TTFT sum",
+    );
+    assert_eq!(
+        ttft.len() as f64,
+        metrics.get(&format!("{ttft_metric}_count"), &[])
+    );
+    let e2e: f64 = records
+        .iter()
+        .filter(|r| r.outcome == "ok")
+        .map(|r| r.e2e_s)
+        .sum();
+    close(
+        e2e,
+        metrics.get("tokentap_e2e_request_latency_seconds_sum", &[]),
+        "E2E sum",
+    );
+    let tokens: u64 = records.iter().filter_map(|r| r.output_tokens).sum();
+    assert_eq!(
+        tokens as f64,
+        metrics.get("tokentap_output_tokens_total", &[])
+    );
+    assert_eq!(tokens, 4 * 4 + 2 + 9 + 1);
+    let gaps: u64 = records.iter().map(|r| r.gaps).sum();
+    let itl_count = metrics.get("tokentap_inter_token_latency_seconds_count", &[]);
+    assert_eq!(gaps as f64, itl_count);
+    let goodput = records.iter().filter(|r| r.goodput).count();
+    let goodput_metric = metrics.get("tokentap_goodput_requests_total", &[]);
+    assert_eq!(goodput as f64, goodput_metric);
+    assert_eq!(goodput, 5, "4 acme streams and the JSON answer");
+    let goodput_acme = metrics.get("tokentap_goodput_requests_total", &[("tenant", "acme")]);
+    assert_eq!(goodput_acme, 4.0);
+    assert_eq!(
+        metrics.get("tokentap_request_records_written_total", &[]),
+        8.0
+    );
+    let dropped = metrics.get("tokentap_request_records_dropped_total", &[]);
+    assert_eq!(dropped, 0.0);
+
+    let slow = records.iter().find(|r| r.model == "slow").expect("slow");
+    assert_eq!(
+        (slow.goodput, slow.slo_missed.clone()),
+        (false, vec!["ttft".to_owned()])
+    );
+    let stream = records
+        .iter()
+        .find(|r| r.id == "client-id-1")
+        .expect("the client's id");
+    assert_eq!(
+        (stream.status, stream.stream, stream.gaps),
+        (Some(200), true, 3)
+    );
+    assert_eq!(
+        (stream.output_tokens, stream.input_tokens),
+        (Some(4), Some(5))
+    );
+    assert_eq!(stream.output_tokens_source.as_deref(), Some("usage"));
+    let (p50, max) = (
+        stream.itl_p50_s.unwrap_or(0.0),
+        stream.max_gap_s.unwrap_or(0.0),
+    );
+    assert!(p50 > 0.0 && p50 <= max * (1.0 + 1.0 / 32.0), "{p50} {max}");
+    assert_eq!(stream.gaps_s, None, "gaps are listed only when asked for");
+    assert!(
+        stream.start.ends_with('Z') && stream.start.len() == 27,
+        "{}",
+        stream.start
+    );
+    let mut ids: Vec<&str> = records.iter().map(|r| r.id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 8, "every request has its own id");
+    // Read-only: the upstream saw the client's x-request-id, and none where the client sent none.
+    let sent: Vec<Vec<String>> = upstream
+        .requests()
+        .iter()
+        .map(|r| r.header("x-request-id"))
+        .collect();
+    assert_eq!(sent.iter().flatten().collect::<Vec<_>>(), ["client-id-1"]);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test]
+async fn with_gaps_on_a_record_lists_each_gap_up_to_max_gaps() {
+    let upstream = upstream(|_| stream_with_usage(ms(1), 6, ms(5))).await;
+    let path = temp_file("records-gaps");
+    let yaml = format!(
+        "request_log: {{path: {}, gaps: true, max_gaps: 3}}\n",
+        path.display()
+    );
+    let proxy = proxy(&upstream.url(), &yaml).await;
+    let got = send(
+        &client(),
+        post(&proxy, "/v1/chat/completions", &chat_request("m")),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    let records = read_records(&path, 1);
+    let record = &records[0];
+    assert_eq!(record.gaps, 5);
+    let listed = record.gaps_s.clone().unwrap_or_default();
+    assert_eq!(listed.len(), 3, "capped at max_gaps");
+    assert!(listed
+        .iter()
+        .all(|&g| g > 0.0 && g <= record.max_gap_s.unwrap_or(0.0)));
+    assert_eq!(record.tenant, None, "no tenants configured: no tenant");
+    let metrics = scrape(&proxy).await;
+    assert!(!metrics.has("tokentap_requests_total", &[("tenant", "none")]));
+    let _ = std::fs::remove_file(&path);
+}
