@@ -246,3 +246,136 @@ async fn with_gaps_on_a_record_lists_each_gap_up_to_max_gaps() {
     assert!(!metrics.has("tokentap_requests_total", &[("tenant", "none")]));
     let _ = std::fs::remove_file(&path);
 }
+
+/// A chat request over a blocking connection; the status line's code (0 when none came).
+fn chat_blocking(proxy: &str, model: &str) -> u16 {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(proxy) else {
+        return 0;
+    };
+    stream.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let body = chat_request(model);
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    if stream.write_all(head.as_bytes()).is_err() {
+        return 0;
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+fn binary_yaml(upstream: &str, rest: &str) -> String {
+    format!("listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: {upstream}\n{rest}")
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reopens_the_record_file_so_new_records_land_in_the_new_file() {
+    let upstream = upstream(|_| stream_with_usage(ms(1), 2, ms(1))).await;
+    let dir = std::env::temp_dir().join(format!("tokentap-rotate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (path, rotated) = (dir.join("requests.jsonl"), dir.join("requests.jsonl.1"));
+    let rest = format!("request_log: {{path: {}}}\n", path.display());
+    let process = start_binary("records-rotate", &binary_yaml(&upstream.url(), &rest), None);
+    let proxy = process.proxy.clone();
+    let first = tokio::task::spawn_blocking(move || chat_blocking(&proxy, "before"));
+    assert_eq!(first.await.expect("client"), 200);
+    assert_eq!(read_records(&path, 1)[0].model, "before");
+    // logrotate (create mode): rename, then SIGHUP.
+    std::fs::rename(&path, &rotated).expect("rename");
+    process.signal("HUP");
+    let proxy = process.proxy.clone();
+    let mut status = 0;
+    for _ in 0..100 {
+        // The signal is handled asynchronously: wait until the new file exists.
+        if path.exists() {
+            let proxy = proxy.clone();
+            status = tokio::task::spawn_blocking(move || chat_blocking(&proxy, "after"))
+                .await
+                .expect("client");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(status, 200, "the new file was opened after SIGHUP");
+    assert_eq!(read_records(&path, 1)[0].model, "after");
+    let old = read_records(&rotated, 1);
+    assert_eq!(old.len(), 1, "nothing more went to the renamed file");
+    process.signal("TERM");
+    let (exit, log) = process.wait();
+    assert!(exit.success(), "{log}");
+    assert!(log.contains("request_log file reopened"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdout_nobody_reads_drops_and_counts_records_and_requests_still_succeed() {
+    // Long records (every gap listed) fill the pipe and the writer's buffer quickly.
+    let upstream = upstream(|_| stream_with_usage(ms(0), 60, ms(0))).await;
+    let rest = "request_log: {path: \"-\", queue: 4, gaps: true}\n";
+    let process = start_binary_with(
+        "records-stalled",
+        &binary_yaml(&upstream.url(), rest),
+        None,
+        std::process::Stdio::piped(),
+    );
+    let proxy = process.proxy.clone();
+    let statuses = tokio::task::spawn_blocking(move || {
+        (0..400)
+            .map(|_| chat_blocking(&proxy, "m"))
+            .collect::<Vec<u16>>()
+    })
+    .await
+    .expect("clients");
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    let metrics = process.scrape();
+    let dropped = metrics.get(
+        "tokentap_request_records_dropped_total",
+        &[("reason", "queue_full")],
+    );
+    let written = metrics.get("tokentap_request_records_written_total", &[]);
+    assert!(dropped > 0.0, "written {written}, dropped {dropped}");
+    assert!(written + dropped <= 400.0);
+    assert_eq!(metrics.get("tokentap_requests_total", &[]), 400.0);
+    process.signal("TERM");
+    let (exit, log) = process.wait();
+    assert!(exit.success(), "{log}");
+    assert!(log.contains("request records dropped"), "{log}");
+}
+
+#[test]
+fn a_config_above_the_series_budget_is_refused_naming_the_product_of_the_caps() {
+    let dir = std::env::temp_dir().join(format!("tokentap-budget-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("tokentap.yaml");
+    let yaml = binary_yaml(
+        "http://127.0.0.1:9",
+        "max_models: 64\ntenants: {header: x-tenant-id, max: 32}\nmetrics: {max_series: 1000000}\n",
+    );
+    std::fs::write(&file, yaml).expect("config");
+    let binary = env!("CARGO_BIN_EXE_tokentap");
+    let product = "models 67 × tenants 35 × apis 8 × statuses 22 × outcomes 4 = 1650880";
+    let checked = std::process::Command::new(binary)
+        .arg("check-config")
+        .arg(&file)
+        .output()
+        .expect("check-config");
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert!(!checked.status.success(), "{stderr}");
+    assert!(stderr.contains(product), "{stderr}");
+    assert!(stderr.contains("above the budget of 1000000"), "{stderr}");
+    let started = std::process::Command::new(binary)
+        .arg("--config")
+        .arg(&file)
+        .output()
+        .expect("tokentap");
+    let stderr = String::from_utf8_lossy(&started.stderr);
+    assert!(!started.status.success(), "{stderr}");
+    assert!(stderr.contains(product), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
