@@ -324,14 +324,20 @@ async fn a_stdout_nobody_reads_drops_and_counts_records_and_requests_still_succe
         None,
         std::process::Stdio::piped(),
     );
-    let proxy = process.proxy.clone();
-    let statuses = tokio::task::spawn_blocking(move || {
-        (0..400)
-            .map(|_| chat_blocking(&proxy, "m"))
-            .collect::<Vec<u16>>()
+    // Eight clients at once, 50 requests each.
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let proxy = process.proxy.clone();
+            std::thread::spawn(move || (0..50).map(|_| chat_blocking(&proxy, "m")).collect())
+        })
+        .collect();
+    let statuses: Vec<u16> = tokio::task::spawn_blocking(move || {
+        let answers = clients.into_iter().map(|c| c.join().unwrap_or_default());
+        answers.flat_map(|a: Vec<u16>| a).collect()
     })
     .await
     .expect("clients");
+    assert_eq!(statuses.len(), 400);
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
     let metrics = process.scrape();
     let dropped = metrics.get(
