@@ -84,7 +84,7 @@ async fn records_say_exactly_what_the_metrics_say_for_the_same_traffic() {
     .await;
     let path = temp_file("records-match");
     let yaml = format!(
-        "max_models: 4\nslo: {{ttft: 100ms}}\ntenants: {{header: x-tenant-id, max: 4}}\nrequest_log: {{path: {}}}\n",
+        "max_models: 4\nslo: {{ttft: 100ms}}\ntenants: {{header: x-tenant-id, max: 4, slo: {{vip: {{ttft: 1ms}}}}}}\nrequest_log: {{path: {}}}\n",
         path.display()
     );
     let proxy = proxy(&upstream.url(), &yaml).await;
@@ -103,6 +103,8 @@ async fn records_say_exactly_what_the_metrics_say_for_the_same_traffic() {
     let named = with_header(tenant("m", "acme"), "x-request-id", "client-id-1");
     assert_eq!(send(&c, named).await.status, 200);
     assert_eq!(send(&c, tenant("slow", "globex")).await.status, 200);
+    // The tenant's own ceiling (1 ms) wins over the default (100 ms).
+    assert_eq!(send(&c, tenant("m", "vip")).await.status, 200);
     assert_eq!(
         send(&c, post(&proxy, chat, &chat_request("json")))
             .await
@@ -115,15 +117,15 @@ async fn records_say_exactly_what_the_metrics_say_for_the_same_traffic() {
     assert!(broken.end.is_err(), "the stream broke off");
     settle(&proxy).await;
 
-    let records = read_records(&path, 8);
+    let records = read_records(&path, 9);
     let metrics = scrape(&proxy).await;
-    assert_eq!(records.len(), 8);
+    assert_eq!(records.len(), 9);
     for outcome in ["ok", "upstream_error"] {
         let n = records.iter().filter(|r| r.outcome == outcome).count();
         let counted = metrics.get("tokentap_requests_total", &[("outcome", outcome)]);
         assert_eq!(n as f64, counted, "{outcome}");
     }
-    for t in ["acme", "globex", "none"] {
+    for t in ["acme", "globex", "vip", "none"] {
         let n = records
             .iter()
             .filter(|r| r.tenant.as_deref() == Some(t))
@@ -158,7 +160,7 @@ async fn records_say_exactly_what_the_metrics_say_for_the_same_traffic() {
         tokens as f64,
         metrics.get("tokentap_output_tokens_total", &[])
     );
-    assert_eq!(tokens, 4 * 4 + 2 + 9 + 1);
+    assert_eq!(tokens, 5 * 4 + 2 + 9 + 1);
     let gaps: u64 = records.iter().map(|r| r.gaps).sum();
     let itl_count = metrics.get("tokentap_inter_token_latency_seconds_count", &[]);
     assert_eq!(gaps as f64, itl_count);
@@ -170,7 +172,18 @@ async fn records_say_exactly_what_the_metrics_say_for_the_same_traffic() {
     assert_eq!(goodput_acme, 4.0);
     assert_eq!(
         metrics.get("tokentap_request_records_written_total", &[]),
-        8.0
+        9.0
+    );
+    let missed_ttft = records
+        .iter()
+        .filter(|r| r.slo_missed.contains(&"ttft".to_owned()));
+    let violations = metrics.get("tokentap_slo_violations_total", &[("slo", "ttft")]);
+    assert_eq!(missed_ttft.count() as f64, violations);
+    let vip = records.iter().find(|r| r.tenant.as_deref() == Some("vip"));
+    let vip = vip.expect("the vip record");
+    assert_eq!(
+        (vip.goodput, vip.slo_missed.clone()),
+        (false, vec!["ttft".to_owned()])
     );
     let dropped = metrics.get("tokentap_request_records_dropped_total", &[]);
     assert_eq!(dropped, 0.0);
@@ -207,7 +220,7 @@ async fn records_say_exactly_what_the_metrics_say_for_the_same_traffic() {
     let mut ids: Vec<&str> = records.iter().map(|r| r.id.as_str()).collect();
     ids.sort_unstable();
     ids.dedup();
-    assert_eq!(ids.len(), 8, "every request has its own id");
+    assert_eq!(ids.len(), 9, "every request has its own id");
     // Read-only: the upstream saw the client's x-request-id, and none where the client sent none.
     let sent: Vec<Vec<String>> = upstream
         .requests()
@@ -309,6 +322,7 @@ async fn sighup_reopens_the_record_file_so_new_records_land_in_the_new_file() {
     let (exit, log) = process.wait();
     assert!(exit.success(), "{log}");
     assert!(log.contains("request_log file reopened"), "{log}");
+    assert!(log.contains("series bound: models 103 × apis 8"), "{log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
