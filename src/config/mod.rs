@@ -135,6 +135,8 @@ pub struct Ceilings {
     pub tpot: Option<Duration>,
     pub itl: Option<Duration>,
     pub e2e: Option<Duration>,
+    /// The time to the first answer-bearing output (reasoning excluded) of a stream.
+    pub time_to_first_answer: Option<Duration>,
 }
 
 /// Default ceilings (directly under `slo:` in YAML), per-model overrides (`slo.models`) and
@@ -152,6 +154,7 @@ pub enum SloKind {
     Tpot,
     Itl,
     E2e,
+    TimeToFirstAnswer,
 }
 
 /// Each error's Display is complete on its own (it already includes any I/O cause).
@@ -192,7 +195,13 @@ fn invalid(key: &str, what: &'static str, value: &str, reason: impl Into<String>
 }
 
 impl SloKind {
-    pub const ALL: [SloKind; 4] = [SloKind::Ttft, SloKind::Tpot, SloKind::Itl, SloKind::E2e];
+    pub const ALL: [SloKind; 5] = [
+        SloKind::Ttft,
+        SloKind::Tpot,
+        SloKind::Itl,
+        SloKind::E2e,
+        SloKind::TimeToFirstAnswer,
+    ];
 
     /// The YAML key and the `slo` label value.
     pub fn as_str(self) -> &'static str {
@@ -201,6 +210,7 @@ impl SloKind {
             SloKind::Tpot => "tpot",
             SloKind::Itl => "itl",
             SloKind::E2e => "e2e",
+            SloKind::TimeToFirstAnswer => "time_to_first_answer",
         }
     }
 }
@@ -219,6 +229,7 @@ impl Ceilings {
             self.tpot = o.tpot.or(self.tpot);
             self.itl = o.itl.or(self.itl);
             self.e2e = o.e2e.or(self.e2e);
+            self.time_to_first_answer = o.time_to_first_answer.or(self.time_to_first_answer);
         }
         self
     }
@@ -229,6 +240,7 @@ impl Ceilings {
             SloKind::Tpot => self.tpot,
             SloKind::Itl => self.itl,
             SloKind::E2e => self.e2e,
+            SloKind::TimeToFirstAnswer => self.time_to_first_answer,
         }
     }
 }
@@ -347,7 +359,7 @@ impl Default for Config {
 }
 
 impl MetricsOptions {
-    /// The default series budget: well above the default configuration's limit (about 206,000), and
+    /// The default series budget: well above the default configuration's limit (about 337,000), and
     /// what one Prometheus server can take from one target without a second thought.
     pub const DEFAULT_MAX_SERIES: u64 = 500_000;
 }

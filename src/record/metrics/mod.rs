@@ -21,10 +21,12 @@ use crate::config::{Config, SloKind};
 use crate::record::api::Api;
 
 mod bound;
+mod inside;
 mod labels;
 mod scrape;
 
 pub use bound::SeriesBound;
+pub use inside::Inside;
 pub use labels::{
     status_label, status_labels, Lookup, ModelLabels, NO_TENANT, OTHER_MODEL, UNADMITTED_MODEL,
     UNKNOWN_MODEL,
@@ -58,6 +60,8 @@ pub struct Metrics {
     /// The request_log writer's counters, when `request_log:` is configured.
     pub records: Option<crate::logging::records::RecordCounters>,
     bound: SeriesBound,
+    /// What is inside a TTFT: reasoning, the prefix cache, the server's own timings.
+    pub inside: Inside,
 }
 
 /// What tokentap's own limits turned away before a request could be counted, or instead of
@@ -119,6 +123,7 @@ pub struct Series {
 #[derive(Clone)]
 pub struct TokenSeries {
     pub ttft: Histogram,
+    pub time_to_first_answer: Histogram,
     pub itl: Histogram,
     pub tpot: Histogram,
     pub generation: Histogram,
@@ -251,6 +256,7 @@ impl Metrics {
             )?),
             None => None,
         };
+        let inside = Inside::register(&registry, &boundaries)?;
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }
@@ -332,6 +338,7 @@ impl Metrics {
             refusals,
             records,
             bound,
+            inside,
         })
     }
 
@@ -384,6 +391,7 @@ impl Metrics {
         };
         let tokens = (api != Api::Other).then(|| TokenSeries {
             ttft: self.ttft.with_label_values(by_tenant),
+            time_to_first_answer: self.inside.time_to_first_answer.with_label_values(&labels),
             itl: self.itl.with_label_values(&labels),
             tpot: self.tpot.with_label_values(&labels),
             generation: self.generation.with_label_values(&labels),
@@ -407,27 +415,28 @@ impl Metrics {
     pub fn retire_idle(&self) -> usize {
         let m = "model";
         let mut retired = self.models.retire(|names| {
-            purge(&self.ttft, m, names);
-            purge(&self.itl, m, names);
-            purge(&self.tpot, m, names);
-            purge(&self.e2e, m, names);
-            purge(&self.generation, m, names);
-            purge(&self.tokens_per_second, m, names);
-            purge(&self.max_gap, m, names);
-            purge(&self.requests, m, names);
-            purge(&self.input_tokens, m, names);
-            purge(&self.output_tokens, m, names);
-            purge(&self.goodput, m, names);
-            purge(&self.slo_violations, m, names);
-            purge(&self.token_source, m, names);
+            purge_by(&self.ttft, m, names);
+            purge_by(&self.itl, m, names);
+            purge_by(&self.tpot, m, names);
+            purge_by(&self.e2e, m, names);
+            purge_by(&self.generation, m, names);
+            purge_by(&self.tokens_per_second, m, names);
+            purge_by(&self.max_gap, m, names);
+            purge_by(&self.requests, m, names);
+            purge_by(&self.input_tokens, m, names);
+            purge_by(&self.output_tokens, m, names);
+            purge_by(&self.goodput, m, names);
+            purge_by(&self.slo_violations, m, names);
+            purge_by(&self.token_source, m, names);
+            self.inside.purge(names);
         });
         if let Some(tenants) = &self.tenants {
             let t = "tenant";
             retired += tenants.retire(|names| {
-                purge(&self.ttft, t, names);
-                purge(&self.e2e, t, names);
-                purge(&self.requests, t, names);
-                purge(&self.goodput, t, names);
+                purge_by(&self.ttft, t, names);
+                purge_by(&self.e2e, t, names);
+                purge_by(&self.requests, t, names);
+                purge_by(&self.goodput, t, names);
             });
         }
         if retired > 0 {
@@ -479,8 +488,13 @@ impl Metrics {
     }
 }
 
+/// Removes every series of `family` whose `model` label is one of `names`.
+fn purge<T: MetricVecBuilder>(family: &MetricVec<T>, names: &HashSet<Arc<str>>) {
+    purge_by(family, "model", names);
+}
+
 /// Removes every series of `family` whose `label` is one of `names`.
-fn purge<T: MetricVecBuilder>(family: &MetricVec<T>, label: &str, names: &HashSet<Arc<str>>) {
+fn purge_by<T: MetricVecBuilder>(family: &MetricVec<T>, label: &str, names: &HashSet<Arc<str>>) {
     for gathered in family.collect() {
         for metric in gathered.get_metric() {
             let labels: std::collections::HashMap<&str, &str> = metric
@@ -533,9 +547,6 @@ mod tests {
                     let series = metrics.series_of(label.clone(), tenant.clone(), api);
                     series.e2e.observe(1.0);
                     series.goodput.inc();
-                    if let Some(t) = &series.tokens {
-                        t.ttft.observe(1.0);
-                    }
                     for (status, outcome) in status_labels().flat_map(|s| outcomes.map(|o| (s, o)))
                     {
                         metrics.count_request(&series, status, outcome);
@@ -547,7 +558,20 @@ mod tests {
                     for &kind in kinds {
                         metrics.count_violation(&series, kind);
                     }
-                    if api != Api::Other {
+                    if let Some(t) = &series.tokens {
+                        t.ttft.observe(1.0);
+                        let second = std::time::Duration::from_secs(1);
+                        metrics.inside.observe_reasoning_time(&series, second);
+                        metrics.inside.count_tokens(&series, Some(1), Some(1));
+                        let server = crate::record::server::ServerTimings {
+                            queue: Some(second),
+                            ttft: Some(second),
+                            prefill: Some(second),
+                            generation: Some(second),
+                        };
+                        let outside =
+                            crate::record::server::outside(Some(second), Some(2 * second));
+                        metrics.inside.observe_server(&series, &server, outside);
                         for source in sources {
                             metrics.count_token_source(&series, source);
                         }
@@ -588,7 +612,7 @@ mod tests {
         )
         .unwrap();
         assert!(
-            limit(&metrics) > 4 * limit(&plain),
+            limit(&metrics) > 2 * limit(&plain),
             "the tenant label multiplies four families"
         );
     }
@@ -653,6 +677,6 @@ mod tests {
     fn the_default_limit_is_stated_in_the_readme() {
         let metrics = Metrics::new(&Config::default()).unwrap();
         // Adding a series family moves this figure: update README.md and docs/metrics.md with it.
-        assert_eq!(limit(&metrics), 206_237);
+        assert_eq!(limit(&metrics), 337_459);
     }
 }
