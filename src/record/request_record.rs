@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::record::finished::FinishedRecord;
 use crate::record::gaps::GapSummary;
+use crate::record::server::outside;
 
 /// The `v` field of every record.
 pub const RECORD_VERSION: u32 = 1;
@@ -122,10 +123,7 @@ impl RequestRecord {
             prefill_s: secs(server.prefill),
             generation_s: secs(server.generation),
         });
-        let ttft_outside_server_s = match (f.ttft, server.ttft) {
-            (Some(ours), Some(theirs)) => Some(ours.as_secs_f64() - theirs.as_secs_f64()),
-            _ => None,
-        };
+        let ttft_outside_server_s = outside(f.ttft, server.ttft).map(|o| o.duration.as_secs_f64());
         RequestRecord {
             v: RECORD_VERSION,
             start: rfc3339_micros(identity.start),
@@ -213,6 +211,91 @@ mod tests {
         assert_eq!(at(4_107_542_400, 0), "2100-03-01T00:00:00.000000Z");
         let before = UNIX_EPOCH - Duration::from_secs(5);
         assert_eq!(rfc3339_micros(before), "1970-01-01T00:00:00.000000Z");
+    }
+
+    #[test]
+    fn a_stream_record_carries_its_figures_tokens_verdict_and_the_servers_timings() {
+        use crate::config::Ceilings;
+        use crate::record::finished::{conclude, DecoderReport};
+        use crate::record::outcome::Outcome;
+        use crate::record::server::ServerTimings;
+        use crate::record::timeline::Timeline;
+        use tokio::time::Instant;
+
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut timeline = Timeline::new(t0);
+        for at in [100, 150, 200] {
+            timeline.on_output(0, t0 + ms(at));
+        }
+        let report = DecoderReport {
+            streaming: true,
+            terminal_event: true,
+            usage_output_tokens: Some(3),
+            input_tokens: Some(7),
+            cached_input_tokens: Some(4),
+            server: ServerTimings {
+                queue: Some(ms(20)),
+                ttft: Some(ms(60)),
+                ..ServerTimings::default()
+            },
+            ..DecoderReport::default()
+        };
+        let ceilings = Ceilings {
+            ttft: Some(ms(50)),
+            ..Ceilings::default()
+        };
+        let ok = Some(http::StatusCode::OK);
+        let finished = conclude(
+            Some(&report),
+            &timeline,
+            Outcome::Ok,
+            t0 + ms(300),
+            ok,
+            &ceilings,
+        );
+        let identity = Identity {
+            id: "r1",
+            start: UNIX_EPOCH + Duration::from_secs(1_796_288_442),
+            model: "m",
+            api: "chat",
+            tenant: Some("acme"),
+        };
+        let gaps = GapSummary {
+            count: 2,
+            p50: Some(0.05),
+            p99: Some(0.05),
+            listed: None,
+        };
+        let r = RequestRecord::of(&identity, &finished, gaps);
+        assert_eq!(
+            (r.v, r.id.as_str(), r.tenant.as_deref()),
+            (1, "r1", Some("acme"))
+        );
+        assert_eq!(r.start, "2026-12-03T09:00:42.000000Z");
+        assert_eq!(
+            (r.status, r.outcome.as_str(), r.stream),
+            (Some(200), "ok", true)
+        );
+        assert_eq!((r.e2e_s, r.ttft_s, r.tpot_s), (0.3, Some(0.1), Some(0.1)));
+        assert_eq!((r.generation_s, r.max_gap_s), (Some(0.2), Some(0.05)));
+        assert_eq!(
+            (r.output_tokens, r.input_tokens, r.cached_input_tokens),
+            (Some(3), Some(7), Some(4))
+        );
+        assert_eq!(r.output_tokens_source.as_deref(), Some("usage"));
+        assert_eq!((r.gaps, r.itl_p50_s), (2, Some(0.05)));
+        assert_eq!(
+            (r.goodput, r.slo_missed.clone()),
+            (false, vec!["ttft".to_owned()])
+        );
+        let server = r.server.clone().unwrap_or_default();
+        assert_eq!(
+            (server.queue_s, server.ttft_s, server.prefill_s),
+            (Some(0.02), Some(0.06), None)
+        );
+        let outside = r.ttft_outside_server_s.unwrap_or_default();
+        assert!((outside - 0.04).abs() < 1e-12, "{outside}");
     }
 
     #[test]
