@@ -399,3 +399,65 @@ fn a_config_above_the_series_budget_is_refused_naming_the_product_of_the_caps() 
     assert!(stderr.contains(product), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_full_disk_is_counted_as_write_errors_and_never_fails_a_request() {
+    let upstream = upstream(|_| stream_with_usage(ms(1), 2, ms(1))).await;
+    // /dev/full: every write fails with ENOSPC, as a full disk does.
+    let proxy = proxy(&upstream.url(), "request_log: {path: /dev/full}\n").await;
+    let c = client();
+    for _ in 0..3 {
+        let got = send(&c, post(&proxy, "/v1/chat/completions", &chat_request("m"))).await;
+        assert_eq!((got.status, got.end.is_ok()), (200, true));
+    }
+    settle(&proxy).await;
+    let mut errors = 0.0;
+    for _ in 0..200 {
+        let metrics = scrape(&proxy).await;
+        let reason = [("reason", "write_error")];
+        errors = metrics.get("tokentap_request_records_dropped_total", &reason);
+        if errors >= 3.0 {
+            assert_eq!(
+                metrics.get("tokentap_request_records_written_total", &[]),
+                0.0
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(errors, 3.0, "each lost record is counted once");
+    let got = send(&c, post(&proxy, "/v1/chat/completions", &chat_request("m"))).await;
+    assert_eq!(got.status, 200, "still serving");
+}
+
+#[tokio::test]
+async fn a_bearer_tenant_is_a_keyed_hash_and_the_token_is_in_no_record_and_no_series() {
+    let upstream = upstream(|_| stream_with_usage(ms(1), 2, ms(1))).await;
+    let path = temp_file("records-bearer");
+    let yaml = format!(
+        "max_models: 4\ntenants: {{bearer_hash: true, hash_key: a-key-of-sixteen-bytes, max: 4}}\nrequest_log: {{path: {}}}\n",
+        path.display()
+    );
+    let proxy = proxy(&upstream.url(), &yaml).await;
+    let token = "sk-live-SECRET0123456789";
+    let request = post(&proxy, "/v1/chat/completions", &chat_request("m"));
+    let request = with_header(request, "authorization", &format!("Bearer {token}"));
+    assert_eq!(send(&client(), request).await.status, 200);
+    let records = read_records(&path, 1);
+    let tenant = records[0].tenant.clone().unwrap_or_default();
+    assert!(tenant.starts_with("t-") && tenant.len() == 14, "{tenant}");
+    let file = std::fs::read_to_string(&path).unwrap_or_default();
+    let metrics = scrape(&proxy).await;
+    for part in [token, "SECRET", "sk-live"] {
+        assert!(!file.contains(part), "the record shows {part}");
+        assert!(!metrics.text.contains(part), "/metrics shows {part}");
+    }
+    assert_eq!(
+        metrics.get("tokentap_requests_total", &[("tenant", &tenant)]),
+        1.0
+    );
+    // The upstream still got the client's Authorization, unchanged.
+    let sent = upstream.requests()[0].header("authorization");
+    assert_eq!(sent, [format!("Bearer {token}")]);
+    let _ = std::fs::remove_file(&path);
+}
