@@ -276,7 +276,7 @@ impl Metrics {
         });
         let limit = gauge(
             bound::LIMIT,
-            "The most series this process can ever export, from max_models, the API, status and outcome \
+            "The most series this process can ever export, from max_models, tenants.max, the API, status and outcome \
              sets and the bucket counts (README: series bound).",
         )?;
         let series_count = gauge(
