@@ -156,6 +156,12 @@ fn execute(cli: Cli) -> Result<(), String> {
             let config = Config::load(file).map_err(|e| e.to_string())?;
             let tokenizers = tokentap::decode::tokenizer::Tokenizers::load(&config)
                 .map_err(|e| format!("{}: {e}", file.display()))?;
+            let metrics = tokentap::record::metrics::Metrics::new(&config)
+                .map_err(|e| format!("{}: registering metrics: {e}", file.display()))?;
+            let bound = metrics.bound();
+            bound
+                .check(config.metrics.max_series)
+                .map_err(|e| format!("{}: {e}", file.display()))?;
             println!(
                 "{}: ok (upstream {}, listen {}, metrics {}, {} per-model SLO override(s), {} tokenizer(s))",
                 file.display(),
@@ -165,6 +171,7 @@ fn execute(cli: Cli) -> Result<(), String> {
                 config.slo.models.len(),
                 config.tokenizers.len()
             );
+            println!("series bound: {}", bound.describe());
             for line in tokenizers.report() {
                 println!("{line}");
             }
