@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use http::StatusCode;
 use serde_json::Value;
+use tokentap::config::Slo;
 use tokentap::config::{Ceilings, SloKind};
 use tokentap::record::finished::{conclude, DecoderReport, FinishedRecord};
 use tokentap::record::outcome::Outcome;
@@ -167,6 +168,10 @@ fn record_of(i: usize, f: &FinishedRecord) -> RequestRecord {
 }
 
 fn report_of(records: &[RequestRecord], slo: Option<Ceilings>) -> Value {
+    let slo = slo.map(|default| Slo {
+        default,
+        models: Default::default(),
+    });
     let lines: String = records
         .iter()
         .map(|r| serde_json::to_string(r).unwrap() + "\n")

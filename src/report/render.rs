@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use crate::report::json::{Side, Stats, SummaryJson};
 use crate::report::sketch::RELATIVE_ERROR;
-use crate::report::summary::{Figure, Unit};
+use crate::report::summary::{Figure, Limit, Unit};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Style {
@@ -184,10 +184,11 @@ fn summary(s: &SummaryJson, style: Style, out: &mut String) {
     for a in &s.attainment {
         attainment.rows.push(vec![
             a.ceiling.clone(),
-            a.limit_s.map_or_else(
-                || "as recorded".into(),
-                |l| format!("{} ms", number(l * 1000.0, 2)),
-            ),
+            match a.limit {
+                Some(Limit::Seconds(l)) => format!("{} ms", number(l * 1000.0, 2)),
+                Some(Limit::PerModel) => "per model".into(),
+                _ => "as recorded".into(),
+            },
             number(a.met as f64, 0),
             number(a.missed as f64, 0),
             a.share
