@@ -652,3 +652,22 @@ fn proxy_flags_and_a_second_stdin_are_refused() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("- (stdin) can be read only once"));
 }
+
+#[test]
+fn the_readme_sample_is_the_real_output_on_the_fixture() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let after = readme
+        .split("`tokentap report tests/fixtures/records/day.jsonl`")
+        .nth(1)
+        .expect("the README shows the fixture's report");
+    let sample = after
+        .split("```text\n")
+        .nth(1)
+        .and_then(|s| s.split("\n```").next())
+        .expect("a text block");
+    let out = tokentap().args(["report", DAY]).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let tables = text.split("\nNotes:\n").next().unwrap().trim_end();
+    assert_eq!(sample.trim_end(), tables);
+}
