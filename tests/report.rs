@@ -467,7 +467,7 @@ fn json_output_has_a_stable_shape() {
     );
     assert_eq!(
         keys(&doc["total"]["metrics"]["request_latency"]),
-        ["avg", "count", "max", "min", "p50", "p90", "p99", "unit"]
+        ["avg", "count", "exact", "max", "min", "p50", "p90", "p99", "unit"]
     );
     assert_eq!(doc["total"]["metrics"]["request_latency"]["unit"], "s");
     assert_eq!(
@@ -670,4 +670,44 @@ fn the_readme_sample_is_the_real_output_on_the_fixture() {
     let text = String::from_utf8(out.stdout).unwrap();
     let tables = text.split("\nNotes:\n").next().unwrap().trim_end();
     assert_eq!(sample.trim_end(), tables);
+}
+
+#[test]
+fn past_a_thousand_values_quantiles_come_from_the_sketch_within_its_error_and_are_marked() {
+    let mut lines = String::new();
+    // TTFT 1 ms, 2 ms, … 1,500 ms, in a scrambled order.
+    for i in 0..1_500u64 {
+        let ttft = ((i * 7_919) % 1_500 + 1) as f64 / 1000.0;
+        lines.push_str(&format!(
+            "{{\"v\":1,\"start\":\"2026-12-03T08:00:00Z\",\"id\":\"{i}\",\"model\":\"m\",\"api\":\"chat\",\"status\":200,\"outcome\":\"ok\",\"stream\":true,\"e2e_s\":2,\"ttft_s\":{ttft},\"goodput\":true}}\n"
+        ));
+    }
+    let path = temp("sketched.jsonl", lines.as_bytes());
+    let doc = json(&options(&[path.to_str().unwrap()]));
+    let ttft = &doc["total"]["metrics"]["time_to_first_token"];
+    assert_eq!(ttft["exact"], false);
+    // Nearest rank of 1..=1500 ms: p50 = 750 ms, p90 = 1,350 ms, p99 = 1,485 ms; within 0.5 %.
+    for (stat, exact) in [("p50", 0.75), ("p90", 1.35), ("p99", 1.485)] {
+        let got = ttft[stat].as_f64().unwrap();
+        assert!(
+            (got - exact).abs() <= exact * 0.005,
+            "{stat}: {got} vs {exact}"
+        );
+    }
+    close(&ttft["min"], 0.001);
+    close(&ttft["max"], 1.5);
+    close(&ttft["avg"], 0.7505);
+    assert_eq!(doc["total"]["metrics"]["request_latency"]["exact"], false);
+    let table = report(&Options {
+        format: Format::Table,
+        ..options(&[path.to_str().unwrap()])
+    })
+    .unwrap()
+    .0;
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("Time to First Token"))
+        .unwrap();
+    assert_eq!(row.matches('~').count(), 3, "{row}");
+    assert!(table.contains("- ~: more than 1000 values"), "{table}");
 }

@@ -64,6 +64,8 @@ pub struct SummaryJson {
 pub struct Stats {
     pub unit: &'static str,
     pub count: u64,
+    /// The quantiles are exact (at most 1,000 values), else within the sketch's relative error.
+    pub exact: bool,
     pub avg: Option<f64>,
     pub min: Option<f64>,
     pub max: Option<f64>,
@@ -102,6 +104,7 @@ pub fn stats(summary: &Summary, figure: Figure) -> Stats {
             Unit::Tokens => "tokens",
         },
         count: sketch.count(),
+        exact: sketch.is_exact(),
         avg: sketch.mean(),
         min: sketch.min(),
         max: sketch.max(),

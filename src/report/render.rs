@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use crate::report::json::{Side, Stats, SummaryJson};
-use crate::report::sketch::RELATIVE_ERROR;
+use crate::report::sketch::{EXACT_UP_TO, RELATIVE_ERROR};
 use crate::report::summary::{Figure, Limit, Unit};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +119,15 @@ fn shown(figure: Figure, value: Option<f64>, quantile: bool) -> String {
     }
 }
 
+/// A quantile from the sketch rather than the kept values is marked `~`.
+fn approx(stats: &Stats, cell: String) -> String {
+    if stats.exact {
+        cell
+    } else {
+        format!("~{cell}")
+    }
+}
+
 fn opt(value: Option<f64>, decimals: usize) -> String {
     value.map_or_else(|| "-".into(), |v| number(v, decimals))
 }
@@ -168,9 +177,9 @@ fn summary(s: &SummaryJson, style: Style, out: &mut String) {
             shown(figure, st.avg, false),
             shown(figure, st.min, false),
             shown(figure, st.max, false),
-            shown(figure, st.p99, true),
-            shown(figure, st.p90, true),
-            shown(figure, st.p50, true),
+            approx(st, shown(figure, st.p99, true)),
+            approx(st, shown(figure, st.p90, true)),
+            approx(st, shown(figure, st.p50, true)),
             number(st.count as f64, 0),
         ]);
     }
@@ -230,45 +239,72 @@ fn scalars(s: &SummaryJson) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// What a row means, said once below the tables for each row shown.
+const ROW_NOTES: [(Figure, &str); 5] = [
+    (
+        Figure::Itl,
+        "Inter Token Latency: per request, (E2E − TTFT)/(output tokens − 1), aiperf's ITL; \
+         tokentap's TPOT (time_per_output_token).",
+    ),
+    (
+        Figure::InterChunk,
+        "Inter Chunk Latency: every gap between two output-bearing chunks (the records' gaps_s), \
+         tokentap's inter_token_latency histogram, aiperf's Inter Chunk Latency.",
+    ),
+    (
+        Figure::RequestGapP50,
+        "Request Median/p99 Gap: each request's own gap p50/p99 (itl_p50_s, itl_p99_s) over \
+         requests; not the per-gap distribution, which needs records with every gap.",
+    ),
+    (
+        Figure::Ttfo,
+        "Time to First Output Token: to the first answer output, not reasoning; tokentap's \
+         time_to_first_answer.",
+    ),
+    (
+        Figure::LongestGap,
+        "Longest Gap: each request's largest gap, what an itl ceiling is judged on.",
+    ),
+];
+
 fn notes(sides: &[&SummaryJson], out: &mut String) {
     let shown: Vec<Figure> = sides.iter().flat_map(|s| figures_shown(s)).collect();
-    let has = |f: Figure| shown.contains(&f);
-    let mut lines = vec![format!(
-        "Quantiles are nearest-rank, within {}% of the exact value (a streaming sketch); avg, min, max and counts are exact.",
-        RELATIVE_ERROR * 100.0
-    )];
-    lines.push("Rates divide by the whole report's span (first start to last end), so the groups' rates add up.".into());
-    if has(Figure::Itl) {
-        lines.push("Inter Token Latency: per request, (E2E − TTFT)/(output tokens − 1), aiperf's ITL; tokentap's TPOT (time_per_output_token).".into());
+    let mut lines = vec![
+        "Quantiles are nearest-rank; avg, min, max and n are exact.".to_owned(),
+        "Rates divide by the whole report's span (first start to last end), so the groups' \
+         rates add up."
+            .to_owned(),
+    ];
+    let sketched = sides.iter().any(|s| s.metrics.values().any(|m| !m.exact));
+    if sketched {
+        lines.push(format!(
+            "~: more than {EXACT_UP_TO} values, the quantile is within {}% of the exact one \
+             (a streaming sketch).",
+            RELATIVE_ERROR * 100.0
+        ));
     }
-    if has(Figure::InterChunk) {
-        let partial: Vec<String> = sides
-            .iter()
-            .filter(|s| s.requests_with_every_gap < s.requests_with_gaps)
-            .map(|s| format!("{} of {}", s.requests_with_every_gap, s.requests_with_gaps))
-            .collect();
-        let mut line = "Inter Chunk Latency: every gap between two output-bearing chunks (the records' gaps_s), tokentap's inter_token_latency histogram, aiperf's Inter Chunk Latency.".to_owned();
-        if !partial.is_empty() {
-            let _ = write!(
-                line,
-                " Only from the requests recorded with every gap ({}).",
-                partial.join(", ")
-            );
+    for (figure, note) in ROW_NOTES {
+        if shown.contains(&figure) {
+            lines.push(note.to_owned());
         }
-        lines.push(line);
     }
-    if has(Figure::RequestGapP50) {
-        lines.push("Request Median/p99 Gap: each request's own gap p50/p99 (itl_p50_s, itl_p99_s) over requests; not the per-gap distribution, which needs records with request_log gaps.".into());
+    let partial: Vec<String> = sides
+        .iter()
+        .filter(|s| s.requests_with_every_gap < s.requests_with_gaps)
+        .filter(|s| s.requests_with_every_gap > 0)
+        .map(|s| format!("{} of {}", s.requests_with_every_gap, s.requests_with_gaps))
+        .collect();
+    if !partial.is_empty() {
+        lines.push(format!(
+            "Inter Chunk Latency is only from the requests recorded with every gap ({}).",
+            partial.join(", ")
+        ));
     }
-    if has(Figure::Ttfo) {
-        lines.push("Time to First Output Token: to the first answer output, not reasoning; tokentap's time_to_first_answer.".into());
-    }
-    if has(Figure::LongestGap) {
-        lines.push(
-            "Longest Gap: each request's largest gap, what an itl ceiling is judged on.".into(),
-        );
-    }
-    lines.push("Request Latency (E2E), Inter Token Latency, Output Token Throughput Per User and Longest Gap count requests that ended ok, like the proxy's histograms.".into());
+    lines.push(
+        "Request Latency (E2E), Inter Token Latency, Output Token Throughput Per User and \
+         Longest Gap count requests that ended ok, like the proxy's histograms."
+            .to_owned(),
+    );
     out.push_str("Notes:\n");
     for line in lines {
         let _ = writeln!(out, "- {line}");
@@ -377,6 +413,7 @@ fn compared(before: &SummaryJson, after: &SummaryJson, style: Style, out: &mut S
     let none = Stats {
         unit: "",
         count: 0,
+        exact: true,
         avg: None,
         min: None,
         max: None,
