@@ -33,7 +33,13 @@ impl Table {
             return;
         }
         let columns = self.head.len();
-        let mut widths: Vec<usize> = self.head.iter().map(|h| h.chars().count()).collect();
+        // A Markdown delimiter cell needs a dash beside its colon.
+        let least = if style == Style::Markdown { 3 } else { 1 };
+        let mut widths: Vec<usize> = self
+            .head
+            .iter()
+            .map(|h| h.chars().count().max(least))
+            .collect();
         for row in &self.rows {
             for (w, cell) in widths.iter_mut().zip(row) {
                 *w = (*w).max(cell.chars().count());
@@ -161,12 +167,15 @@ fn group_name(side: &Side, group: Option<&str>) -> String {
     }
 }
 
-fn summary(s: &SummaryJson, style: Style, out: &mut String) {
-    let span = match (&s.start, &s.end) {
+fn span(s: &SummaryJson) -> String {
+    match (&s.start, &s.end) {
         (Some(a), Some(b)) => format!("{a} → {b}"),
         _ => "no records".into(),
-    };
-    let _ = writeln!(out, "{span}\n");
+    }
+}
+
+fn summary(s: &SummaryJson, style: Style, out: &mut String) {
+    let _ = writeln!(out, "{}\n", span(s));
     let mut figures = Table::new(&["Metric", "avg", "min", "max", "p99", "p90", "p50", "n"]);
     for figure in figures_shown(s) {
         let Some(st) = s.metrics.get(figure.tag()) else {
@@ -352,6 +361,7 @@ fn change(before: Option<f64>, after: Option<f64>, scale: f64, decimals: usize) 
 }
 
 fn compared(before: &SummaryJson, after: &SummaryJson, style: Style, out: &mut String) {
+    let _ = writeln!(out, "before: {}\nafter:  {}\n", span(before), span(after));
     let mut table = Table::new(&["Metric", "before", "after", "change", "change %"]);
     let mut push = |name: String, cells: [String; 4]| {
         let mut row = vec![name];
@@ -454,7 +464,7 @@ fn compared(before: &SummaryJson, after: &SummaryJson, style: Style, out: &mut S
             s.attainment
                 .iter()
                 .find(|a| &a.ceiling == ceiling)
-                .map_or(Some(1.0), |a| a.share)
+                .map_or((s.request_count > 0).then_some(1.0), |a| a.share)
         };
         push(
             format!("SLO attainment {ceiling} (%)"),
