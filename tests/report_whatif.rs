@@ -170,7 +170,7 @@ fn record_of(i: usize, f: &FinishedRecord) -> RequestRecord {
 fn report_of(records: &[RequestRecord], slo: Option<Ceilings>) -> Value {
     let slo = slo.map(|default| Slo {
         default,
-        models: Default::default(),
+        ..Slo::default()
     });
     let lines: String = records
         .iter()

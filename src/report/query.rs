@@ -192,7 +192,7 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 pub fn parse_slo(text: &str) -> Result<Slo, String> {
     Ok(Slo {
         default: parse_ceilings(text)?,
-        models: Default::default(),
+        ..Slo::default()
     })
 }
 
