@@ -32,6 +32,9 @@ struct Case {
     status: Option<u16>,
     /// `None`: not metered (not 2xx); else streaming or one JSON body, with the usage's output tokens.
     decoded: Option<(bool, Option<u64>)>,
+    /// The first answer (not reasoning) at or after this ms (never, for `u64::MAX`); `None`: the
+    /// first output was the answer.
+    answer_ms: Option<u64>,
 }
 
 fn stream(outputs: Vec<u64>, end_ms: u64, tokens: u64) -> Case {
@@ -41,6 +44,15 @@ fn stream(outputs: Vec<u64>, end_ms: u64, tokens: u64) -> Case {
         outcome: Outcome::Ok,
         status: Some(200),
         decoded: Some((true, Some(tokens))),
+        answer_ms: None,
+    }
+}
+
+/// A stream that reasons until `answer_ms`.
+fn reasoning(outputs: Vec<u64>, answer_ms: u64, end_ms: u64, tokens: u64) -> Case {
+    Case {
+        answer_ms: Some(answer_ms),
+        ..stream(outputs, end_ms, tokens)
     }
 }
 
@@ -73,6 +85,7 @@ fn cases() -> Vec<Case> {
             outcome: Outcome::Cancelled,
             status: Some(200),
             decoded: Some((true, None)),
+            answer_ms: None,
         },
         // The client left mid-stream; no gap, not even the open one, above the ITL ceiling.
         Case {
@@ -81,6 +94,7 @@ fn cases() -> Vec<Case> {
             outcome: Outcome::Cancelled,
             status: Some(200),
             decoded: Some((true, None)),
+            answer_ms: None,
         },
         // The upstream broke the stream after a slow first token.
         Case {
@@ -89,6 +103,7 @@ fn cases() -> Vec<Case> {
             outcome: Outcome::UpstreamError,
             status: Some(200),
             decoded: Some((true, None)),
+            answer_ms: None,
         },
         // A 503: not metered, never goodput, judged on E2E only.
         Case {
@@ -97,6 +112,7 @@ fn cases() -> Vec<Case> {
             outcome: Outcome::Ok,
             status: Some(503),
             decoded: None,
+            answer_ms: None,
         },
         // One JSON body, 3 s: only the E2E ceiling applies.
         Case {
@@ -105,6 +121,18 @@ fn cases() -> Vec<Case> {
             outcome: Outcome::Ok,
             status: Some(200),
             decoded: Some((false, Some(40))),
+            answer_ms: None,
+        },
+        // Reasoning for 1.5 s, then the answer: TTFT met, time to first answer missed.
+        reasoning(every(100, 100, 19), 1_500, 1_900, 19),
+        // Reasoning, then the client left at 1.2 s before any answer: a lower bound over the ceiling.
+        Case {
+            outputs: every(100, 100, 11),
+            end_ms: 1_200,
+            outcome: Outcome::Cancelled,
+            status: Some(200),
+            decoded: Some((true, None)),
+            answer_ms: Some(u64::MAX),
         },
         // One JSON body within E2E.
         Case {
@@ -113,6 +141,7 @@ fn cases() -> Vec<Case> {
             outcome: Outcome::Ok,
             status: Some(200),
             decoded: Some((false, Some(40))),
+            answer_ms: None,
         },
     ]
 }
@@ -122,6 +151,9 @@ fn finish(case: &Case, ceilings: &Ceilings) -> FinishedRecord {
     let mut timeline = Timeline::new(t0);
     for &at in &case.outputs {
         timeline.on_output(0, t0 + ms(at));
+        if case.answer_ms.is_none_or(|answer| at >= answer) {
+            timeline.on_answer(t0 + ms(at), case.answer_ms.is_some());
+        }
     }
     let report = case.decoded.map(|(streaming, usage)| DecoderReport {
         streaming,
@@ -156,7 +188,8 @@ fn record_of(i: usize, f: &FinishedRecord) -> RequestRecord {
         outcome: f.outcome.as_str().into(),
         stream: f.streaming,
         e2e_s: f.figures.e2e.as_secs_f64(),
-        ttft_s: stream(f.figures.ttft),
+        ttft_s: secs(f.figures.ttft),
+        time_to_first_answer_s: secs(f.figures.time_to_first_answer),
         tpot_s: stream(f.figures.tpot.filter(|_| ok)),
         max_gap_s: stream(f.figures.max_gap),
         output_tokens: f.output_tokens,
@@ -203,7 +236,8 @@ fn missed(doc: &Value, kind: &str) -> u64 {
 
 #[test]
 fn what_if_goodput_and_misses_equal_a_run_with_those_ceilings_configured() {
-    let x = parse_ceilings("ttft=300ms,tpot=40ms,itl=200ms,e2e=2s").unwrap();
+    let x =
+        parse_ceilings("ttft=300ms,tpot=40ms,itl=200ms,e2e=2s,time_to_first_answer=1s").unwrap();
     let cases = cases();
     let unjudged: Vec<RequestRecord> = cases
         .iter()

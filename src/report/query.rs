@@ -235,6 +235,7 @@ fn set(ceilings: &mut Ceilings, kind: SloKind, ceiling: Duration) {
         SloKind::Tpot => &mut ceilings.tpot,
         SloKind::Itl => &mut ceilings.itl,
         SloKind::E2e => &mut ceilings.e2e,
+        SloKind::TimeToFirstAnswer => &mut ceilings.time_to_first_answer,
     };
     *slot = Some(ceiling);
 }
@@ -288,7 +289,7 @@ mod tests {
         let err = parse_ceilings("ttft=300ms,ttfx=2s").unwrap_err();
         assert_eq!(
             err,
-            "--slo: invalid ceiling \"ttfx=2s\": unknown ceiling \"ttfx\": expected one of ttft, tpot, itl, e2e"
+            "--slo: invalid ceiling \"ttfx=2s\": unknown ceiling \"ttfx\": expected one of ttft, tpot, itl, e2e, time_to_first_answer"
         );
         assert!(parse_ceilings("ttft=0s").is_err());
         assert!(parse_ceilings("ttft").is_err());

@@ -144,7 +144,7 @@ fn seconds(value: Option<f64>) -> Option<Duration> {
 
 /// What the proxy judged a request on, rebuilt from its record the way `record::finished` builds it:
 /// the stream figures only for a stream, and for a request that did not end `ok` no TPOT and at least
-/// its E2E as TTFT. (Such a request is never goodput; its open gap is not in the record, so an ITL
+/// its E2E as TTFT and as time to first answer. (Such a request is never goodput; its open gap is not in the record, so an ITL
 /// ceiling it missed only on that gap shows as met.)
 pub fn judged(record: &RequestRecord) -> Figures {
     let stream = |v: Option<f64>| seconds(v.filter(|_| record.stream));
@@ -157,7 +157,11 @@ pub fn judged(record: &RequestRecord) -> Figures {
         } else {
             stream(record.ttft_s.or(Some(record.e2e_s)))
         },
-        time_to_first_answer: stream(record.time_to_first_answer_s),
+        time_to_first_answer: if ok {
+            stream(record.time_to_first_answer_s)
+        } else {
+            stream(record.time_to_first_answer_s.or(Some(record.e2e_s)))
+        },
         tpot: stream(record.tpot_s.filter(|_| ok)),
         max_gap: stream(record.max_gap_s),
         ..Figures::default()
