@@ -194,8 +194,10 @@ fn summary(s: &SummaryJson, style: Style, out: &mut String) {
     }
     figures.write(style, out);
     let mut totals = Table::new(&["Metric", "value"]);
-    for (name, value) in scalars(s) {
-        totals.rows.push(vec![name.to_owned(), value]);
+    for (name, value, decimals) in SCALARS {
+        totals
+            .rows
+            .push(vec![name.to_owned(), opt(value(s), decimals)]);
     }
     totals.write(style, out);
     let mut attainment = Table::new(&["SLO ceiling", "limit", "met", "missed", "attainment"]);
@@ -227,26 +229,35 @@ fn summary(s: &SummaryJson, style: Style, out: &mut String) {
     outcomes.write(style, out);
 }
 
-fn scalars(s: &SummaryJson) -> Vec<(&'static str, String)> {
-    vec![
-        ("Request Count", number(s.request_count as f64, 0)),
-        ("Duration (s)", opt(s.duration_s, 3)),
-        (
-            "Request Throughput (requests/s)",
-            opt(s.request_throughput, 2),
-        ),
-        (
-            "Input Token Throughput (tokens/s)",
-            opt(s.input_token_throughput, 2),
-        ),
-        (
-            "Output Token Throughput (tokens/s)",
-            opt(s.output_token_throughput, 2),
-        ),
-        ("Good Request Count", number(s.good_request_count as f64, 0)),
-        ("Goodput (requests/s)", opt(s.goodput, 2)),
-    ]
-}
+/// The whole-set figures: name, value, decimals. `Duration` is the set's own span; the rates divide
+/// by the report's.
+type Scalar = (&'static str, fn(&SummaryJson) -> Option<f64>, usize);
+
+const SCALARS: [Scalar; 7] = [
+    ("Request Count", |s| Some(s.request_count as f64), 0),
+    ("Duration (s)", |s| s.duration_s, 3),
+    (
+        "Request Throughput (requests/s)",
+        |s| s.request_throughput,
+        2,
+    ),
+    (
+        "Input Token Throughput (tokens/s)",
+        |s| s.input_token_throughput,
+        2,
+    ),
+    (
+        "Output Token Throughput (tokens/s)",
+        |s| s.output_token_throughput,
+        2,
+    ),
+    (
+        "Good Request Count",
+        |s| Some(s.good_request_count as f64),
+        0,
+    ),
+    ("Goodput (requests/s)", |s| s.goodput, 2),
+];
 
 /// What a row means, said once below the tables for each row shown.
 const ROW_NOTES: [(Figure, &str); 5] = [
@@ -368,51 +379,15 @@ fn compared(before: &SummaryJson, after: &SummaryJson, style: Style, out: &mut S
         row.extend(cells);
         table.rows.push(row);
     };
-    let count = |v: u64| Some(v as f64);
-    push(
-        "Request Count".into(),
-        change(
-            count(before.request_count),
-            count(after.request_count),
-            1.0,
-            0,
-        ),
-    );
-    push(
-        "Request Throughput (requests/s)".into(),
-        change(before.request_throughput, after.request_throughput, 1.0, 2),
-    );
-    push(
-        "Input Token Throughput (tokens/s)".into(),
-        change(
-            before.input_token_throughput,
-            after.input_token_throughput,
-            1.0,
-            2,
-        ),
-    );
-    push(
-        "Output Token Throughput (tokens/s)".into(),
-        change(
-            before.output_token_throughput,
-            after.output_token_throughput,
-            1.0,
-            2,
-        ),
-    );
-    push(
-        "Good Request Count".into(),
-        change(
-            count(before.good_request_count),
-            count(after.good_request_count),
-            1.0,
-            0,
-        ),
-    );
-    push(
-        "Goodput (requests/s)".into(),
-        change(before.goodput, after.goodput, 1.0, 2),
-    );
+    for (name, value, decimals) in SCALARS
+        .into_iter()
+        .filter(|(n, ..)| !n.starts_with("Duration"))
+    {
+        push(
+            name.into(),
+            change(value(before), value(after), 1.0, decimals),
+        );
+    }
     let mut figures = figures_shown(before);
     figures.extend(
         figures_shown(after)
