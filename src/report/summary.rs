@@ -144,8 +144,8 @@ fn seconds(value: Option<f64>) -> Option<Duration> {
 
 /// What the proxy judged a request on, rebuilt from its record the way `record::finished` builds it:
 /// the stream figures only for a stream, and for a request that did not end `ok` no TPOT and at least
-/// its E2E as TTFT and as time to first answer. (Such a request is never goodput; its open gap is not in the record, so an ITL
-/// ceiling it missed only on that gap shows as met.)
+/// its E2E as TTFT and as time to first answer. (Such a request is never goodput; its open gap is not
+/// in the record, so an ITL ceiling it missed only on that gap shows as met.)
 pub fn judged(record: &RequestRecord) -> Figures {
     let stream = |v: Option<f64>| seconds(v.filter(|_| record.stream));
     let e2e = seconds(Some(record.e2e_s)).unwrap_or_default();
