@@ -310,8 +310,12 @@ impl Report {
             let key = by.key(record);
             let full = self.groups.len() >= MAX_GROUPS && !self.groups.contains_key(key);
             let key = if full { OVERFLOW } else { key };
-            let group = self.groups.entry(key.to_owned()).or_default();
-            group.add(record, start, &self.verdicts);
+            if !self.groups.contains_key(key) {
+                self.groups.insert(key.to_owned(), Summary::default());
+            }
+            if let Some(group) = self.groups.get_mut(key) {
+                group.add(record, start, &self.verdicts);
+            }
         }
     }
 
