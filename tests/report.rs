@@ -610,6 +610,24 @@ fn a_config_gives_its_ceilings_with_per_model_overrides_and_slo_wins_over_it() {
     ]);
     assert_eq!(doc["total"]["attainment"], want);
     assert_eq!(doc["slo"]["models"]["qwen"]["e2e_s"], 5.0);
+    // A tenant's ceiling wins over its model's and the default, as in the proxy: tenant a's 10 s E2E
+    // makes r6 (llama, 4 s, tenant a) good.
+    let yaml = format!("{yaml}tenants:\n  header: x-tenant-id\n  slo:\n    a: {{e2e: 10s}}\n");
+    let tenants = temp("tenant-ceilings.yaml", yaml.as_bytes());
+    let out = tokentap()
+        .args(["report", DAY, "--format", "json", "--config"])
+        .arg(&tenants)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["total"]["good_request_count"], 3);
+    assert_eq!(doc["total"]["attainment"][1]["missed"], 0);
+    assert_eq!(doc["slo"]["tenants"]["a"]["e2e_s"], 10.0);
     // --slo replaces the config's ceilings.
     let doc = run(&["--slo", "itl=10s"]);
     assert_eq!(doc["slo"], serde_json::json!({"itl_s": 10.0}));

@@ -191,6 +191,12 @@ pub fn side<'a>(report: &Report, input: &'a InputStats) -> Side<'a> {
                 let models = models.map(|(m, c)| (m.clone(), serde_json::Value::Object(limits(c))));
                 shown.insert("models".into(), models.collect());
             }
+            if !slo.tenants.is_empty() {
+                let tenants = slo.tenants.iter();
+                let tenants =
+                    tenants.map(|(t, c)| (t.clone(), serde_json::Value::Object(limits(c))));
+                shown.insert("tenants".into(), tenants.collect());
+            }
             serde_json::Value::Object(shown)
         }
     };

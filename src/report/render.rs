@@ -206,7 +206,7 @@ fn summary(s: &SummaryJson, style: Style, out: &mut String) {
             a.ceiling.clone(),
             match a.limit {
                 Some(Limit::Seconds(l)) => format!("{} ms", number(l * 1000.0, 2)),
-                Some(Limit::PerModel) => "per model".into(),
+                Some(Limit::PerModel) => "per model/tenant".into(),
                 _ => "as recorded".into(),
             },
             number(a.met as f64, 0),

@@ -102,7 +102,8 @@ impl Figure {
 }
 
 /// How goodput and each ceiling are decided: as the proxy recorded them, or again with other ceilings
-/// (`--slo` for every model, or a config's `slo:` with its per-model overrides).
+/// (`--slo` for every request, or a config's `slo:` with its per-model and per-tenant overrides, as
+/// the proxy applies them: a tenant's ceiling over its model's over the default).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdicts {
     Recorded,
@@ -115,7 +116,7 @@ pub enum Limit {
     /// The proxy's verdicts: the records do not carry the ceiling.
     Recorded,
     Seconds(f64),
-    /// Different for some models (a config's `slo.models`).
+    /// Different for some models or tenants (a config's `slo.models`, `tenants.slo`).
     PerModel,
 }
 
@@ -232,7 +233,8 @@ impl Summary {
                 }
             }
             Verdicts::WhatIf(slo) => {
-                let ceilings = &slo.ceilings_for(&record.model);
+                let tenant = record.tenant.as_deref();
+                let ceilings = &slo.ceilings_for_request(&record.model, tenant);
                 let succeeded = ok && record.status.is_some_and(|s| (200..300).contains(&s));
                 let verdict = judge(ceilings, &judged(record), succeeded);
                 self.good += u64::from(verdict.goodput);
@@ -252,7 +254,8 @@ impl Summary {
                 .into_iter()
                 .filter_map(|k| {
                     let all: Vec<f64> = slo.boundaries(k);
-                    let overridden = slo.models.values().any(|m| m.get(k).is_some());
+                    let overrides = slo.models.values().chain(slo.tenants.values());
+                    let overridden = overrides.into_iter().any(|m| m.get(k).is_some());
                     let limit = match (slo.default.get(k), overridden) {
                         (Some(d), false) => Limit::Seconds(d.as_secs_f64()),
                         _ if all.is_empty() => return None,
