@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 use tokentap::report::query::{self, By, Window};
+use tokentap::report::slowest::SlowBy;
 use tokentap::report::{run, Format, Options};
 
 const DAY: &str = concat!(
@@ -28,6 +29,8 @@ fn options(files: &[&str]) -> Options {
         slo: None,
         strict: false,
         progress: false,
+        slowest: 0,
+        slowest_by: SlowBy::Ttft,
     }
 }
 
@@ -728,4 +731,44 @@ fn past_a_thousand_values_quantiles_come_from_the_sketch_within_its_error_and_ar
         .unwrap();
     assert_eq!(row.matches('~').count(), 3, "{row}");
     assert!(table.contains("- ~: more than 1000 values"), "{table}");
+}
+
+#[test]
+fn slowest_lists_the_requests_with_the_largest_figure_and_who_sent_them() {
+    let mut o = options(&[DAY]);
+    o.slowest = 2;
+    let doc = json(&o);
+    assert_eq!(doc["slowest"]["by"], "ttft");
+    let requests = doc["slowest"]["requests"].as_array().unwrap();
+    let ids: Vec<&str> = requests.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["r4", "r2"]);
+    let want = serde_json::json!({
+        "start": "2026-12-03T08:00:03.000000Z", "id": "r4", "model": "qwen", "tenant": "b",
+        "outcome": "cancelled", "status": 200, "input_tokens": 400, "output_tokens": 10,
+        "ttft_s": 0.4, "max_gap_s": 0.06, "e2e_s": 1.5,
+    });
+    assert_eq!(requests[0], want);
+    o.slowest_by = SlowBy::E2e;
+    o.format = Format::Table;
+    let (text, _) = report(&o).unwrap();
+    let table = text
+        .split("Slowest 2 by e2e\n")
+        .nth(1)
+        .expect("the slowest table");
+    let rows: Vec<&str> = table.lines().skip(3).take(2).collect();
+    assert!(
+        rows[0].contains(" r6 ") && rows[0].ends_with("4,000.00"),
+        "{table}"
+    );
+    assert!(
+        rows[1].contains(" r3 ") && rows[1].ends_with("3,000.00"),
+        "{table}"
+    );
+    // Off by default: no such field.
+    assert!(json(&options(&[DAY])).get("slowest").is_none());
+    let out = tokentap()
+        .args(["report", DAY, "--slowest", "1", "--slowest-by", "tps"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--slowest-by: invalid figure \"tps\""));
 }

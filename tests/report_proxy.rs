@@ -14,6 +14,7 @@ use serde_json::Value;
 use support::*;
 use tokentap::config::SloKind;
 use tokentap::report::query::{parse_slo, Window};
+use tokentap::report::slowest::SlowBy;
 use tokentap::report::{run, Format, Options};
 
 const CEILINGS: &str = "ttft=100ms,itl=150ms,tpot=50ms,e2e=400ms,time_to_first_answer=100ms";
@@ -140,6 +141,8 @@ fn report(path: &Path, slo: Option<&str>) -> Value {
         slo: slo.map(|s| parse_slo(s).expect("ceilings")),
         strict: true,
         progress: false,
+        slowest: 0,
+        slowest_by: SlowBy::Ttft,
     };
     let (mut out, mut warn) = (Vec::new(), Vec::new());
     run(&options, &mut out, &mut warn).expect("report");

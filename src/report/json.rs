@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::config::Ceilings;
 use crate::report::input::InputStats;
 use crate::report::query::format_rfc3339;
+use crate::report::slowest::Slow;
 use crate::report::summary::{Figure, Limit, Report, Summary, Unit, Verdicts};
 
 /// The `report` field: the shape's version, bumped when a field is removed or redefined.
@@ -38,6 +39,15 @@ pub struct Side<'a> {
     pub total: SummaryJson,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub groups: BTreeMap<String, SummaryJson>,
+    /// `--slowest`: the figure they are ranked by, and the requests, slowest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slowest: Option<SlowestJson>,
+}
+
+#[derive(Serialize)]
+pub struct SlowestJson {
+    pub by: &'static str,
+    pub requests: Vec<Slow>,
 }
 
 #[derive(Serialize)]
@@ -211,6 +221,10 @@ pub fn side<'a>(report: &Report, input: &'a InputStats) -> Side<'a> {
             .iter()
             .map(|(name, s)| (name.clone(), summary(s, &ceilings, duration)))
             .collect(),
+        slowest: (report.slowest.n() > 0).then(|| SlowestJson {
+            by: report.slowest.by.as_str(),
+            requests: report.slowest.list(),
+        }),
     }
 }
 

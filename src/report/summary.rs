@@ -16,6 +16,7 @@ use crate::record::slo::judge;
 use crate::record::timeline::Figures;
 use crate::report::query::{parse_rfc3339, By};
 use crate::report::sketch::Sketch;
+use crate::report::slowest::{SlowBy, Slowest};
 
 /// Groups kept apart; the records of any further group are summed under [`OVERFLOW`].
 pub const MAX_GROUPS: usize = 1_000;
@@ -286,6 +287,8 @@ pub struct Report {
     pub groups: BTreeMap<String, Summary>,
     /// Records whose `start` is not a time (counted apart, in no summary).
     pub bad_start: u64,
+    /// `--slowest`: over everything, not per group.
+    pub slowest: Slowest,
 }
 
 impl Report {
@@ -296,6 +299,7 @@ impl Report {
             total: Summary::default(),
             groups: BTreeMap::new(),
             bad_start: 0,
+            slowest: Slowest::new(0, SlowBy::Ttft),
         }
     }
 
@@ -309,6 +313,7 @@ impl Report {
             return;
         }
         self.total.add(record, start, &self.verdicts);
+        self.slowest.add(record);
         if let Some(by) = self.by {
             let key = by.key(record);
             let full = self.groups.len() >= MAX_GROUPS && !self.groups.contains_key(key);
