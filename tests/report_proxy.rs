@@ -2,7 +2,8 @@
 //! scripted traffic goes once through tokentap with no ceiling and `request_log:` on, once with ceilings
 //! Y. `tokentap report --slo Y` on the first run's records gives the second run's scraped
 //! `tokentap_goodput_requests_total` and each `tokentap_slo_violations_total{slo}`; the second run's
-//! records read as recorded give them too. The timings are far from every ceiling (milliseconds against
+//! records read as recorded give them too, and each figure's row sees what its histogram saw (count and
+//! sum). The timings are far from every ceiling (milliseconds against
 //! hundreds of them), so a loaded machine cannot move a verdict.
 
 mod support;
@@ -176,6 +177,37 @@ async fn what_if_goodput_equals_the_proxy_run_with_those_ceilings() {
     }
     let requests = metrics.get("tokentap_requests_total", &[]);
     assert_eq!(recorded["total"]["request_count"].as_f64(), Some(requests));
+    // Each row sees the requests its histogram sees: the same count and the same sum.
+    for (tag, histogram) in [
+        (
+            "time_to_first_token",
+            "tokentap_time_to_first_token_seconds",
+        ),
+        (
+            "inter_chunk_latency",
+            "tokentap_inter_token_latency_seconds",
+        ),
+        (
+            "inter_token_latency",
+            "tokentap_time_per_output_token_seconds",
+        ),
+        ("request_latency", "tokentap_e2e_request_latency_seconds"),
+        ("longest_gap", "tokentap_max_inter_token_gap_seconds"),
+        (
+            "output_token_throughput_per_user",
+            "tokentap_output_tokens_per_second",
+        ),
+    ] {
+        let row = &recorded["total"]["metrics"][tag];
+        let count = metrics.get(&format!("{histogram}_count"), &[]);
+        let sum = metrics.get(&format!("{histogram}_sum"), &[]);
+        assert_eq!(row["count"].as_f64(), Some(count), "{tag} count");
+        let total = row["avg"].as_f64().unwrap_or(f64::NAN) * count;
+        assert!(
+            (total - sum).abs() < 1e-6 * sum.max(1.0),
+            "{tag}: {total} vs {sum}"
+        );
+    }
     for path in [unjudged, judged] {
         let _ = std::fs::remove_file(path);
     }
