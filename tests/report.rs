@@ -2,8 +2,9 @@
 //! (tests/fixtures/records/day.jsonl: six requests, two models, three tenants, a cancelled stream, a
 //! 503 and a non-streaming answer): every figure, goodput and attainment as recorded and with what-if
 //! ceilings, grouping and its cap, the time window, gzip told by its magic bytes, malformed lines and
-//! other schema versions skipped and counted (or refused with `--strict`), `--compare`, the JSON shape
-//! and the command line itself.
+//! other schema versions skipped and counted (or refused with `--strict`), `--compare`, `--slowest`,
+//! a config's ceilings (per model and tenant), the sketch past 1,000 values, the JSON shape, the
+//! command line itself, and the README's sample.
 
 use std::io::Write;
 use std::path::PathBuf;
