@@ -773,3 +773,21 @@ fn slowest_lists_the_requests_with_the_largest_figure_and_who_sent_them() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("--slowest-by: invalid figure \"tps\""));
 }
+
+#[test]
+fn made_up_outcomes_and_ceiling_names_are_capped_so_memory_stays_bounded() {
+    let mut lines = String::new();
+    for i in 0..200 {
+        lines.push_str(&format!(
+            "{{\"v\":1,\"start\":\"2026-12-03T08:00:00Z\",\"id\":\"{i}\",\"model\":\"m\",\"api\":\"chat\",\"outcome\":\"made-up-{i}\",\"stream\":false,\"e2e_s\":0.1,\"goodput\":false,\"slo_missed\":[\"ceiling-{i}\"]}}\n"
+        ));
+    }
+    let path = temp("made-up.jsonl", lines.as_bytes());
+    let doc = json(&options(&[path.to_str().unwrap()]));
+    let outcomes = doc["total"]["outcomes"].as_array().unwrap();
+    assert_eq!(outcomes.len(), 65);
+    let other = outcomes.iter().find(|o| o["outcome"] == "other").unwrap();
+    assert_eq!(other["count"], 200 - 64);
+    let attainment = doc["total"]["attainment"].as_array().unwrap();
+    assert_eq!(attainment.len(), 65);
+}

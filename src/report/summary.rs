@@ -21,6 +21,20 @@ use crate::report::slowest::{SlowBy, Slowest};
 /// Groups kept apart; the records of any further group are summed under [`OVERFLOW`].
 pub const MAX_GROUPS: usize = 1_000;
 pub const OVERFLOW: &str = "other";
+/// Distinct (outcome, status) pairs and ceiling names kept apart (tokentap writes a few of each; a
+/// file that names more is summed under [`OVERFLOW`], so memory stays bounded whatever it holds).
+pub const MAX_NAMES: usize = 64;
+
+/// `map[key] += 1`, or `map[overflow] += 1` once the map holds [`MAX_NAMES`] keys.
+fn count<K: Ord + Clone>(map: &mut BTreeMap<K, u64>, key: &K, overflow: impl FnOnce() -> K) {
+    if let Some(n) = map.get_mut(key) {
+        *n += 1;
+    } else if map.len() < MAX_NAMES {
+        map.insert(key.clone(), 1);
+    } else {
+        *map.entry(overflow()).or_insert(0) += 1;
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
@@ -222,15 +236,13 @@ impl Summary {
         let status = record
             .status
             .map_or_else(|| "none".to_owned(), |s| s.to_string());
-        *self
-            .outcomes
-            .entry((record.outcome.clone(), status))
-            .or_insert(0) += 1;
+        let other = || (OVERFLOW.to_owned(), OVERFLOW.to_owned());
+        count(&mut self.outcomes, &(record.outcome.clone(), status), other);
         match verdicts {
             Verdicts::Recorded => {
                 self.good += u64::from(record.goodput);
                 for kind in &record.slo_missed {
-                    *self.missed.entry(kind.clone()).or_insert(0) += 1;
+                    count(&mut self.missed, kind, || OVERFLOW.to_owned());
                 }
             }
             Verdicts::WhatIf(slo) => {
@@ -240,7 +252,9 @@ impl Summary {
                 let verdict = judge(ceilings, &judged(record), succeeded);
                 self.good += u64::from(verdict.goodput);
                 for kind in verdict.missed {
-                    *self.missed.entry(kind.as_str().to_owned()).or_insert(0) += 1;
+                    count(&mut self.missed, &kind.as_str().to_owned(), || {
+                        OVERFLOW.to_owned()
+                    });
                 }
             }
         }
