@@ -21,6 +21,8 @@ use crate::report::slowest::{SlowBy, Slowest};
 /// Groups kept apart; the records of any further group are summed under [`OVERFLOW`].
 pub const MAX_GROUPS: usize = 1_000;
 pub const OVERFLOW: &str = "other";
+/// A longer group name (tokentap's labels are at most 200 bytes) is summed under [`OVERFLOW`].
+pub const MAX_GROUP_NAME: usize = 200;
 /// Distinct (outcome, status) pairs and ceiling names kept apart (tokentap writes a few of each; a
 /// file that names more is summed under [`OVERFLOW`], so memory stays bounded whatever it holds).
 pub const MAX_NAMES: usize = 64;
@@ -331,7 +333,11 @@ impl Report {
         if let Some(by) = self.by {
             let key = by.key(record);
             let full = self.groups.len() >= MAX_GROUPS && !self.groups.contains_key(key);
-            let key = if full { OVERFLOW } else { key };
+            let key = if full || key.len() > MAX_GROUP_NAME {
+                OVERFLOW
+            } else {
+                key
+            };
             if !self.groups.contains_key(key) {
                 self.groups.insert(key.to_owned(), Summary::default());
             }
