@@ -2,8 +2,9 @@
 //! (tests/fixtures/records/day.jsonl: six requests, two models, three tenants, a cancelled stream, a
 //! 503 and a non-streaming answer): every figure, goodput and attainment as recorded and with what-if
 //! ceilings, grouping and its cap, the time window, gzip told by its magic bytes, malformed lines and
-//! other schema versions skipped and counted (or refused with `--strict`), `--compare`, the JSON shape
-//! and the command line itself.
+//! other schema versions skipped and counted (or refused with `--strict`), `--compare`, `--slowest`,
+//! a config's ceilings (per model and tenant), the sketch past 1,000 values, the JSON shape, the
+//! command line itself, and the README's sample.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 use tokentap::report::query::{self, By, Window};
+use tokentap::report::slowest::SlowBy;
 use tokentap::report::{run, Format, Options};
 
 const DAY: &str = concat!(
@@ -28,6 +30,8 @@ fn options(files: &[&str]) -> Options {
         slo: None,
         strict: false,
         progress: false,
+        slowest: 0,
+        slowest_by: SlowBy::Ttft,
     }
 }
 
@@ -610,6 +614,24 @@ fn a_config_gives_its_ceilings_with_per_model_overrides_and_slo_wins_over_it() {
     ]);
     assert_eq!(doc["total"]["attainment"], want);
     assert_eq!(doc["slo"]["models"]["qwen"]["e2e_s"], 5.0);
+    // A tenant's ceiling wins over its model's and the default, as in the proxy: tenant a's 10 s E2E
+    // makes r6 (llama, 4 s, tenant a) good.
+    let yaml = format!("{yaml}tenants:\n  header: x-tenant-id\n  slo:\n    a: {{e2e: 10s}}\n");
+    let tenants = temp("tenant-ceilings.yaml", yaml.as_bytes());
+    let out = tokentap()
+        .args(["report", DAY, "--format", "json", "--config"])
+        .arg(&tenants)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["total"]["good_request_count"], 3);
+    assert_eq!(doc["total"]["attainment"][1]["missed"], 0);
+    assert_eq!(doc["slo"]["tenants"]["a"]["e2e_s"], 10.0);
     // --slo replaces the config's ceilings.
     let doc = run(&["--slo", "itl=10s"]);
     assert_eq!(doc["slo"], serde_json::json!({"itl_s": 10.0}));
@@ -710,4 +732,62 @@ fn past_a_thousand_values_quantiles_come_from_the_sketch_within_its_error_and_ar
         .unwrap();
     assert_eq!(row.matches('~').count(), 3, "{row}");
     assert!(table.contains("- ~: more than 1000 values"), "{table}");
+}
+
+#[test]
+fn slowest_lists_the_requests_with_the_largest_figure_and_who_sent_them() {
+    let mut o = options(&[DAY]);
+    o.slowest = 2;
+    let doc = json(&o);
+    assert_eq!(doc["slowest"]["by"], "ttft");
+    let requests = doc["slowest"]["requests"].as_array().unwrap();
+    let ids: Vec<&str> = requests.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["r4", "r2"]);
+    let want = serde_json::json!({
+        "start": "2026-12-03T08:00:03.000000Z", "id": "r4", "model": "qwen", "tenant": "b",
+        "outcome": "cancelled", "status": 200, "input_tokens": 400, "output_tokens": 10,
+        "ttft_s": 0.4, "max_gap_s": 0.06, "e2e_s": 1.5,
+    });
+    assert_eq!(requests[0], want);
+    o.slowest_by = SlowBy::E2e;
+    o.format = Format::Table;
+    let (text, _) = report(&o).unwrap();
+    let table = text
+        .split("Slowest 2 by e2e\n")
+        .nth(1)
+        .expect("the slowest table");
+    let rows: Vec<&str> = table.lines().skip(3).take(2).collect();
+    assert!(
+        rows[0].contains(" r6 ") && rows[0].ends_with("4,000.00"),
+        "{table}"
+    );
+    assert!(
+        rows[1].contains(" r3 ") && rows[1].ends_with("3,000.00"),
+        "{table}"
+    );
+    // Off by default: no such field.
+    assert!(json(&options(&[DAY])).get("slowest").is_none());
+    let out = tokentap()
+        .args(["report", DAY, "--slowest", "1", "--slowest-by", "tps"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--slowest-by: invalid figure \"tps\""));
+}
+
+#[test]
+fn made_up_outcomes_and_ceiling_names_are_capped_so_memory_stays_bounded() {
+    let mut lines = String::new();
+    for i in 0..200 {
+        lines.push_str(&format!(
+            "{{\"v\":1,\"start\":\"2026-12-03T08:00:00Z\",\"id\":\"{i}\",\"model\":\"m\",\"api\":\"chat\",\"outcome\":\"made-up-{i}\",\"stream\":false,\"e2e_s\":0.1,\"goodput\":false,\"slo_missed\":[\"ceiling-{i}\"]}}\n"
+        ));
+    }
+    let path = temp("made-up.jsonl", lines.as_bytes());
+    let doc = json(&options(&[path.to_str().unwrap()]));
+    let outcomes = doc["total"]["outcomes"].as_array().unwrap();
+    assert_eq!(outcomes.len(), 65);
+    let other = outcomes.iter().find(|o| o["outcome"] == "other").unwrap();
+    assert_eq!(other["count"], 200 - 64);
+    let attainment = doc["total"]["attainment"].as_array().unwrap();
+    assert_eq!(attainment.len(), 65);
 }

@@ -17,6 +17,7 @@ use tokentap::record::outcome::Outcome;
 use tokentap::record::request_record::{RequestRecord, RECORD_VERSION};
 use tokentap::record::timeline::Timeline;
 use tokentap::report::query::{format_rfc3339, parse_ceilings, Window};
+use tokentap::report::slowest::SlowBy;
 use tokentap::report::{run, Format, Options};
 use tokio::time::Instant;
 
@@ -222,6 +223,8 @@ fn report_of(records: &[RequestRecord], slo: Option<Ceilings>) -> Value {
         slo,
         strict: true,
         progress: false,
+        slowest: 0,
+        slowest_by: SlowBy::Ttft,
     };
     let (mut out, mut warn) = (Vec::new(), Vec::new());
     run(&options, &mut out, &mut warn).unwrap();

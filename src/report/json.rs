@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::config::Ceilings;
 use crate::report::input::InputStats;
 use crate::report::query::format_rfc3339;
+use crate::report::slowest::Slow;
 use crate::report::summary::{Figure, Limit, Report, Summary, Unit, Verdicts};
 
 /// The `report` field: the shape's version, bumped when a field is removed or redefined.
@@ -38,6 +39,15 @@ pub struct Side<'a> {
     pub total: SummaryJson,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub groups: BTreeMap<String, SummaryJson>,
+    /// `--slowest`: the figure they are ranked by, and the requests, slowest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slowest: Option<SlowestJson>,
+}
+
+#[derive(Serialize)]
+pub struct SlowestJson {
+    pub by: &'static str,
+    pub requests: Vec<Slow>,
 }
 
 #[derive(Serialize)]
@@ -191,6 +201,12 @@ pub fn side<'a>(report: &Report, input: &'a InputStats) -> Side<'a> {
                 let models = models.map(|(m, c)| (m.clone(), serde_json::Value::Object(limits(c))));
                 shown.insert("models".into(), models.collect());
             }
+            if !slo.tenants.is_empty() {
+                let tenants = slo.tenants.iter();
+                let tenants =
+                    tenants.map(|(t, c)| (t.clone(), serde_json::Value::Object(limits(c))));
+                shown.insert("tenants".into(), tenants.collect());
+            }
             serde_json::Value::Object(shown)
         }
     };
@@ -205,6 +221,10 @@ pub fn side<'a>(report: &Report, input: &'a InputStats) -> Side<'a> {
             .iter()
             .map(|(name, s)| (name.clone(), summary(s, &ceilings, duration)))
             .collect(),
+        slowest: (report.slowest.n() > 0).then(|| SlowestJson {
+            by: report.slowest.by.as_str(),
+            requests: report.slowest.list(),
+        }),
     }
 }
 

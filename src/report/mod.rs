@@ -15,6 +15,7 @@ pub mod json;
 pub mod query;
 pub mod render;
 pub mod sketch;
+pub mod slowest;
 pub mod summary;
 
 use std::io::Write;
@@ -23,6 +24,7 @@ use crate::config::Slo;
 use input::InputStats;
 use query::{By, Window};
 use render::Style;
+use slowest::Slowest;
 use summary::{Report, Verdicts};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +63,9 @@ pub struct Options {
     pub strict: bool,
     /// Progress on stderr even when it is not a terminal.
     pub progress: bool,
+    /// `--slowest N` (`--slowest-by`): list the N slowest requests; 0 lists none.
+    pub slowest: usize,
+    pub slowest_by: slowest::SlowBy,
 }
 
 fn verdicts(options: &Options) -> Verdicts {
@@ -77,6 +82,7 @@ fn read(
     warn: &mut dyn Write,
 ) -> Result<(Report, InputStats), String> {
     let mut report = Report::new(verdicts(options), options.by);
+    report.slowest = Slowest::new(options.slowest, options.slowest_by);
     let window = options.window;
     let mut progress = input::progress_sink(options.progress);
     let sink = progress.as_mut().map(|p| p.as_mut() as &mut dyn Write);

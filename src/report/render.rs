@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::report::json::{Side, Stats, SummaryJson};
+use crate::report::json::{Side, SlowestJson, Stats, SummaryJson};
 use crate::report::sketch::{EXACT_UP_TO, RELATIVE_ERROR};
 use crate::report::summary::{Figure, Limit, Unit};
 
@@ -17,6 +17,8 @@ pub enum Style {
 struct Table {
     head: Vec<String>,
     rows: Vec<Vec<String>>,
+    /// Leading columns of text, aligned left; the numbers after them align right.
+    left: usize,
 }
 
 impl Table {
@@ -25,6 +27,7 @@ impl Table {
         Table {
             head,
             rows: Vec::new(),
+            left: 1,
         }
     }
 
@@ -49,7 +52,7 @@ impl Table {
             let mut text = String::new();
             for (i, (cell, width)) in cells.iter().zip(&widths).enumerate() {
                 let pad = " ".repeat(width - cell.chars().count());
-                let cell = if i == 0 {
+                let cell = if i < self.left {
                     format!("{cell}{pad}")
                 } else {
                     format!("{pad}{cell}")
@@ -69,7 +72,7 @@ impl Table {
         line(&self.head, out);
         let rule: Vec<String> = (0..columns)
             .map(|i| match (style, i) {
-                (Style::Markdown, 0) => "-".repeat(widths[0]),
+                (Style::Markdown, i) if i < self.left => "-".repeat(widths[i]),
                 (Style::Markdown, _) => format!("{}:", "-".repeat(widths[i] - 1)),
                 (Style::Terminal, _) => "-".repeat(widths[i]),
             })
@@ -206,7 +209,7 @@ fn summary(s: &SummaryJson, style: Style, out: &mut String) {
             a.ceiling.clone(),
             match a.limit {
                 Some(Limit::Seconds(l)) => format!("{} ms", number(l * 1000.0, 2)),
-                Some(Limit::PerModel) => "per model".into(),
+                Some(Limit::PerModel) => "per model/tenant".into(),
                 _ => "as recorded".into(),
             },
             number(a.met as f64, 0),
@@ -331,6 +334,46 @@ fn notes(sides: &[&SummaryJson], out: &mut String) {
     }
 }
 
+fn slowest_table(slowest: &SlowestJson, style: Style, out: &mut String) {
+    let name = format!("Slowest {} by {}", slowest.requests.len(), slowest.by);
+    title(&name, style, out);
+    let mut table = Table::new(&[
+        "start",
+        "id",
+        "model",
+        "tenant",
+        "outcome",
+        "input",
+        "output",
+        "TTFT ms",
+        "answer ms",
+        "max gap ms",
+        "TPOT ms",
+        "E2E ms",
+    ]);
+    table.left = 5;
+    let ms = |v: Option<f64>| opt(v.map(|v| v * 1000.0), 2);
+    let tokens = |v: Option<u64>| opt(v.map(|v| v as f64), 0);
+    for r in &slowest.requests {
+        table.rows.push(vec![
+            r.start.clone(),
+            r.id.clone(),
+            r.model.clone(),
+            r.tenant.clone().unwrap_or_else(|| "-".into()),
+            r.status
+                .map_or_else(|| r.outcome.clone(), |s| format!("{} {s}", r.outcome)),
+            tokens(r.input_tokens),
+            tokens(r.output_tokens),
+            ms(r.ttft_s),
+            ms(r.time_to_first_answer_s),
+            ms(r.max_gap_s),
+            ms(r.tpot_s),
+            ms(Some(r.e2e_s)),
+        ]);
+    }
+    table.write(style, out);
+}
+
 /// One record set: everything, then each group.
 pub fn single(side: &Side, style: Style) -> String {
     let mut out = String::new();
@@ -339,6 +382,9 @@ pub fn single(side: &Side, style: Style) -> String {
     for (name, s) in &side.groups {
         title(&group_name(side, Some(name)), style, &mut out);
         summary(s, style, &mut out);
+    }
+    if let Some(slowest) = &side.slowest {
+        slowest_table(slowest, style, &mut out);
     }
     let mut all = vec![&side.total];
     all.extend(side.groups.values());

@@ -16,10 +16,27 @@ use crate::record::slo::judge;
 use crate::record::timeline::Figures;
 use crate::report::query::{parse_rfc3339, By};
 use crate::report::sketch::Sketch;
+use crate::report::slowest::{SlowBy, Slowest};
 
 /// Groups kept apart; the records of any further group are summed under [`OVERFLOW`].
 pub const MAX_GROUPS: usize = 1_000;
 pub const OVERFLOW: &str = "other";
+/// A longer group name (tokentap's labels are at most 200 bytes) is summed under [`OVERFLOW`].
+pub const MAX_GROUP_NAME: usize = 200;
+/// Distinct (outcome, status) pairs and ceiling names kept apart (tokentap writes a few of each; a
+/// file that names more is summed under [`OVERFLOW`], so memory stays bounded whatever it holds).
+pub const MAX_NAMES: usize = 64;
+
+/// `map[key] += 1`, or `map[overflow] += 1` once the map holds [`MAX_NAMES`] keys.
+fn count<K: Ord + Clone>(map: &mut BTreeMap<K, u64>, key: &K, overflow: impl FnOnce() -> K) {
+    if let Some(n) = map.get_mut(key) {
+        *n += 1;
+    } else if map.len() < MAX_NAMES {
+        map.insert(key.clone(), 1);
+    } else {
+        *map.entry(overflow()).or_insert(0) += 1;
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
@@ -102,7 +119,8 @@ impl Figure {
 }
 
 /// How goodput and each ceiling are decided: as the proxy recorded them, or again with other ceilings
-/// (`--slo` for every model, or a config's `slo:` with its per-model overrides).
+/// (`--slo` for every request, or a config's `slo:` with its per-model and per-tenant overrides, as
+/// the proxy applies them: a tenant's ceiling over its model's over the default).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdicts {
     Recorded,
@@ -115,7 +133,7 @@ pub enum Limit {
     /// The proxy's verdicts: the records do not carry the ceiling.
     Recorded,
     Seconds(f64),
-    /// Different for some models (a config's `slo.models`).
+    /// Different for some models or tenants (a config's `slo.models`, `tenants.slo`).
     PerModel,
 }
 
@@ -220,24 +238,25 @@ impl Summary {
         let status = record
             .status
             .map_or_else(|| "none".to_owned(), |s| s.to_string());
-        *self
-            .outcomes
-            .entry((record.outcome.clone(), status))
-            .or_insert(0) += 1;
+        let other = || (OVERFLOW.to_owned(), OVERFLOW.to_owned());
+        count(&mut self.outcomes, &(record.outcome.clone(), status), other);
         match verdicts {
             Verdicts::Recorded => {
                 self.good += u64::from(record.goodput);
                 for kind in &record.slo_missed {
-                    *self.missed.entry(kind.clone()).or_insert(0) += 1;
+                    count(&mut self.missed, kind, || OVERFLOW.to_owned());
                 }
             }
             Verdicts::WhatIf(slo) => {
-                let ceilings = &slo.ceilings_for(&record.model);
+                let tenant = record.tenant.as_deref();
+                let ceilings = &slo.ceilings_for_request(&record.model, tenant);
                 let succeeded = ok && record.status.is_some_and(|s| (200..300).contains(&s));
                 let verdict = judge(ceilings, &judged(record), succeeded);
                 self.good += u64::from(verdict.goodput);
                 for kind in verdict.missed {
-                    *self.missed.entry(kind.as_str().to_owned()).or_insert(0) += 1;
+                    count(&mut self.missed, &kind.as_str().to_owned(), || {
+                        OVERFLOW.to_owned()
+                    });
                 }
             }
         }
@@ -252,7 +271,8 @@ impl Summary {
                 .into_iter()
                 .filter_map(|k| {
                     let all: Vec<f64> = slo.boundaries(k);
-                    let overridden = slo.models.values().any(|m| m.get(k).is_some());
+                    let overrides = slo.models.values().chain(slo.tenants.values());
+                    let overridden = overrides.into_iter().any(|m| m.get(k).is_some());
                     let limit = match (slo.default.get(k), overridden) {
                         (Some(d), false) => Limit::Seconds(d.as_secs_f64()),
                         _ if all.is_empty() => return None,
@@ -283,6 +303,8 @@ pub struct Report {
     pub groups: BTreeMap<String, Summary>,
     /// Records whose `start` is not a time (counted apart, in no summary).
     pub bad_start: u64,
+    /// `--slowest`: over everything, not per group.
+    pub slowest: Slowest,
 }
 
 impl Report {
@@ -293,6 +315,7 @@ impl Report {
             total: Summary::default(),
             groups: BTreeMap::new(),
             bad_start: 0,
+            slowest: Slowest::new(0, SlowBy::Ttft),
         }
     }
 
@@ -306,10 +329,15 @@ impl Report {
             return;
         }
         self.total.add(record, start, &self.verdicts);
+        self.slowest.add(record);
         if let Some(by) = self.by {
             let key = by.key(record);
             let full = self.groups.len() >= MAX_GROUPS && !self.groups.contains_key(key);
-            let key = if full { OVERFLOW } else { key };
+            let key = if full || key.len() > MAX_GROUP_NAME {
+                OVERFLOW
+            } else {
+                key
+            };
             if !self.groups.contains_key(key) {
                 self.groups.insert(key.to_owned(), Summary::default());
             }

@@ -80,6 +80,12 @@ struct ReportArgs {
     /// Progress on stderr every million lines, even when stderr is not a terminal.
     #[arg(long)]
     progress: bool,
+    /// List the N slowest requests (start, id, model, tenant, prompt length, figures).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    slowest: usize,
+    /// The figure --slowest ranks by: ttft (default), time_to_first_answer, max_gap, tpot or e2e.
+    #[arg(long, value_name = "FIGURE", default_value = "ttft")]
+    slowest_by: String,
 }
 
 /// The report's options; `--config` gives its `slo:` as the ceilings to judge by (`--slo` wins).
@@ -114,6 +120,8 @@ fn report_options(cli: &Cli, args: &ReportArgs) -> Result<tokentap::report::Opti
         slo,
         strict: args.strict,
         progress: args.progress,
+        slowest: args.slowest,
+        slowest_by: tokentap::report::slowest::SlowBy::parse(&args.slowest_by)?,
     })
 }
 
