@@ -116,6 +116,17 @@ struct RawConfig {
     slo: Option<RawSlo>,
     tokenizers: Option<Models<PathBuf>>,
     tokenizer_dirs: Option<Vec<PathBuf>>,
+    ui: Option<RawUi>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default, expecting = "a mapping")]
+struct RawUi {
+    enabled: Option<bool>,
+    interval: Option<Scalar>,
+    history: Option<Scalar>,
+    window: Option<Scalar>,
+    max_models: Option<usize>,
 }
 
 #[derive(Deserialize, Default)]
@@ -293,6 +304,19 @@ impl RawConfig {
         }
         c.tokenizers = self.tokenizers.unwrap_or_default().0;
         c.tokenizer_dirs = self.tokenizer_dirs;
+        let ui = self.ui.unwrap_or_default();
+        c.ui.enabled = ui.enabled.unwrap_or(c.ui.enabled);
+        c.ui.max_models = ui.max_models.unwrap_or(c.ui.max_models);
+        let durations = [
+            (&ui.interval, "interval", &mut c.ui.interval),
+            (&ui.history, "history", &mut c.ui.history),
+            (&ui.window, "window", &mut c.ui.window),
+        ];
+        for (raw, key, slot) in durations {
+            if let Some(s) = raw {
+                *slot = duration_at(&format!("ui.{key}"), &s.0)?;
+            }
+        }
         Ok(c)
     }
 }
