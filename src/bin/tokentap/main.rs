@@ -27,9 +27,12 @@ struct Cli {
     /// The inference server to forward to, http:// or https:// [default: http://127.0.0.1:8000].
     #[arg(long, value_name = "URL")]
     upstream: Option<String>,
-    /// Address of the /metrics, /healthz and /readyz endpoints [default: 0.0.0.0:9464].
+    /// Address of the /metrics, /healthz and /readyz endpoints and the live page [default: 0.0.0.0:9464].
     #[arg(long, global = true, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
+    /// Serve the live page (/ and /api/v1/live) on the metrics port: true or false [default: true].
+    #[arg(long, global = true, value_name = "BOOL")]
+    ui: Option<bool>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -78,6 +81,9 @@ fn load(cli: &Cli, demo: bool) -> Result<Config, String> {
     }
     if let Some(metrics_listen) = cli.metrics_listen {
         config.metrics_listen = metrics_listen;
+    }
+    if let Some(ui) = cli.ui {
+        config.ui.enabled = ui;
     }
     config.validate().map_err(|e| e.to_string())?;
     Ok(config)
