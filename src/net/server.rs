@@ -162,10 +162,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         shutdown: shutdown.clone(),
     };
     let proxy_task = tokio::spawn(serve.run(proxy_listener));
-    let live = config
-        .ui
-        .enabled
-        .then(|| Arc::new(Live::new(&config.ui, &config.slo)));
+    let live = config.ui.enabled.then(|| Arc::new(Live::new(config)));
     let snapshot_task = live
         .clone()
         .map(|live| tokio::spawn(live.run(context.metrics.clone())));

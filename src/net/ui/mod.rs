@@ -136,7 +136,7 @@ mod tests {
     #[test]
     fn a_window_outside_interval_and_history_is_refused_by_name() {
         let config = crate::config::Config::default();
-        let live = Live::new(&config.ui, &config.slo);
+        let live = Live::new(&config);
         assert_eq!(window_of(None, &live), Ok(Duration::from_secs(60)));
         assert_eq!(
             window_of(Some("x=1&window=5m"), &live),

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use prometheus::proto::MetricFamily;
 use tokio::time::Instant;
 
-use crate::config::{SloKind, Ui};
+use crate::config::{Config, SloKind, Ui};
 use crate::record::metrics::Metrics;
 
 pub mod quantile;
@@ -77,16 +77,26 @@ pub struct Ring {
     pub points: VecDeque<Snapshot>,
     capacity: usize,
     max_keys: usize,
+    /// Buckets (+Inf included) of one key's five histograms, from the configured boundaries.
+    buckets_per_key: usize,
 }
 
 impl Ring {
-    pub fn new(ui: &Ui) -> Self {
-        let capacity = ui.points();
+    pub fn new(config: &Config) -> Self {
+        let capacity = config.ui.points();
+        let b = &config.buckets;
+        let with_ceilings = |list: &[f64], kind| list.len() + config.slo.boundaries(kind).len() + 1;
+        // Time to first answer is taken to have TTFT's boundaries.
+        let buckets_per_key = 2 * with_ceilings(&b.ttft, SloKind::Ttft)
+            + with_ceilings(&b.itl, SloKind::Itl)
+            + with_ceilings(&b.tpot, SloKind::Tpot)
+            + with_ceilings(&b.e2e, SloKind::E2e);
         Ring {
             bounds: Default::default(),
             points: VecDeque::with_capacity(capacity),
             capacity,
-            max_keys: ui.max_models,
+            max_keys: config.ui.max_models,
+            buckets_per_key,
         }
     }
 
@@ -108,7 +118,8 @@ impl Ring {
 
     /// The most memory the counts can take: every snapshot full of keys, every histogram present.
     pub fn bytes_bound(&self) -> usize {
-        let buckets: usize = self.bounds.iter().map(|b| b.len() + 1).sum();
+        let seen: usize = self.bounds.iter().map(|b| b.len() + 1).sum();
+        let buckets = seen.max(self.buckets_per_key);
         let per_key = std::mem::size_of::<Counts>() + buckets * 8 + 64;
         self.capacity * 2 * self.max_keys * per_key
     }
@@ -122,11 +133,11 @@ pub struct Live {
 }
 
 impl Live {
-    pub fn new(ui: &Ui, slo: &crate::config::Slo) -> Self {
+    pub fn new(config: &Config) -> Self {
         Live {
-            ring: Mutex::new(Ring::new(ui)),
-            ui: ui.clone(),
-            slo: slo.clone(),
+            ring: Mutex::new(Ring::new(config)),
+            ui: config.ui.clone(),
+            slo: config.slo.clone(),
         }
     }
 

@@ -64,13 +64,15 @@ impl Fake {
     }
 }
 
-fn ui(interval: u64, history: u64, max_models: usize) -> Ui {
-    Ui {
+fn ui(interval: u64, history: u64, max_models: usize) -> Config {
+    let mut config = Config::default();
+    config.ui = Ui {
         interval: Duration::from_secs(interval),
         history: Duration::from_secs(history),
         max_models,
-        ..Config::default().ui
-    }
+        ..config.ui
+    };
+    config
 }
 
 fn slo() -> Slo {
@@ -101,8 +103,14 @@ fn the_ring_holds_history_over_interval_snapshots_and_no_more() {
 
 #[test]
 fn the_default_history_is_360_snapshots_and_its_memory_bound_is_stated() {
-    let ring = Ring::new(&Config::default().ui);
+    let config = Config::default();
+    let mut ring = Ring::new(&config);
     assert_eq!(ring.capacity, 360);
+    let metrics = crate::record::metrics::Metrics::new(&config).unwrap();
+    ring.push(&metrics.gather(), Instant::now(), 0);
+    // docs/live.md: "about 8.5 MiB with the defaults".
+    let bound = ring.bytes_bound() as f64 / (1 << 20) as f64;
+    assert!((7.5..9.5).contains(&bound), "{bound} MiB");
 }
 
 #[test]
@@ -202,12 +210,17 @@ fn the_json_shape_round_trips_and_the_documented_example_parses() {
         &mut ring,
         start + Duration::from_secs(5),
     );
-    let v = view(
-        &ring,
-        &slo(),
-        Duration::from_secs(5),
-        Duration::from_secs(60),
-    );
+    // Every ceiling set, as in the documented example (attainment has one key per ceiling).
+    let slo = Slo {
+        default: Ceilings {
+            ttft: Some(Duration::from_millis(500)),
+            tpot: Some(Duration::from_millis(50)),
+            itl: Some(Duration::from_millis(250)),
+            e2e: Some(Duration::from_secs(20)),
+        },
+        ..Slo::default()
+    };
+    let v = view(&ring, &slo, Duration::from_secs(5), Duration::from_secs(60));
     let text = serde_json::to_string(&v).unwrap();
     let back: LiveView = serde_json::from_str(&text).unwrap();
     let (again, served) = (
