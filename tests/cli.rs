@@ -267,6 +267,26 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
         std::fs::read_to_string(&log).unwrap_or_default()
     );
     assert!(seen.contains("model=\"demo-"), "demo models missing");
+    // `tokentap top` reads the same figures from the live page's JSON (a snapshot every 5 s).
+    let deadline = Instant::now() + Duration::from_secs(12);
+    let mut table = String::new();
+    while Instant::now() < deadline && !table.contains("\ndemo-") {
+        let out = tokentap()
+            .args(["top", "--once", "--url", &format!("http://{addr}")])
+            .output()
+            .expect("run top");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        table = String::from_utf8_lossy(&out.stdout).into_owned();
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(
+        table.contains("TTFT50") && table.contains("\ndemo-"),
+        "{table}"
+    );
     // SIGTERM (what `docker stop` and Kubernetes send) stops the demo cleanly, long before --duration.
     let term = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

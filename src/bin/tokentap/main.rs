@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod demo;
+mod top;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -42,6 +43,18 @@ enum Command {
         /// Stop after this long (e.g. "30s", "5m"); runs until Ctrl-C when absent.
         #[arg(long, value_name = "DURATION")]
         duration: Option<String>,
+    },
+    /// The live page's figures as a terminal table, redrawn every snapshot (reads /api/v1/live).
+    Top {
+        /// tokentap's metrics port.
+        #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9464")]
+        url: String,
+        /// The trailing window of the figures (e.g. "5m"); tokentap's ui.window when absent.
+        #[arg(long, value_name = "DURATION")]
+        window: Option<String>,
+        /// Print one table and exit.
+        #[arg(long)]
+        once: bool,
     },
     /// Validate a config file and exit non-zero if it is invalid.
     CheckConfig {
@@ -116,6 +129,9 @@ fn execute(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
+        Some(Command::Top { url, window, once }) => runtime()?
+            .block_on(top::run(url, window.as_deref(), *once))
+            .map_err(|e| e.to_string()),
         Some(Command::Demo { duration }) => {
             let duration = duration
                 .as_deref()
