@@ -98,13 +98,18 @@ async fn exported_names() -> HashSet<String> {
         if request.body.windows(7).any(|w| w == b"garbage") {
             vec![sse_head(), chunk(b"data: {not json\n\n"), last_chunk()]
         } else {
+            // Reasoning first, then the answer, then vLLM's usage with cached tokens and its
+            // per-request metrics: every family of the "inside the TTFT" rules exists.
+            let reasoning = "data: {\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n";
+            let usage = "data: {\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":2}},\"metrics\":{\"queue_time_ms\":1.0,\"time_to_first_token_ms\":2.0,\"generation_time_ms\":5.0}}\n\n";
             vec![
                 sse_head(),
                 chunk(ROLE_CHUNK.as_bytes()),
                 Step::Sleep(ms(30)),
+                chunk(reasoning.as_bytes()),
                 chunk(content_chunk("a").as_bytes()),
                 chunk(content_chunk("b").as_bytes()),
-                chunk(usage_chunk(3, 2).as_bytes()),
+                chunk(usage.as_bytes()),
                 chunk(DONE.as_bytes()),
                 last_chunk(),
             ]
@@ -139,6 +144,10 @@ async fn exported_names() -> HashSet<String> {
     }
     for family in [
         "tokentap_time_to_first_token_seconds",
+        "tokentap_time_to_first_answer_token_seconds",
+        "tokentap_reasoning_time_seconds",
+        "tokentap_cached_input_tokens_total",
+        "tokentap_ttft_outside_server_seconds",
         "tokentap_slo_violations_total",
         "tokentap_metering_skipped_total",
         "tokentap_requests_in_flight",

@@ -185,6 +185,8 @@ pub struct Ceilings {
     pub tpot: Option<Duration>,
     pub itl: Option<Duration>,
     pub e2e: Option<Duration>,
+    /// The time to the first answer-bearing output (reasoning excluded) of a stream.
+    pub time_to_first_answer: Option<Duration>,
 }
 
 /// Default ceilings (directly under `slo:` in YAML) and per-model overrides (`slo.models`).
@@ -200,6 +202,7 @@ pub enum SloKind {
     Tpot,
     Itl,
     E2e,
+    TimeToFirstAnswer,
 }
 
 /// Each error's Display is complete on its own (it already includes any I/O cause).
@@ -240,7 +243,13 @@ fn invalid(key: &str, what: &'static str, value: &str, reason: impl Into<String>
 }
 
 impl SloKind {
-    pub const ALL: [SloKind; 4] = [SloKind::Ttft, SloKind::Tpot, SloKind::Itl, SloKind::E2e];
+    pub const ALL: [SloKind; 5] = [
+        SloKind::Ttft,
+        SloKind::Tpot,
+        SloKind::Itl,
+        SloKind::E2e,
+        SloKind::TimeToFirstAnswer,
+    ];
 
     /// The YAML key and the `slo` label value.
     pub fn as_str(self) -> &'static str {
@@ -249,6 +258,7 @@ impl SloKind {
             SloKind::Tpot => "tpot",
             SloKind::Itl => "itl",
             SloKind::E2e => "e2e",
+            SloKind::TimeToFirstAnswer => "time_to_first_answer",
         }
     }
 }
@@ -266,6 +276,7 @@ impl Ceilings {
             SloKind::Tpot => self.tpot,
             SloKind::Itl => self.itl,
             SloKind::E2e => self.e2e,
+            SloKind::TimeToFirstAnswer => self.time_to_first_answer,
         }
     }
 }
@@ -279,6 +290,7 @@ impl Slo {
             c.tpot = m.tpot.or(c.tpot);
             c.itl = m.itl.or(c.itl);
             c.e2e = m.e2e.or(c.e2e);
+            c.time_to_first_answer = m.time_to_first_answer.or(c.time_to_first_answer);
         }
         c
     }

@@ -30,7 +30,7 @@ fn ms(n: u64) -> Option<Duration> {
     Some(Duration::from_millis(n))
 }
 
-fn all(c: Ceilings) -> [Option<Duration>; 4] {
+fn all(c: Ceilings) -> [Option<Duration>; 5] {
     SloKind::ALL.map(|k| c.get(k))
 }
 
@@ -95,11 +95,14 @@ fn full_example_parses_to_the_given_values() {
         (b.e2e, b.output_tokens_per_second),
         (vec![1.0, 60.0], vec![10.0, 100.0])
     );
-    assert_eq!(all(c.slo.default), [ms(500), ms(50), ms(250), ms(60_000)]);
+    assert_eq!(
+        all(c.slo.default),
+        [ms(500), ms(50), ms(250), ms(60_000), None]
+    );
     assert_eq!(c.slo.models.keys().collect::<Vec<_>>(), ["llama-3.1-70b"]);
     assert_eq!(
         all(c.slo.models["llama-3.1-70b"]),
-        [ms(1000), None, None, None]
+        [ms(1000), None, None, None, None]
     );
 }
 
@@ -178,7 +181,10 @@ fn example_config_file_parses_and_shows_the_defaults() {
         d,
         "all but slo are defaults"
     );
-    assert_eq!(all(c.slo.default), [ms(500), ms(50), ms(250), ms(60_000)]);
+    assert_eq!(
+        all(c.slo.default),
+        [ms(500), ms(50), ms(250), ms(60_000), None]
+    );
     assert_eq!(c.slo.ceilings_for("llama-3.1-70b").ttft, ms(1000));
 }
 
@@ -186,18 +192,38 @@ fn example_config_file_parses_and_shows_the_defaults() {
 fn per_model_override_merges_field_by_field_over_the_default() {
     let slo = Config::from_yaml_str(FULL).unwrap().slo;
     let llama = slo.ceilings_for("llama-3.1-70b");
-    assert_eq!(all(llama), [ms(1000), ms(50), ms(250), ms(60_000)]);
+    assert_eq!(all(llama), [ms(1000), ms(50), ms(250), ms(60_000), None]);
     assert_eq!(slo.ceilings_for("some-other-model"), slo.default);
     let only_model = Config::from_yaml_str("slo: {models: {m: {itl: 1s}}}").unwrap();
     assert_eq!(
         all(only_model.slo.ceilings_for("m")),
-        [None, None, ms(1000), None]
+        [None, None, ms(1000), None, None]
     );
     assert_eq!(only_model.slo.ceilings_for("x"), Ceilings::default());
     assert_eq!(
         SloKind::ALL.map(SloKind::as_str),
-        ["ttft", "tpot", "itl", "e2e"]
+        ["ttft", "tpot", "itl", "e2e", "time_to_first_answer"]
     );
+}
+
+#[test]
+fn time_to_first_answer_is_a_ceiling_by_default_and_per_model_validated_like_the_others() {
+    let yaml = "slo: {ttft: 500ms, time_to_first_answer: 8s, models: {r1: {time_to_first_answer: 30s}, small: {ttft: 1s}}}";
+    let slo = Config::from_yaml_str(yaml).unwrap().slo;
+    assert_eq!(slo.default.time_to_first_answer, ms(8_000));
+    assert_eq!(slo.ceilings_for("r1").time_to_first_answer, ms(30_000));
+    assert_eq!(slo.ceilings_for("r1").ttft, ms(500));
+    assert_eq!(slo.ceilings_for("small").time_to_first_answer, ms(8_000));
+    assert_eq!(slo.boundaries(SloKind::TimeToFirstAnswer), [8.0, 30.0]);
+    let bad = err("slo: {models: {r1: {time_to_first_answer: soon}}}");
+    assert!(
+        bad.starts_with("slo.models.r1.time_to_first_answer: invalid duration \"soon\""),
+        "{bad}"
+    );
+    let zero = err("slo: {time_to_first_answer: 0s}");
+    assert!(zero.starts_with("slo.time_to_first_answer: "), "{zero}");
+    assert!(zero.contains("0s"), "{zero}");
+    assert_eq!(Config::default().slo.default.time_to_first_answer, None);
 }
 
 #[test]
@@ -236,13 +262,13 @@ fn unknown_key_at_top_level_is_named() {
 
 #[test]
 fn unknown_key_under_slo_is_named_with_its_path() {
-    let want = "slo: unknown field `p99`, expected one of `ttft`, `tpot`, `itl`, `e2e`, `models` at line 3 column 3";
+    let want = "slo: unknown field `p99`, expected one of `ttft`, `tpot`, `itl`, `e2e`, `time_to_first_answer`, `models` at line 3 column 3";
     assert_eq!(err("slo:\n  ttft: 1s\n  p99: 2s\n"), want);
 }
 
 #[test]
 fn unknown_key_under_a_model_override_is_named_with_its_path() {
-    let want = "slo.models.llama-3.1-70b: unknown field `ttf`, expected one of `ttft`, `tpot`, `itl`, `e2e` at line 4 column 7";
+    let want = "slo.models.llama-3.1-70b: unknown field `ttf`, expected one of `ttft`, `tpot`, `itl`, `e2e`, `time_to_first_answer` at line 4 column 7";
     assert_eq!(
         err("slo:\n  models:\n    llama-3.1-70b:\n      ttf: 1s\n"),
         want

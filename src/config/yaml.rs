@@ -180,6 +180,7 @@ struct RawSlo {
     tpot: Option<Scalar>,
     itl: Option<Scalar>,
     e2e: Option<Scalar>,
+    time_to_first_answer: Option<Scalar>,
     models: Option<Models<RawCeilings>>,
 }
 
@@ -190,6 +191,7 @@ struct RawCeilings {
     tpot: Option<Scalar>,
     itl: Option<Scalar>,
     e2e: Option<Scalar>,
+    time_to_first_answer: Option<Scalar>,
 }
 
 impl RawCeilings {
@@ -200,11 +202,13 @@ impl RawCeilings {
         };
         let (ttft, tpot) = (get(&self.ttft, "ttft")?, get(&self.tpot, "tpot")?);
         let (itl, e2e) = (get(&self.itl, "itl")?, get(&self.e2e, "e2e")?);
+        let time_to_first_answer = get(&self.time_to_first_answer, "time_to_first_answer")?;
         Ok(Ceilings {
             ttft,
             tpot,
             itl,
             e2e,
+            time_to_first_answer,
         })
     }
 }
@@ -296,6 +300,7 @@ impl RawConfig {
             tpot,
             itl,
             e2e,
+            time_to_first_answer: slo.time_to_first_answer,
         }
         .convert("slo")?;
         for (name, raw) in slo.models.unwrap_or_default().0 {

@@ -200,6 +200,7 @@ impl Proxy {
                 );
                 if let Some(exchange) = guard.get_mut() {
                     exchange.on_response(parts.status, parts.headers.get(header::CONTENT_TYPE));
+                    exchange.on_server_headers(&parts.headers);
                 }
                 if body.is_end_stream() {
                     guard.finish(End::Complete);

@@ -10,16 +10,21 @@
 //! A client that goes away after the API's terminal event has passed (the openai SDK's sync stream
 //! closes at `data: [DONE]`, before the server's chunked terminator) had the whole answer: that request
 //! is complete, and ends when the terminal event passed.
+//!
+//! TTFT and the time to first answer (and the reasoning time before it) are observed as they happen;
+//! the reasoning and cached-prompt tokens, the server's own timings and the part of the TTFT outside
+//! the server when the request ends (docs/metrics.md, "Inside the TTFT").
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderValue, Method, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use prometheus::IntGauge;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::config::{Metering, Slo};
+use crate::decode::dialect::timings::tgi_headers;
 use crate::decode::dialect::Dialect;
 use crate::decode::response::{Format, ResponseDecoder};
 use crate::decode::tokenizer::{TextCount, Tokenizers};
@@ -27,6 +32,7 @@ use crate::record::api::Api;
 use crate::record::finished::{conclude, t_end, FinishedRecord};
 use crate::record::metrics::{status_label, Metrics, Series};
 use crate::record::outcome::{classify, End, Outcome, Seen};
+use crate::record::server::{outside, ServerTimings};
 use crate::record::timeline::{Mark, Timeline};
 use crate::record::tokens::TokenSource;
 use crate::shutdown::{Count, Counted};
@@ -56,6 +62,8 @@ pub struct Exchange {
     marks: Vec<u32>,
     /// When the API's terminal event passed.
     ended: Option<Instant>,
+    /// The server's timings its response headers carried (TGI's `x-queue-time`).
+    header_timings: ServerTimings,
     status: Option<StatusCode>,
     series: Option<Series>,
     in_flight: IntGauge,
@@ -89,6 +97,7 @@ impl Exchange {
             decoder: None,
             marks: Vec::new(),
             ended: None,
+            header_timings: ServerTimings::default(),
             status: None,
             series: None,
             counted,
@@ -118,6 +127,14 @@ impl Exchange {
         }
     }
 
+    /// The response head's headers, for the server timings some servers send there (TGI). Read only for
+    /// a metered response.
+    pub fn on_server_headers(&mut self, headers: &HeaderMap) {
+        if self.decoder.is_some() {
+            self.header_timings = tgi_headers(headers);
+        }
+    }
+
     /// A response body frame is passing at `now`.
     pub fn on_data(&mut self, bytes: &[u8], now: Instant) {
         let Some(decoder) = self.decoder.as_mut() else {
@@ -128,6 +145,33 @@ impl Exchange {
             self.ended = Some(now);
         }
         self.observe_marks(now);
+        self.observe_answer(now);
+    }
+
+    /// The first answer, if it passed in the frame read at `now`: the time to first answer and the
+    /// reasoning time before it, observed as they happen.
+    fn observe_answer(&mut self, now: Instant) {
+        let Some(decoder) = self.decoder.as_ref() else {
+            return;
+        };
+        if !decoder.answered() {
+            return;
+        }
+        let Some(answer) = self.timeline.on_answer(now, decoder.reasoning_first()) else {
+            return;
+        };
+        let series = self.series();
+        if let Some(tokens) = &series.tokens {
+            let seconds = answer.time_to_first_answer.as_secs_f64();
+            tokens.time_to_first_answer.observe(seconds);
+        }
+        if let Some(time) = answer.reasoning_time {
+            let series = series.clone();
+            self.context
+                .metrics
+                .inside
+                .observe_reasoning_time(&series, time);
+        }
     }
 
     /// The outputs in `marks` passed at `now`: TTFT or a gap each, observed as it happens.
@@ -183,8 +227,13 @@ impl Exchange {
         let t_end = t_end(end, terminal_event, now);
         let mut report = None;
         if let Some(decoder) = self.decoder.as_mut() {
-            report = Some(decoder.finish(complete, &mut self.marks));
+            let mut finished = decoder.finish(complete, &mut self.marks);
+            let mut server = self.header_timings;
+            server.merge(finished.server);
+            finished.server = server;
+            report = Some(finished);
             self.observe_marks(t_end);
+            self.observe_answer(t_end);
         }
         let error_event = report.as_ref().is_some_and(|r| r.error_event);
         let outcome = classify(
@@ -238,6 +287,15 @@ impl Exchange {
                 }
             }
         }
+        if series.tokens.is_some() {
+            let inside = &metrics.inside;
+            inside.count_tokens(series, record.reasoning_tokens, record.cached_input_tokens);
+            if !record.server.is_empty() {
+                let ttft = figures.ttft.filter(|_| record.streaming);
+                let outside = outside(ttft, record.server.ttft);
+                inside.observe_server(series, &record.server, outside);
+            }
+        }
         for &kind in &record.verdict.missed {
             metrics.count_violation(series, kind);
         }
@@ -256,6 +314,7 @@ impl Exchange {
             status = %status,
             outcome = record.outcome.as_str(),
             ttft_ms = figures.ttft.filter(|_| streaming).map(millis),
+            time_to_first_answer_ms = figures.time_to_first_answer.filter(|_| streaming).map(millis),
             tpot_ms = figures.tpot.filter(|_| streaming && ok).map(millis),
             e2e_ms = millis(figures.e2e),
             output_tokens = record.output_tokens,

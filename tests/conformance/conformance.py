@@ -140,6 +140,44 @@ def ttft(suite):
     suite.check(group, "mean TTFT (s) >= vLLM's", round(ours, 6), round(vllm_ttft, 6), vllm_ttft <= ours)
     suite.check(group, "mean TTFT (s) <= the client's", round(ours, 6), round(client, 6), ours <= client)
     suite.outcomes(group, t, len(seen))
+    server_view(suite, v, t, len(seen))
+
+
+# Per-request sums read from JSON milliseconds against vLLM's float seconds: equal to well under this.
+SUM_TOLERANCE = 1e-6
+
+
+def server_view(suite, v, t, streams):
+    """vLLM's per-request `metrics` (--enable-per-request-metrics, on the final usage chunk) read by
+    tokentap, against vLLM's own histograms of the same requests: queue time and prefill come from the
+    same engine timestamps, so their sums are equal; vLLM's TTFT histogram starts at the API server's
+    arrival time, before the engine queue, so the server TTFT tokentap exports (queue + prefill) is at
+    most it. The outside part is tokentap's TTFT minus the server TTFT, request by request."""
+    group = "the server's own view, 8 streams"
+    count = t.get("tokentap_server_queue_time_seconds_count")
+    suite.exact(group, "requests with vLLM's metrics", count, streams)
+    for ours, theirs, what in [
+        ("tokentap_server_queue_time_seconds", "vllm:request_queue_time_seconds", "queue time"),
+        ("tokentap_server_prefill_time_seconds", "vllm:request_prefill_time_seconds", "prefill time"),
+    ]:
+        got, want = t.get(ours + "_sum"), v.get(theirs + "_sum")
+        suite.check(group, f"{what} sum (s) = vLLM's", round(got, 6), round(want, 6),
+                    abs(got - want) <= SUM_TOLERANCE * streams)
+    server = t.get("tokentap_server_time_to_first_token_seconds_sum")
+    vllm_ttft = v.get("vllm:time_to_first_token_seconds_sum")
+    ttft_sum = t.get("tokentap_time_to_first_token_seconds_sum")
+    suite.check(group, "server TTFT sum (s) <= vLLM's TTFT sum", round(server, 6), round(vllm_ttft, 6),
+                server <= vllm_ttft + SUM_TOLERANCE * streams, "queue + prefill; vLLM's starts at its API server")
+    outside = t.get("tokentap_ttft_outside_server_seconds_sum")
+    suite.check(group, "outside the server sum (s) = TTFT - server TTFT", round(outside, 6),
+                round(ttft_sum - server, 6), abs(outside - (ttft_sum - server)) <= SUM_TOLERANCE * streams)
+    suite.exact(group, "outside the server clamped at 0", t.get("tokentap_ttft_outside_server_clamped_total"), 0)
+    n = max(streams, 1)
+    suite.check(group, "mean per request (ms): outside the engine / outside vLLM (info)",
+                round(1e3 * outside / n, 3), round(1e3 * (ttft_sum - vllm_ttft) / n, 3), True,
+                "tokentap TTFT - (queue + prefill) / tokentap TTFT - vLLM's TTFT")
+    suite.exact(group, "cached prompt tokens = vLLM's", t.get("tokentap_cached_input_tokens_total"),
+                v.get("vllm:prompt_tokens_cached_total"))
 
 
 def aiperf(suite, model_dir, out, concurrency, requests):
@@ -192,6 +230,7 @@ MASKS = [
     (re.compile(rb'"(\w*id)":\s*"[^"]*"'), rb'"\1":"*"'),
     (re.compile(rb'"(created|created_at)":\s*[0-9.]+'), rb'"\1":0'),
     (re.compile(rb'"system_fingerprint":\s*("[^"]*"|null)'), rb'"system_fingerprint":"*"'),
+    (re.compile(rb'"metrics":\s*\{[^{}]*\}'), rb'"metrics":"*"'),
 ]
 
 

@@ -56,11 +56,71 @@ enum Command {
         #[arg(long)]
         once: bool,
     },
+    /// Summarise request records (`request_log:`) like aiperf summarises a benchmark: counts,
+    /// throughputs, TTFT, ITL, TPOT, E2E, goodput and outcomes (docs/report.md).
+    Report(ReportArgs),
     /// Validate a config file and exit non-zero if it is invalid.
     CheckConfig {
         /// The YAML file to check.
         file: PathBuf,
     },
+}
+
+#[derive(clap::Args, Debug)]
+struct ReportArgs {
+    /// Record files, plain or gzipped; - for stdin. With --compare, the "before" set.
+    #[arg(value_name = "FILE", required = true)]
+    files: Vec<String>,
+    /// Compare with these record files (the "after" set): `tokentap report A... --compare B...`.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    compare: Vec<String>,
+    /// One section per model, tenant or api (at most 1,000; the rest under "other").
+    #[arg(long, value_name = "model|tenant|api")]
+    by: Option<String>,
+    /// Only requests that started at or after this time: RFC 3339 or a duration back from now ("1h").
+    #[arg(long, value_name = "TIME")]
+    since: Option<String>,
+    /// Only requests that started before this time: RFC 3339 or a duration back from now.
+    #[arg(long, value_name = "TIME")]
+    until: Option<String>,
+    /// table (default), markdown or json.
+    #[arg(long, value_name = "FORMAT", default_value = "table")]
+    format: String,
+    /// What-if SLO ceilings, e.g. ttft=300ms,tpot=40ms: goodput and attainment judged again with them.
+    #[arg(long, value_name = "CEILINGS")]
+    slo: Option<String>,
+    /// Fail on a malformed line or a record of another version instead of skipping it.
+    #[arg(long)]
+    strict: bool,
+    /// Progress on stderr every million lines, even when stderr is not a terminal.
+    #[arg(long)]
+    progress: bool,
+}
+
+fn report_options(args: &ReportArgs) -> Result<tokentap::report::Options, String> {
+    use tokentap::report::{query, Format, Options};
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_secs_f64();
+    let time = |flag: &str, text: &Option<String>| {
+        text.as_deref()
+            .map(|t| query::parse_time(flag, t, now))
+            .transpose()
+    };
+    Ok(Options {
+        files: args.files.clone(),
+        compare: args.compare.clone(),
+        by: args.by.as_deref().map(query::By::parse).transpose()?,
+        window: query::Window {
+            since: time("--since", &args.since)?,
+            until: time("--until", &args.until)?,
+        },
+        format: Format::parse(&args.format)?,
+        slo: args.slo.as_deref().map(query::parse_ceilings).transpose()?,
+        strict: args.strict,
+        progress: args.progress,
+    })
 }
 
 fn main() -> ExitCode {
@@ -132,6 +192,11 @@ fn execute(cli: Cli) -> Result<(), String> {
         Some(Command::Top { url, window, once }) => runtime()?
             .block_on(top::run(url, window.as_deref(), *once))
             .map_err(|e| e.to_string()),
+        Some(Command::Report(args)) => {
+            let options = report_options(args)?;
+            let (mut out, mut warn) = (std::io::stdout().lock(), std::io::stderr());
+            tokentap::report::run(&options, &mut out, &mut warn)
+        }
         Some(Command::Demo { duration }) => {
             let duration = duration
                 .as_deref()

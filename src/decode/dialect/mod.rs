@@ -16,16 +16,18 @@ mod openai;
 mod responses;
 mod text;
 mod tgi;
+pub mod timings;
 
 use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
 use crate::record::api::Api;
+use crate::record::server::ServerTimings;
 
 /// What one event meant for the request's timeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
     /// Carries generated output (text, a refusal, reasoning or a tool-call delta, non-empty): a token
-    /// arrival.
+    /// arrival. Whether it is answer or reasoning the dialect says in [`EventOutput`].
     Output,
     /// Framing, metadata, role-only or usage-only chunks, keep-alives, `[DONE]`.
     Other,
@@ -44,6 +46,12 @@ pub struct Observations {
     /// Responses `output_tokens_details.reasoning_tokens`). Most servers count them inside the output
     /// tokens; some leave them out, which the token count corrects for.
     pub reasoning_tokens: Option<u64>,
+    /// Input tokens the server reports as served from its prefix cache (OpenAI
+    /// `prompt_tokens_details.cached_tokens`, Anthropic `cache_read_input_tokens`, llama.cpp
+    /// `timings.cache_n`).
+    pub cached_input_tokens: Option<u64>,
+    /// The server's own timings for the request, where its answer carries them.
+    pub server: ServerTimings,
     pub model: Option<String>,
     /// The API's terminal event has passed (`[DONE]`, `response.completed`, `message_stop`, Ollama's
     /// `done: true`, llama.cpp's `stop: true`, TGI's event with `generated_text`): the client has the
@@ -81,6 +89,28 @@ fn classify_with(dialect: &mut dyn Dialect, data: &str) -> (EventKind, Observati
     (kind, obs, copied)
 }
 
+/// The channels an event's output went to, `None` when it carried no output.
+#[cfg(test)]
+fn channels_of(dialect: &mut dyn Dialect, data: &str) -> Option<Channels> {
+    let (mut obs, mut choices) = (Observations::default(), Vec::new());
+    let event = FramedEvent::unnamed(data.as_bytes());
+    let mut output = EventOutput::new(None, &mut choices);
+    let kind = dialect.on_event(&event, &mut obs, &mut output);
+    (kind == EventKind::Output).then(|| output.channels())
+}
+
+/// Shorthands for [`channels_of`] in the dialects' tests.
+#[cfg(test)]
+const REASONING: Option<Channels> = Some(Channels {
+    reasoning: true,
+    answer: false,
+});
+#[cfg(test)]
+const ANSWER: Option<Channels> = Some(Channels {
+    reasoning: false,
+    answer: true,
+});
+
 /// [`classify_with`], also returning the choices the event advanced.
 #[cfg(test)]
 fn classify_choices(
@@ -108,6 +138,17 @@ pub struct EventOutput<'a> {
     choices: &'a mut Vec<u32>,
     /// The choice the next text belongs to: the one marked last (0 until one is).
     current: u32,
+    /// The event carried reasoning (thinking) output.
+    reasoning: bool,
+    /// The event carried answer output (text, refusal, tool call).
+    answer: bool,
+}
+
+/// Whether an output-bearing event's output was reasoning, answer or both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Channels {
+    pub reasoning: bool,
+    pub answer: bool,
 }
 
 /// Choices beyond this index share the last slot: a client's `n` must not grow per-stream state.
@@ -119,6 +160,28 @@ impl<'a> EventOutput<'a> {
             text,
             choices,
             current: 0,
+            reasoning: false,
+            answer: false,
+        }
+    }
+
+    /// The event carried reasoning output (OpenAI `reasoning_content`/`reasoning`, Responses reasoning
+    /// deltas, Anthropic `thinking_delta`, Ollama `thinking`).
+    pub fn reasoning(&mut self) {
+        self.reasoning = true;
+    }
+
+    /// The event carried answer output: anything that is not reasoning. An output event a dialect
+    /// marks as neither is answer (APIs without a reasoning channel).
+    pub fn answer(&mut self) {
+        self.answer = true;
+    }
+
+    /// What the event's output was: answer unless it was marked reasoning only.
+    pub fn channels(&self) -> Channels {
+        Channels {
+            reasoning: self.reasoning,
+            answer: self.answer || !self.reasoning,
         }
     }
 

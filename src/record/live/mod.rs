@@ -59,7 +59,7 @@ pub struct Counts {
     /// `outcome="timeout"`: tokentap cut the stream (or refused on a deadline).
     pub cuts: u64,
     /// Per [`SloKind::ALL`]: missed ceilings.
-    pub violations: [u64; 4],
+    pub violations: [u64; SloKind::ALL.len()],
 }
 
 /// The counts of every kept key at one moment.
@@ -86,8 +86,9 @@ impl Ring {
         let capacity = config.ui.points();
         let b = &config.buckets;
         let with_ceilings = |list: &[f64], kind| list.len() + config.slo.boundaries(kind).len() + 1;
-        // Time to first answer is taken to have TTFT's boundaries.
-        let buckets_per_key = 2 * with_ceilings(&b.ttft, SloKind::Ttft)
+        // Time to first answer has TTFT's boundaries (and its own ceilings).
+        let buckets_per_key = with_ceilings(&b.ttft, SloKind::Ttft)
+            + with_ceilings(&b.ttft, SloKind::TimeToFirstAnswer)
             + with_ceilings(&b.itl, SloKind::Itl)
             + with_ceilings(&b.tpot, SloKind::Tpot)
             + with_ceilings(&b.e2e, SloKind::E2e);

@@ -217,6 +217,7 @@ fn the_json_shape_round_trips_and_the_documented_example_parses() {
             tpot: Some(Duration::from_millis(50)),
             itl: Some(Duration::from_millis(250)),
             e2e: Some(Duration::from_secs(20)),
+            time_to_first_answer: Some(Duration::from_secs(1)),
         },
         ..Slo::default()
     };

@@ -10,7 +10,7 @@
 use crate::config::{Config, Slo, SloKind};
 use crate::record::api::Api;
 
-use super::status_labels;
+use super::{inside, status_labels};
 
 /// The gauge holding the ceiling.
 pub const LIMIT: &str = "tokentap_metrics_series_limit";
@@ -24,6 +24,8 @@ const SKIP_REASONS: usize = 2;
 /// The bucket boundaries of each histogram: the configured buckets plus every SLO ceiling of its kind.
 pub struct Boundaries {
     pub ttft: Vec<f64>,
+    /// The time to first answer: the TTFT buckets and its own ceilings.
+    pub time_to_first_answer: Vec<f64>,
     /// Inter-token latency and the max inter-token gap.
     pub itl: Vec<f64>,
     pub tpot: Vec<f64>,
@@ -44,6 +46,10 @@ impl Boundaries {
         let (b, slo) = (&config.buckets, &config.slo);
         Boundaries {
             ttft: with_boundaries(&b.ttft, &slo.boundaries(SloKind::Ttft)),
+            time_to_first_answer: with_boundaries(
+                &b.ttft,
+                &slo.boundaries(SloKind::TimeToFirstAnswer),
+            ),
             itl: with_boundaries(&b.itl, &slo.boundaries(SloKind::Itl)),
             tpot: with_boundaries(&b.tpot, &slo.boundaries(SloKind::Tpot)),
             e2e: with_boundaries(&b.e2e, &slo.boundaries(SloKind::E2e)),
@@ -69,6 +75,8 @@ impl Boundaries {
             + histogram(&self.generation)
             + histogram(&self.tokens_per_second)
             + 3 // input tokens, output tokens, goodput
+            + inside::histograms(self).iter().map(|b| histogram(b)).sum::<usize>()
+            + inside::COUNTERS
             + slo_kinds
             + TOKEN_SOURCES
             + requests;

@@ -21,8 +21,11 @@ use crate::config::{Config, SloKind};
 use crate::record::api::Api;
 
 mod bound;
+mod inside;
 mod labels;
 mod scrape;
+
+pub use inside::Inside;
 
 pub use labels::{
     status_label, status_labels, Lookup, ModelLabels, OTHER_MODEL, UNADMITTED_MODEL, UNKNOWN_MODEL,
@@ -51,6 +54,8 @@ pub struct Metrics {
     scrapes: scrape::Coalesce,
     pub models: ModelLabels,
     pub refusals: Refusals,
+    /// What is inside a TTFT: reasoning, the prefix cache, the server's own timings.
+    pub inside: Inside,
 }
 
 /// What tokentap's own limits turned away before a request could be counted, or instead of
@@ -110,6 +115,7 @@ pub struct Series {
 #[derive(Clone)]
 pub struct TokenSeries {
     pub ttft: Histogram,
+    pub time_to_first_answer: Histogram,
     pub itl: Histogram,
     pub tpot: Histogram,
     pub generation: Histogram,
@@ -219,6 +225,7 @@ impl Metrics {
         registry.register(Box::new(in_flight.clone()))?;
         registry.register(Box::new(crate::logging::DroppedLinesCollector::new()?))?;
         let refusals = Refusals::register(&registry)?;
+        let inside = Inside::register(&registry, &boundaries)?;
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }
@@ -285,6 +292,7 @@ impl Metrics {
             scrapes: scrape::Coalesce::default(),
             models,
             refusals,
+            inside,
         })
     }
 
@@ -305,6 +313,7 @@ impl Metrics {
         let labels = [&*model, api.as_str()];
         let tokens = (api != Api::Other).then(|| TokenSeries {
             ttft: self.ttft.with_label_values(&labels),
+            time_to_first_answer: self.inside.time_to_first_answer.with_label_values(&labels),
             itl: self.itl.with_label_values(&labels),
             tpot: self.tpot.with_label_values(&labels),
             generation: self.generation.with_label_values(&labels),
@@ -339,6 +348,7 @@ impl Metrics {
             purge(&self.goodput, names);
             purge(&self.slo_violations, names);
             purge(&self.token_source, names);
+            self.inside.purge(names);
         });
         if retired > 0 {
             self.retired.inc_by(retired as u64);
@@ -449,6 +459,17 @@ mod tests {
                     metrics.count_violation(&series, kind);
                 }
                 if api != Api::Other {
+                    let second = std::time::Duration::from_secs(1);
+                    metrics.inside.observe_reasoning_time(&series, second);
+                    metrics.inside.count_tokens(&series, Some(1), Some(1));
+                    let server = crate::record::server::ServerTimings {
+                        queue: Some(second),
+                        ttft: Some(second),
+                        prefill: Some(second),
+                        generation: Some(second),
+                    };
+                    let outside = crate::record::server::outside(Some(second), Some(2 * second));
+                    metrics.inside.observe_server(&series, &server, outside);
                     for source in sources {
                         metrics.count_token_source(&series, source);
                     }
@@ -467,6 +488,6 @@ mod tests {
     fn the_default_limit_is_stated_in_the_readme() {
         let metrics = Metrics::new(&Config::default()).unwrap();
         // Adding a series family moves this figure: update README.md and docs/metrics.md with it.
-        assert_eq!(limit(&metrics), 206_237);
+        assert_eq!(limit(&metrics), 337_459);
     }
 }
