@@ -211,6 +211,7 @@ async function main() {
       close(`${model} requests`, requests[model], sent[model]);
       close(`${model} TTFT p50`, num("ttft_p50"), histogramQuantile(0.5, ttftAfter[model]));
       close(`${model} TTFT p99`, num("ttft_p99"), histogramQuantile(0.99, ttftAfter[model]));
+      close(`${model} time to first answer p50`, num("ttfa_p50"), histogramQuantile(0.5, minus(parse(after, "tokentap_time_to_first_answer_token_seconds_bucket", true), parse(before, "tokentap_time_to_first_answer_token_seconds_bucket", true))[model]));
       close(`${model} ITL p50`, num("itl_p50"), histogramQuantile(0.5, itlAfter[model]));
       close(`${model} TPOT p50`, num("tpot_p50"), histogramQuantile(0.5, minus(parse(after, "tokentap_time_per_output_token_seconds_bucket", true), parse(before, "tokentap_time_per_output_token_seconds_bucket", true))[model]));
       close(`${model} goodput ratio`, num("goodput_ratio"), goodput[model] / requests[model]);
