@@ -5,7 +5,8 @@
 //!
 //! Memory is fixed by the config: at most `ui.max_models` models and as many (model, tenant) pairs are
 //! kept (the most requested ones; the rest are left out of the page, never out of `/metrics`), each a
-//! [`Counts`] of one `u64` per histogram bucket (+Inf included) and 11 counters, in each of
+//! [`Counts`] of one `u64` per histogram bucket (+Inf included), 13 counters and the sum and count of six
+//! histograms (the parts of a TTFT, shown as means), in each of
 //! `ui.history / ui.interval` snapshots. [`Ring::bytes_bound`] states the figure; docs/live.md has it
 //! for the defaults. [`view`] turns the ring into the JSON the page reads, with quantiles computed from
 //! bucket deltas as Prometheus does ([`quantile`]).
@@ -32,7 +33,20 @@ pub const HISTOGRAMS: [(&str, &str); 5] = [
     ("e2e", "tokentap_e2e_request_latency_seconds"),
 ];
 
+/// The parts of a TTFT (issue "inside the TTFT"), shown as means over the window (Δsum / Δcount, as the
+/// deploy/ recording rules do): only their sums and counts are kept, in [`Counts::means`] order.
+pub const MEANS: [(&str, &str); 6] = [
+    ("ttft", "tokentap_time_to_first_token_seconds"),
+    ("server_queue", "tokentap_server_queue_time_seconds"),
+    ("server_prefill", "tokentap_server_prefill_time_seconds"),
+    ("server_ttft", "tokentap_server_time_to_first_token_seconds"),
+    ("outside_server", "tokentap_ttft_outside_server_seconds"),
+    ("reasoning", "tokentap_reasoning_time_seconds"),
+];
+
 const REQUESTS: &str = "tokentap_requests_total";
+const CACHED_INPUT_TOKENS: &str = "tokentap_cached_input_tokens_total";
+const REASONING_TOKENS: &str = "tokentap_reasoning_tokens_total";
 const GOODPUT: &str = "tokentap_goodput_requests_total";
 const VIOLATIONS: &str = "tokentap_slo_violations_total";
 const INPUT_TOKENS: &str = "tokentap_input_tokens_total";
@@ -60,6 +74,10 @@ pub struct Counts {
     pub cuts: u64,
     /// Per [`SloKind::ALL`]: missed ceilings.
     pub violations: [u64; SloKind::ALL.len()],
+    pub cached_input_tokens: u64,
+    pub reasoning_tokens: u64,
+    /// Per [`MEANS`]: the histogram's sum of observations (seconds) and their count.
+    pub means: [(f64, u64); MEANS.len()],
 }
 
 /// The counts of every kept key at one moment.
@@ -191,8 +209,17 @@ pub fn take(families: &[MetricFamily], max_keys: usize) -> (Snapshot, Bounds) {
             continue;
         }
         let hist = HISTOGRAMS.iter().position(|(_, n)| *n == name);
-        let counters = [REQUESTS, GOODPUT, INPUT_TOKENS, OUTPUT_TOKENS, VIOLATIONS];
-        if hist.is_none() && !counters.contains(&name) {
+        let mean = MEANS.iter().position(|(_, n)| *n == name);
+        let counters = [
+            REQUESTS,
+            GOODPUT,
+            INPUT_TOKENS,
+            OUTPUT_TOKENS,
+            VIOLATIONS,
+            CACHED_INPUT_TOKENS,
+            REASONING_TOKENS,
+        ];
+        if hist.is_none() && mean.is_none() && !counters.contains(&name) {
             continue;
         }
         for metric in family.get_metric() {
@@ -213,6 +240,11 @@ pub fn take(families: &[MetricFamily], max_keys: usize) -> (Snapshot, Bounds) {
             }
             for key in keys {
                 let counts = all.entry(key).or_default();
+                if let Some(i) = mean {
+                    let h = metric.get_histogram();
+                    counts.means[i].0 += h.get_sample_sum();
+                    counts.means[i].1 += h.get_sample_count();
+                }
                 if let Some(i) = hist {
                     let h = metric.get_histogram();
                     let cumulative = h.get_bucket().iter().map(|b| b.cumulative_count());
@@ -221,6 +253,9 @@ pub fn take(families: &[MetricFamily], max_keys: usize) -> (Snapshot, Bounds) {
                     if bounds[i].is_none() {
                         bounds[i] = Some(h.get_bucket().iter().map(|b| b.upper_bound()).collect());
                     }
+                    continue;
+                }
+                if mean.is_some() {
                     continue;
                 }
                 let value = metric.get_counter().get_value() as u64;
@@ -237,6 +272,8 @@ pub fn take(families: &[MetricFamily], max_keys: usize) -> (Snapshot, Bounds) {
                     GOODPUT => counts.goodput += value,
                     INPUT_TOKENS => counts.input_tokens += value,
                     OUTPUT_TOKENS => counts.output_tokens += value,
+                    CACHED_INPUT_TOKENS => counts.cached_input_tokens += value,
+                    REASONING_TOKENS => counts.reasoning_tokens += value,
                     VIOLATIONS => {
                         let slo = label("slo");
                         if let Some(k) = SloKind::ALL.iter().position(|k| Some(k.as_str()) == slo) {

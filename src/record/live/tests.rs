@@ -169,6 +169,10 @@ fn figures_cover_only_the_trailing_window() {
     assert_eq!(v.models[0].ceilings["e2e"], None);
     // An absent family (time to first answer here) has no figures, not an error.
     assert_eq!(m.quantiles["ttfa"]["p50"], None);
+    // Inside the TTFT: means over the window, Δsum / Δcount.
+    let mean = m.means["ttft"].unwrap();
+    assert!((mean - 1.15 / 4.0).abs() < 1e-12, "{mean}");
+    assert_eq!(m.means["server_queue"], None);
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::quantile::{delta, histogram_quantile};
-use super::{Counts, Key, Ring, Snapshot, HISTOGRAMS};
+use super::{Counts, Key, Ring, Snapshot, HISTOGRAMS, MEANS};
 use crate::config::{Slo, SloKind};
 
 pub const VERSION: u32 = 1;
@@ -57,6 +57,11 @@ pub struct Series {
     pub errors_per_second: Vec<Option<f64>>,
     pub cancels_per_second: Vec<Option<f64>>,
     pub cuts_per_second: Vec<Option<f64>>,
+    /// Inside the TTFT: per part (`ttft`, `server_queue`, `server_prefill`, `server_ttft`,
+    /// `outside_server`, `reasoning`), the mean in seconds over the window.
+    pub means: BTreeMap<String, Vec<Option<f64>>>,
+    /// Cached prompt tokens / prompt tokens.
+    pub cached_input_ratio: Vec<Option<f64>>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
@@ -72,6 +77,10 @@ pub struct Figures {
     pub errors: u64,
     pub cancels: u64,
     pub cuts: u64,
+    /// Inside the TTFT: each part's mean in seconds (see [`Series::means`]).
+    pub means: BTreeMap<String, Option<f64>>,
+    pub cached_input_ratio: Option<f64>,
+    pub reasoning_tokens_per_second: Option<f64>,
     /// Per histogram: `p50`, `p90`, `p99` and `count` (observations in the window).
     pub quantiles: BTreeMap<String, BTreeMap<String, Option<f64>>>,
     /// TTFT and ITL: the bucket bounds and the observations per bucket in the window (not cumulative;
@@ -195,11 +204,29 @@ fn figures(ring: &Ring, slo: &Slo, key: &Key, then: &Snapshot, now: &Snapshot) -
             distributions.insert(name.to_string(), Distribution { bounds, counts });
         }
     }
+    let means = MEANS
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _))| {
+            let (sum, count) = match t {
+                Some(t) if n.means[i].1 >= t.means[i].1 => {
+                    (n.means[i].0 - t.means[i].0, n.means[i].1 - t.means[i].1)
+                }
+                _ => n.means[i],
+            };
+            let mean = (count > 0 && seconds > 0.0).then(|| sum / count as f64);
+            (name.to_string(), mean)
+        })
+        .collect();
+    let input = d(|c| c.input_tokens);
     Figures {
+        means,
+        cached_input_ratio: ratio(d(|c| c.cached_input_tokens), input).filter(|_| seconds > 0.0),
+        reasoning_tokens_per_second: per_second(d(|c| c.reasoning_tokens)),
         seconds,
         requests,
         requests_per_second: per_second(requests),
-        input_tokens_per_second: per_second(d(|c| c.input_tokens)),
+        input_tokens_per_second: per_second(input),
         output_tokens_per_second: per_second(d(|c| c.output_tokens)),
         goodput_ratio: ratio(d(|c| c.goodput), requests).filter(|_| seconds > 0.0),
         attainment,
@@ -238,4 +265,8 @@ fn push_point(series: &mut Series, f: &Figures) {
     series.errors_per_second.push(rate(f.errors));
     series.cancels_per_second.push(rate(f.cancels));
     series.cuts_per_second.push(rate(f.cuts));
+    for (name, value) in &f.means {
+        series.means.entry(name.clone()).or_default().push(*value);
+    }
+    series.cached_input_ratio.push(f.cached_input_ratio);
 }
