@@ -143,6 +143,8 @@ fn exchange_on_data_per_content_chunk(bencher: Bencher) {
         metering: config.metering.clone(),
         tokenizers: Arc::new(Tokenizers::default()),
         requests: Default::default(),
+        identify: tokentap::tap::identity::Identify::new(None),
+        records: None,
     });
     let (api, dialect) = detect("/v1/chat/completions");
     let start = tokio::time::Instant::now();

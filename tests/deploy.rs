@@ -501,3 +501,55 @@ fn compose_mounts_files_that_exist_and_the_image_matches_the_docs() {
     assert!(dockerfile.contains("cargo build --release --locked"));
     assert!(dockerfile.contains("USER 65532"));
 }
+
+/// deploy/vector: the Vector example reads the records' own field names (as a record serializes
+/// them), labels Loki streams only with fields of bounded values, and tails the path the config
+/// example names.
+#[test]
+fn the_vector_example_reads_record_fields_and_labels_only_bounded_ones() {
+    use tokentap::record::request_record::RequestRecord;
+    let config = yaml("deploy/vector/tokentap-records.yaml");
+    let record = serde_json::to_value(RequestRecord::default()).expect("record");
+    let fields: BTreeSet<String> = record
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default();
+    let sink = &config["sinks"]["loki"];
+    assert_eq!(str_of(&sink["type"]), "loki");
+    let labels = sink["labels"].as_mapping().expect("labels");
+    let bounded = ["model", "api", "outcome"];
+    for (name, value) in labels {
+        let value = str_of(value);
+        if let Some(field) = value
+            .strip_prefix("{{ ")
+            .and_then(|v| v.strip_suffix(" }}"))
+        {
+            assert!(fields.contains(field), "{field} is not a record field");
+            assert!(
+                bounded.contains(&field),
+                "{field} is not bounded: no Loki label"
+            );
+            assert_eq!(str_of(name), field);
+        }
+    }
+    let remap = &config["transforms"]["tokentap_parsed"];
+    assert_eq!(str_of(&remap["inputs"][0]), "tokentap_records");
+    let source = str_of(&remap["source"]);
+    for read in ["v", "start"] {
+        assert!(
+            source.contains(&format!(".{read}")) && fields.contains(read),
+            "{read}"
+        );
+    }
+    assert!(source.contains(&format!(
+        ".v != {}",
+        tokentap::record::request_record::RECORD_VERSION
+    )));
+    let include = str_of(&config["sources"]["tokentap_records"]["include"][0]);
+    let example = read("config/tokentap.yaml");
+    let path = include.trim_end_matches('*');
+    assert!(
+        example.contains(&format!("path: {path}")),
+        "config/tokentap.yaml names {path}"
+    );
+}

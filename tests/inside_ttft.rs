@@ -401,3 +401,268 @@ async fn a_first_answer_over_its_ceiling_is_a_violation_and_not_goodput_while_tt
         1.0
     );
 }
+
+#[cfg(feature = "tokenizer")]
+#[tokio::test(start_paused = true)]
+async fn without_reasoning_details_a_configured_tokenizer_counts_the_reasoning_text() {
+    const WORDS: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/tokenizer/words.json"
+    );
+    // Usage without completion_tokens_details (vLLM's default): the reasoning text is tokenized,
+    // apart from the answer. The test tokenizer makes a token of each word and punctuation mark.
+    let usage = r#"{"id":"c","object":"chat.completion.chunk","model":"m","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":6,"total_tokens":11}}"#;
+    let events = vec![
+        (100, chat_delta(r#"{"reasoning_content":"hello world,"}"#)),
+        (100, chat_delta(r#"{"reasoning_content":" hello"}"#)),
+        (100, chat_delta(r#"{"content":"world"}"#)),
+        (0, sse(usage)),
+        (0, "data: [DONE]\n\n".to_owned()),
+    ];
+    let yaml = format!("tokenizers:\n  m: {WORDS}\n");
+    let m = stream_with(
+        "/v1/chat/completions",
+        &chat_body(),
+        sse_head,
+        events,
+        &yaml,
+    )
+    .await;
+    assert_eq!(
+        m.get(REASONING_TOKENS, &labels("chat")),
+        4.0,
+        "hello world , hello"
+    );
+    assert_eq!(
+        m.get("tokentap_output_tokens_total", &labels("chat")),
+        6.0,
+        "usage"
+    );
+    assert_close(seconds(&m, REASONING, "chat").1, 0.2, "reasoning time");
+}
+
+/// One stream shape of one API: the events (pause in ms, event), and what the clocks must say.
+struct Shape {
+    name: &'static str,
+    path: &'static str,
+    api: &'static str,
+    body: &'static str,
+    head: fn() -> Step,
+    events: Vec<(u64, String)>,
+    /// TTFT and time to first answer (ms); reasoning time (ms) when reasoning came first.
+    ttft: u64,
+    answer: Option<u64>,
+    reasoning: Option<u64>,
+}
+
+fn anthropic_delta(delta: &str) -> String {
+    named(
+        "content_block_delta",
+        &format!(r#"{{"type":"content_block_delta","index":0,"delta":{delta}}}"#),
+    )
+}
+
+fn responses_event(kind: &str, delta: &str) -> String {
+    named(
+        kind,
+        &format!(r#"{{"type":"{kind}","output_index":0,"delta":"{delta}"}}"#),
+    )
+}
+
+fn ollama_line(message: &str) -> String {
+    format!("{{\"model\":\"m\",\"created_at\":\"t\",\"message\":{message},\"done\":false}}\n")
+}
+
+const MESSAGES_BODY: &str = r#"{"model":"m","max_tokens":64,"stream":true,"messages":[]}"#;
+const RESPONSES_BODY: &str = r#"{"model":"m","input":"hi","stream":true}"#;
+const OLLAMA_BODY: &str = r#"{"model":"m","messages":[]}"#;
+
+fn shapes() -> Vec<Shape> {
+    let stop = named("message_stop", r#"{"type":"message_stop"}"#);
+    let completed = named(
+        "response.completed",
+        r#"{"type":"response.completed","response":{"model":"m","status":"completed"}}"#,
+    );
+    let done =
+        "{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done\":true}\n";
+    vec![
+        Shape {
+            name: "anthropic thinking only",
+            path: "/v1/messages",
+            api: "messages",
+            body: MESSAGES_BODY,
+            head: sse_head,
+            events: vec![
+                (
+                    150,
+                    anthropic_delta(r#"{"type":"thinking_delta","thinking":"Hm"}"#),
+                ),
+                (
+                    50,
+                    anthropic_delta(r#"{"type":"thinking_delta","thinking":" so"}"#),
+                ),
+                (0, stop.clone()),
+            ],
+            ttft: 150,
+            answer: None,
+            reasoning: None,
+        },
+        Shape {
+            name: "anthropic text only",
+            path: "/v1/messages",
+            api: "messages",
+            body: MESSAGES_BODY,
+            head: sse_head,
+            events: vec![
+                (80, anthropic_delta(r#"{"type":"text_delta","text":"Hi"}"#)),
+                (0, stop.clone()),
+            ],
+            ttft: 80,
+            answer: Some(80),
+            reasoning: None,
+        },
+        Shape {
+            name: "anthropic tool use first",
+            path: "/v1/messages",
+            api: "messages",
+            body: MESSAGES_BODY,
+            head: sse_head,
+            events: vec![
+                (
+                    90,
+                    anthropic_delta(r#"{"type":"input_json_delta","partial_json":"{\"city\":"}"#),
+                ),
+                (
+                    10,
+                    anthropic_delta(r#"{"type":"text_delta","text":"Done"}"#),
+                ),
+                (0, stop),
+            ],
+            ttft: 90,
+            answer: Some(90),
+            reasoning: None,
+        },
+        Shape {
+            name: "responses reasoning summary only",
+            path: "/v1/responses",
+            api: "responses",
+            body: RESPONSES_BODY,
+            head: sse_head,
+            events: vec![
+                (
+                    60,
+                    responses_event("response.reasoning_summary_text.delta", "Plan"),
+                ),
+                (0, completed.clone()),
+            ],
+            ttft: 60,
+            answer: None,
+            reasoning: None,
+        },
+        Shape {
+            name: "responses function call first",
+            path: "/v1/responses",
+            api: "responses",
+            body: RESPONSES_BODY,
+            head: sse_head,
+            events: vec![
+                (
+                    70,
+                    responses_event("response.function_call_arguments.delta", "{"),
+                ),
+                (30, responses_event("response.output_text.delta", "ok")),
+                (0, completed.clone()),
+            ],
+            ttft: 70,
+            answer: Some(70),
+            reasoning: None,
+        },
+        Shape {
+            name: "responses text only",
+            path: "/v1/responses",
+            api: "responses",
+            body: RESPONSES_BODY,
+            head: sse_head,
+            events: vec![
+                (40, responses_event("response.output_text.delta", "Hi")),
+                (0, completed),
+            ],
+            ttft: 40,
+            answer: Some(40),
+            reasoning: None,
+        },
+        Shape {
+            name: "ollama thinking only",
+            path: "/api/chat",
+            api: "ollama",
+            body: OLLAMA_BODY,
+            head: ndjson_head,
+            events: vec![
+                (
+                    200,
+                    ollama_line(r#"{"role":"assistant","content":"","thinking":"Hm"}"#),
+                ),
+                (0, done.to_owned()),
+            ],
+            ttft: 200,
+            answer: None,
+            reasoning: None,
+        },
+        Shape {
+            name: "ollama tool call after thinking",
+            path: "/api/chat",
+            api: "ollama",
+            body: OLLAMA_BODY,
+            head: ndjson_head,
+            events: vec![
+                (
+                    100,
+                    ollama_line(r#"{"role":"assistant","content":"","thinking":"Hm"}"#),
+                ),
+                (
+                    250,
+                    ollama_line(
+                        r#"{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":{}}}]}"#,
+                    ),
+                ),
+                (0, done.to_owned()),
+            ],
+            ttft: 100,
+            answer: Some(350),
+            reasoning: Some(250),
+        },
+        Shape {
+            name: "ollama content only",
+            path: "/api/chat",
+            api: "ollama",
+            body: OLLAMA_BODY,
+            head: ndjson_head,
+            events: vec![
+                (30, ollama_line(r#"{"role":"assistant","content":"Hi"}"#)),
+                (0, done.to_owned()),
+            ],
+            ttft: 30,
+            answer: Some(30),
+            reasoning: None,
+        },
+    ]
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_reasoning_api_times_reasoning_only_answer_only_and_tool_call_first_streams() {
+    for shape in shapes() {
+        let name = shape.name;
+        let m = run(shape.path, shape.body, shape.head, shape.events).await;
+        let api = shape.api;
+        let s = |n: u64| n as f64 / 1e3;
+        assert_eq!(seconds(&m, TTFT, api), (1.0, s(shape.ttft)), "{name}: TTFT");
+        let answer = shape.answer.map_or((0.0, 0.0), |a| (1.0, s(a)));
+        assert_eq!(seconds(&m, ANSWER, api), answer, "{name}: first answer");
+        let reasoning = shape.reasoning.map_or((0.0, 0.0), |r| (1.0, s(r)));
+        assert_eq!(
+            seconds(&m, REASONING, api),
+            reasoning,
+            "{name}: reasoning time"
+        );
+    }
+}

@@ -175,7 +175,7 @@ fn recorded_verdicts_give_goodput_and_attainment_per_missed_ceiling() {
 #[test]
 fn what_if_ceilings_judge_every_record_again() {
     let mut o = options(&[DAY]);
-    o.slo = Some(query::parse_ceilings("ttft=250ms,e2e=2.5s").unwrap());
+    o.slo = Some(query::parse_slo("ttft=250ms,e2e=2.5s").unwrap());
     let doc = json(&o);
     let t = &doc["total"];
     // Only r1 is ok, 2xx, TTFT ≤ 250 ms and E2E ≤ 2.5 s; r6 (no TTFT: not a stream) misses E2E.
@@ -192,7 +192,7 @@ fn what_if_ceilings_judge_every_record_again() {
     ]);
     assert_eq!(t["attainment"], want);
     // A ceiling every request meets: all six attain it, and goodput is every ok 2xx answer.
-    o.slo = Some(query::parse_ceilings("itl=10s").unwrap());
+    o.slo = Some(query::parse_slo("itl=10s").unwrap());
     let t = json(&o)["total"].clone();
     assert_eq!(t["good_request_count"], 4);
     assert_eq!(t["attainment"][0]["met"], 6);
@@ -467,7 +467,7 @@ fn json_output_has_a_stable_shape() {
     );
     assert_eq!(
         keys(&doc["total"]["metrics"]["request_latency"]),
-        ["avg", "count", "max", "min", "p50", "p90", "p99", "unit"]
+        ["avg", "count", "exact", "max", "min", "p50", "p90", "p99", "unit"]
     );
     assert_eq!(doc["total"]["metrics"]["request_latency"]["unit"], "s");
     assert_eq!(
@@ -579,4 +579,135 @@ fn bad_flags_fail_naming_the_flag_and_the_value() {
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("/nonexistent/records.jsonl: No such file")
     );
+}
+
+#[test]
+fn a_config_gives_its_ceilings_with_per_model_overrides_and_slo_wins_over_it() {
+    let yaml = "slo:\n  ttft: 250ms\n  e2e: 2.5s\n  models:\n    qwen:\n      e2e: 5s\n";
+    let config = temp("ceilings.yaml", yaml.as_bytes());
+    let run = |extra: &[&str]| {
+        let out = tokentap()
+            .arg("report")
+            .arg(DAY)
+            .args(["--format", "json", "--config"])
+            .arg(&config)
+            .args(extra)
+            .output()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let doc = run(&[]);
+    // r3 (qwen, 3 s) is within qwen's 5 s: good with r1; r6 (llama, 4 s) misses the default 2.5 s.
+    assert_eq!(doc["total"]["good_request_count"], 2);
+    let want = serde_json::json!([
+        {"ceiling": "ttft", "limit_s": 0.25, "met": 4, "missed": 2, "share": 4.0 / 6.0},
+        {"ceiling": "e2e", "met": 5, "missed": 1, "share": 5.0 / 6.0},
+    ]);
+    assert_eq!(doc["total"]["attainment"], want);
+    assert_eq!(doc["slo"]["models"]["qwen"]["e2e_s"], 5.0);
+    // --slo replaces the config's ceilings.
+    let doc = run(&["--slo", "itl=10s"]);
+    assert_eq!(doc["slo"], serde_json::json!({"itl_s": 10.0}));
+    assert_eq!(doc["total"]["good_request_count"], 4);
+}
+
+#[test]
+fn progress_goes_to_stderr_every_million_lines_when_asked() {
+    let mut child = tokentap()
+        .args(["report", "-", "--progress", "--format", "json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run");
+    let mut input = std::fs::read(DAY).unwrap();
+    input.extend(std::iter::repeat_n(b'\n', 1_000_000));
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err, "tokentap report: 1000000 lines read, 6 records (-)\n");
+    // Without --progress, and stderr not a terminal: nothing.
+    let out = tokentap().args(["report", DAY]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
+#[test]
+fn proxy_flags_and_a_second_stdin_are_refused() {
+    let out = tokentap()
+        .args(["report", DAY, "--listen", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("are for the proxy"));
+    let out = tokentap()
+        .args(["report", "-", "--compare", "-"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("- (stdin) can be read only once"));
+}
+
+#[test]
+fn the_readme_sample_is_the_real_output_on_the_fixture() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let after = readme
+        .split("`tokentap report tests/fixtures/records/day.jsonl`")
+        .nth(1)
+        .expect("the README shows the fixture's report");
+    let sample = after
+        .split("```text\n")
+        .nth(1)
+        .and_then(|s| s.split("\n```").next())
+        .expect("a text block");
+    let out = tokentap().args(["report", DAY]).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let tables = text.split("\nNotes:\n").next().unwrap().trim_end();
+    assert_eq!(sample.trim_end(), tables);
+}
+
+#[test]
+fn past_a_thousand_values_quantiles_come_from_the_sketch_within_its_error_and_are_marked() {
+    let mut lines = String::new();
+    // TTFT 1 ms, 2 ms, … 1,500 ms, in a scrambled order.
+    for i in 0..1_500u64 {
+        let ttft = ((i * 7_919) % 1_500 + 1) as f64 / 1000.0;
+        lines.push_str(&format!(
+            "{{\"v\":1,\"start\":\"2026-12-03T08:00:00Z\",\"id\":\"{i}\",\"model\":\"m\",\"api\":\"chat\",\"status\":200,\"outcome\":\"ok\",\"stream\":true,\"e2e_s\":2,\"ttft_s\":{ttft},\"goodput\":true}}\n"
+        ));
+    }
+    let path = temp("sketched.jsonl", lines.as_bytes());
+    let doc = json(&options(&[path.to_str().unwrap()]));
+    let ttft = &doc["total"]["metrics"]["time_to_first_token"];
+    assert_eq!(ttft["exact"], false);
+    // Nearest rank of 1..=1500 ms: p50 = 750 ms, p90 = 1,350 ms, p99 = 1,485 ms; within 0.5 %.
+    for (stat, exact) in [("p50", 0.75), ("p90", 1.35), ("p99", 1.485)] {
+        let got = ttft[stat].as_f64().unwrap();
+        assert!(
+            (got - exact).abs() <= exact * 0.005,
+            "{stat}: {got} vs {exact}"
+        );
+    }
+    close(&ttft["min"], 0.001);
+    close(&ttft["max"], 1.5);
+    close(&ttft["avg"], 0.7505);
+    assert_eq!(doc["total"]["metrics"]["request_latency"]["exact"], false);
+    let table = report(&Options {
+        format: Format::Table,
+        ..options(&[path.to_str().unwrap()])
+    })
+    .unwrap()
+    .0;
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("Time to First Token"))
+        .unwrap();
+    assert_eq!(row.matches('~').count(), 3, "{row}");
+    assert!(table.contains("- ~: more than 1000 values"), "{table}");
 }

@@ -248,7 +248,8 @@ fn model_idle_defaults_to_an_hour_and_never_or_zero_turns_retirement_off() {
         let c = Config::from_yaml_str(yaml).unwrap();
         assert_eq!(c.metrics.model_idle, want, "{yaml}");
     }
-    let want = "metrics: unknown field `idle`, expected `model_idle` at line 1 column 11";
+    let want =
+        "metrics: unknown field `idle`, expected `model_idle` or `max_series` at line 1 column 11";
     assert_eq!(err("metrics: {idle: 1h}"), want);
 }
 
@@ -256,7 +257,7 @@ fn model_idle_defaults_to_an_hour_and_never_or_zero_turns_retirement_off() {
 fn unknown_key_at_top_level_is_named() {
     let want = "unknown field `lisen`, expected one of `listen`, `upstream`, `metrics_listen`, \
          `upstream_ca_file`, `max_models`, `timeouts`, `limits`, `shutdown_grace`, `metering`, \
-         `metrics`, `buckets`, `slo`, `tokenizers`, `tokenizer_dirs`, `ui` at line 2 column 1";
+         `metrics`, `buckets`, `slo`, `tokenizers`, `tokenizer_dirs`, `request_log`, `tenants`, `ui` at line 2 column 1";
     assert_eq!(err("listen: 0.0.0.0:1\nlisen: 0.0.0.0:2\n"), want);
 }
 
@@ -498,6 +499,76 @@ fn tokenizer_dirs_must_be_absolute_without_dot_segments() {
     for (yaml, want) in cases {
         assert_eq!(err(yaml), want);
     }
+}
+
+#[test]
+fn request_log_is_off_by_default_and_takes_a_file_or_stdout_with_checked_bounds() {
+    assert_eq!(Config::default().request_log, None);
+    let c = Config::from_yaml_str("request_log: {path: /tmp/r.jsonl, gaps: true, max_gaps: 10}")
+        .unwrap();
+    let log = c.request_log.unwrap();
+    assert_eq!(log.path, RecordPath::File("/tmp/r.jsonl".into()));
+    assert_eq!((log.gaps, log.max_gaps, log.queue), (true, 10, 8192));
+    let c = Config::from_yaml_str("request_log: {path: \"-\"}").unwrap();
+    assert_eq!(c.request_log.map(|l| l.path), Some(RecordPath::Stdout));
+    for (yaml, want) in [
+        ("request_log: {}", "request_log.path: invalid path \"\": request_log needs a `path`: a file, or \"-\" for standard output"),
+        ("request_log: {path: /tmp, queue: 5}", "request_log.path: invalid path \"/tmp\": is a directory; name the file to write (e.g. /var/log/tokentap/requests.jsonl)"),
+        ("request_log: {path: x.jsonl, queue: 0}", "request_log.queue: invalid value \"0\": must be between 1 and 1048576"),
+        ("request_log: {path: x.jsonl, max_gaps: 0}", "request_log.max_gaps: invalid value \"0\": must be between 1 and 1048576"),
+        ("request_log: {path: x.jsonl, gap: true}", "request_log: unknown field `gap`, expected one of `path`, `gaps`, `max_gaps`, `queue` at line 1 column 30"),
+    ] {
+        assert_eq!(err(yaml), want, "{yaml}");
+    }
+}
+
+#[test]
+fn tenants_come_from_one_header_or_the_bearer_hash_never_a_credential_header() {
+    assert_eq!(Config::default().tenants, None);
+    let c =
+        Config::from_yaml_str("tenants: {header: X-Tenant-Id, max: 8, slo: {acme: {ttft: 300ms}}}")
+            .unwrap();
+    let t = c.tenants.clone().unwrap();
+    assert_eq!(
+        (t.from, t.max),
+        (TenantFrom::Header("x-tenant-id".into()), 8)
+    );
+    assert_eq!(c.slo.tenants["acme"].ttft, ms(300));
+    let c =
+        Config::from_yaml_str("tenants: {bearer_hash: true, hash_key: 0123456789abcdef}").unwrap();
+    let t = c.tenants.unwrap();
+    assert_eq!((t.from, t.max), (TenantFrom::BearerHash, 32));
+    for (yaml, want) in [
+        ("tenants: {}", "tenants: invalid value \"{}\": say where the tenant comes from: `header: x-tenant-id` or `bearer_hash: true`"),
+        ("tenants: {header: a, bearer_hash: true}", "tenants.header: invalid value \"a\": set either `header` or `bearer_hash: true`, not both"),
+        ("tenants: {header: Authorization}", "tenants.header: invalid header name \"authorization\": carries a credential, which must never become a label; use `bearer_hash: true` for the bearer token"),
+        ("tenants: {header: \"a b\"}", "tenants.header: invalid header name \"a b\": must be a header name such as x-tenant-id"),
+        ("tenants: {header: t, max: 0}", "tenants.max: invalid value \"0\": must be between 1 and 10000"),
+        ("tenants: {bearer_hash: true, hash_key: short}", "tenants.hash_key: invalid key \"(not shown)\": must be at least 16 bytes long"),
+        ("tenants: {header: t, slo: {acme: {ttft: 0s}}}", "tenants.slo.acme.ttft: invalid duration \"0s\": must be greater than zero"),
+        ("metrics: {max_series: 0}", "metrics.max_series: invalid value \"0\": must be at least 1"),
+    ] {
+        assert_eq!(err(yaml), want, "{yaml}");
+    }
+}
+
+#[test]
+fn a_tenants_ceiling_wins_over_its_models_which_wins_over_the_default() {
+    let yaml = "slo: {ttft: 1s, e2e: 60s, models: {m: {ttft: 800ms, tpot: 50ms}}}\ntenants: {header: t, slo: {acme: {ttft: 300ms}}}";
+    let slo = Config::from_yaml_str(yaml).unwrap().slo;
+    assert_eq!(
+        all(slo.ceilings_for_request("m", Some("acme"))),
+        [ms(300), ms(50), None, ms(60_000), None]
+    );
+    assert_eq!(
+        all(slo.ceilings_for_request("m", Some("other"))),
+        [ms(800), ms(50), None, ms(60_000), None]
+    );
+    assert_eq!(
+        all(slo.ceilings_for_request("x", None)),
+        [ms(1000), None, None, ms(60_000), None]
+    );
+    assert_eq!(slo.boundaries(SloKind::Ttft), vec![0.3, 0.8, 1.0]);
 }
 
 #[test]

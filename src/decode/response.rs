@@ -204,7 +204,16 @@ impl ResponseDecoder {
         let streaming = self.is_streaming();
         let reading = &mut self.reading;
         let obs = &reading.obs;
-        let counts_text = streaming && reading.skipped.is_none() && obs.output_tokens.is_none();
+        // The tokenizer counts only what the server did not report: the output without usage, the
+        // reasoning streamed without usage details.
+        let metered = streaming && reading.skipped.is_none();
+        let whole = metered && obs.output_tokens.is_none();
+        let reasoning = metered && obs.reasoning_tokens.is_none() && reading.reasoning_events > 0;
+        let counted = if whole || reasoning {
+            reading.text.finish(whole)
+        } else {
+            None
+        };
         DecoderReport {
             streaming,
             skipped: reading.skipped,
@@ -216,11 +225,8 @@ impl ResponseDecoder {
             reasoning_events: reading.reasoning_events,
             cached_input_tokens: obs.cached_input_tokens,
             server: obs.server,
-            tokenizer_count: if counts_text {
-                reading.text.finish()
-            } else {
-                None
-            },
+            tokenizer_count: counted.filter(|_| whole).map(|c| c.output),
+            tokenizer_reasoning_count: counted.filter(|_| reasoning).map(|c| c.reasoning),
         }
     }
 

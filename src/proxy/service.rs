@@ -117,6 +117,9 @@ impl Proxy {
             arrive,
             slot.clone(),
         ));
+        if let Some(exchange) = guard.get_mut() {
+            exchange.identify(&parts.headers);
+        }
 
         let target = match admit(&parts, target, inner.max_body_bytes) {
             Ok(target) => target,

@@ -60,6 +60,9 @@ pub struct DecoderReport {
     /// The tokenizer's count of the streamed output text; only counted for a stream without usage,
     /// the one case where it is used.
     pub tokenizer_count: Option<u64>,
+    /// The tokenizer's count of the streamed reasoning text; only counted for a stream that carried
+    /// reasoning and whose usage has no reasoning details.
+    pub tokenizer_reasoning_count: Option<u64>,
 }
 
 /// Everything recorded about a finished request.
@@ -166,13 +169,15 @@ pub fn conclude(
     }
 }
 
-/// Reasoning tokens: the usage details' count, else (a stream) one per output event that carried
-/// reasoning; `None` when neither says anything (no reasoning streamed, no details).
+/// Reasoning tokens: the usage details' count, else (a stream) the tokenizer's count of the reasoning
+/// text, else one per output event that carried reasoning; `None` when nothing says anything (no
+/// reasoning streamed, no details).
 fn reasoning_tokens(report: &DecoderReport) -> Option<u64> {
-    let counted = report.streaming && report.reasoning_events > 0;
+    let chunks = report.streaming && report.reasoning_events > 0;
     report
         .reasoning_tokens
-        .or(counted.then_some(report.reasoning_events))
+        .or(report.tokenizer_reasoning_count.filter(|_| chunks))
+        .or(chunks.then_some(report.reasoning_events))
 }
 
 #[cfg(test)]
@@ -279,6 +284,23 @@ mod tests {
             &ceilings,
         );
         assert_eq!(record.reasoning_tokens, Some(40), "the usage details win");
+        let tokenized = DecoderReport {
+            tokenizer_reasoning_count: Some(7),
+            ..report
+        };
+        let record = conclude(
+            Some(&tokenized),
+            &tl,
+            Outcome::Ok,
+            t0 + ms(500),
+            OK,
+            &ceilings,
+        );
+        assert_eq!(
+            record.reasoning_tokens,
+            Some(7),
+            "a tokenizer before chunks"
+        );
     }
 
     #[test]

@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::record::request_record::{RequestRecord, RECORD_VERSION};
 
-/// No record comes near this (gaps are capped); a longer line is skipped unread.
-pub const MAX_LINE: usize = 1 << 20;
+/// No record comes near this: the most gaps a record may list (`request_log.max_gaps`, at most 2^20)
+/// take about 22 MiB. A longer line is skipped unread.
+pub const MAX_LINE: usize = 32 << 20;
 /// Progress goes to stderr every this many lines.
 const PROGRESS_EVERY: u64 = 1_000_000;
 

@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::config::Ceilings;
 use crate::report::input::InputStats;
 use crate::report::query::format_rfc3339;
-use crate::report::summary::{Figure, Report, Summary, Unit, Verdicts};
+use crate::report::summary::{Figure, Limit, Report, Summary, Unit, Verdicts};
 
 /// The `report` field: the shape's version, bumped when a field is removed or redefined.
 pub const REPORT_VERSION: u32 = 1;
@@ -63,6 +64,8 @@ pub struct SummaryJson {
 pub struct Stats {
     pub unit: &'static str,
     pub count: u64,
+    /// The quantiles are exact (at most 1,000 values), else within the sketch's relative error.
+    pub exact: bool,
     pub avg: Option<f64>,
     pub min: Option<f64>,
     pub max: Option<f64>,
@@ -74,9 +77,12 @@ pub struct Stats {
 #[derive(Serialize)]
 pub struct Attainment {
     pub ceiling: String,
-    /// The what-if ceiling; absent for recorded verdicts (the records do not carry the ceilings).
+    /// The what-if ceiling; absent for recorded verdicts (the records do not carry the ceilings) and
+    /// when it differs between models.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit_s: Option<f64>,
+    #[serde(skip)]
+    pub limit: Option<Limit>,
     pub met: u64,
     pub missed: u64,
     pub share: Option<f64>,
@@ -98,6 +104,7 @@ pub fn stats(summary: &Summary, figure: Figure) -> Stats {
             Unit::Tokens => "tokens",
         },
         count: sketch.count(),
+        exact: sketch.is_exact(),
         avg: sketch.mean(),
         min: sketch.min(),
         max: sketch.max(),
@@ -115,7 +122,7 @@ fn per_second(n: u64, duration: Option<f64>) -> Option<f64> {
 /// `ceilings` (the same list for every group).
 pub fn summary(
     summary: &Summary,
-    ceilings: &[(String, Option<f64>)],
+    ceilings: &[(String, Limit)],
     duration: Option<f64>,
 ) -> SummaryJson {
     let metrics = Figure::ALL
@@ -126,13 +133,17 @@ pub fn summary(
     let attainment = ceilings
         .iter()
         .cloned()
-        .map(|(ceiling, limit_s)| {
+        .map(|(ceiling, limit)| {
             let missed = summary.missed.get(&ceiling).copied().unwrap_or(0);
             let met = summary.requests - missed;
             let share = (summary.requests > 0).then(|| met as f64 / summary.requests as f64);
             Attainment {
                 ceiling,
-                limit_s,
+                limit_s: match limit {
+                    Limit::Seconds(s) => Some(s),
+                    _ => None,
+                },
+                limit: Some(limit),
                 met,
                 missed,
                 share,
@@ -173,14 +184,14 @@ pub fn side<'a>(report: &Report, input: &'a InputStats) -> Side<'a> {
     let ceilings = report.total.ceilings(&report.verdicts);
     let slo = match &report.verdicts {
         Verdicts::Recorded => serde_json::Value::from("recorded"),
-        Verdicts::WhatIf(c) => {
-            let mut limits = serde_json::Map::new();
-            for kind in crate::config::SloKind::ALL {
-                if let Some(limit) = c.get(kind) {
-                    limits.insert(format!("{kind}_s"), limit.as_secs_f64().into());
-                }
+        Verdicts::WhatIf(slo) => {
+            let mut shown = limits(&slo.default);
+            if !slo.models.is_empty() {
+                let models = slo.models.iter();
+                let models = models.map(|(m, c)| (m.clone(), serde_json::Value::Object(limits(c))));
+                shown.insert("models".into(), models.collect());
             }
-            serde_json::Value::Object(limits)
+            serde_json::Value::Object(shown)
         }
     };
     Side {
@@ -195,4 +206,15 @@ pub fn side<'a>(report: &Report, input: &'a InputStats) -> Side<'a> {
             .map(|(name, s)| (name.clone(), summary(s, &ceilings, duration)))
             .collect(),
     }
+}
+
+/// `{"ttft_s": 0.3, …}`: the ceilings that are set.
+fn limits(ceilings: &Ceilings) -> serde_json::Map<String, serde_json::Value> {
+    let mut limits = serde_json::Map::new();
+    for kind in crate::config::SloKind::ALL {
+        if let Some(limit) = ceilings.get(kind) {
+            limits.insert(format!("{kind}_s"), limit.as_secs_f64().into());
+        }
+    }
+    limits
 }

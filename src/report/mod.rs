@@ -19,7 +19,7 @@ pub mod summary;
 
 use std::io::Write;
 
-use crate::config::Ceilings;
+use crate::config::Slo;
 use input::InputStats;
 use query::{By, Window};
 use render::Style;
@@ -55,8 +55,8 @@ pub struct Options {
     pub by: Option<By>,
     pub window: Window,
     pub format: Format,
-    /// What-if ceilings; `None` keeps each record's own verdict.
-    pub slo: Option<Ceilings>,
+    /// What-if ceilings (`--slo`, or a config's `slo:`); `None` keeps each record's own verdict.
+    pub slo: Option<Slo>,
     /// Fail instead of skipping a malformed line or a record of another version.
     pub strict: bool,
     /// Progress on stderr even when it is not a terminal.
@@ -64,7 +64,10 @@ pub struct Options {
 }
 
 fn verdicts(options: &Options) -> Verdicts {
-    options.slo.map_or(Verdicts::Recorded, Verdicts::WhatIf)
+    options
+        .slo
+        .clone()
+        .map_or(Verdicts::Recorded, Verdicts::WhatIf)
 }
 
 /// Reads one record set; the warnings go to `warn`.

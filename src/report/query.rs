@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::config::{parse_duration, Ceilings, SloKind};
+use crate::config::{parse_duration, Ceilings, Slo, SloKind};
 use crate::record::request_record::RequestRecord;
 
 /// `--by`: which label splits the report.
@@ -188,7 +188,15 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
     )
 }
 
-/// `--slo ttft=300ms,tpot=40ms`: the what-if ceilings, the same keys as the `slo:` config.
+/// `--slo ttft=300ms,tpot=40ms`: what-if ceilings for every model.
+pub fn parse_slo(text: &str) -> Result<Slo, String> {
+    Ok(Slo {
+        default: parse_ceilings(text)?,
+        ..Slo::default()
+    })
+}
+
+/// The ceilings of `--slo`, the same keys as the `slo:` config.
 pub fn parse_ceilings(text: &str) -> Result<Ceilings, String> {
     let keys: Vec<&str> = SloKind::ALL.iter().map(|k| k.as_str()).collect();
     let mut ceilings = Ceilings::default();

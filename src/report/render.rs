@@ -5,8 +5,8 @@
 use std::fmt::Write as _;
 
 use crate::report::json::{Side, Stats, SummaryJson};
-use crate::report::sketch::RELATIVE_ERROR;
-use crate::report::summary::{Figure, Unit};
+use crate::report::sketch::{EXACT_UP_TO, RELATIVE_ERROR};
+use crate::report::summary::{Figure, Limit, Unit};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Style {
@@ -33,7 +33,13 @@ impl Table {
             return;
         }
         let columns = self.head.len();
-        let mut widths: Vec<usize> = self.head.iter().map(|h| h.chars().count()).collect();
+        // A Markdown delimiter cell needs a dash beside its colon.
+        let least = if style == Style::Markdown { 3 } else { 1 };
+        let mut widths: Vec<usize> = self
+            .head
+            .iter()
+            .map(|h| h.chars().count().max(least))
+            .collect();
         for row in &self.rows {
             for (w, cell) in widths.iter_mut().zip(row) {
                 *w = (*w).max(cell.chars().count());
@@ -119,6 +125,15 @@ fn shown(figure: Figure, value: Option<f64>, quantile: bool) -> String {
     }
 }
 
+/// A quantile from the sketch rather than the kept values is marked `~`.
+fn approx(stats: &Stats, cell: String) -> String {
+    if stats.exact {
+        cell
+    } else {
+        format!("~{cell}")
+    }
+}
+
 fn opt(value: Option<f64>, decimals: usize) -> String {
     value.map_or_else(|| "-".into(), |v| number(v, decimals))
 }
@@ -152,12 +167,15 @@ fn group_name(side: &Side, group: Option<&str>) -> String {
     }
 }
 
-fn summary(s: &SummaryJson, style: Style, out: &mut String) {
-    let span = match (&s.start, &s.end) {
+fn span(s: &SummaryJson) -> String {
+    match (&s.start, &s.end) {
         (Some(a), Some(b)) => format!("{a} → {b}"),
         _ => "no records".into(),
-    };
-    let _ = writeln!(out, "{span}\n");
+    }
+}
+
+fn summary(s: &SummaryJson, style: Style, out: &mut String) {
+    let _ = writeln!(out, "{}\n", span(s));
     let mut figures = Table::new(&["Metric", "avg", "min", "max", "p99", "p90", "p50", "n"]);
     for figure in figures_shown(s) {
         let Some(st) = s.metrics.get(figure.tag()) else {
@@ -168,26 +186,29 @@ fn summary(s: &SummaryJson, style: Style, out: &mut String) {
             shown(figure, st.avg, false),
             shown(figure, st.min, false),
             shown(figure, st.max, false),
-            shown(figure, st.p99, true),
-            shown(figure, st.p90, true),
-            shown(figure, st.p50, true),
+            approx(st, shown(figure, st.p99, true)),
+            approx(st, shown(figure, st.p90, true)),
+            approx(st, shown(figure, st.p50, true)),
             number(st.count as f64, 0),
         ]);
     }
     figures.write(style, out);
     let mut totals = Table::new(&["Metric", "value"]);
-    for (name, value) in scalars(s) {
-        totals.rows.push(vec![name.to_owned(), value]);
+    for (name, value, decimals) in SCALARS {
+        totals
+            .rows
+            .push(vec![name.to_owned(), opt(value(s), decimals)]);
     }
     totals.write(style, out);
     let mut attainment = Table::new(&["SLO ceiling", "limit", "met", "missed", "attainment"]);
     for a in &s.attainment {
         attainment.rows.push(vec![
             a.ceiling.clone(),
-            a.limit_s.map_or_else(
-                || "as recorded".into(),
-                |l| format!("{} ms", number(l * 1000.0, 2)),
-            ),
+            match a.limit {
+                Some(Limit::Seconds(l)) => format!("{} ms", number(l * 1000.0, 2)),
+                Some(Limit::PerModel) => "per model".into(),
+                _ => "as recorded".into(),
+            },
             number(a.met as f64, 0),
             number(a.missed as f64, 0),
             a.share
@@ -208,66 +229,102 @@ fn summary(s: &SummaryJson, style: Style, out: &mut String) {
     outcomes.write(style, out);
 }
 
-fn scalars(s: &SummaryJson) -> Vec<(&'static str, String)> {
-    vec![
-        ("Request Count", number(s.request_count as f64, 0)),
-        ("Duration (s)", opt(s.duration_s, 3)),
-        (
-            "Request Throughput (requests/s)",
-            opt(s.request_throughput, 2),
-        ),
-        (
-            "Input Token Throughput (tokens/s)",
-            opt(s.input_token_throughput, 2),
-        ),
-        (
-            "Output Token Throughput (tokens/s)",
-            opt(s.output_token_throughput, 2),
-        ),
-        ("Good Request Count", number(s.good_request_count as f64, 0)),
-        ("Goodput (requests/s)", opt(s.goodput, 2)),
-    ]
-}
+/// The whole-set figures: name, value, decimals. `Duration` is the set's own span; the rates divide
+/// by the report's.
+type Scalar = (&'static str, fn(&SummaryJson) -> Option<f64>, usize);
+
+const SCALARS: [Scalar; 7] = [
+    ("Request Count", |s| Some(s.request_count as f64), 0),
+    ("Duration (s)", |s| s.duration_s, 3),
+    (
+        "Request Throughput (requests/s)",
+        |s| s.request_throughput,
+        2,
+    ),
+    (
+        "Input Token Throughput (tokens/s)",
+        |s| s.input_token_throughput,
+        2,
+    ),
+    (
+        "Output Token Throughput (tokens/s)",
+        |s| s.output_token_throughput,
+        2,
+    ),
+    (
+        "Good Request Count",
+        |s| Some(s.good_request_count as f64),
+        0,
+    ),
+    ("Goodput (requests/s)", |s| s.goodput, 2),
+];
+
+/// What a row means, said once below the tables for each row shown.
+const ROW_NOTES: [(Figure, &str); 5] = [
+    (
+        Figure::Itl,
+        "Inter Token Latency: per request, (E2E − TTFT)/(output tokens − 1), aiperf's ITL; \
+         tokentap's TPOT (time_per_output_token).",
+    ),
+    (
+        Figure::InterChunk,
+        "Inter Chunk Latency: every gap between two output-bearing chunks (the records' gaps_s), \
+         tokentap's inter_token_latency histogram, aiperf's Inter Chunk Latency.",
+    ),
+    (
+        Figure::RequestGapP50,
+        "Request Median/p99 Gap: each request's own gap p50/p99 (itl_p50_s, itl_p99_s) over \
+         requests; not the per-gap distribution, which needs records with every gap.",
+    ),
+    (
+        Figure::Ttfo,
+        "Time to First Output Token: to the first answer output, not reasoning; tokentap's \
+         time_to_first_answer.",
+    ),
+    (
+        Figure::LongestGap,
+        "Longest Gap: each request's largest gap, what an itl ceiling is judged on.",
+    ),
+];
 
 fn notes(sides: &[&SummaryJson], out: &mut String) {
     let shown: Vec<Figure> = sides.iter().flat_map(|s| figures_shown(s)).collect();
-    let has = |f: Figure| shown.contains(&f);
-    let mut lines = vec![format!(
-        "Quantiles are nearest-rank, within {}% of the exact value (a streaming sketch); avg, min, max and counts are exact.",
-        RELATIVE_ERROR * 100.0
-    )];
-    lines.push("Rates divide by the whole report's span (first start to last end), so the groups' rates add up.".into());
-    if has(Figure::Itl) {
-        lines.push("Inter Token Latency: per request, (E2E − TTFT)/(output tokens − 1), aiperf's ITL; tokentap's TPOT (time_per_output_token).".into());
+    let mut lines = vec![
+        "Quantiles are nearest-rank; avg, min, max and n are exact.".to_owned(),
+        "Rates divide by the whole report's span (first start to last end), so the groups' \
+         rates add up."
+            .to_owned(),
+    ];
+    let sketched = sides.iter().any(|s| s.metrics.values().any(|m| !m.exact));
+    if sketched {
+        lines.push(format!(
+            "~: more than {EXACT_UP_TO} values, the quantile is within {}% of the exact one \
+             (a streaming sketch).",
+            RELATIVE_ERROR * 100.0
+        ));
     }
-    if has(Figure::InterChunk) {
-        let partial: Vec<String> = sides
-            .iter()
-            .filter(|s| s.requests_with_every_gap < s.requests_with_gaps)
-            .map(|s| format!("{} of {}", s.requests_with_every_gap, s.requests_with_gaps))
-            .collect();
-        let mut line = "Inter Chunk Latency: every gap between two output-bearing chunks (the records' gaps_s), tokentap's inter_token_latency histogram, aiperf's Inter Chunk Latency.".to_owned();
-        if !partial.is_empty() {
-            let _ = write!(
-                line,
-                " Only from the requests recorded with every gap ({}).",
-                partial.join(", ")
-            );
+    for (figure, note) in ROW_NOTES {
+        if shown.contains(&figure) {
+            lines.push(note.to_owned());
         }
-        lines.push(line);
     }
-    if has(Figure::RequestGapP50) {
-        lines.push("Request Median/p99 Gap: each request's own gap p50/p99 (itl_p50_s, itl_p99_s) over requests; not the per-gap distribution, which needs records with request_log gaps.".into());
+    let partial: Vec<String> = sides
+        .iter()
+        .filter(|s| s.requests_with_every_gap < s.requests_with_gaps)
+        .filter(|s| s.requests_with_every_gap > 0)
+        .map(|s| format!("{} of {}", s.requests_with_every_gap, s.requests_with_gaps))
+        .collect();
+    if !partial.is_empty() {
+        lines.push(format!(
+            "Inter Chunk Latency is only from the requests recorded with every gap ({}).",
+            partial.join(", ")
+        ));
     }
-    if has(Figure::Ttfo) {
-        lines.push("Time to First Output Token: to the first answer output, not reasoning; tokentap's time_to_first_answer.".into());
-    }
-    if has(Figure::LongestGap) {
-        lines.push(
-            "Longest Gap: each request's largest gap, what an itl ceiling is judged on.".into(),
-        );
-    }
-    lines.push("Request Latency (E2E), Inter Token Latency, Output Token Throughput Per User and Longest Gap count requests that ended ok, like the proxy's histograms.".into());
+    lines.push(
+        "Request Latency (E2E), Inter Token Latency, Output Token Throughput Per User and \
+         Longest Gap count requests that ended ok, like the proxy's histograms."
+            .to_owned(),
+    );
     out.push_str("Notes:\n");
     for line in lines {
         let _ = writeln!(out, "- {line}");
@@ -315,57 +372,22 @@ fn change(before: Option<f64>, after: Option<f64>, scale: f64, decimals: usize) 
 }
 
 fn compared(before: &SummaryJson, after: &SummaryJson, style: Style, out: &mut String) {
+    let _ = writeln!(out, "before: {}\nafter:  {}\n", span(before), span(after));
     let mut table = Table::new(&["Metric", "before", "after", "change", "change %"]);
     let mut push = |name: String, cells: [String; 4]| {
         let mut row = vec![name];
         row.extend(cells);
         table.rows.push(row);
     };
-    let count = |v: u64| Some(v as f64);
-    push(
-        "Request Count".into(),
-        change(
-            count(before.request_count),
-            count(after.request_count),
-            1.0,
-            0,
-        ),
-    );
-    push(
-        "Request Throughput (requests/s)".into(),
-        change(before.request_throughput, after.request_throughput, 1.0, 2),
-    );
-    push(
-        "Input Token Throughput (tokens/s)".into(),
-        change(
-            before.input_token_throughput,
-            after.input_token_throughput,
-            1.0,
-            2,
-        ),
-    );
-    push(
-        "Output Token Throughput (tokens/s)".into(),
-        change(
-            before.output_token_throughput,
-            after.output_token_throughput,
-            1.0,
-            2,
-        ),
-    );
-    push(
-        "Good Request Count".into(),
-        change(
-            count(before.good_request_count),
-            count(after.good_request_count),
-            1.0,
-            0,
-        ),
-    );
-    push(
-        "Goodput (requests/s)".into(),
-        change(before.goodput, after.goodput, 1.0, 2),
-    );
+    for (name, value, decimals) in SCALARS
+        .into_iter()
+        .filter(|(n, ..)| !n.starts_with("Duration"))
+    {
+        push(
+            name.into(),
+            change(value(before), value(after), 1.0, decimals),
+        );
+    }
     let mut figures = figures_shown(before);
     figures.extend(
         figures_shown(after)
@@ -376,6 +398,7 @@ fn compared(before: &SummaryJson, after: &SummaryJson, style: Style, out: &mut S
     let none = Stats {
         unit: "",
         count: 0,
+        exact: true,
         avg: None,
         min: None,
         max: None,
@@ -416,7 +439,7 @@ fn compared(before: &SummaryJson, after: &SummaryJson, style: Style, out: &mut S
             s.attainment
                 .iter()
                 .find(|a| &a.ceiling == ceiling)
-                .map_or(Some(1.0), |a| a.share)
+                .map_or((s.request_count > 0).then_some(1.0), |a| a.share)
         };
         push(
             format!("SLO attainment {ceiling} (%)"),

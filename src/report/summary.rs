@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::config::{Ceilings, SloKind};
+use crate::config::{Slo, SloKind};
 use crate::record::request_record::RequestRecord;
 use crate::record::slo::judge;
 use crate::record::timeline::Figures;
@@ -101,11 +101,22 @@ impl Figure {
     }
 }
 
-/// How goodput and each ceiling are decided: as the proxy recorded them, or again with other ceilings.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// How goodput and each ceiling are decided: as the proxy recorded them, or again with other ceilings
+/// (`--slo` for every model, or a config's `slo:` with its per-model overrides).
+#[derive(Debug, Clone, PartialEq)]
 pub enum Verdicts {
     Recorded,
-    WhatIf(Ceilings),
+    WhatIf(Slo),
+}
+
+/// The ceiling a row of attainment is about.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Limit {
+    /// The proxy's verdicts: the records do not carry the ceiling.
+    Recorded,
+    Seconds(f64),
+    /// Different for some models (a config's `slo.models`).
+    PerModel,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -133,8 +144,8 @@ fn seconds(value: Option<f64>) -> Option<Duration> {
 
 /// What the proxy judged a request on, rebuilt from its record the way `record::finished` builds it:
 /// the stream figures only for a stream, and for a request that did not end `ok` no TPOT and at least
-/// its E2E as TTFT. (Such a request is never goodput; its open gap is not in the record, so an ITL
-/// ceiling it missed only on that gap shows as met.)
+/// its E2E as TTFT and as time to first answer. (Such a request is never goodput; its open gap is not
+/// in the record, so an ITL ceiling it missed only on that gap shows as met.)
 pub fn judged(record: &RequestRecord) -> Figures {
     let stream = |v: Option<f64>| seconds(v.filter(|_| record.stream));
     let e2e = seconds(Some(record.e2e_s)).unwrap_or_default();
@@ -146,7 +157,11 @@ pub fn judged(record: &RequestRecord) -> Figures {
         } else {
             stream(record.ttft_s.or(Some(record.e2e_s)))
         },
-        time_to_first_answer: stream(record.time_to_first_answer_s),
+        time_to_first_answer: if ok {
+            stream(record.time_to_first_answer_s)
+        } else {
+            stream(record.time_to_first_answer_s.or(Some(record.e2e_s)))
+        },
         tpot: stream(record.tpot_s.filter(|_| ok)),
         max_gap: stream(record.max_gap_s),
         ..Figures::default()
@@ -216,7 +231,8 @@ impl Summary {
                     *self.missed.entry(kind.clone()).or_insert(0) += 1;
                 }
             }
-            Verdicts::WhatIf(ceilings) => {
+            Verdicts::WhatIf(slo) => {
+                let ceilings = &slo.ceilings_for(&record.model);
                 let succeeded = ok && record.status.is_some_and(|s| (200..300).contains(&s));
                 let verdict = judge(ceilings, &judged(record), succeeded);
                 self.good += u64::from(verdict.goodput);
@@ -230,17 +246,29 @@ impl Summary {
     /// The ceilings to show attainment for, in the config's order: the what-if ones, or those the
     /// records name as missed (a configured ceiling no request missed is not in the records). A
     /// report asks its total, and shows the same list for every group.
-    pub fn ceilings(&self, verdicts: &Verdicts) -> Vec<(String, Option<f64>)> {
+    pub fn ceilings(&self, verdicts: &Verdicts) -> Vec<(String, Limit)> {
         match verdicts {
-            Verdicts::WhatIf(c) => SloKind::ALL
+            Verdicts::WhatIf(slo) => SloKind::ALL
                 .into_iter()
-                .filter_map(|k| Some((k.as_str().to_owned(), Some(c.get(k)?.as_secs_f64()))))
+                .filter_map(|k| {
+                    let all: Vec<f64> = slo.boundaries(k);
+                    let overridden = slo.models.values().any(|m| m.get(k).is_some());
+                    let limit = match (slo.default.get(k), overridden) {
+                        (Some(d), false) => Limit::Seconds(d.as_secs_f64()),
+                        _ if all.is_empty() => return None,
+                        _ => Limit::PerModel,
+                    };
+                    Some((k.as_str().to_owned(), limit))
+                })
                 .collect(),
             Verdicts::Recorded => {
                 let mut names: Vec<&String> = self.missed.keys().collect();
                 let order = |n: &str| SloKind::ALL.iter().position(|k| k.as_str() == n);
                 names.sort_by_key(|n| (order(n).unwrap_or(usize::MAX), n.to_string()));
-                names.into_iter().map(|n| (n.clone(), None)).collect()
+                names
+                    .into_iter()
+                    .map(|n| (n.clone(), Limit::Recorded))
+                    .collect()
             }
         }
     }
@@ -282,8 +310,12 @@ impl Report {
             let key = by.key(record);
             let full = self.groups.len() >= MAX_GROUPS && !self.groups.contains_key(key);
             let key = if full { OVERFLOW } else { key };
-            let group = self.groups.entry(key.to_owned()).or_default();
-            group.add(record, start, &self.verdicts);
+            if !self.groups.contains_key(key) {
+                self.groups.insert(key.to_owned(), Summary::default());
+            }
+            if let Some(group) = self.groups.get_mut(key) {
+                group.add(record, start, &self.verdicts);
+            }
         }
     }
 

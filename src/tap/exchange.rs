@@ -16,7 +16,7 @@
 //! the server when the request ends (docs/metrics.md, "Inside the TTFT").
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use prometheus::IntGauge;
@@ -28,14 +28,18 @@ use crate::decode::dialect::timings::tgi_headers;
 use crate::decode::dialect::Dialect;
 use crate::decode::response::{Format, ResponseDecoder};
 use crate::decode::tokenizer::{TextCount, Tokenizers};
+use crate::logging::records::RecordWriter;
 use crate::record::api::Api;
 use crate::record::finished::{conclude, t_end, FinishedRecord};
+use crate::record::gaps::Gaps;
 use crate::record::metrics::{status_label, Metrics, Series};
 use crate::record::outcome::{classify, End, Outcome, Seen};
+use crate::record::request_record::{self, RequestRecord};
 use crate::record::server::{outside, ServerTimings};
 use crate::record::timeline::{Mark, Timeline};
 use crate::record::tokens::TokenSource;
 use crate::shutdown::{Count, Counted};
+use crate::tap::identity::{Identify, Identity};
 use crate::tap::RequestSeen;
 
 /// What every exchange is given: the metrics it records into, the SLO ceilings, the metering bounds,
@@ -47,6 +51,18 @@ pub struct ExchangeContext {
     pub tokenizers: Arc<Tokenizers>,
     /// Requests between t_arrive and t_end: what a shutdown waits for.
     pub requests: Count,
+    /// Reads each request's id and tenant.
+    pub identify: Identify,
+    /// The per-request records (`request_log:`), when on.
+    pub records: Option<Records>,
+}
+
+/// Where finished requests' records go, and what they list.
+pub struct Records {
+    pub writer: Arc<RecordWriter>,
+    /// `request_log.gaps`: list every gap.
+    pub gaps: bool,
+    pub max_gaps: usize,
 }
 
 pub struct Exchange {
@@ -71,6 +87,10 @@ pub struct Exchange {
     counted: Option<Counted>,
     /// One of `limits.max_upstream_connections`, held from forwarding until the exchange finishes.
     upstream_permit: Option<OwnedSemaphorePermit>,
+    /// The request's id and tenant, once its head was read.
+    identity: Option<Identity>,
+    /// Wall-clock arrival and the request's own gaps: only kept for a record (`request_log:`).
+    recording: Option<(SystemTime, Gaps)>,
 }
 
 impl Exchange {
@@ -86,6 +106,10 @@ impl Exchange {
         let in_flight = context.metrics.in_flight(api);
         in_flight.inc();
         let counted = Some(context.requests.enter());
+        let recording = context
+            .records
+            .as_ref()
+            .map(|r| (SystemTime::now(), Gaps::new(r.gaps, r.max_gaps)));
         Exchange {
             context,
             api,
@@ -103,7 +127,14 @@ impl Exchange {
             counted,
             in_flight,
             upstream_permit: None,
+            identity: None,
+            recording,
         }
+    }
+
+    /// Reads the request's id and tenant from its head (the head itself is left as it is).
+    pub fn identify(&mut self, headers: &HeaderMap) {
+        self.identity = Some(self.context.identify.of(headers));
     }
 
     /// Holds `permit` (an upstream connection slot) until the exchange finishes, however it ends.
@@ -184,7 +215,12 @@ impl Exchange {
             };
             match mark {
                 Mark::First(ttft) => tokens.ttft.observe(ttft.as_secs_f64()),
-                Mark::Gap(gap) => tokens.itl.observe(gap.as_secs_f64()),
+                Mark::Gap(gap) => {
+                    tokens.itl.observe(gap.as_secs_f64());
+                    if let Some((_, gaps)) = &mut self.recording {
+                        gaps.push(gap);
+                    }
+                }
                 Mark::ChoiceStart => {}
             }
         }
@@ -200,13 +236,15 @@ impl Exchange {
         let decoder = &self.decoder;
         let api = self.api;
         let confirmed = self.status.is_some_and(|s| s.is_success());
+        let tenant = self.identity.as_ref().and_then(|i| i.tenant.as_deref());
         self.series.get_or_insert_with(|| {
             let response_model = decoder
                 .as_ref()
                 .and_then(|m| m.observations().model.as_deref());
             let model = request_model.get().or(response_model);
             let label = context.metrics.model_label(model, confirmed);
-            context.metrics.series(label, api)
+            let tenant = context.metrics.tenant_label(tenant, confirmed);
+            context.metrics.series_of(label, tenant, api)
         })
     }
 
@@ -244,7 +282,8 @@ impl Exchange {
             },
         );
         let series = self.series().clone();
-        let ceilings = self.context.slo.ceilings_for(&series.model);
+        let ceilings =
+            (self.context.slo).ceilings_for_request(&series.model, series.tenant.as_deref());
         let record = conclude(
             report.as_ref(),
             &self.timeline,
@@ -306,7 +345,9 @@ impl Exchange {
             .status
             .map_or_else(|| "none".to_owned(), |s| s.as_str().to_owned());
         let streaming = record.streaming;
+        let id = self.identity.as_ref().map_or("", |i| i.id.as_str());
         tracing::info!(
+            id,
             method = %self.method,
             path = %self.path,
             model = %series.model,
@@ -323,6 +364,20 @@ impl Exchange {
             slo = %record.slo(),
             "request finished"
         );
+        if let (Some(records), Some((start, gaps))) = (&self.context.records, &self.recording) {
+            let identity = request_record::Identity {
+                id,
+                start: *start,
+                model: &series.model,
+                api: self.api.as_str(),
+                tenant: series.tenant.as_deref(),
+            };
+            let line = RequestRecord::of(&identity, record, gaps.summary());
+            // Plain numbers and strings: serialising cannot fail; a record that did is not written.
+            if let Ok(line) = serde_json::to_string(&line) {
+                records.writer.send(line);
+            }
+        }
     }
 }
 

@@ -114,6 +114,13 @@ def sdk(suite, usage, n):
     source = "usage" if usage else "tokenizer"
     suite.exact(group, f"token_source={source}", t.get("tokentap_output_token_source_total", token_source=source), len(seen))
     suite.outcomes(group, t, sum(s.stream for s in seen))
+    if usage and n == 1:
+        # vLLM's per-request `metrics` in every OpenAI answer of the group: chat and completions
+        # bodies and usage chunks, Responses bodies and `response.completed` (not /v1/messages).
+        openai_answers = sum(not s.name.startswith("anthropic") for s in seen)
+        server = sum(t.get("tokentap_server_time_to_first_token_seconds_count", api=api)
+                     for api in ("chat", "completions", "responses"))
+        suite.exact(group, "answers with vLLM's own timings", server, openai_answers)
 
 
 def random_text(suite):
@@ -178,6 +185,22 @@ def server_view(suite, v, t, streams):
                 "tokentap TTFT - (queue + prefill) / tokentap TTFT - vLLM's TTFT")
     suite.exact(group, "cached prompt tokens = vLLM's", t.get("tokentap_cached_input_tokens_total"),
                 v.get("vllm:prompt_tokens_cached_total"))
+
+
+def prefix_cache(suite):
+    """The same long prompt three times: vLLM serves the second and third from its prefix cache and says
+    so in `usage.prompt_tokens_details.cached_tokens`; tokentap's counter equals vLLM's own."""
+    group = "prefix cache, 3 chat streams"
+    long = [{"role": "user", "content": " ".join([clients.PROMPT] * 60)}]
+    opts = {"stream_options": {"include_usage": True}}
+    calls = [(f"chat stream, long prompt {i}", "chat.completions",
+              dict(messages=long, stream=True, max_tokens=4, **opts), clients._chat_text) for i in range(3)]
+    _, v, t = suite.phase(lambda: clients.run_openai_sync(suite.tokentap.url, calls))
+    cached, theirs = t.get("tokentap_cached_input_tokens_total"), v.get("vllm:prompt_tokens_cached_total")
+    suite.check(group, "cached prompt tokens = vLLM's, above 0", fmt(cached), fmt(theirs), cached == theirs > 0)
+    prompt = t.get("tokentap_input_tokens_total")
+    suite.check(group, "cache-hit ratio (info)", round(cached / prompt, 3) if prompt else "n/a", "", True,
+                "tokentap_cached_input_tokens_total / tokentap_input_tokens_total")
 
 
 def aiperf(suite, model_dir, out, concurrency, requests):
@@ -324,6 +347,7 @@ def main():
                 sdk(suite, usage, n)
         random_text(suite)
         ttft(suite)
+        prefix_cache(suite)
         aiperf(suite, a.model_dir, os.path.join(a.out, "aiperf-c1"), 1, 8)
         aiperf(suite, a.model_dir, os.path.join(a.out, "aiperf-c4"), 4, 16)
         cancellation(suite)

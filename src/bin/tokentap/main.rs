@@ -86,7 +86,8 @@ struct ReportArgs {
     /// table (default), markdown or json.
     #[arg(long, value_name = "FORMAT", default_value = "table")]
     format: String,
-    /// What-if SLO ceilings, e.g. ttft=300ms,tpot=40ms: goodput and attainment judged again with them.
+    /// What-if SLO ceilings, e.g. ttft=300ms,tpot=40ms: goodput and attainment judged again with them
+    /// (with --config and no --slo: the config's `slo:`, per-model overrides included).
     #[arg(long, value_name = "CEILINGS")]
     slo: Option<String>,
     /// Fail on a malformed line or a record of another version instead of skipping it.
@@ -97,8 +98,17 @@ struct ReportArgs {
     progress: bool,
 }
 
-fn report_options(args: &ReportArgs) -> Result<tokentap::report::Options, String> {
+/// The report's options; `--config` gives its `slo:` as the ceilings to judge by (`--slo` wins).
+fn report_options(cli: &Cli, args: &ReportArgs) -> Result<tokentap::report::Options, String> {
     use tokentap::report::{query, Format, Options};
+    if cli.listen.is_some() || cli.metrics_listen.is_some() || cli.upstream.is_some() {
+        return Err("report: --listen, --metrics-listen and --upstream are for the proxy".into());
+    }
+    let slo = match (&args.slo, &cli.config) {
+        (Some(text), _) => Some(query::parse_slo(text)?),
+        (None, Some(path)) => Some(Config::load(path).map_err(|e| e.to_string())?.slo),
+        (None, None) => None,
+    };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_err(|e| e.to_string())?
@@ -117,7 +127,7 @@ fn report_options(args: &ReportArgs) -> Result<tokentap::report::Options, String
             until: time("--until", &args.until)?,
         },
         format: Format::parse(&args.format)?,
-        slo: args.slo.as_deref().map(query::parse_ceilings).transpose()?,
+        slo,
         strict: args.strict,
         progress: args.progress,
     })
@@ -175,6 +185,12 @@ fn execute(cli: Cli) -> Result<(), String> {
             let config = Config::load(file).map_err(|e| e.to_string())?;
             let tokenizers = tokentap::decode::tokenizer::Tokenizers::load(&config)
                 .map_err(|e| format!("{}: {e}", file.display()))?;
+            let metrics = tokentap::record::metrics::Metrics::new(&config)
+                .map_err(|e| format!("{}: registering metrics: {e}", file.display()))?;
+            let bound = metrics.bound();
+            bound
+                .check(config.metrics.max_series)
+                .map_err(|e| format!("{}: {e}", file.display()))?;
             println!(
                 "{}: ok (upstream {}, listen {}, metrics {}, {} per-model SLO override(s), {} tokenizer(s))",
                 file.display(),
@@ -184,6 +200,7 @@ fn execute(cli: Cli) -> Result<(), String> {
                 config.slo.models.len(),
                 config.tokenizers.len()
             );
+            println!("series bound: {}", bound.describe());
             for line in tokenizers.report() {
                 println!("{line}");
             }
@@ -193,7 +210,7 @@ fn execute(cli: Cli) -> Result<(), String> {
             .block_on(top::run(url, window.as_deref(), *once))
             .map_err(|e| e.to_string()),
         Some(Command::Report(args)) => {
-            let options = report_options(args)?;
+            let options = report_options(&cli, args)?;
             let (mut out, mut warn) = (std::io::stdout().lock(), std::io::stderr());
             tokentap::report::run(&options, &mut out, &mut warn)
         }

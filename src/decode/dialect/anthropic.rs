@@ -171,8 +171,7 @@ impl Dialect for Anthropic {
                 };
                 let mut output = EventKind::Other;
                 if let Some(thinking) = delta.thinking.non_empty() {
-                    text.reasoning();
-                    text.push(thinking);
+                    text.push_reasoning(thinking);
                     output = EventKind::Output;
                 }
                 let answer = [&delta.text, &delta.partial_json, &delta.content];

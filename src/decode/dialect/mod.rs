@@ -121,13 +121,25 @@ fn classify_choices(
     let event = FramedEvent::unnamed(data.as_bytes());
     let mut output = EventOutput::new(Some(&mut copied), &mut choices);
     let kind = dialect.on_event(&event, &mut obs, &mut output);
+    let copied: Vec<&str> = copied
+        .iter()
+        .map(String::as_str)
+        .filter(|t| !t.is_empty())
+        .collect();
     (kind, obs, copied.join("|"), choices)
 }
 
-/// The output text of each choice so far, for a tokenizer to count: entry `i` is choice `i`'s text
-/// (choice 0 for APIs with one answer), at most [`MAX_CHOICE`] + 1 entries. The choices are kept apart
-/// because their events interleave: tokenized as one text, one choice's words would run into another's.
+/// The output text of each choice so far, for a tokenizer to count: entry `2i` is choice `i`'s answer
+/// text and entry `2i + 1` its reasoning (choice 0 for APIs with one answer), so at most twice
+/// [`MAX_CHOICE`] plus 2 entries. The choices are kept apart because their events interleave: tokenized
+/// as one text, one choice's words would run into another's; reasoning is kept apart so its tokens can
+/// be told.
 pub type ChoiceTexts = Vec<String>;
+
+/// Whether entry `at` of [`ChoiceTexts`] is reasoning.
+pub fn is_reasoning_text(at: usize) -> bool {
+    at % 2 == 1
+}
 
 /// What one event produced, beyond its kind: the generated text, for a tokenizer to count, and the
 /// choices it advanced. Without a tokenizer it holds no text buffer and [`EventOutput::push`] does
@@ -185,11 +197,20 @@ impl<'a> EventOutput<'a> {
         }
     }
 
-    /// Appends generated text (content, refusal, reasoning or tool-call arguments) to the text of the
+    /// Appends generated answer text (content, refusal or tool-call arguments) to the text of the
     /// choice marked last.
     pub fn push(&mut self, text: &str) {
+        self.push_at(2 * self.current as usize, text);
+    }
+
+    /// Appends reasoning text to the choice marked last, and marks the event as reasoning.
+    pub fn push_reasoning(&mut self, text: &str) {
+        self.reasoning = true;
+        self.push_at(2 * self.current as usize + 1, text);
+    }
+
+    fn push_at(&mut self, at: usize, text: &str) {
         if let Some(texts) = self.text.as_mut() {
-            let at = self.current as usize;
             if texts.len() <= at {
                 texts.resize_with(at + 1, String::new);
             }

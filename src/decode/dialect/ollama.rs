@@ -101,8 +101,7 @@ impl Dialect for Ollama {
         let mut kind = EventKind::Other;
         let reasoning = [Some(&line.thinking), message.map(|m| &m.thinking)];
         for part in reasoning.into_iter().flatten().filter_map(Text::non_empty) {
-            text.reasoning();
-            text.push(part);
+            text.push_reasoning(part);
             kind = EventKind::Output;
         }
         let answer = [Some(&line.response), message.map(|m| &m.content)];

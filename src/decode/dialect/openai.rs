@@ -146,16 +146,17 @@ impl Delta<'_> {
 }
 
 impl Delta<'_> {
-    /// Content, refusal, reasoning and tool-call names and arguments, as a tokenizer should see them.
+    /// Content, refusal, reasoning and tool-call names and arguments, as a tokenizer should see them
+    /// (reasoning apart, so its tokens can be told).
     fn copy_text(&self, text: &mut EventOutput<'_>) {
-        for part in [
-            &self.content,
-            &self.refusal,
-            &self.reasoning_content,
-            &self.reasoning,
-        ] {
+        for part in [&self.content, &self.refusal] {
             if let Some(s) = part.as_deref() {
                 text.push(s);
+            }
+        }
+        for part in [&self.reasoning_content, &self.reasoning] {
+            if let Some(s) = part.as_deref().filter(|s| !s.is_empty()) {
+                text.push_reasoning(s);
             }
         }
         let calls = self.tool_calls.iter().flatten();
@@ -408,7 +409,8 @@ mod tests {
         );
         assert_eq!(
             text_of(r#"{"choices":[{"delta":{"reasoning_content":"r","content":"c"}}]}"#),
-            "cr"
+            "c|r",
+            "answer and reasoning are kept apart"
         );
         assert_eq!(
             text_of(

@@ -117,12 +117,12 @@ impl Dialect for Responses {
             _ if kind.ends_with(".delta") => match event.delta.non_empty() {
                 Some(delta) => {
                     if kind.starts_with("response.reasoning") {
-                        text.reasoning();
+                        text.push_reasoning(delta);
                     } else {
                         text.answer();
-                    }
-                    if kind != "response.audio.delta" {
-                        text.push(delta); // audio deltas are base64 bytes, not text
+                        if kind != "response.audio.delta" {
+                            text.push(delta); // audio deltas are base64 bytes, not text
+                        }
                     }
                     EventKind::Output
                 }

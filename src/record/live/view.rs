@@ -113,7 +113,7 @@ pub fn view(ring: &Ring, slo: &Slo, interval: Duration, window: Duration) -> Liv
             push_point(&mut series, &f);
             current = f;
         }
-        let c = slo.ceilings_for(&key.0);
+        let c = slo.ceilings_for_request(&key.0, key.1.as_deref());
         let ceilings = SloKind::ALL
             .iter()
             .map(|&k| (k.as_str().to_owned(), c.get(k).map(|d| d.as_secs_f64())))
@@ -164,7 +164,7 @@ fn figures(ring: &Ring, slo: &Slo, key: &Key, then: &Snapshot, now: &Snapshot) -
     };
     let per_second = |v: u64| (seconds > 0.0).then(|| v as f64 / seconds);
     let requests = d(|c| c.requests);
-    let ceilings = slo.ceilings_for(&key.0);
+    let ceilings = slo.ceilings_for_request(&key.0, key.1.as_deref());
     let attainment = SloKind::ALL
         .iter()
         .enumerate()

@@ -69,7 +69,7 @@ impl Inside {
             )?,
             reasoning_tokens: counter(
                 "tokentap_reasoning_tokens_total",
-                "Reasoning tokens: the server's usage details, else one per reasoning chunk.",
+                "Reasoning tokens: the server's usage details, else a tokenizer on the reasoning text, else one per reasoning chunk.",
             )?,
             cached_input_tokens: counter(
                 "tokentap_cached_input_tokens_total",
