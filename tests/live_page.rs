@@ -168,3 +168,41 @@ async fn the_proxy_port_forwards_slash_to_the_upstream_not_the_page() {
     assert!(String::from_utf8_lossy(&body).contains("upstream"));
     assert_eq!(upstream.requests().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_tenant_label_each_tenant_gets_its_entry_and_its_own_ceilings() {
+    let upstream = upstream(|_| ok_stream()).await;
+    let yaml = "max_models: 4\nslo: {ttft: 1s}\ntenants: {header: x-tenant-id, max: 4, slo: {vip: {ttft: 250ms}}}\nui: {interval: 1s}\n";
+    let proxy = proxy(&upstream.url(), yaml).await;
+    let client = client();
+    for tenant in ["vip", "batch", "batch"] {
+        let mut request = post(&proxy, "/v1/chat/completions", &chat_request(MODEL));
+        let value = http::HeaderValue::from_static(tenant);
+        request.headers_mut().insert("x-tenant-id", value);
+        assert_eq!(send(&client, request).await.status, 200);
+    }
+    settle(&proxy).await;
+    let view = live_with(&proxy, 3).await;
+    let tenants: Vec<(String, u64, f64)> = view["tenants"]
+        .as_array()
+        .expect("tenants")
+        .iter()
+        .map(|e| {
+            assert_eq!(e["model"], MODEL);
+            let name = e["tenant"].as_str().unwrap_or_default().to_owned();
+            let requests = e["current"]["requests"].as_u64().unwrap_or(0);
+            (
+                name,
+                requests,
+                e["ceilings"]["ttft"].as_f64().unwrap_or(0.0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tenants,
+        [("batch".to_owned(), 2, 1.0), ("vip".to_owned(), 1, 0.25)]
+    );
+    let metrics = scrape(&proxy).await;
+    let vip = metrics.get("tokentap_requests_total", &[("tenant", "vip")]);
+    assert_eq!(vip, 1.0);
+}
