@@ -234,6 +234,12 @@ async function main() {
     await dark.locator('[data-figure="requests"]').first().waitFor();
     await sleep(1500);
     await dark.screenshot({ path: path.join(OUT, "live-dark.png") });
+    // Both schemes: a dark page under prefers-color-scheme: dark, a light one otherwise.
+    const brightness = (p) => p.evaluate(() => getComputedStyle(document.body).backgroundColor.match(/\d+/g).slice(0, 3).reduce((a, b) => a + Number(b), 0));
+    const [lightBg, darkBg] = [await brightness(page), await brightness(dark)];
+    const schemes = lightBg > 600 && darkBg < 150;
+    console.log(`${schemes ? "ok  " : "FAIL"} colour schemes: light background ${lightBg}, dark ${darkBg} (sum of RGB)`);
+    if (!schemes) process.exitCode = 1;
 
     const phone = await browser.newPage({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true });
     watch(phone);
