@@ -197,7 +197,9 @@ fn figures(ring: &Ring, slo: &Slo, key: &Key, then: &Snapshot, now: &Snapshot) -
                 0 => vec![0; bounds.len() + 1],
                 _ => window
                     .iter()
-                    .scan(0, |below, &c| Some(c - std::mem::replace(below, c)))
+                    .scan(0, |below, &c| {
+                        Some(c.saturating_sub(std::mem::replace(below, c)))
+                    })
                     .collect(),
             };
             let bounds = bounds.clone();
