@@ -154,3 +154,39 @@ fn row(e: &Entry) -> String {
         format!("{}/{}/{}", c.errors, c.cancels, c.cuts),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/live.md's example, one line for its model with the window's figures.
+    #[test]
+    fn the_table_has_a_line_a_model_with_its_figures() {
+        let docs = include_str!("../../../docs/live.md");
+        let example = docs
+            .split("```json\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n```").next())
+            .expect("an example");
+        let view: LiveView = serde_json::from_str(example).expect("a version-1 view");
+        let table = render(&view);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].starts_with("tokentap top · window 10s"), "{table}");
+        assert!(lines[2].starts_with("MODEL "), "{table}");
+        let row = lines[3];
+        assert!(row.starts_with(&view.models[0].model), "{table}");
+        let c = &view.models[0].current;
+        let goodput = format!("{:.1}%", c.goodput_ratio.unwrap_or(0.0) * 100.0);
+        assert!(row.contains(&goodput), "{row}");
+        assert!(
+            row.ends_with(&format!("{}/{}/{}", c.errors, c.cancels, c.cuts)),
+            "{row}"
+        );
+        let empty = LiveView {
+            models: Vec::new(),
+            tenants: Vec::new(),
+            ..view
+        };
+        assert!(render(&empty).contains("(no requests yet)"));
+    }
+}
