@@ -222,6 +222,10 @@ async function main() {
       close(`${model} requests/s`, num("requests_per_second"), requests[model] / seconds);
       close(`${model} output tokens/s`, num("output_tokens_per_second"), output[model] / seconds);
     }
+    // The window selector asks for another window and keeps it in the address.
+    await page.selectOption("#window", "60s");
+    await page.waitForFunction(() => document.body.dataset.window === "60" && location.search.includes("window=60s"), null, { timeout: 10_000 });
+    console.log("ok   window selector: figures over 60 s, kept in the address");
     const canvases = await page.locator("canvas").count();
     console.log(`${canvases >= 23 ? "ok  " : "FAIL"} charts drawn: ${canvases} canvases`);
     if (canvases < 23) process.exitCode = 1;
