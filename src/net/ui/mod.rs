@@ -11,7 +11,6 @@ use bytes::Bytes;
 use http::StatusCode;
 
 use crate::config::parse_duration;
-use crate::record::live::view::view;
 use crate::record::live::Live;
 
 const PAGE: &str = include_str!("page.html");
@@ -56,17 +55,13 @@ pub async fn live_answer(live: &Arc<Live>, query: Option<&str>) -> Answer {
         Err(message) => return text(StatusCode::BAD_REQUEST, message),
     };
     let live = live.clone();
-    let encoded = tokio::task::spawn_blocking(move || {
-        let ring = live.ring();
-        serde_json::to_vec(&view(&ring, &live.slo, live.ui.interval, window))
-    })
-    .await;
+    let encoded = tokio::task::spawn_blocking(move || live.json(window)).await;
     match encoded {
         Ok(Ok(json)) => Answer {
             status: StatusCode::OK,
             content_type: "application/json",
             cache_control: "no-store",
-            body: Bytes::from(json),
+            body: json,
         },
         Ok(Err(err)) => text(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -149,6 +149,9 @@ pub struct Live {
     ring: Mutex<Ring>,
     pub ui: Ui,
     pub slo: crate::config::Slo,
+    /// The last JSON encoded, for its window and the snapshot it ends at: every page open at once asks
+    /// for the same view each interval, and all but the first get these bytes.
+    encoded: Mutex<Option<(Duration, u64, usize, bytes::Bytes)>>,
 }
 
 impl Live {
@@ -157,7 +160,25 @@ impl Live {
             ring: Mutex::new(Ring::new(config)),
             ui: config.ui.clone(),
             slo: config.slo.clone(),
+            encoded: Mutex::new(None),
         }
+    }
+
+    /// The JSON view over `window` (docs/live.md), encoded once per snapshot and window.
+    pub fn json(&self, window: Duration) -> Result<bytes::Bytes, serde_json::Error> {
+        let ring = self.ring();
+        let newest = ring.points.back().map_or(0, |p| p.unix_ms);
+        let key = (window, newest, ring.points.len());
+        let mut encoded = self.encoded.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((w, n, len, bytes)) = encoded.as_ref() {
+            if (*w, *n, *len) == key {
+                return Ok(bytes.clone());
+            }
+        }
+        let json = serde_json::to_vec(&view::view(&ring, &self.slo, self.ui.interval, window))?;
+        let bytes = bytes::Bytes::from(json);
+        *encoded = Some((key.0, key.1, key.2, bytes.clone()));
+        Ok(bytes)
     }
 
     pub fn ring(&self) -> MutexGuard<'_, Ring> {
