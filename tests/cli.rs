@@ -220,11 +220,21 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
         .expect("spawn demo");
     let stdout = child.stdout.take().expect("stdout");
     let mut metrics_addr = None;
-    for line in BufReader::new(stdout)
+    let mut live_page = None;
+    for (i, line) in BufReader::new(stdout)
         .lines()
         .map_while(Result::ok)
         .take(20)
+        .enumerate()
     {
+        // The live page's URL comes first.
+        if i == 0 {
+            live_page = line.strip_prefix("live page: http://").and_then(|rest| {
+                rest.split_whitespace()
+                    .next()
+                    .map(|u| u.trim_end_matches('/').to_owned())
+            });
+        }
         if let Some(rest) = line.trim().strip_prefix("metrics") {
             let url = rest.trim();
             metrics_addr = url
@@ -235,6 +245,10 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
         }
     }
     let addr = metrics_addr.expect("the demo prints its metrics address");
+    let live_page = live_page.expect("the demo's first line is the live page's URL");
+    assert_eq!(live_page, addr, "the live page is on the metrics port");
+    let page = get_blocking(&addr, "/").expect("the live page answers");
+    assert!(page.contains("<title>tokentap live</title>"));
     let deadline = Instant::now() + Duration::from_secs(18);
     let mut seen = String::new();
     while Instant::now() < deadline {
@@ -258,6 +272,26 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
         std::fs::read_to_string(&log).unwrap_or_default()
     );
     assert!(seen.contains("model=\"demo-"), "demo models missing");
+    // `tokentap top` reads the same figures from the live page's JSON (a snapshot every 5 s).
+    let deadline = Instant::now() + Duration::from_secs(12);
+    let mut table = String::new();
+    while Instant::now() < deadline && !table.contains("\ndemo-") {
+        let out = tokentap()
+            .args(["top", "--once", "--url", &format!("http://{addr}")])
+            .output()
+            .expect("run top");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        table = String::from_utf8_lossy(&out.stdout).into_owned();
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(
+        table.contains("TTFT50") && table.contains("\ndemo-"),
+        "{table}"
+    );
     // SIGTERM (what `docker stop` and Kubernetes send) stops the demo cleanly, long before --duration.
     let term = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -280,4 +314,33 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
         status.is_some_and(|s| s.success()),
         "demo did not exit cleanly on SIGTERM: {status:?}"
     );
+}
+
+#[test]
+fn ui_false_on_the_command_line_turns_the_live_page_off() {
+    let mut child = tokentap()
+        .args(["demo", "--ui", "false", "--duration", "10s"])
+        .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn demo");
+    let stdout = child.stdout.take().expect("stdout");
+    let lines: Vec<String> = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .take(5)
+        .collect();
+    assert_eq!(lines.first().map(String::as_str), Some("tokentap demo"));
+    let addr = lines
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("metrics"))
+        .and_then(|rest| rest.trim().strip_prefix("http://"))
+        .and_then(|u| u.strip_suffix("/metrics"))
+        .expect("metrics address")
+        .to_owned();
+    let page = get_blocking(&addr, "/").expect("answer");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(page.starts_with("HTTP/1.1 404"), "{page}");
 }

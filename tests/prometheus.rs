@@ -37,7 +37,7 @@ const TOKENS: usize = 5;
 /// Between request starts.
 const PACE: Duration = Duration::from_millis(100);
 /// TTFT buckets 0.1, 0.2 (the ceiling, added by tokentap), 0.3, 1.
-const CONFIG: &str = "slo:\n  ttft: 200ms\nbuckets:\n  ttft: [0.1, 0.3, 1]\n";
+const CONFIG: &str = "slo:\n  ttft: 200ms\nbuckets:\n  ttft: [0.1, 0.3, 1]\nui: {interval: 1s}\n";
 
 /// Fast requests get their first token after 20 ms (within the 200 ms ceiling), slow ones after
 /// 330 ms: in the TTFT bucket (0.3, 1], over the ceiling. The wide buckets (CONFIG) leave each request
@@ -151,6 +151,25 @@ async fn prometheus_recording_rules_report_the_p99_ttft_goodput_ratio_and_tokens
         "tokens/s: got {tokens_per_second}, expected {delivered} (+ extrapolation)"
     );
 
+    // The live page's figures (docs/live.md) agree with PromQL: its quantile from bucket deltas is
+    // histogram_quantile's (both loads are alike, so any window holding whole loads gives 0.972).
+    let promql = prom
+        .query("histogram_quantile(0.99, sum by (le) (increase(tokentap_time_to_first_token_seconds_bucket{model=\"m\"}[30m])))")
+        .await;
+    assert_eq!(promql.len(), 1, "{promql:?}");
+    let live = live_figures(&proxy, 2 * REQUESTS as u64).await;
+    let live_p99 = live["quantiles"]["ttft"]["p99"].as_f64().expect("p99");
+    assert!(
+        (live_p99 - promql[0].1).abs() < 1e-9 && (live_p99 - p99).abs() < 1e-9,
+        "live page p99 TTFT {live_p99}, PromQL {}, recording rule {p99}",
+        promql[0].1
+    );
+    let live_ratio = live["goodput_ratio"].as_f64().expect("goodput");
+    assert!(
+        (live_ratio - ratio).abs() < 1e-9,
+        "live goodput {live_ratio} vs {ratio}"
+    );
+
     // Every rule, recording and alert, loaded and evaluated without error in this Prometheus.
     let rules = prom.get("/api/v1/rules").await;
     let mut count = 0;
@@ -169,6 +188,29 @@ async fn prometheus_recording_rules_report_the_p99_ttft_goodput_ratio_and_tokens
         "prometheus test: p99 TTFT {p99}, goodput ratio {ratio}, tokens/s {tokens_per_second}, {count} rules ok, {:.1} s",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// The live view's current figures for model "m" over the whole history, once a snapshot has seen
+/// `requests` finished requests (at most 10 s).
+async fn live_figures(proxy: &Running, requests: u64) -> Value {
+    let addr = proxy.metrics_addr();
+    let get = format!(
+        "GET /api/v1/live?window=30m HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
+    );
+    for _ in 0..100 {
+        let (head, body) = raw_split(&raw_exchange(addr, get.as_bytes()).await);
+        let body = match head.to_ascii_lowercase().contains("chunked") {
+            true => dechunk(&body).unwrap_or_default(),
+            false => body,
+        };
+        let view: Value = serde_json::from_slice(&body).expect("live view");
+        let current = &view["models"][0]["current"];
+        if current["requests"].as_u64() == Some(requests) {
+            return current.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the live view never showed {requests} requests");
 }
 
 /// Sends the load: REQUESTS chat streams, one every PACE, and checks each ended cleanly.

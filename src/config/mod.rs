@@ -63,6 +63,65 @@ pub struct Config {
     pub request_log: Option<RequestLog>,
     /// The `tenant` label (`tenants:`); `None`: no such label.
     pub tenants: Option<Tenants>,
+    pub ui: Ui,
+}
+
+/// The live page on the metrics port (`/` and `/api/v1/live`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ui {
+    /// Serve the page and its JSON; `false`: both answer 404 and no snapshots are taken.
+    pub enabled: bool,
+    /// Time between two snapshots of the series.
+    pub interval: Duration,
+    /// How far back the page's history reaches (`history / interval` snapshots are kept).
+    pub history: Duration,
+    /// The trailing window the page's figures cover by default (`?window=` overrides it).
+    pub window: Duration,
+    /// Models kept in the history (the most requested ones), and as many (model, tenant) pairs.
+    pub max_models: usize,
+}
+
+impl Ui {
+    /// The most snapshots `history` may hold, whatever `interval`.
+    pub const MAX_POINTS: usize = 8640;
+    pub const MAX_MODELS: usize = 100;
+
+    /// Snapshots kept: `history / interval`, at least 2.
+    pub fn points(&self) -> usize {
+        let n = self.history.as_millis() / self.interval.as_millis().max(1);
+        usize::try_from(n)
+            .unwrap_or(Self::MAX_POINTS)
+            .clamp(2, Self::MAX_POINTS)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let interval = format_duration(self.interval);
+        if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&self.interval) {
+            let reason = "must be between 1s and 1m";
+            return Err(invalid("ui.interval", "duration", &interval, reason));
+        }
+        let history = format_duration(self.history);
+        let points = self.history.as_millis() / self.interval.as_millis();
+        if self.history < self.interval * 2 || points > Self::MAX_POINTS as u128 {
+            let reason = format!(
+                "must hold between 2 and {} snapshots of ui.interval ({interval})",
+                Self::MAX_POINTS
+            );
+            return Err(invalid("ui.history", "duration", &history, reason));
+        }
+        if self.window < self.interval || self.window > self.history {
+            let window = format_duration(self.window);
+            let reason =
+                format!("must be between ui.interval ({interval}) and ui.history ({history})");
+            return Err(invalid("ui.window", "duration", &window, reason));
+        }
+        if !(1..=Self::MAX_MODELS).contains(&self.max_models) {
+            let value = self.max_models.to_string();
+            let reason = "must be between 1 and 100";
+            return Err(invalid("ui.max_models", "value", &value, reason));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -354,6 +413,13 @@ impl Default for Config {
             tokenizer_dirs: None,
             request_log: None,
             tenants: None,
+            ui: Ui {
+                enabled: true,
+                interval: Duration::from_secs(5),
+                history: Duration::from_secs(30 * 60),
+                window: Duration::from_secs(60),
+                max_models: 10,
+            },
         }
     }
 }
@@ -409,6 +475,7 @@ impl Config {
         positive("timeouts.request_body_idle", t.request_body_idle)?;
         positive("shutdown_grace", self.shutdown_grace)?;
         self.limits.validate()?;
+        self.ui.validate()?;
         let m = &self.metering;
         if !(1 << 10..=64 << 20).contains(&m.max_event_bytes) {
             let (key, value) = ("metering.max_event_bytes", m.max_event_bytes.to_string());

@@ -257,7 +257,7 @@ fn model_idle_defaults_to_an_hour_and_never_or_zero_turns_retirement_off() {
 fn unknown_key_at_top_level_is_named() {
     let want = "unknown field `lisen`, expected one of `listen`, `upstream`, `metrics_listen`, \
          `upstream_ca_file`, `max_models`, `timeouts`, `limits`, `shutdown_grace`, `metering`, \
-         `metrics`, `buckets`, `slo`, `tokenizers`, `tokenizer_dirs`, `request_log`, `tenants` at line 2 column 1";
+         `metrics`, `buckets`, `slo`, `tokenizers`, `tokenizer_dirs`, `request_log`, `tenants`, `ui` at line 2 column 1";
     assert_eq!(err("listen: 0.0.0.0:1\nlisen: 0.0.0.0:2\n"), want);
 }
 
@@ -310,6 +310,13 @@ fn bad_values_give_errors_naming_the_key_and_the_value() {
         timeouts: {client_idle: 0ms} | timeouts.client_idle | 0ms
         timeouts: {request_body_idle: 0s} | timeouts.request_body_idle | 0s
         timeouts: {request_body_idle: 60} | timeouts.request_body_idle | 60
+        ui: {interval: 500ms} | ui.interval | 500ms
+        ui: {interval: 5} | ui.interval | 5
+        ui: {history: 5s} | ui.history | 5s
+        ui: {history: 24h} | ui.history | 86400s
+        ui: {window: 1s} | ui.window | 1s
+        ui: {window: 1h} | ui.window | 3600s
+        ui: {max_models: 0} | ui.max_models | 0
         limits: {max_request_header_bytes: 4KiB} | limits.max_request_header_bytes | 4096
         limits: {max_request_header_bytes: 1MiB} | limits.max_request_header_bytes | 1048576
         limits: {max_request_header_bytes: lots} | limits.max_request_header_bytes | lots
@@ -562,4 +569,29 @@ fn a_tenants_ceiling_wins_over_its_models_which_wins_over_the_default() {
         [ms(1000), None, None, ms(60_000), None]
     );
     assert_eq!(slo.boundaries(SloKind::Ttft), vec![0.3, 0.8, 1.0]);
+}
+
+#[test]
+fn the_live_page_is_on_by_default_with_30_minutes_of_5s_snapshots() {
+    let d = Config::default().ui;
+    assert!(d.enabled);
+    assert_eq!(
+        (d.interval, d.history, d.window),
+        (
+            Duration::from_secs(5),
+            Duration::from_secs(1800),
+            Duration::from_secs(60)
+        )
+    );
+    assert_eq!((d.points(), d.max_models), (360, 10));
+    let c = Config::from_yaml_str(
+        "ui: {enabled: false, interval: 2s, history: 10m, window: 30s, max_models: 3}",
+    )
+    .unwrap();
+    assert!(!c.ui.enabled);
+    assert_eq!(
+        (c.ui.points(), c.ui.window, c.ui.max_models),
+        (300, Duration::from_secs(30), 3)
+    );
+    assert!(err("ui: {colour: blue}").contains("unknown field `colour`"));
 }

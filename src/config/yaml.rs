@@ -120,6 +120,7 @@ struct RawConfig {
     tokenizer_dirs: Option<Vec<PathBuf>>,
     request_log: Option<RawRequestLog>,
     tenants: Option<RawTenants>,
+    ui: Option<RawUi>,
 }
 
 #[derive(Deserialize, Default)]
@@ -139,6 +140,16 @@ struct RawTenants {
     hash_key: Option<String>,
     max: Option<usize>,
     slo: Option<Models<RawCeilings>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default, expecting = "a mapping")]
+struct RawUi {
+    enabled: Option<bool>,
+    interval: Option<Scalar>,
+    history: Option<Scalar>,
+    window: Option<Scalar>,
+    max_models: Option<usize>,
 }
 
 #[derive(Deserialize, Default)]
@@ -347,6 +358,19 @@ impl RawConfig {
                 max: raw.max.unwrap_or(Tenants::DEFAULT_MAX),
                 hash_key: raw.hash_key,
             });
+        }
+        let ui = self.ui.unwrap_or_default();
+        c.ui.enabled = ui.enabled.unwrap_or(c.ui.enabled);
+        c.ui.max_models = ui.max_models.unwrap_or(c.ui.max_models);
+        let durations = [
+            (&ui.interval, "interval", &mut c.ui.interval),
+            (&ui.history, "history", &mut c.ui.history),
+            (&ui.window, "window", &mut c.ui.window),
+        ];
+        for (raw, key, slot) in durations {
+            if let Some(s) = raw {
+                *slot = duration_at(&format!("ui.{key}"), &s.0)?;
+            }
         }
         Ok(c)
     }

@@ -32,6 +32,7 @@ use crate::net::admin::serve_metrics;
 use crate::net::client_conn::{accept, Activity, TimedIo, Tracked};
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
+use crate::record::live::Live;
 use crate::record::metrics::{Metrics, Refusals};
 use crate::shutdown::{self, Count, Counted, Drained, Phase, Shutdown};
 use crate::tap::exchange::{ExchangeContext, Records};
@@ -72,6 +73,8 @@ pub struct Running {
     connections: Count,
     proxy_task: Mutex<Option<JoinHandle<()>>>,
     metrics_task: JoinHandle<()>,
+    /// The live page's snapshots (`ui.enabled`).
+    snapshot_task: Option<JoinHandle<()>>,
 }
 
 impl Running {
@@ -119,6 +122,9 @@ impl Running {
             task.abort();
         }
         self.metrics_task.abort();
+        if let Some(task) = &self.snapshot_task {
+            task.abort();
+        }
     }
 
     /// Starts a graceful shutdown at once: `/readyz` answers 503 from now on and the proxy port is
@@ -210,11 +216,16 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         shutdown: shutdown.clone(),
     };
     let proxy_task = tokio::spawn(serve.run(proxy_listener));
+    let live = config.ui.enabled.then(|| Arc::new(Live::new(config)));
+    let snapshot_task = live
+        .clone()
+        .map(|live| tokio::spawn(live.run(context.metrics.clone())));
     let metrics = serve_metrics(
         metrics_listener,
         context.clone(),
         shutdown.clone(),
         config.timeouts.clone(),
+        live,
     );
     Ok(Running {
         proxy_addr,
@@ -225,6 +236,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         connections,
         proxy_task: Mutex::new(Some(proxy_task)),
         metrics_task: tokio::spawn(metrics),
+        snapshot_task,
     })
 }
 
@@ -238,6 +250,10 @@ pub async fn run(config: &Config) -> Result<(), StartError> {
         listen = %running.proxy_addr(),
         upstream = %config.upstream,
         metrics = %format!("http://{}/metrics", running.metrics_addr()),
+        live_page = %match config.ui.enabled {
+            true => format!("http://{}/", running.metrics_addr()),
+            false => "off".to_owned(),
+        },
         "tokentap is forwarding"
     );
     tracing::info!(

@@ -4,6 +4,7 @@
 pub mod api;
 pub mod finished;
 pub mod gaps;
+pub mod live;
 pub mod metrics;
 pub mod outcome;
 pub mod request_record;

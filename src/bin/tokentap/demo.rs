@@ -112,9 +112,13 @@ pub async fn run(mut config: Config, duration: Option<Duration>) -> Result<(), D
     // A closed stdout (`tokentap demo | head`) must not stop the demo: print what can be printed.
     let _ = writeln!(
         std::io::stdout().lock(),
-        "tokentap demo\n  embedded model server  http://{upstream}\n  proxy                  http://{proxy}   (clients point here)\n  metrics                http://{m}/metrics\n\nTry:\n  curl -s http://{m}/metrics | grep -E 'tokentap_(requests_total|goodput|time_to_first_token_seconds_count)'\n  curl -N http://{p}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"demo-llama-8b\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'\n\nA few demo clients are sending requests; one log line per finished request follows. Ctrl-C stops.\n",
+        "{live}tokentap demo\n  embedded model server  http://{upstream}\n  proxy                  http://{proxy}   (clients point here)\n  metrics                http://{m}/metrics\n\nTry:\n  curl -s http://{m}/metrics | grep -E 'tokentap_(requests_total|goodput|time_to_first_token_seconds_count)'\n  curl -N http://{p}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"demo-llama-8b\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'\n\nA few demo clients are sending requests; one log line per finished request follows. Ctrl-C stops.\n",
         m = shown(metrics),
         p = shown(proxy),
+        live = match config.ui.enabled {
+            true => format!("live page: http://{}/   (open it in a browser)\n\n", shown(metrics)),
+            false => String::new(),
+        },
     );
     for worker in 0..3 {
         tokio::spawn(client_loop(shown(proxy), worker));

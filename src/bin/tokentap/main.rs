@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod demo;
+mod top;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -27,9 +28,12 @@ struct Cli {
     /// The inference server to forward to, http:// or https:// [default: http://127.0.0.1:8000].
     #[arg(long, value_name = "URL")]
     upstream: Option<String>,
-    /// Address of the /metrics, /healthz and /readyz endpoints [default: 0.0.0.0:9464].
+    /// Address of the /metrics, /healthz and /readyz endpoints and the live page [default: 0.0.0.0:9464].
     #[arg(long, global = true, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
+    /// Serve the live page (/ and /api/v1/live) on the metrics port: true or false [default: true].
+    #[arg(long, global = true, value_name = "BOOL")]
+    ui: Option<bool>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -39,6 +43,18 @@ enum Command {
         /// Stop after this long (e.g. "30s", "5m"); runs until Ctrl-C when absent.
         #[arg(long, value_name = "DURATION")]
         duration: Option<String>,
+    },
+    /// The live page's figures as a terminal table, redrawn every snapshot (reads /api/v1/live).
+    Top {
+        /// tokentap's metrics port.
+        #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9464")]
+        url: String,
+        /// The trailing window of the figures (e.g. "5m"); tokentap's ui.window when absent.
+        #[arg(long, value_name = "DURATION")]
+        window: Option<String>,
+        /// Print one table and exit.
+        #[arg(long)]
+        once: bool,
     },
     /// Summarise request records (`request_log:`) like aiperf summarises a benchmark: counts,
     /// throughputs, TTFT, ITL, TPOT, E2E, goodput and outcomes (docs/report.md).
@@ -157,6 +173,9 @@ fn load(cli: &Cli, demo: bool) -> Result<Config, String> {
     if let Some(metrics_listen) = cli.metrics_listen {
         config.metrics_listen = metrics_listen;
     }
+    if let Some(ui) = cli.ui {
+        config.ui.enabled = ui;
+    }
     config.validate().map_err(|e| e.to_string())?;
     Ok(config)
 }
@@ -195,6 +214,9 @@ fn execute(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
+        Some(Command::Top { url, window, once }) => runtime()?
+            .block_on(top::run(url, window.as_deref(), *once))
+            .map_err(|e| e.to_string()),
         Some(Command::Report(args)) => {
             let options = report_options(&cli, args)?;
             let (mut out, mut warn) = (std::io::stdout().lock(), std::io::stderr());

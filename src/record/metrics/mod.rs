@@ -446,6 +446,11 @@ impl Metrics {
         retired
     }
 
+    /// Every family's current values, as a scrape would see them (the live page's snapshots read this).
+    pub fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.registry.gather()
+    }
+
     pub fn in_flight(&self, api: Api) -> IntGauge {
         self.in_flight.with_label_values(&[api.as_str()])
     }

@@ -1,0 +1,340 @@
+//! The live page's history: every `ui.interval` a task takes a snapshot of tokentap's own series (the
+//! cumulative bucket counts of the latency histograms and the request, token, goodput and SLO counters,
+//! summed per model and per model and tenant) into a ring that holds `ui.history` of them. Nothing is
+//! added to the data path: the snapshot reads the same registry a scrape reads, on the blocking pool.
+//!
+//! Memory is fixed by the config: at most `ui.max_models` models and as many (model, tenant) pairs are
+//! kept (the most requested ones; the rest are left out of the page, never out of `/metrics`), each a
+//! [`Counts`] of one `u64` per histogram bucket (+Inf included), 13 counters and the sum and count of six
+//! histograms (the parts of a TTFT, shown as means), in each of
+//! `ui.history / ui.interval` snapshots. [`Ring::bytes_bound`] states the figure; docs/live.md has it
+//! for the defaults. [`view`] turns the ring into the JSON the page reads, with quantiles computed from
+//! bucket deltas as Prometheus does ([`quantile`]).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use prometheus::proto::MetricFamily;
+use tokio::time::Instant;
+
+use crate::config::{Config, SloKind, Ui};
+use crate::record::metrics::Metrics;
+
+pub mod quantile;
+pub mod view;
+
+/// The latency histograms the page shows, in [`Counts::hist`] order.
+pub const HISTOGRAMS: [(&str, &str); 5] = [
+    ("ttft", "tokentap_time_to_first_token_seconds"),
+    ("ttfa", "tokentap_time_to_first_answer_token_seconds"),
+    ("itl", "tokentap_inter_token_latency_seconds"),
+    ("tpot", "tokentap_time_per_output_token_seconds"),
+    ("e2e", "tokentap_e2e_request_latency_seconds"),
+];
+
+/// The parts of a TTFT (issue "inside the TTFT"), shown as means over the window (Δsum / Δcount, as the
+/// deploy/ recording rules do): only their sums and counts are kept, in [`Counts::means`] order.
+pub const MEANS: [(&str, &str); 6] = [
+    ("ttft", "tokentap_time_to_first_token_seconds"),
+    ("server_queue", "tokentap_server_queue_time_seconds"),
+    ("server_prefill", "tokentap_server_prefill_time_seconds"),
+    ("server_ttft", "tokentap_server_time_to_first_token_seconds"),
+    ("outside_server", "tokentap_ttft_outside_server_seconds"),
+    ("reasoning", "tokentap_reasoning_time_seconds"),
+];
+
+const REQUESTS: &str = "tokentap_requests_total";
+const CACHED_INPUT_TOKENS: &str = "tokentap_cached_input_tokens_total";
+const REASONING_TOKENS: &str = "tokentap_reasoning_tokens_total";
+const GOODPUT: &str = "tokentap_goodput_requests_total";
+const VIOLATIONS: &str = "tokentap_slo_violations_total";
+const INPUT_TOKENS: &str = "tokentap_input_tokens_total";
+const OUTPUT_TOKENS: &str = "tokentap_output_tokens_total";
+const IN_FLIGHT: &str = "tokentap_requests_in_flight";
+
+/// Which series a [`Counts`] sums: one model (every API and tenant), or one model's one tenant.
+pub type Key = (String, Option<String>);
+
+/// One key's cumulative counts at one snapshot.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Counts {
+    /// Per histogram of [`HISTOGRAMS`]: cumulative counts per finite bound, then the +Inf bucket
+    /// (the total); empty when the family has no series for this key.
+    pub hist: [Vec<u64>; 5],
+    pub requests: u64,
+    pub goodput: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// `outcome="upstream_error"`.
+    pub errors: u64,
+    /// `outcome="cancelled"`: the client went away.
+    pub cancels: u64,
+    /// `outcome="timeout"`: tokentap cut the stream (or refused on a deadline).
+    pub cuts: u64,
+    /// Per [`SloKind::ALL`]: missed ceilings.
+    pub violations: [u64; SloKind::ALL.len()],
+    pub cached_input_tokens: u64,
+    pub reasoning_tokens: u64,
+    /// Per [`MEANS`]: the histogram's sum of observations (seconds) and their count.
+    pub means: [(f64, u64); MEANS.len()],
+}
+
+/// The counts of every kept key at one moment.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub unix_ms: u64,
+    pub at: Instant,
+    pub in_flight: i64,
+    pub series: BTreeMap<Key, Counts>,
+}
+
+/// The snapshots of the last `ui.history`, oldest first, and the histograms' bucket bounds.
+pub struct Ring {
+    pub bounds: [Vec<f64>; 5],
+    pub points: VecDeque<Snapshot>,
+    capacity: usize,
+    max_keys: usize,
+    /// Buckets (+Inf included) of one key's five histograms, from the configured boundaries.
+    buckets_per_key: usize,
+}
+
+impl Ring {
+    pub fn new(config: &Config) -> Self {
+        let capacity = config.ui.points();
+        let b = &config.buckets;
+        let with_ceilings = |list: &[f64], kind| list.len() + config.slo.boundaries(kind).len() + 1;
+        // Time to first answer has TTFT's boundaries (and its own ceilings).
+        let buckets_per_key = with_ceilings(&b.ttft, SloKind::Ttft)
+            + with_ceilings(&b.ttft, SloKind::TimeToFirstAnswer)
+            + with_ceilings(&b.itl, SloKind::Itl)
+            + with_ceilings(&b.tpot, SloKind::Tpot)
+            + with_ceilings(&b.e2e, SloKind::E2e);
+        Ring {
+            bounds: Default::default(),
+            points: VecDeque::with_capacity(capacity),
+            capacity,
+            max_keys: config.ui.max_models,
+            buckets_per_key,
+        }
+    }
+
+    /// Adds a snapshot of `families`, dropping the oldest once `capacity` are held.
+    pub fn push(&mut self, families: &[MetricFamily], at: Instant, unix_ms: u64) {
+        let (mut snapshot, bounds) = take(families, self.max_keys);
+        snapshot.at = at;
+        snapshot.unix_ms = unix_ms;
+        for (slot, found) in self.bounds.iter_mut().zip(bounds) {
+            if let Some(found) = found {
+                *slot = found;
+            }
+        }
+        if self.points.len() == self.capacity {
+            self.points.pop_front();
+        }
+        self.points.push_back(snapshot);
+    }
+
+    /// The most memory the counts can take: every snapshot full of keys, every histogram present.
+    pub fn bytes_bound(&self) -> usize {
+        let seen: usize = self.bounds.iter().map(|b| b.len() + 1).sum();
+        let buckets = seen.max(self.buckets_per_key);
+        let per_key = std::mem::size_of::<Counts>() + buckets * 8 + 64;
+        self.capacity * 2 * self.max_keys * per_key
+    }
+}
+
+/// The shared ring behind the live page, filled by [`Live::run`].
+pub struct Live {
+    ring: Mutex<Ring>,
+    pub ui: Ui,
+    pub slo: crate::config::Slo,
+    /// The last JSON encoded, for its window and the snapshot it ends at: every page open at once asks
+    /// for the same view each interval, and all but the first get these bytes.
+    encoded: Mutex<Option<(Duration, u64, usize, bytes::Bytes)>>,
+}
+
+impl Live {
+    pub fn new(config: &Config) -> Self {
+        Live {
+            ring: Mutex::new(Ring::new(config)),
+            ui: config.ui.clone(),
+            slo: config.slo.clone(),
+            encoded: Mutex::new(None),
+        }
+    }
+
+    /// The JSON view over `window` (docs/live.md), encoded once per snapshot and window.
+    pub fn json(&self, window: Duration) -> Result<bytes::Bytes, serde_json::Error> {
+        let ring = self.ring();
+        let newest = ring.points.back().map_or(0, |p| p.unix_ms);
+        let key = (window, newest, ring.points.len());
+        let mut encoded = self.encoded.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((w, n, len, bytes)) = encoded.as_ref() {
+            if (*w, *n, *len) == key {
+                return Ok(bytes.clone());
+            }
+        }
+        let json = serde_json::to_vec(&view::view(&ring, &self.slo, self.ui.interval, window))?;
+        let bytes = bytes::Bytes::from(json);
+        *encoded = Some((key.0, key.1, key.2, bytes.clone()));
+        Ok(bytes)
+    }
+
+    pub fn ring(&self) -> MutexGuard<'_, Ring> {
+        self.ring.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes a snapshot at once and then every `ui.interval`, for ever (the caller aborts the task).
+    pub async fn run(self: Arc<Self>, metrics: Arc<Metrics>) {
+        let mut ticks = tokio::time::interval(self.ui.interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let live = self.clone();
+            let metrics = metrics.clone();
+            let at = Instant::now();
+            let taken = tokio::task::spawn_blocking(move || {
+                let families = metrics.gather();
+                live.ring().push(&families, at, unix_ms());
+            });
+            if let Err(err) = taken.await {
+                tracing::debug!(%err, "live page snapshot did not run");
+            }
+        }
+    }
+}
+
+fn unix_ms() -> u64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH);
+    u64::try_from(since.unwrap_or(Duration::ZERO).as_millis()).unwrap_or(u64::MAX)
+}
+
+type Bounds = [Option<Vec<f64>>; 5];
+
+/// Sums `families` into per-model and per-(model, tenant) counts, keeping the `max_keys` most requested
+/// of each; also returns each histogram's bounds as found.
+pub fn take(families: &[MetricFamily], max_keys: usize) -> (Snapshot, Bounds) {
+    let mut all: BTreeMap<Key, Counts> = BTreeMap::new();
+    let mut bounds: Bounds = Default::default();
+    let mut in_flight = 0i64;
+    for family in families {
+        let name = family.name();
+        if name == IN_FLIGHT {
+            let sum: f64 = family
+                .get_metric()
+                .iter()
+                .map(|m| m.get_gauge().get_value())
+                .sum();
+            in_flight = sum as i64;
+            continue;
+        }
+        let hist = HISTOGRAMS.iter().position(|(_, n)| *n == name);
+        let mean = MEANS.iter().position(|(_, n)| *n == name);
+        let counters = [
+            REQUESTS,
+            GOODPUT,
+            INPUT_TOKENS,
+            OUTPUT_TOKENS,
+            VIOLATIONS,
+            CACHED_INPUT_TOKENS,
+            REASONING_TOKENS,
+        ];
+        if hist.is_none() && mean.is_none() && !counters.contains(&name) {
+            continue;
+        }
+        for metric in family.get_metric() {
+            let label = |key: &str| {
+                let pairs = metric.get_label().iter();
+                pairs
+                    .into_iter()
+                    .find(|p| p.name() == key)
+                    .map(|p| p.value())
+            };
+            let Some(model) = label("model") else {
+                continue;
+            };
+            let tenant = label("tenant").map(str::to_owned);
+            let mut keys = vec![(model.to_owned(), None)];
+            if tenant.is_some() {
+                keys.push((model.to_owned(), tenant));
+            }
+            for key in keys {
+                let counts = all.entry(key).or_default();
+                if let Some(i) = mean {
+                    let h = metric.get_histogram();
+                    counts.means[i].0 += h.get_sample_sum();
+                    counts.means[i].1 += h.get_sample_count();
+                }
+                if let Some(i) = hist {
+                    let h = metric.get_histogram();
+                    let cumulative = h.get_bucket().iter().map(|b| b.cumulative_count());
+                    let cumulative: Vec<u64> = cumulative.chain([h.get_sample_count()]).collect();
+                    add(&mut counts.hist[i], &cumulative);
+                    if bounds[i].is_none() {
+                        bounds[i] = Some(h.get_bucket().iter().map(|b| b.upper_bound()).collect());
+                    }
+                    continue;
+                }
+                if mean.is_some() {
+                    continue;
+                }
+                let value = metric.get_counter().get_value() as u64;
+                match name {
+                    REQUESTS => {
+                        counts.requests += value;
+                        match label("outcome") {
+                            Some("upstream_error") => counts.errors += value,
+                            Some("cancelled") => counts.cancels += value,
+                            Some("timeout") => counts.cuts += value,
+                            _ => {}
+                        }
+                    }
+                    GOODPUT => counts.goodput += value,
+                    INPUT_TOKENS => counts.input_tokens += value,
+                    OUTPUT_TOKENS => counts.output_tokens += value,
+                    CACHED_INPUT_TOKENS => counts.cached_input_tokens += value,
+                    REASONING_TOKENS => counts.reasoning_tokens += value,
+                    VIOLATIONS => {
+                        let slo = label("slo");
+                        if let Some(k) = SloKind::ALL.iter().position(|k| Some(k.as_str()) == slo) {
+                            counts.violations[k] += value;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let series = most_requested(all, max_keys);
+    let snapshot = Snapshot {
+        unix_ms: 0,
+        at: Instant::now(),
+        in_flight,
+        series,
+    };
+    (snapshot, bounds)
+}
+
+fn add(into: &mut Vec<u64>, from: &[u64]) {
+    if into.len() != from.len() {
+        *into = vec![0; from.len()];
+    }
+    for (a, b) in into.iter_mut().zip(from) {
+        *a += b;
+    }
+}
+
+/// The `max_keys` models and the `max_keys` (model, tenant) pairs with the most requests (ties by name).
+fn most_requested(all: BTreeMap<Key, Counts>, max_keys: usize) -> BTreeMap<Key, Counts> {
+    let (models, tenants): (Vec<_>, Vec<_>) = all.into_iter().partition(|(k, _)| k.1.is_none());
+    let mut kept = BTreeMap::new();
+    for mut group in [models, tenants] {
+        group.sort_by(|a, b| b.1.requests.cmp(&a.1.requests).then_with(|| a.0.cmp(&b.0)));
+        kept.extend(group.into_iter().take(max_keys));
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests;
