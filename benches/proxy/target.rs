@@ -39,6 +39,9 @@ pub struct Setup {
     pub nginx: Option<PathBuf>,
     pub proxy_cpu: Option<u32>,
     pub dir: PathBuf,
+    /// nginx without its master process (`master_process off`): one process serves, so a profiler
+    /// wrapped around it sees the serving process itself (valgrind cannot be driven in a forked worker).
+    pub nginx_single: bool,
 }
 
 pub struct Proxy {
@@ -137,8 +140,10 @@ pub fn start_nginx(setup: &Setup, upstream: SocketAddr) -> Result<Proxy, String>
     let prefix = setup.dir.join("nginx");
     std::fs::create_dir_all(prefix.join("tmp")).map_err(|e| e.to_string())?;
     let p = prefix.display();
+    let master = if setup.nginx_single { "off" } else { "on" };
     let conf = format!(
-        r#"worker_processes 1;
+        r#"master_process {master};
+worker_processes 1;
 worker_rlimit_nofile 20000;
 pid {p}/nginx.pid;
 error_log {p}/error.log warn;
@@ -213,9 +218,9 @@ impl Proxy {
         self.pids().into_iter().map(rss_bytes).sum()
     }
 
-    /// Waits until the proxy accepts connections.
+    /// Waits until the proxy accepts connections (up to 60 s: under valgrind it takes seconds to start).
     pub async fn ready(&mut self) -> Result<(), String> {
-        for _ in 0..200 {
+        for _ in 0..2400 {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(format!("{} exited: {status}", self.kind.name()));
             }
