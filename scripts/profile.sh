@@ -1,26 +1,34 @@
 #!/usr/bin/env bash
 # Load-independent cost figures for tokentap (and nginx), for before/after comparisons on a busy machine:
-# instructions counted by callgrind over a fixed amount of work, and bytes held per open stream.
+# instructions counted by callgrind over a fixed amount of work, system calls and context switches over the
+# same work, and bytes held per open stream.
 #
-#   bash scripts/profile.sh cpu   [BINARY]   # callgrind: instructions per short request and per SSE event
-#   bash scripts/profile.sh nginx            # the same workloads through nginx (one worker) under callgrind
-#   bash scripts/profile.sh heap  [BINARY]   # heaptrack at 1,000 held-open streams: where the bytes are
-#   bash scripts/profile.sh rss   [BINARY]   # RSS per held-open stream at 1,000 streams (no profiler)
+#   bash scripts/profile.sh cpu  [BINARY]   # callgrind: instructions per short request and per SSE event
+#   bash scripts/profile.sh sys  [BINARY]   # the same workloads, no profiler: read/write system calls and
+#                                           # context switches per request and per event (from /proc)
+#   bash scripts/profile.sh cpu nginx       # either of those through nginx (one process) instead
+#   bash scripts/profile.sh heap [BINARY]   # heaptrack at 1,000 held-open streams: where the bytes are
+#   bash scripts/profile.sh rss  [BINARY]   # RSS per held-open stream at 1,000 streams (no profiler)
 #
 # BINARY defaults to target/release/tokentap (built if missing). The harness (benches/proxy, `--profile`)
-# runs the upstream and the load on core 0 and the proxy on core 1; the workloads run between two hooks
-# that zero and dump callgrind's counters, so the division by requests and events is exact.
+# runs the upstream and the load on core 0 and the proxy on core 1; each workload runs between two hooks
+# (zero and dump callgrind's counters, or snapshot /proc), so the divisions by requests and events are exact.
 # Outputs stay in $PROFILE_DIR (default /tmp/tokentap-profile); delete it when done (heap files are large).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MODE=${1:-cpu}
+NGINX=""
+if [ "${2:-}" = nginx ]; then
+    NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+    set -- "$1"
+fi
 BINARY=$(readlink -f "${2:-target/release/tokentap}")
 DIR=${PROFILE_DIR:-/tmp/tokentap-profile}
 SECS=${PROFILE_SECS:-10}
 mkdir -p "$DIR"
 
-if [ "$MODE" != nginx ] && [ ! -x "$BINARY" ]; then
+if [ ! -x "$BINARY" ]; then
     cargo build --release --quiet
 fi
 HARNESS=$(cargo bench --bench proxy --no-run --message-format=json 2>/dev/null \
@@ -32,10 +40,9 @@ PIN=(taskset -c 0)
 PROXY_CPU=(--proxy-cpu 1)
 if [ "$(nproc)" -lt 2 ]; then PIN=(); PROXY_CPU=(); fi
 
-# Instructions per request and per event from the two dumps (and the split: a per request + b per event).
+# Instructions per request and per event from the two dumps, and the split a per request + b per event.
 report_callgrind() {
-    local label=$1 out=$2
-    python3 - "$DIR" "$out" "$label" <<'EOF'
+    python3 - "$DIR" "$2" "$1" <<'PY'
 import glob, re, sys
 d, out, label = sys.argv[1:4]
 counts = {}
@@ -62,58 +69,85 @@ if det:
     a = (i1 * e2 - i2 * e1) / det
     b = (r1 * i2 - r2 * i1) / det
     print(f"{label}: split: {a:,.0f} per request + {b:,.0f} per event")
-EOF
+PY
+}
+
+# System calls and context switches per request (short workload) and per event (paced workload).
+report_sys() {
+    python3 - "$DIR" "$2" "$1" <<'PY'
+import re, sys
+d, out, label = sys.argv[1:4]
+def read(path):
+    return {k: int(v) for k, v in re.findall(r"^(\w+):\s+(\d+)", open(path).read(), re.M)}
+for line in open(out):
+    m = re.match(r"profile (\w+) requests (\d+) events (\d+) errors (\d+)", line)
+    if not m:
+        continue
+    w, r, e = m[1], int(m[2]), int(m[3])
+    a, b = read(f"{d}/sys.{w}.start"), read(f"{d}/sys.{w}.stop")
+    n, unit = (r, "request") if w == "requests" else (e, "event")
+    figures = ", ".join(f"{k} {(b[k] - a[k]) / n:.2f}" for k in a)
+    print(f"{label}: {w}: {r} requests, {e} events; per {unit}: {figures}")
+PY
 }
 
 case "$MODE" in
-cpu | nginx)
-    rm -f "$DIR"/cg.*
+cpu | sys)
+    rm -f "$DIR"/cg.* "$DIR"/sys.*
     WRAP="$DIR/wrap.sh"
-    if [ "$MODE" = cpu ]; then
-        PROG="$BINARY"
-        TARGET=(--tokentap "$WRAP")
+    PROG=${NGINX:-$BINARY}
+    LABEL=$(basename "$PROG")
+    if [ -n "$NGINX" ]; then
+        TARGET=(--tokentap "$BINARY" --nginx "$WRAP" --profile nginx)
     else
-        PROG=$(command -v nginx || echo /usr/sbin/nginx)
-        TARGET=(--tokentap "$BINARY" --nginx "$WRAP")
+        TARGET=(--tokentap "$WRAP" --profile tokentap)
     fi
-    cat >"$WRAP" <<EOF
-#!/bin/sh
-echo \$\$ > "$DIR/pid"
-exec valgrind --tool=callgrind --callgrind-out-file="$DIR/cg.%p.out" "$PROG" "\$@" 2>>"$DIR/valgrind.log"
-EOF
+    if [ "$MODE" = cpu ]; then
+        printf '#!/bin/sh\necho $$ > "%s/pid"\nexec valgrind --tool=callgrind --callgrind-out-file="%s/cg.%%p.out" "%s" "$@" 2>>"%s/valgrind.log"\n' \
+            "$DIR" "$DIR" "$PROG" "$DIR" >"$WRAP"
+        # Zero the proxy's counters (nginx runs without its master here) before a workload, dump them after.
+        export BENCH_PROFILE_START="callgrind_control -z \$(cat $DIR/pid) >/dev/null"
+        export BENCH_PROFILE_STOP="callgrind_control -d \$BENCH_PROFILE_LABEL \$(cat $DIR/pid) >/dev/null"
+    else
+        printf '#!/bin/sh\necho $$ > "%s/pid"\nexec "%s" "$@"\n' "$DIR" "$PROG" >"$WRAP"
+        # syscr/syscw (read and write system calls) and the context switches of every thread.
+        SNAP="p=\$(cat $DIR/pid); grep -E '^sysc' /proc/\$p/io; cat /proc/\$p/task/*/status | awk '/ctxt_switches/ {s += \$2} END {print \"ctxt: \" s}'"
+        export BENCH_PROFILE_START="{ $SNAP; } > $DIR/sys.\$BENCH_PROFILE_LABEL.start"
+        export BENCH_PROFILE_STOP="{ $SNAP; } > $DIR/sys.\$BENCH_PROFILE_LABEL.stop"
+    fi
     chmod +x "$WRAP"
-    # Zero the proxy's counters (nginx runs without its master here) before a workload, dump them after it.
-    PIDS="\$(cat $DIR/pid)"
-    export BENCH_PROFILE_START="for p in $PIDS; do callgrind_control -z \$p >/dev/null; done"
-    export BENCH_PROFILE_STOP="for p in $PIDS; do callgrind_control -d \$BENCH_PROFILE_LABEL \$p >/dev/null; done"
-    nice -n 5 "${PIN[@]}" "$HARNESS" "${TARGET[@]}" "${PROXY_CPU[@]}" --profile "$([ "$MODE" = cpu ] && echo tokentap || echo nginx)" \
-        --profile-secs "$SECS" | tee "$DIR/counts.txt"
+    nice -n 5 "${PIN[@]}" "$HARNESS" "${TARGET[@]}" "${PROXY_CPU[@]}" --profile-secs "$SECS" | tee "$DIR/counts.txt"
     sleep 2
-    report_callgrind "$MODE" "$DIR/counts.txt"
-    echo "callgrind files: $DIR/cg.*  (callgrind_annotate --inclusive=yes FILE | head -60)"
+    if [ "$MODE" = cpu ]; then
+        report_callgrind "$LABEL" "$DIR/counts.txt"
+        echo "callgrind files: $DIR/cg.*  (callgrind_annotate --inclusive=yes FILE | head -60)"
+    else
+        report_sys "$LABEL" "$DIR/counts.txt"
+    fi
     ;;
 heap)
-    PRELOAD=$(ls /usr/lib/*/heaptrack/libheaptrack_preload.so | head -1)
-    INTERPRET=$(ls /usr/lib/*/heaptrack/libexec/heaptrack_interpret | head -1)
+    PRELOAD=$(find /usr/lib -name libheaptrack_preload.so | head -1)
+    INTERPRET=$(find /usr/lib -name heaptrack_interpret | head -1)
     rm -f "$DIR"/heap.*
     WRAP="$DIR/wrap.sh"
-    cat >"$WRAP" <<EOF
-#!/bin/sh
-LD_PRELOAD="$PRELOAD" DUMP_HEAPTRACK_OUTPUT="$DIR/heap.raw" exec "$BINARY" "\$@"
-EOF
+    printf '#!/bin/sh\nLD_PRELOAD="%s" DUMP_HEAPTRACK_OUTPUT="%s/heap.raw" exec "%s" "$@"\n' \
+        "$PRELOAD" "$DIR" "$BINARY" >"$WRAP"
     chmod +x "$WRAP"
-    nice -n 5 "${PIN[@]}" "$HARNESS" --tokentap "$WRAP" "${PROXY_CPU[@]}" --only memory --memory-steps 1000 | tail -5
+    nice -n 5 "${PIN[@]}" "$HARNESS" --tokentap "$WRAP" "${PROXY_CPU[@]}" --only memory --memory-steps 1000 \
+        | grep -A2 '^| proxy'
     "$INTERPRET" <"$DIR/heap.raw" | zstd -q -c >"$DIR/heap.zst"
     rm -f "$DIR/heap.raw"
-    heaptrack_print -f "$DIR/heap.zst" --print-peaks 1 --print-allocators 1 -n 25 -s 0 >"$DIR/heap.txt" 2>&1 || true
-    grep -E "^(PEAK|MOST|total|peak)|calls to allocation" "$DIR/heap.txt" | head -20
-    echo "heaptrack: $DIR/heap.zst, summary $DIR/heap.txt"
+    heaptrack_print -f "$DIR/heap.zst" --print-peaks 1 --print-allocators 0 --print-temporary 0 \
+        --print-leaks 0 -n 25 -s 0 >"$DIR/heap.txt" 2>&1 || true
+    grep -E "^(peak heap memory|total memory leaked|calls to allocation|temporary memory)" "$DIR/heap.txt" || true
+    echo "heaptrack: $DIR/heap.zst, the peak's allocation sites in $DIR/heap.txt"
     ;;
 rss)
-    nice -n 5 "${PIN[@]}" "$HARNESS" --tokentap "$BINARY" "${PROXY_CPU[@]}" --only memory --memory-steps 1000 | grep -A4 '^| proxy'
+    nice -n 5 "${PIN[@]}" "$HARNESS" --tokentap "$BINARY" "${PROXY_CPU[@]}" --only memory --memory-steps 1000 \
+        | grep -A2 '^| proxy'
     ;;
 *)
-    echo "usage: $0 cpu|nginx|heap|rss [BINARY]" >&2
+    echo "usage: $0 cpu|sys|heap|rss [BINARY|nginx]" >&2
     exit 2
     ;;
 esac
