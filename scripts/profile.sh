@@ -9,6 +9,8 @@
 #   bash scripts/profile.sh cpu nginx       # either of those through nginx (one process) instead
 #   bash scripts/profile.sh heap [BINARY]   # heaptrack at 1,000 held-open streams: where the bytes are
 #   bash scripts/profile.sh rss  [BINARY]   # RSS per held-open stream at 1,000 streams (no profiler)
+#   bash scripts/profile.sh micro [HOT_PATH] # callgrind: instructions per iteration of every benches/hot_path.rs
+#                                           # function (HOT_PATH: a built hot_path bench binary; built if absent)
 #
 # BINARY defaults to target/release/tokentap (built if missing). The harness (benches/proxy, `--profile`)
 # runs the upstream and the load on core 0 and the proxy on core 1; each workload runs between two hooks
@@ -18,6 +20,40 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MODE=${1:-cpu}
+if [ "$MODE" = micro ]; then
+    DIR=${PROFILE_DIR:-/tmp/tokentap-profile}
+    mkdir -p "$DIR"
+    BENCH=${2:-$(cargo bench --bench hot_path --no-run --message-format=json 2>/dev/null \
+        | grep '"name":"hot_path"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)}
+    # Each function runs twice under callgrind, 10 samples of 100 and of 300 iterations; the difference
+    # over the 2,000 extra iterations cancels start-up, divan's calibration and the set-up. A dump before
+    # each call of the function splits a function with arguments into one part per argument.
+    FUNCTIONS=$("$BENCH" --list | sed -n 's/^[├╰]─ //p')
+    for f in $FUNCTIONS; do
+        # divan filters by substring: skip the other functions whose names contain this one.
+        SKIP=()
+        for g in $FUNCTIONS; do
+            if [ "$g" != "$f" ] && [[ "$g" == *"$f"* ]]; then SKIP+=(--skip "$g"); fi
+        done
+        for n in 100 300; do
+            rm -f "$DIR/micro.$f.$n".*
+            nice -n 5 valgrind --tool=callgrind --callgrind-out-file="$DIR/micro.$f.$n" \
+                --dump-before="hot_path::$f" "$BENCH" --bench "$f" "${SKIP[@]}" --sample-count 10 \
+                --sample-size $n --min-time 0 --max-time 100000 --timer os >/dev/null 2>&1
+        done
+        python3 - "$DIR" "$f" <<'PY2'
+import glob, re, sys
+d, f = sys.argv[1:3]
+def parts(n):
+    files = sorted(glob.glob(f"{d}/micro.{f}.{n}.*"), key=lambda p: int(p.rsplit(".", 1)[1]))
+    files = files[1:] + [f"{d}/micro.{f}.{n}"]
+    return [int(re.search(r"^(?:summary|totals): (\d+)", open(p).read(), re.M)[1]) for p in files]
+a, b = parts(100), parts(300)
+print(f, " ".join(f"{(y - x) / 2000:,.0f}" for x, y in zip(a, b)))
+PY2
+    done
+    exit 0
+fi
 NGINX=""
 if [ "${2:-}" = nginx ]; then
     NGINX=$(command -v nginx || echo /usr/sbin/nginx)
