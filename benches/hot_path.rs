@@ -165,6 +165,8 @@ fn exchange_context() -> Arc<ExchangeContext> {
         metering: config.metering.clone(),
         tokenizers: Arc::new(Tokenizers::default()),
         requests: Default::default(),
+        identify: tokentap::tap::identity::Identify::new(None),
+        records: None,
     })
 }
 

@@ -51,6 +51,13 @@ fi
 echo "-- Grafana dashboard is JSON"
 python3 -m json.tool deploy/grafana/tokentap-dashboard.json >/dev/null
 
+echo "-- Vector config that ships the request records (deploy/vector)"
+if command -v vector >/dev/null 2>&1; then
+  vector validate --no-environment deploy/vector/tokentap-records.yaml
+else
+  echo "   (no vector binary here: yamllint below and tests/deploy.rs only)"
+fi
+
 echo "-- hadolint Dockerfile"
 hadolint Dockerfile
 

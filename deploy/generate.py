@@ -199,7 +199,7 @@ def dashboard() -> dict:
         ),
         timeseries(
             "SLO violations by kind",
-            "Requests per second that missed each ceiling (ttft, tpot, itl = longest gap, e2e). "
+            "Requests per second that missed each ceiling (ttft, tpot, itl = longest gap, e2e, time_to_first_answer). "
             "One request can miss several.",
             [target(f"sum by (model, slo) (rate(tokentap_slo_violations_total{{{SEL}}}[$__rate_interval]))", "{{model}} {{slo}}")],
             "reqps",
@@ -282,14 +282,62 @@ def dashboard() -> dict:
             {"h": 8, "w": 24, "x": 0, "y": 47},
         ),
     ]
+    panels.append(row("Inside the TTFT", 55))
+    panels += [
+        timeseries(
+            "Time to first answer vs TTFT p90 by model",
+            "p90 of the time to the first answer (text, refusal or tool call; reasoning excluded) next to p90 TTFT "
+            "(the first output of any kind). The gap between them is the model reasoning; equal for models that do not reason.",
+            [
+                target(f"model:tokentap_time_to_first_answer_token_seconds:p90_rate5m{{{SEL}}}", "{{model}} first answer"),
+                target(f"model:tokentap_time_to_first_token_seconds:p90_rate5m{{{SEL}}}", "{{model}} TTFT", "B"),
+            ],
+            "s",
+            {"h": 8, "w": 12, "x": 0, "y": 56},
+        ),
+        timeseries(
+            "Where the wait goes (mean per request)",
+            "Mean reasoning time before the first answer, the server's own queue time and TTFT (as it reports them: "
+            "vLLM with --enable-per-request-metrics, llama.cpp, Ollama, TGI), and the part of tokentap's TTFT outside "
+            "the server (network, HTTP serving, admission). Series exist only where the server reports the figure.",
+            [
+                target(f"model:tokentap_reasoning_time_seconds:mean_rate5m{{{SEL}}}", "{{model}} reasoning"),
+                target(f"model:tokentap_server_queue_time_seconds:mean_rate5m{{{SEL}}}", "{{model}} server queue", "B"),
+                target(f"model:tokentap_server_time_to_first_token_seconds:mean_rate5m{{{SEL}}}", "{{model}} server TTFT", "C"),
+                target(f"model:tokentap_ttft_outside_server_seconds:mean_rate5m{{{SEL}}}", "{{model}} outside the server", "D"),
+            ],
+            "s",
+            {"h": 8, "w": 12, "x": 12, "y": 56},
+        ),
+        timeseries(
+            "Prefix-cache hit ratio by model",
+            "Share of prompt tokens the server reports as served from its prefix cache "
+            "(model:tokentap_cached_input_tokens:ratio_rate5m). A falling ratio makes TTFT rise.",
+            [target(f"model:tokentap_cached_input_tokens:ratio_rate5m{{{SEL}}}", "{{model}}")],
+            "percentunit",
+            {"h": 8, "w": 12, "x": 0, "y": 64},
+            min=0,
+            max=1,
+        ),
+        timeseries(
+            "Reasoning tokens/s by model",
+            "Reasoning tokens per second (usage details, else one per reasoning chunk) next to all output tokens/s.",
+            [
+                target(f"sum by (model) (rate(tokentap_reasoning_tokens_total{{{SEL}}}[$__rate_interval]))", "{{model}} reasoning"),
+                target(f"model:tokentap_output_tokens:rate1m{{{SEL}}}", "{{model}} output", "B"),
+            ],
+            "short",
+            {"h": 8, "w": 12, "x": 12, "y": 64},
+        ),
+    ]
     # One row of heatmaps per selected model (Grafana repeats the row for each value of $model).
-    distributions = row("Distributions: $model", 55)
+    distributions = row("Distributions: $model", 72)
     distributions["repeat"] = "model"
     panels.append(distributions)
     panels += [
-        heatmap("TTFT heatmap: $model", ttft, "tokentap_time_to_first_token_seconds", {"h": 8, "w": 8, "x": 0, "y": 56}),
-        heatmap("ITL heatmap: $model", itl, "tokentap_inter_token_latency_seconds", {"h": 8, "w": 8, "x": 8, "y": 56}),
-        heatmap("TPOT heatmap: $model", tpot, "tokentap_time_per_output_token_seconds", {"h": 8, "w": 8, "x": 16, "y": 56}),
+        heatmap("TTFT heatmap: $model", ttft, "tokentap_time_to_first_token_seconds", {"h": 8, "w": 8, "x": 0, "y": 73}),
+        heatmap("ITL heatmap: $model", itl, "tokentap_inter_token_latency_seconds", {"h": 8, "w": 8, "x": 8, "y": 73}),
+        heatmap("TPOT heatmap: $model", tpot, "tokentap_time_per_output_token_seconds", {"h": 8, "w": 8, "x": 16, "y": 73}),
     ]
     for i, panel in enumerate(panels, start=1):
         panel["id"] = i

@@ -21,6 +21,7 @@ pub mod logging;
 pub mod net;
 pub mod proxy;
 pub mod record;
+pub mod report;
 pub mod shutdown;
 pub mod tap;
 

@@ -1,7 +1,8 @@
 //! The folder tree is the data path, and imports only run down it: a module may use its own stage, a
 //! later stage or a leaf, never an earlier stage, and no two rooms import each other (directly or round
 //! a circle). Stages, in path order: `net` → `proxy` → `tap` → `decode` → `record`; leaves (`config`,
-//! `error`, `logging`) use only leaves. A room is a file or folder directly inside a stage folder
+//! `error`, `logging`) use only leaves; tools beside the proxy (`report`) may use any stage or leaf and
+//! are used by none. A room is a file or folder directly inside a stage folder
 //! (`decode/response.rs`, `decode/dialect/`) or a leaf. Imports are read as text: every `crate::` path
 //! outside comments, `use crate::{a, b::c}` groups included. `docs/architecture.md` explains the rule.
 
@@ -11,21 +12,30 @@ use std::path::{Path, PathBuf};
 
 /// The stages in path order; a module may import only from its own position or a later one.
 const STAGES: &[&str] = &["net", "proxy", "tap", "decode", "record"];
+/// Tools beside the proxy (`tokentap report`): before every stage, so they may use any stage or leaf
+/// and nothing on the data path may use them.
+const TOOLS: &[&str] = &["report"];
 /// Modules at the bottom: they may import only each other.
 const LEAVES: &[&str] = &["config", "logging", "shutdown"];
 
-/// A module's place on the path: its stage's index, leaves after every stage.
+/// A module's place on the path: tools first, then each stage in order, leaves after every stage.
 fn rank(top: &str) -> Option<usize> {
+    if TOOLS.contains(&top) {
+        return Some(0);
+    }
     STAGES
         .iter()
         .position(|stage| *stage == top)
-        .or_else(|| LEAVES.contains(&top).then_some(STAGES.len()))
+        .map(|at| at + 1)
+        .or_else(|| LEAVES.contains(&top).then_some(STAGES.len() + 1))
 }
 
 /// The room a module path (`["decode", "response", "ResponseDecoder"]`) belongs to: `decode::response`, or the leaf.
 fn room(segments: &[String]) -> String {
     match segments {
-        [top, second, ..] if STAGES.contains(&top.as_str()) => format!("{top}::{second}"),
+        [top, second, ..] if STAGES.contains(&top.as_str()) || TOOLS.contains(&top.as_str()) => {
+            format!("{top}::{second}")
+        }
         [top, ..] => top.clone(),
         [] => String::new(),
     }

@@ -98,13 +98,18 @@ async fn exported_names() -> HashSet<String> {
         if request.body.windows(7).any(|w| w == b"garbage") {
             vec![sse_head(), chunk(b"data: {not json\n\n"), last_chunk()]
         } else {
+            // Reasoning first, then the answer, then vLLM's usage with cached tokens and its
+            // per-request metrics: every family of the "inside the TTFT" rules exists.
+            let reasoning = "data: {\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n";
+            let usage = "data: {\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":2}},\"metrics\":{\"queue_time_ms\":1.0,\"time_to_first_token_ms\":2.0,\"generation_time_ms\":5.0}}\n\n";
             vec![
                 sse_head(),
                 chunk(ROLE_CHUNK.as_bytes()),
                 Step::Sleep(ms(30)),
+                chunk(reasoning.as_bytes()),
                 chunk(content_chunk("a").as_bytes()),
                 chunk(content_chunk("b").as_bytes()),
-                chunk(usage_chunk(3, 2).as_bytes()),
+                chunk(usage.as_bytes()),
                 chunk(DONE.as_bytes()),
                 last_chunk(),
             ]
@@ -139,6 +144,10 @@ async fn exported_names() -> HashSet<String> {
     }
     for family in [
         "tokentap_time_to_first_token_seconds",
+        "tokentap_time_to_first_answer_token_seconds",
+        "tokentap_reasoning_time_seconds",
+        "tokentap_cached_input_tokens_total",
+        "tokentap_ttft_outside_server_seconds",
         "tokentap_slo_violations_total",
         "tokentap_metering_skipped_total",
         "tokentap_requests_in_flight",
@@ -491,4 +500,56 @@ fn compose_mounts_files_that_exist_and_the_image_matches_the_docs() {
     assert!(dockerfile.contains("CMD [\"--config\", \"/etc/tokentap/tokentap.yaml\"]"));
     assert!(dockerfile.contains("cargo build --release --locked"));
     assert!(dockerfile.contains("USER 65532"));
+}
+
+/// deploy/vector: the Vector example reads the records' own field names (as a record serializes
+/// them), labels Loki streams only with fields of bounded values, and tails the path the config
+/// example names.
+#[test]
+fn the_vector_example_reads_record_fields_and_labels_only_bounded_ones() {
+    use tokentap::record::request_record::RequestRecord;
+    let config = yaml("deploy/vector/tokentap-records.yaml");
+    let record = serde_json::to_value(RequestRecord::default()).expect("record");
+    let fields: BTreeSet<String> = record
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default();
+    let sink = &config["sinks"]["loki"];
+    assert_eq!(str_of(&sink["type"]), "loki");
+    let labels = sink["labels"].as_mapping().expect("labels");
+    let bounded = ["model", "api", "outcome"];
+    for (name, value) in labels {
+        let value = str_of(value);
+        if let Some(field) = value
+            .strip_prefix("{{ ")
+            .and_then(|v| v.strip_suffix(" }}"))
+        {
+            assert!(fields.contains(field), "{field} is not a record field");
+            assert!(
+                bounded.contains(&field),
+                "{field} is not bounded: no Loki label"
+            );
+            assert_eq!(str_of(name), field);
+        }
+    }
+    let remap = &config["transforms"]["tokentap_parsed"];
+    assert_eq!(str_of(&remap["inputs"][0]), "tokentap_records");
+    let source = str_of(&remap["source"]);
+    for read in ["v", "start"] {
+        assert!(
+            source.contains(&format!(".{read}")) && fields.contains(read),
+            "{read}"
+        );
+    }
+    assert!(source.contains(&format!(
+        ".v != {}",
+        tokentap::record::request_record::RECORD_VERSION
+    )));
+    let include = str_of(&config["sources"]["tokentap_records"]["include"][0]);
+    let example = read("config/tokentap.yaml");
+    let path = include.trim_end_matches('*');
+    assert!(
+        example.contains(&format!("path: {path}")),
+        "config/tokentap.yaml names {path}"
+    );
 }

@@ -92,4 +92,8 @@ async fn the_slo_field_says_met_missed_or_why_the_request_did_not_count() {
         ["met", "missed:ttft", "not_2xx", "cancelled"],
         "{lines:#?}"
     );
+    // Each line names its request by id (tokentap's own here: no client sent x-request-id).
+    for line in &lines {
+        assert!(line.contains(" id="), "{line}");
+    }
 }

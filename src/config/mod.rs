@@ -14,12 +14,14 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod records;
 mod values;
 mod yaml;
 
 #[cfg(test)]
 mod tests;
 
+pub use records::{RecordPath, RequestLog, TenantFrom, Tenants};
 pub use values::{format_duration, parse_duration, parse_size, parse_upstream};
 
 use values::POSITIVE;
@@ -57,6 +59,10 @@ pub struct Config {
     /// Search roots where a served model's tokenizer.json is discovered by its name; `None`: the
     /// HuggingFace hub cache of the environment; empty: discovery off.
     pub tokenizer_dirs: Option<Vec<PathBuf>>,
+    /// One JSON record per finished request (`request_log:`); `None`: off.
+    pub request_log: Option<RequestLog>,
+    /// The `tenant` label (`tenants:`); `None`: no such label.
+    pub tenants: Option<Tenants>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -105,6 +111,9 @@ pub struct MetricsOptions {
     /// A `model` label value with no request for this long is removed from every family and frees its
     /// place under `max_models`; `None`: never.
     pub model_idle: Option<Duration>,
+    /// The most series the configuration may allow (its computed series limit); above it tokentap
+    /// refuses to start.
+    pub max_series: u64,
 }
 
 /// Histogram boundaries in seconds (`output_tokens_per_second`: tokens/s).
@@ -126,13 +135,17 @@ pub struct Ceilings {
     pub tpot: Option<Duration>,
     pub itl: Option<Duration>,
     pub e2e: Option<Duration>,
+    /// The time to the first answer-bearing output (reasoning excluded) of a stream.
+    pub time_to_first_answer: Option<Duration>,
 }
 
-/// Default ceilings (directly under `slo:` in YAML) and per-model overrides (`slo.models`).
+/// Default ceilings (directly under `slo:` in YAML), per-model overrides (`slo.models`) and
+/// per-tenant overrides (`tenants.slo`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Slo {
     pub default: Ceilings,
     pub models: BTreeMap<String, Ceilings>,
+    pub tenants: BTreeMap<String, Ceilings>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -141,6 +154,7 @@ pub enum SloKind {
     Tpot,
     Itl,
     E2e,
+    TimeToFirstAnswer,
 }
 
 /// Each error's Display is complete on its own (it already includes any I/O cause).
@@ -181,7 +195,13 @@ fn invalid(key: &str, what: &'static str, value: &str, reason: impl Into<String>
 }
 
 impl SloKind {
-    pub const ALL: [SloKind; 4] = [SloKind::Ttft, SloKind::Tpot, SloKind::Itl, SloKind::E2e];
+    pub const ALL: [SloKind; 5] = [
+        SloKind::Ttft,
+        SloKind::Tpot,
+        SloKind::Itl,
+        SloKind::E2e,
+        SloKind::TimeToFirstAnswer,
+    ];
 
     /// The YAML key and the `slo` label value.
     pub fn as_str(self) -> &'static str {
@@ -190,6 +210,7 @@ impl SloKind {
             SloKind::Tpot => "tpot",
             SloKind::Itl => "itl",
             SloKind::E2e => "e2e",
+            SloKind::TimeToFirstAnswer => "time_to_first_answer",
         }
     }
 }
@@ -201,12 +222,25 @@ impl fmt::Display for SloKind {
 }
 
 impl Ceilings {
+    /// These ceilings with each one `overrides` sets replacing its own.
+    fn under(mut self, overrides: Option<&Ceilings>) -> Ceilings {
+        if let Some(o) = overrides {
+            self.ttft = o.ttft.or(self.ttft);
+            self.tpot = o.tpot.or(self.tpot);
+            self.itl = o.itl.or(self.itl);
+            self.e2e = o.e2e.or(self.e2e);
+            self.time_to_first_answer = o.time_to_first_answer.or(self.time_to_first_answer);
+        }
+        self
+    }
+
     pub fn get(&self, kind: SloKind) -> Option<Duration> {
         match kind {
             SloKind::Ttft => self.ttft,
             SloKind::Tpot => self.tpot,
             SloKind::Itl => self.itl,
             SloKind::E2e => self.e2e,
+            SloKind::TimeToFirstAnswer => self.time_to_first_answer,
         }
     }
 }
@@ -214,19 +248,23 @@ impl Ceilings {
 impl Slo {
     /// A model's overrides merged field by field over the default; other models get the default.
     pub fn ceilings_for(&self, model: &str) -> Ceilings {
-        let mut c = self.default;
-        if let Some(m) = self.models.get(model) {
-            c.ttft = m.ttft.or(c.ttft);
-            c.tpot = m.tpot.or(c.tpot);
-            c.itl = m.itl.or(c.itl);
-            c.e2e = m.e2e.or(c.e2e);
-        }
-        c
+        self.default.under(self.models.get(model))
     }
 
-    /// Every configured ceiling of `kind` (default and all models) in seconds, sorted, deduplicated.
+    /// The ceilings of a request of `model` from `tenant` (its label value): the tenant's overrides
+    /// merged field by field over the model's, which are merged over the default. A tenant's ceiling
+    /// wins over its model's: the tenant's contract is what its requests are judged by.
+    pub fn ceilings_for_request(&self, model: &str, tenant: Option<&str>) -> Ceilings {
+        let tenant = tenant.and_then(|t| self.tenants.get(t));
+        self.ceilings_for(model).under(tenant)
+    }
+
+    /// Every configured ceiling of `kind` (default, models and tenants) in seconds, sorted,
+    /// deduplicated.
     pub fn boundaries(&self, kind: SloKind) -> Vec<f64> {
-        let all = std::iter::once(&self.default).chain(self.models.values());
+        let all = std::iter::once(&self.default)
+            .chain(self.models.values())
+            .chain(self.tenants.values());
         let mut v: Vec<f64> = all
             .filter_map(|c| Some(c.get(kind)?.as_secs_f64()))
             .collect();
@@ -308,13 +346,22 @@ impl Default for Config {
             },
             metrics: MetricsOptions {
                 model_idle: Some(Duration::from_secs(3600)),
+                max_series: MetricsOptions::DEFAULT_MAX_SERIES,
             },
             buckets: Buckets::default(),
             slo: Slo::default(),
             tokenizers: BTreeMap::new(),
             tokenizer_dirs: None,
+            request_log: None,
+            tenants: None,
         }
     }
+}
+
+impl MetricsOptions {
+    /// The default series budget: well above the default configuration's limit (about 337,000), and
+    /// what one Prometheus server can take from one target without a second thought.
+    pub const DEFAULT_MAX_SERIES: u64 = 500_000;
 }
 
 impl Config {
@@ -380,13 +427,37 @@ impl Config {
             .slo
             .models
             .iter()
-            .map(|(n, c)| (format!("slo.models.{n}"), c));
+            .map(|(n, c)| (format!("slo.models.{n}"), c))
+            .chain(
+                self.slo
+                    .tenants
+                    .iter()
+                    .map(|(n, c)| (format!("tenants.slo.{n}"), c)),
+            );
         for (prefix, ceilings) in std::iter::once(("slo".into(), &self.slo.default)).chain(models) {
             for kind in SloKind::ALL {
                 if let Some(d) = ceilings.get(kind) {
                     positive(&format!("{prefix}.{kind}"), d)?;
                 }
             }
+        }
+        if self.metrics.max_series == 0 {
+            return Err(invalid(
+                "metrics.max_series",
+                "value",
+                "0",
+                "must be at least 1",
+            ));
+        }
+        if let Some(log) = &self.request_log {
+            log.validate()?;
+        }
+        if let Some(tenants) = &self.tenants {
+            tenants.validate()?;
+        } else if !self.slo.tenants.is_empty() {
+            let reason =
+                "per-tenant ceilings need a tenant: set tenants.header or tenants.bearer_hash";
+            return Err(invalid("tenants.slo", "value", "…", reason));
         }
         for (model, path) in &self.tokenizers {
             let key = format!("tokenizers.{model}");

@@ -30,7 +30,7 @@ fn ms(n: u64) -> Option<Duration> {
     Some(Duration::from_millis(n))
 }
 
-fn all(c: Ceilings) -> [Option<Duration>; 4] {
+fn all(c: Ceilings) -> [Option<Duration>; 5] {
     SloKind::ALL.map(|k| c.get(k))
 }
 
@@ -95,11 +95,14 @@ fn full_example_parses_to_the_given_values() {
         (b.e2e, b.output_tokens_per_second),
         (vec![1.0, 60.0], vec![10.0, 100.0])
     );
-    assert_eq!(all(c.slo.default), [ms(500), ms(50), ms(250), ms(60_000)]);
+    assert_eq!(
+        all(c.slo.default),
+        [ms(500), ms(50), ms(250), ms(60_000), None]
+    );
     assert_eq!(c.slo.models.keys().collect::<Vec<_>>(), ["llama-3.1-70b"]);
     assert_eq!(
         all(c.slo.models["llama-3.1-70b"]),
-        [ms(1000), None, None, None]
+        [ms(1000), None, None, None, None]
     );
 }
 
@@ -178,7 +181,10 @@ fn example_config_file_parses_and_shows_the_defaults() {
         d,
         "all but slo are defaults"
     );
-    assert_eq!(all(c.slo.default), [ms(500), ms(50), ms(250), ms(60_000)]);
+    assert_eq!(
+        all(c.slo.default),
+        [ms(500), ms(50), ms(250), ms(60_000), None]
+    );
     assert_eq!(c.slo.ceilings_for("llama-3.1-70b").ttft, ms(1000));
 }
 
@@ -186,18 +192,38 @@ fn example_config_file_parses_and_shows_the_defaults() {
 fn per_model_override_merges_field_by_field_over_the_default() {
     let slo = Config::from_yaml_str(FULL).unwrap().slo;
     let llama = slo.ceilings_for("llama-3.1-70b");
-    assert_eq!(all(llama), [ms(1000), ms(50), ms(250), ms(60_000)]);
+    assert_eq!(all(llama), [ms(1000), ms(50), ms(250), ms(60_000), None]);
     assert_eq!(slo.ceilings_for("some-other-model"), slo.default);
     let only_model = Config::from_yaml_str("slo: {models: {m: {itl: 1s}}}").unwrap();
     assert_eq!(
         all(only_model.slo.ceilings_for("m")),
-        [None, None, ms(1000), None]
+        [None, None, ms(1000), None, None]
     );
     assert_eq!(only_model.slo.ceilings_for("x"), Ceilings::default());
     assert_eq!(
         SloKind::ALL.map(SloKind::as_str),
-        ["ttft", "tpot", "itl", "e2e"]
+        ["ttft", "tpot", "itl", "e2e", "time_to_first_answer"]
     );
+}
+
+#[test]
+fn time_to_first_answer_is_a_ceiling_by_default_and_per_model_validated_like_the_others() {
+    let yaml = "slo: {ttft: 500ms, time_to_first_answer: 8s, models: {r1: {time_to_first_answer: 30s}, small: {ttft: 1s}}}";
+    let slo = Config::from_yaml_str(yaml).unwrap().slo;
+    assert_eq!(slo.default.time_to_first_answer, ms(8_000));
+    assert_eq!(slo.ceilings_for("r1").time_to_first_answer, ms(30_000));
+    assert_eq!(slo.ceilings_for("r1").ttft, ms(500));
+    assert_eq!(slo.ceilings_for("small").time_to_first_answer, ms(8_000));
+    assert_eq!(slo.boundaries(SloKind::TimeToFirstAnswer), [8.0, 30.0]);
+    let bad = err("slo: {models: {r1: {time_to_first_answer: soon}}}");
+    assert!(
+        bad.starts_with("slo.models.r1.time_to_first_answer: invalid duration \"soon\""),
+        "{bad}"
+    );
+    let zero = err("slo: {time_to_first_answer: 0s}");
+    assert!(zero.starts_with("slo.time_to_first_answer: "), "{zero}");
+    assert!(zero.contains("0s"), "{zero}");
+    assert_eq!(Config::default().slo.default.time_to_first_answer, None);
 }
 
 #[test]
@@ -222,7 +248,8 @@ fn model_idle_defaults_to_an_hour_and_never_or_zero_turns_retirement_off() {
         let c = Config::from_yaml_str(yaml).unwrap();
         assert_eq!(c.metrics.model_idle, want, "{yaml}");
     }
-    let want = "metrics: unknown field `idle`, expected `model_idle` at line 1 column 11";
+    let want =
+        "metrics: unknown field `idle`, expected `model_idle` or `max_series` at line 1 column 11";
     assert_eq!(err("metrics: {idle: 1h}"), want);
 }
 
@@ -230,19 +257,19 @@ fn model_idle_defaults_to_an_hour_and_never_or_zero_turns_retirement_off() {
 fn unknown_key_at_top_level_is_named() {
     let want = "unknown field `lisen`, expected one of `listen`, `upstream`, `metrics_listen`, \
          `upstream_ca_file`, `max_models`, `timeouts`, `limits`, `shutdown_grace`, `metering`, \
-         `metrics`, `buckets`, `slo`, `tokenizers`, `tokenizer_dirs` at line 2 column 1";
+         `metrics`, `buckets`, `slo`, `tokenizers`, `tokenizer_dirs`, `request_log`, `tenants` at line 2 column 1";
     assert_eq!(err("listen: 0.0.0.0:1\nlisen: 0.0.0.0:2\n"), want);
 }
 
 #[test]
 fn unknown_key_under_slo_is_named_with_its_path() {
-    let want = "slo: unknown field `p99`, expected one of `ttft`, `tpot`, `itl`, `e2e`, `models` at line 3 column 3";
+    let want = "slo: unknown field `p99`, expected one of `ttft`, `tpot`, `itl`, `e2e`, `time_to_first_answer`, `models` at line 3 column 3";
     assert_eq!(err("slo:\n  ttft: 1s\n  p99: 2s\n"), want);
 }
 
 #[test]
 fn unknown_key_under_a_model_override_is_named_with_its_path() {
-    let want = "slo.models.llama-3.1-70b: unknown field `ttf`, expected one of `ttft`, `tpot`, `itl`, `e2e` at line 4 column 7";
+    let want = "slo.models.llama-3.1-70b: unknown field `ttf`, expected one of `ttft`, `tpot`, `itl`, `e2e`, `time_to_first_answer` at line 4 column 7";
     assert_eq!(
         err("slo:\n  models:\n    llama-3.1-70b:\n      ttf: 1s\n"),
         want
@@ -465,4 +492,74 @@ fn tokenizer_dirs_must_be_absolute_without_dot_segments() {
     for (yaml, want) in cases {
         assert_eq!(err(yaml), want);
     }
+}
+
+#[test]
+fn request_log_is_off_by_default_and_takes_a_file_or_stdout_with_checked_bounds() {
+    assert_eq!(Config::default().request_log, None);
+    let c = Config::from_yaml_str("request_log: {path: /tmp/r.jsonl, gaps: true, max_gaps: 10}")
+        .unwrap();
+    let log = c.request_log.unwrap();
+    assert_eq!(log.path, RecordPath::File("/tmp/r.jsonl".into()));
+    assert_eq!((log.gaps, log.max_gaps, log.queue), (true, 10, 8192));
+    let c = Config::from_yaml_str("request_log: {path: \"-\"}").unwrap();
+    assert_eq!(c.request_log.map(|l| l.path), Some(RecordPath::Stdout));
+    for (yaml, want) in [
+        ("request_log: {}", "request_log.path: invalid path \"\": request_log needs a `path`: a file, or \"-\" for standard output"),
+        ("request_log: {path: /tmp, queue: 5}", "request_log.path: invalid path \"/tmp\": is a directory; name the file to write (e.g. /var/log/tokentap/requests.jsonl)"),
+        ("request_log: {path: x.jsonl, queue: 0}", "request_log.queue: invalid value \"0\": must be between 1 and 1048576"),
+        ("request_log: {path: x.jsonl, max_gaps: 0}", "request_log.max_gaps: invalid value \"0\": must be between 1 and 1048576"),
+        ("request_log: {path: x.jsonl, gap: true}", "request_log: unknown field `gap`, expected one of `path`, `gaps`, `max_gaps`, `queue` at line 1 column 30"),
+    ] {
+        assert_eq!(err(yaml), want, "{yaml}");
+    }
+}
+
+#[test]
+fn tenants_come_from_one_header_or_the_bearer_hash_never_a_credential_header() {
+    assert_eq!(Config::default().tenants, None);
+    let c =
+        Config::from_yaml_str("tenants: {header: X-Tenant-Id, max: 8, slo: {acme: {ttft: 300ms}}}")
+            .unwrap();
+    let t = c.tenants.clone().unwrap();
+    assert_eq!(
+        (t.from, t.max),
+        (TenantFrom::Header("x-tenant-id".into()), 8)
+    );
+    assert_eq!(c.slo.tenants["acme"].ttft, ms(300));
+    let c =
+        Config::from_yaml_str("tenants: {bearer_hash: true, hash_key: 0123456789abcdef}").unwrap();
+    let t = c.tenants.unwrap();
+    assert_eq!((t.from, t.max), (TenantFrom::BearerHash, 32));
+    for (yaml, want) in [
+        ("tenants: {}", "tenants: invalid value \"{}\": say where the tenant comes from: `header: x-tenant-id` or `bearer_hash: true`"),
+        ("tenants: {header: a, bearer_hash: true}", "tenants.header: invalid value \"a\": set either `header` or `bearer_hash: true`, not both"),
+        ("tenants: {header: Authorization}", "tenants.header: invalid header name \"authorization\": carries a credential, which must never become a label; use `bearer_hash: true` for the bearer token"),
+        ("tenants: {header: \"a b\"}", "tenants.header: invalid header name \"a b\": must be a header name such as x-tenant-id"),
+        ("tenants: {header: t, max: 0}", "tenants.max: invalid value \"0\": must be between 1 and 10000"),
+        ("tenants: {bearer_hash: true, hash_key: short}", "tenants.hash_key: invalid key \"(not shown)\": must be at least 16 bytes long"),
+        ("tenants: {header: t, slo: {acme: {ttft: 0s}}}", "tenants.slo.acme.ttft: invalid duration \"0s\": must be greater than zero"),
+        ("metrics: {max_series: 0}", "metrics.max_series: invalid value \"0\": must be at least 1"),
+    ] {
+        assert_eq!(err(yaml), want, "{yaml}");
+    }
+}
+
+#[test]
+fn a_tenants_ceiling_wins_over_its_models_which_wins_over_the_default() {
+    let yaml = "slo: {ttft: 1s, e2e: 60s, models: {m: {ttft: 800ms, tpot: 50ms}}}\ntenants: {header: t, slo: {acme: {ttft: 300ms}}}";
+    let slo = Config::from_yaml_str(yaml).unwrap().slo;
+    assert_eq!(
+        all(slo.ceilings_for_request("m", Some("acme"))),
+        [ms(300), ms(50), None, ms(60_000), None]
+    );
+    assert_eq!(
+        all(slo.ceilings_for_request("m", Some("other"))),
+        [ms(800), ms(50), None, ms(60_000), None]
+    );
+    assert_eq!(
+        all(slo.ceilings_for_request("x", None)),
+        [ms(1000), None, None, ms(60_000), None]
+    );
+    assert_eq!(slo.boundaries(SloKind::Ttft), vec![0.3, 0.8, 1.0]);
 }

@@ -12,7 +12,9 @@ use serde::de::{Deserializer, Error as _, MapAccess, Visitor};
 use serde::Deserialize;
 
 use super::values::{address_at, duration_at, idle_at, parse_upstream, size_at};
-use super::{Buckets, Ceilings, Config, ConfigError};
+use super::{
+    invalid, Buckets, Ceilings, Config, ConfigError, RecordPath, RequestLog, TenantFrom, Tenants,
+};
 
 /// Parses a YAML document into a [`Config`] (not yet validated); an empty (or comment-only)
 /// document gives the defaults. YAML syntax errors, unknown keys and wrong types come back as
@@ -116,6 +118,27 @@ struct RawConfig {
     slo: Option<RawSlo>,
     tokenizers: Option<Models<PathBuf>>,
     tokenizer_dirs: Option<Vec<PathBuf>>,
+    request_log: Option<RawRequestLog>,
+    tenants: Option<RawTenants>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default, expecting = "a mapping")]
+struct RawRequestLog {
+    path: Option<PathBuf>,
+    gaps: Option<bool>,
+    max_gaps: Option<usize>,
+    queue: Option<usize>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default, expecting = "a mapping")]
+struct RawTenants {
+    header: Option<String>,
+    bearer_hash: Option<bool>,
+    hash_key: Option<String>,
+    max: Option<usize>,
+    slo: Option<Models<RawCeilings>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -150,6 +173,7 @@ struct RawMetering {
 #[serde(deny_unknown_fields, default, expecting = "a mapping")]
 struct RawMetrics {
     model_idle: Option<Scalar>,
+    max_series: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -169,6 +193,7 @@ struct RawSlo {
     tpot: Option<Scalar>,
     itl: Option<Scalar>,
     e2e: Option<Scalar>,
+    time_to_first_answer: Option<Scalar>,
     models: Option<Models<RawCeilings>>,
 }
 
@@ -179,6 +204,7 @@ struct RawCeilings {
     tpot: Option<Scalar>,
     itl: Option<Scalar>,
     e2e: Option<Scalar>,
+    time_to_first_answer: Option<Scalar>,
 }
 
 impl RawCeilings {
@@ -189,11 +215,13 @@ impl RawCeilings {
         };
         let (ttft, tpot) = (get(&self.ttft, "ttft")?, get(&self.tpot, "tpot")?);
         let (itl, e2e) = (get(&self.itl, "itl")?, get(&self.e2e, "e2e")?);
+        let time_to_first_answer = get(&self.time_to_first_answer, "time_to_first_answer")?;
         Ok(Ceilings {
             ttft,
             tpot,
             itl,
             e2e,
+            time_to_first_answer,
         })
     }
 }
@@ -265,9 +293,11 @@ impl RawConfig {
         if let Some(s) = &metering.model_scan_bytes {
             c.metering.model_scan_bytes = size_at("metering.model_scan_bytes", &s.0)?;
         }
-        if let Some(s) = self.metrics.unwrap_or_default().model_idle {
+        let metrics = self.metrics.unwrap_or_default();
+        if let Some(s) = metrics.model_idle {
             c.metrics.model_idle = idle_at("metrics.model_idle", &s.0)?;
         }
+        c.metrics.max_series = metrics.max_series.unwrap_or(c.metrics.max_series);
         let (b, d) = (self.buckets.unwrap_or_default(), Buckets::default());
         c.buckets = Buckets {
             ttft: b.ttft.unwrap_or(d.ttft),
@@ -285,6 +315,7 @@ impl RawConfig {
             tpot,
             itl,
             e2e,
+            time_to_first_answer: slo.time_to_first_answer,
         }
         .convert("slo")?;
         for (name, raw) in slo.models.unwrap_or_default().0 {
@@ -293,6 +324,48 @@ impl RawConfig {
         }
         c.tokenizers = self.tokenizers.unwrap_or_default().0;
         c.tokenizer_dirs = self.tokenizer_dirs;
+        c.request_log = self.request_log.map(RawRequestLog::convert).transpose()?;
+        if let Some(raw) = self.tenants {
+            for (name, ceilings) in raw.slo.unwrap_or_default().0 {
+                let ceilings = ceilings.convert(&format!("tenants.slo.{name}"))?;
+                c.slo.tenants.insert(name, ceilings);
+            }
+            let from = match (raw.header, raw.bearer_hash.unwrap_or(false)) {
+                (Some(header), false) => TenantFrom::Header(header.to_ascii_lowercase()),
+                (None, true) => TenantFrom::BearerHash,
+                (Some(header), true) => {
+                    let reason = "set either `header` or `bearer_hash: true`, not both";
+                    return Err(invalid("tenants.header", "value", &header, reason));
+                }
+                (None, false) => {
+                    let reason = "say where the tenant comes from: `header: x-tenant-id` or `bearer_hash: true`";
+                    return Err(invalid("tenants", "value", "{}", reason));
+                }
+            };
+            c.tenants = Some(Tenants {
+                from,
+                max: raw.max.unwrap_or(Tenants::DEFAULT_MAX),
+                hash_key: raw.hash_key,
+            });
+        }
         Ok(c)
+    }
+}
+
+impl RawRequestLog {
+    fn convert(self) -> Result<RequestLog, ConfigError> {
+        let path = match self.path {
+            Some(p) if p.as_os_str() == "-" => RecordPath::Stdout,
+            Some(p) => RecordPath::File(p),
+            None => {
+                let reason = "request_log needs a `path`: a file, or \"-\" for standard output";
+                return Err(invalid("request_log.path", "path", "", reason));
+            }
+        };
+        let mut log = RequestLog::new(path);
+        log.gaps = self.gaps.unwrap_or(log.gaps);
+        log.max_gaps = self.max_gaps.unwrap_or(log.max_gaps);
+        log.queue = self.queue.unwrap_or(log.queue);
+        Ok(log)
     }
 }

@@ -168,7 +168,12 @@ fn every_fixture_hands_its_output_text_to_the_tokenizer_buffer() {
             _ => SseFramer::new(1 << 20).feed(case.bytes, on_event),
         };
         assert_eq!(fed, Ok(()), "{}", case.file);
-        assert_eq!(text.join("|"), case.text, "{}", case.file);
+        // Each choice's reasoning, then its answer (kept apart in the buffer), choices joined by `|`.
+        let choices: Vec<String> = text
+            .chunks(2)
+            .map(|texts| texts.iter().rev().map(String::as_str).collect())
+            .collect();
+        assert_eq!(choices.join("|"), case.text, "{}", case.file);
     }
 }
 

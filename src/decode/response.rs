@@ -78,6 +78,12 @@ struct Reading {
     decoded_event: bool,
     /// The choices the current event advanced; reused from event to event.
     choices: Vec<u32>,
+    /// An answer-bearing output (not reasoning) has passed.
+    answered: bool,
+    /// Reasoning passed before the first answer.
+    reasoning_first: bool,
+    /// Output events that carried reasoning.
+    reasoning_events: u64,
 }
 
 impl Reading {
@@ -100,7 +106,15 @@ impl Reading {
         self.choices.clear();
         let mut output = EventOutput::new(self.text.buffer(), &mut self.choices);
         let kind = self.dialect.on_event(event, &mut self.obs, &mut output);
+        let channels = output.channels();
         self.text.after_event(self.obs.model.as_deref());
+        if kind == EventKind::Output {
+            if channels.reasoning {
+                self.reasoning_events += 1;
+                self.reasoning_first |= !self.answered;
+            }
+            self.answered |= channels.answer;
+        }
         match kind {
             EventKind::Output if self.choices.is_empty() => marks.push(0),
             EventKind::Output => marks.extend_from_slice(&self.choices),
@@ -143,6 +157,9 @@ impl ResponseDecoder {
                 error_event: false,
                 decoded_event: false,
                 choices: Vec::new(),
+                answered: false,
+                reasoning_first: false,
+                reasoning_events: 0,
             },
         }
     }
@@ -187,7 +204,16 @@ impl ResponseDecoder {
         let streaming = self.is_streaming();
         let reading = &mut self.reading;
         let obs = &reading.obs;
-        let counts_text = streaming && reading.skipped.is_none() && obs.output_tokens.is_none();
+        // The tokenizer counts only what the server did not report: the output without usage, the
+        // reasoning streamed without usage details.
+        let metered = streaming && reading.skipped.is_none();
+        let whole = metered && obs.output_tokens.is_none();
+        let reasoning = metered && obs.reasoning_tokens.is_none() && reading.reasoning_events > 0;
+        let counted = if whole || reasoning {
+            reading.text.finish(whole)
+        } else {
+            None
+        };
         DecoderReport {
             streaming,
             skipped: reading.skipped,
@@ -196,13 +222,11 @@ impl ResponseDecoder {
             usage_output_tokens: obs.output_tokens,
             reasoning_tokens: obs.reasoning_tokens,
             input_tokens: obs.input_tokens,
-            cached_input_tokens: None,
-            server: Default::default(),
-            tokenizer_count: if counts_text {
-                reading.text.finish()
-            } else {
-                None
-            },
+            reasoning_events: reading.reasoning_events,
+            cached_input_tokens: obs.cached_input_tokens,
+            server: obs.server,
+            tokenizer_count: counted.filter(|_| whole).map(|c| c.output),
+            tokenizer_reasoning_count: counted.filter(|_| reasoning).map(|c| c.reasoning),
         }
     }
 
@@ -245,6 +269,16 @@ impl ResponseDecoder {
     /// The API's terminal event has passed: the client has the whole answer.
     pub fn ended(&self) -> bool {
         self.reading.obs.ended
+    }
+
+    /// An answer-bearing output (text, refusal, tool call: not reasoning) has passed.
+    pub fn answered(&self) -> bool {
+        self.reading.answered
+    }
+
+    /// Reasoning passed before the first answer (or, with no answer yet, at all).
+    pub fn reasoning_first(&self) -> bool {
+        self.reading.reasoning_first
     }
 }
 
@@ -292,6 +326,25 @@ mod tests {
         assert_eq!(feed(&mut decoder, usage.as_bytes()), 0);
         assert_eq!(decoder.observations().output_tokens, Some(2));
         assert_eq!(decoder.skipped(), None);
+    }
+
+    #[test]
+    fn the_decoder_knows_when_the_first_answer_came_and_whether_reasoning_came_before() {
+        let reasoning = b"data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n";
+        let answer = b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n";
+        let mut decoder = decoder_for("/v1/chat/completions", Format::Sse);
+        assert_eq!(feed(&mut decoder, reasoning), 1);
+        assert!(!decoder.answered() && decoder.reasoning_first());
+        assert_eq!(feed(&mut decoder, reasoning), 1);
+        assert_eq!(feed(&mut decoder, answer), 1);
+        assert!(decoder.answered() && decoder.reasoning_first());
+        assert_eq!(feed(&mut decoder, reasoning), 1);
+        let mut marks = Vec::new();
+        assert_eq!(decoder.finish(true, &mut marks).reasoning_events, 3);
+        let mut decoder = decoder_for("/v1/chat/completions", Format::Sse);
+        feed(&mut decoder, answer);
+        feed(&mut decoder, reasoning);
+        assert!(decoder.answered() && !decoder.reasoning_first());
     }
 
     #[test]

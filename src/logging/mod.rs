@@ -7,6 +7,7 @@
 //! Every line that is not written is counted: the queue's overflow and the writes stderr refused add up
 //! in [`dropped_lines`], which `/metrics` exports as `tokentap_log_lines_dropped_total`.
 
+pub mod records;
 pub mod repeated;
 
 use std::io::{self, Write};

@@ -24,8 +24,9 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
-use crate::config::{Config, Limits, Timeouts};
+use crate::config::{Config, Limits, RecordPath, Timeouts};
 use crate::decode::tokenizer::Tokenizers;
+use crate::logging::records::{RecordWriter, Target};
 use crate::logging::repeated::RepeatedWarning;
 use crate::net::admin::serve_metrics;
 use crate::net::client_conn::{accept, Activity, TimedIo, Tracked};
@@ -33,7 +34,8 @@ use crate::proxy::upstream;
 use crate::proxy::Proxy;
 use crate::record::metrics::{Metrics, Refusals};
 use crate::shutdown::{self, Count, Counted, Drained, Phase, Shutdown};
-use crate::tap::exchange::ExchangeContext;
+use crate::tap::exchange::{ExchangeContext, Records};
+use crate::tap::identity::Identify;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -49,6 +51,14 @@ pub enum StartError {
     Tokenizer(#[from] crate::config::ConfigError),
     #[error("upstream TLS: {0}")]
     Tls(#[from] upstream::TlsSetupError),
+    #[error("request_log.path: cannot open {path} for appending: {source}")]
+    RequestLog {
+        path: String,
+        source: std::io::Error,
+    },
+    /// The configuration's series limit is above `metrics.max_series`; the message names the product.
+    #[error("{0}")]
+    SeriesBudget(String),
 }
 
 /// A running tokentap. Dropping it stops the listeners (connections already open finish on their own).
@@ -81,6 +91,25 @@ impl Running {
     /// Client connections open on the proxy port.
     pub fn open_connections(&self) -> usize {
         self.connections.get()
+    }
+
+    /// The request_log file is to be opened again before its next record (after logrotate renamed it).
+    pub fn reopen_records(&self) {
+        if let Some(records) = &self.context.records {
+            records.writer.reopen();
+        }
+    }
+
+    /// Waits (at most `limit`) until every request record queued so far is written.
+    pub fn flush_records(&self, limit: Duration) {
+        if let Some(records) = &self.context.records {
+            records.writer.flush(limit);
+        }
+    }
+
+    /// The most series this process can export and the product of caps that makes it.
+    pub fn series_bound(&self) -> String {
+        self.context.metrics.bound().describe()
     }
 
     /// Stops accepting connections on both ports at once, without draining (see [`Running::shutdown`]).
@@ -127,14 +156,39 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Start
         .map_err(|source| StartError::Bind { what, addr, source })
 }
 
+/// Starts the request_log writer, when one is configured.
+fn records(config: &Config, metrics: &Metrics) -> Result<Option<Records>, StartError> {
+    let (Some(log), Some(counters)) = (&config.request_log, &metrics.records) else {
+        return Ok(None);
+    };
+    let (target, path) = match &log.path {
+        RecordPath::Stdout => (Target::Stdout, "-".to_owned()),
+        RecordPath::File(path) => (Target::File(path.clone()), path.display().to_string()),
+    };
+    let writer = RecordWriter::start(target, log.queue, counters.clone())
+        .map_err(|source| StartError::RequestLog { path, source })?;
+    Ok(Some(Records {
+        writer: Arc::new(writer),
+        gaps: log.gaps,
+        max_gaps: log.max_gaps,
+    }))
+}
+
 /// Binds the proxy and metrics ports and starts serving.
 pub async fn start(config: &Config) -> Result<Running, StartError> {
+    let metrics = Metrics::new(config)?;
+    metrics
+        .bound()
+        .check(config.metrics.max_series)
+        .map_err(StartError::SeriesBudget)?;
     let context = Arc::new(ExchangeContext {
-        metrics: Arc::new(Metrics::new(config)?),
         slo: config.slo.clone(),
         metering: config.metering.clone(),
         tokenizers: Arc::new(Tokenizers::load(config)?),
         requests: Count::default(),
+        identify: Identify::new(config.tenants.as_ref()),
+        records: records(config, &metrics)?,
+        metrics: Arc::new(metrics),
     });
     let client = upstream::client(config)?;
     let shutdown = Shutdown::default();
@@ -177,44 +231,93 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
 /// Runs until SIGTERM or SIGINT, then shuts down gracefully (see [`Running::shutdown`]).
 pub async fn run(config: &Config) -> Result<(), StartError> {
     let signalled = shutdown_signal();
-    ignore_hangups();
-    let running = start(config).await?;
+    let hangups = Hangups::listen();
+    let running = Arc::new(start(config).await?);
+    hangups.reopen(running.clone());
     tracing::info!(
         listen = %running.proxy_addr(),
         upstream = %config.upstream,
         metrics = %format!("http://{}/metrics", running.metrics_addr()),
         "tokentap is forwarding"
     );
+    tracing::info!(
+        limit = running.context.metrics.bound().total,
+        max_series = config.metrics.max_series,
+        "series bound: {}",
+        running.series_bound()
+    );
     signalled.await;
     let in_flight = running.in_flight();
     let grace = crate::config::format_duration(config.shutdown_grace);
     tracing::info!(in_flight, %grace, "shutdown requested: not ready, no new connections, draining");
     let drained = running.shutdown().await;
+    let records = running.clone();
+    // The writer thread may be stuck on a reader that does not read: wait for it off the runtime, briefly.
+    let _ =
+        tokio::task::spawn_blocking(move || records.flush_records(Duration::from_secs(2))).await;
     tracing::info!(cut = drained.cut, "tokentap stopped");
     Ok(())
 }
 
-/// SIGHUP's default action kills the process, and operators and logrotate send it by habit: take it
-/// over for the life of the process and log each one. tokentap holds no file it could reopen (its log
-/// is stderr, whose reader owns any file behind it), so a hangup changes nothing else.
-pub fn ignore_hangups() {
+/// SIGHUP, taken over for the life of the process: its default action kills the process, and
+/// operators and logrotate send it by habit. It reopens the request_log file (logrotate's `create`
+/// mode) and never stops the proxy.
+pub struct Hangups {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::hangup()) {
-            Ok(mut hangups) => {
-                tokio::spawn(async move {
-                    while hangups.recv().await.is_some() {
-                        tracing::info!(
-                            "SIGHUP received: nothing to reopen (the log is stderr); ignored"
-                        );
-                    }
-                });
-            }
-            Err(err) => {
-                tracing::warn!(%err, "cannot listen for SIGHUP: a hangup will stop tokentap")
+    signal: Option<tokio::signal::unix::Signal>,
+}
+
+impl Hangups {
+    /// Takes SIGHUP over at once (before start, so an early hangup cannot kill the process).
+    pub fn listen() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            match signal(SignalKind::hangup()) {
+                Ok(signal) => Hangups {
+                    signal: Some(signal),
+                },
+                Err(err) => {
+                    tracing::warn!(%err, "cannot listen for SIGHUP: a hangup will stop tokentap");
+                    Hangups { signal: None }
+                }
             }
         }
+        #[cfg(not(unix))]
+        Hangups {}
+    }
+
+    /// From now on, each SIGHUP reopens `running`'s request_log file and is logged.
+    pub fn reopen(self, running: Arc<Running>) {
+        #[cfg(unix)]
+        if let Some(mut hangups) = self.signal {
+            tokio::spawn(async move {
+                while hangups.recv().await.is_some() {
+                    match &running.context.records {
+                        Some(_) => {
+                            running.reopen_records();
+                            tracing::info!("SIGHUP received: request_log file reopened");
+                        }
+                        None => tracing::info!(
+                            "SIGHUP received: nothing to reopen (no request_log; the log is stderr)"
+                        ),
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// SIGHUP taken over with nothing to reopen (the demo, which has no request_log).
+pub fn ignore_hangups() {
+    let hangups = Hangups::listen();
+    #[cfg(unix)]
+    if let Some(mut hangups) = hangups.signal {
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                tracing::info!("SIGHUP received: nothing to reopen (the log is stderr); ignored");
+            }
+        });
     }
 }
 

@@ -117,6 +117,9 @@ impl Proxy {
             arrive,
             slot.clone(),
         ));
+        if let Some(exchange) = guard.get_mut() {
+            exchange.identify(&parts.headers);
+        }
 
         let target = match admit(&parts, target, inner.max_body_bytes) {
             Ok(target) => target,
@@ -200,6 +203,7 @@ impl Proxy {
                 );
                 if let Some(exchange) = guard.get_mut() {
                     exchange.on_response(parts.status, parts.headers.get(header::CONTENT_TYPE));
+                    exchange.on_server_headers(&parts.headers);
                 }
                 if body.is_end_stream() {
                     guard.finish(End::Complete);

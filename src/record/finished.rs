@@ -5,7 +5,7 @@
 //! The rules decided here: which token count is believed ([`output_tokens`]); which figures exist (the
 //! stream figures only for a stream metered to its end); and for a request that did not end `ok`, that
 //! TTFT and the largest gap are lower bounds of what it had already waited, so a ceiling it had already
-//! exceeded is counted as missed.
+//! exceeded is counted as missed (the time to first answer likewise).
 
 use http::StatusCode;
 use tokio::time::Instant;
@@ -49,6 +49,8 @@ pub struct DecoderReport {
     pub usage_output_tokens: Option<u64>,
     /// The reasoning tokens the usage details report.
     pub reasoning_tokens: Option<u64>,
+    /// Output-bearing events that carried reasoning.
+    pub reasoning_events: u64,
     /// The server's input tokens.
     pub input_tokens: Option<u64>,
     /// The input tokens the server reports as served from its prefix cache.
@@ -58,6 +60,9 @@ pub struct DecoderReport {
     /// The tokenizer's count of the streamed output text; only counted for a stream without usage,
     /// the one case where it is used.
     pub tokenizer_count: Option<u64>,
+    /// The tokenizer's count of the streamed reasoning text; only counted for a stream that carried
+    /// reasoning and whose usage has no reasoning details.
+    pub tokenizer_reasoning_count: Option<u64>,
 }
 
 /// Everything recorded about a finished request.
@@ -128,6 +133,7 @@ pub fn conclude(
     let judged = if outcome == Outcome::Ok {
         Figures {
             ttft: stream(figures.ttft),
+            time_to_first_answer: stream(figures.time_to_first_answer),
             tpot: stream(figures.tpot),
             max_gap: stream(figures.max_gap),
             ..figures
@@ -139,6 +145,7 @@ pub fn conclude(
             .map(|last| end.saturating_duration_since(last));
         Figures {
             ttft: stream(figures.ttft.or(Some(figures.e2e))),
+            time_to_first_answer: stream(figures.time_to_first_answer.or(Some(figures.e2e))),
             tpot: None,
             max_gap: stream(figures.max_gap.max(open_gap)),
             ..figures
@@ -154,12 +161,23 @@ pub fn conclude(
         output_tokens: counted.map(|c| c.0),
         token_source: counted.map(|c| c.1),
         input_tokens: metered.and_then(|r| r.input_tokens),
-        reasoning_tokens: metered.and_then(|r| r.reasoning_tokens),
+        reasoning_tokens: metered.and_then(reasoning_tokens),
         cached_input_tokens: metered.and_then(|r| r.cached_input_tokens),
         server: metered.map(|r| r.server).unwrap_or_default(),
         verdict: judge(ceilings, &judged, succeeded),
         judged,
     }
+}
+
+/// Reasoning tokens: the usage details' count, else (a stream) the tokenizer's count of the reasoning
+/// text, else one per output event that carried reasoning; `None` when nothing says anything (no
+/// reasoning streamed, no details).
+fn reasoning_tokens(report: &DecoderReport) -> Option<u64> {
+    let chunks = report.streaming && report.reasoning_events > 0;
+    report
+        .reasoning_tokens
+        .or(report.tokenizer_reasoning_count.filter(|_| chunks))
+        .or(chunks.then_some(report.reasoning_events))
 }
 
 #[cfg(test)]
@@ -218,6 +236,94 @@ mod tests {
         assert_eq!(record.judged.max_gap, Some(ms(50)));
         assert!(record.verdict.goodput);
         assert_eq!(record.slo(), "met");
+    }
+
+    #[test]
+    fn reasoning_then_answer_carries_its_figures_tokens_and_the_server_view_into_the_record() {
+        let t0 = Instant::now();
+        let mut tl = timeline(t0, &[(0, 100), (0, 400)]);
+        tl.on_answer(t0 + ms(400), true);
+        tl.on_output(0, t0 + ms(450));
+        let server = ServerTimings {
+            queue: Some(ms(10)),
+            ttft: Some(ms(60)),
+            ..ServerTimings::default()
+        };
+        let report = DecoderReport {
+            reasoning_events: 1,
+            cached_input_tokens: Some(5),
+            server,
+            ..stream_report(Some(3))
+        };
+        let ceilings = Ceilings {
+            time_to_first_answer: Some(ms(300)),
+            ..Ceilings::default()
+        };
+        let record = conclude(Some(&report), &tl, Outcome::Ok, t0 + ms(500), OK, &ceilings);
+        assert_eq!(record.figures.ttft, Some(ms(100)));
+        assert_eq!(record.figures.time_to_first_answer, Some(ms(400)));
+        assert_eq!(record.figures.reasoning_time, Some(ms(300)));
+        assert_eq!(
+            record.reasoning_tokens,
+            Some(1),
+            "one reasoning chunk, no details"
+        );
+        assert_eq!(record.cached_input_tokens, Some(5));
+        assert_eq!(record.server, server);
+        assert_eq!(record.verdict.missed, vec![SloKind::TimeToFirstAnswer]);
+        let detailed = DecoderReport {
+            reasoning_tokens: Some(40),
+            ..report
+        };
+        let record = conclude(
+            Some(&detailed),
+            &tl,
+            Outcome::Ok,
+            t0 + ms(500),
+            OK,
+            &ceilings,
+        );
+        assert_eq!(record.reasoning_tokens, Some(40), "the usage details win");
+        let tokenized = DecoderReport {
+            tokenizer_reasoning_count: Some(7),
+            ..report
+        };
+        let record = conclude(
+            Some(&tokenized),
+            &tl,
+            Outcome::Ok,
+            t0 + ms(500),
+            OK,
+            &ceilings,
+        );
+        assert_eq!(
+            record.reasoning_tokens,
+            Some(7),
+            "a tokenizer before chunks"
+        );
+    }
+
+    #[test]
+    fn cancelled_while_reasoning_waited_its_e2e_for_the_first_answer() {
+        let t0 = Instant::now();
+        let tl = timeline(t0, &[(0, 100), (0, 200)]);
+        let report = DecoderReport {
+            streaming: true,
+            reasoning_events: 2,
+            ..DecoderReport::default()
+        };
+        let ceilings = Ceilings {
+            time_to_first_answer: Some(ms(500)),
+            ..Ceilings::default()
+        };
+        let end = t0 + ms(900);
+        let record = conclude(Some(&report), &tl, Outcome::Cancelled, end, OK, &ceilings);
+        assert_eq!(record.figures.time_to_first_answer, None);
+        assert_eq!(record.judged.time_to_first_answer, Some(ms(900)));
+        assert_eq!(record.verdict.missed, vec![SloKind::TimeToFirstAnswer]);
+        // Ended ok with reasoning only: no answer to judge, the ceiling is met.
+        let record = conclude(Some(&report), &tl, Outcome::Ok, end, OK, &ceilings);
+        assert!(record.verdict.missed.is_empty());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod finished;
+pub mod gaps;
 pub mod metrics;
 pub mod outcome;
 pub mod request_record;

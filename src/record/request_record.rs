@@ -5,7 +5,13 @@
 //! Durations are seconds as floating point, like Prometheus; a figure that does not apply is absent
 //! (serialized as nothing, read back as `None`). Never prompt or completion text, never a credential.
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 use serde::{Deserialize, Serialize};
+
+use crate::record::finished::FinishedRecord;
+use crate::record::gaps::GapSummary;
+use crate::record::server::outside;
 
 /// The `v` field of every record.
 pub const RECORD_VERSION: u32 = 1;
@@ -90,4 +96,224 @@ pub struct ServerRecord {
     pub prefill_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation_s: Option<f64>,
+}
+
+/// Who sent a request and when: what the record says beyond the figures.
+#[derive(Debug, Clone)]
+pub struct Identity<'a> {
+    pub id: &'a str,
+    /// Wall-clock arrival.
+    pub start: SystemTime,
+    pub model: &'a str,
+    pub api: &'a str,
+    pub tenant: Option<&'a str>,
+}
+
+impl RequestRecord {
+    /// The record of a finished request; `gaps` is its own gap summary (docs/records.md).
+    pub fn of(identity: &Identity<'_>, finished: &FinishedRecord, gaps: GapSummary) -> Self {
+        let f = &finished.figures;
+        let streaming = finished.streaming;
+        let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
+        let stream = |d: Option<Duration>| secs(d.filter(|_| streaming));
+        let server = &finished.server;
+        let server_record = (!server.is_empty()).then(|| ServerRecord {
+            queue_s: secs(server.queue),
+            ttft_s: secs(server.ttft),
+            prefill_s: secs(server.prefill),
+            generation_s: secs(server.generation),
+        });
+        let ttft_outside_server_s = outside(f.ttft, server.ttft).map(|o| o.duration.as_secs_f64());
+        RequestRecord {
+            v: RECORD_VERSION,
+            start: rfc3339_micros(identity.start),
+            id: identity.id.to_owned(),
+            model: identity.model.to_owned(),
+            api: identity.api.to_owned(),
+            tenant: identity.tenant.map(str::to_owned),
+            status: finished.status.map(|s| s.as_u16()),
+            outcome: finished.outcome.as_str().to_owned(),
+            stream: streaming,
+            e2e_s: f.e2e.as_secs_f64(),
+            ttft_s: secs(f.ttft),
+            time_to_first_answer_s: secs(f.time_to_first_answer),
+            reasoning_s: secs(f.reasoning_time),
+            tpot_s: stream(f.tpot),
+            generation_s: stream(f.generation),
+            output_tokens_per_s: f.output_tokens_per_second.filter(|_| streaming),
+            output_tokens: finished.output_tokens,
+            output_tokens_source: finished.token_source.map(|s| s.as_str().to_owned()),
+            input_tokens: finished.input_tokens,
+            cached_input_tokens: finished.cached_input_tokens,
+            reasoning_tokens: finished.reasoning_tokens,
+            gaps: gaps.count,
+            max_gap_s: stream(f.max_gap),
+            itl_p50_s: gaps.p50,
+            itl_p99_s: gaps.p99,
+            goodput: finished.verdict.goodput,
+            slo_missed: finished
+                .verdict
+                .missed
+                .iter()
+                .map(|k| k.as_str().to_owned())
+                .collect(),
+            server: server_record,
+            ttft_outside_server_s,
+            gaps_s: gaps.listed,
+        }
+    }
+}
+
+/// `t` as RFC 3339 in UTC with microseconds (`2026-12-03T09:00:42.123456Z`). A time before 1970
+/// (a clock set wrong) is written as the epoch.
+pub fn rfc3339_micros(t: SystemTime) -> String {
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60,
+        since.subsec_micros()
+    )
+}
+
+/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_with_microseconds_in_utc() {
+        let at = |secs: u64, micros: u64| {
+            rfc3339_micros(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros))
+        };
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
+        // `date -u -d @951782400`: the leap day of a year divisible by 400.
+        assert_eq!(at(951_782_400, 7), "2000-02-29T00:00:00.000007Z");
+        assert_eq!(at(1_796_288_442, 123_456), "2026-12-03T09:00:42.123456Z");
+        assert_eq!(at(4_107_542_399, 999_999), "2100-02-28T23:59:59.999999Z");
+        assert_eq!(at(4_107_542_400, 0), "2100-03-01T00:00:00.000000Z");
+        let before = UNIX_EPOCH - Duration::from_secs(5);
+        assert_eq!(rfc3339_micros(before), "1970-01-01T00:00:00.000000Z");
+    }
+
+    #[test]
+    fn a_stream_record_carries_its_figures_tokens_verdict_and_the_servers_timings() {
+        use crate::config::Ceilings;
+        use crate::record::finished::{conclude, DecoderReport};
+        use crate::record::outcome::Outcome;
+        use crate::record::server::ServerTimings;
+        use crate::record::timeline::Timeline;
+        use tokio::time::Instant;
+
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut timeline = Timeline::new(t0);
+        for at in [100, 150, 200] {
+            timeline.on_output(0, t0 + ms(at));
+        }
+        let report = DecoderReport {
+            streaming: true,
+            terminal_event: true,
+            usage_output_tokens: Some(3),
+            input_tokens: Some(7),
+            cached_input_tokens: Some(4),
+            server: ServerTimings {
+                queue: Some(ms(20)),
+                ttft: Some(ms(60)),
+                ..ServerTimings::default()
+            },
+            ..DecoderReport::default()
+        };
+        let ceilings = Ceilings {
+            ttft: Some(ms(50)),
+            ..Ceilings::default()
+        };
+        let ok = Some(http::StatusCode::OK);
+        let finished = conclude(
+            Some(&report),
+            &timeline,
+            Outcome::Ok,
+            t0 + ms(300),
+            ok,
+            &ceilings,
+        );
+        let identity = Identity {
+            id: "r1",
+            start: UNIX_EPOCH + Duration::from_secs(1_796_288_442),
+            model: "m",
+            api: "chat",
+            tenant: Some("acme"),
+        };
+        let gaps = GapSummary {
+            count: 2,
+            p50: Some(0.05),
+            p99: Some(0.05),
+            listed: None,
+        };
+        let r = RequestRecord::of(&identity, &finished, gaps);
+        assert_eq!(
+            (r.v, r.id.as_str(), r.tenant.as_deref()),
+            (1, "r1", Some("acme"))
+        );
+        assert_eq!(r.start, "2026-12-03T09:00:42.000000Z");
+        assert_eq!(
+            (r.status, r.outcome.as_str(), r.stream),
+            (Some(200), "ok", true)
+        );
+        assert_eq!((r.e2e_s, r.ttft_s, r.tpot_s), (0.3, Some(0.1), Some(0.1)));
+        assert_eq!((r.generation_s, r.max_gap_s), (Some(0.2), Some(0.05)));
+        assert_eq!(
+            (r.output_tokens, r.input_tokens, r.cached_input_tokens),
+            (Some(3), Some(7), Some(4))
+        );
+        assert_eq!(r.output_tokens_source.as_deref(), Some("usage"));
+        assert_eq!((r.gaps, r.itl_p50_s), (2, Some(0.05)));
+        assert_eq!(
+            (r.goodput, r.slo_missed.clone()),
+            (false, vec!["ttft".to_owned()])
+        );
+        let server = r.server.clone().unwrap_or_default();
+        assert_eq!(
+            (server.queue_s, server.ttft_s, server.prefill_s),
+            (Some(0.02), Some(0.06), None)
+        );
+        let outside = r.ttft_outside_server_s.unwrap_or_default();
+        assert!((outside - 0.04).abs() < 1e-12, "{outside}");
+    }
+
+    #[test]
+    fn a_record_reads_back_as_written_and_leaves_absent_figures_out() {
+        let record = RequestRecord {
+            v: RECORD_VERSION,
+            id: "r1".into(),
+            outcome: "ok".into(),
+            ttft_s: Some(0.25),
+            slo_missed: vec!["ttft".into()],
+            ..RequestRecord::default()
+        };
+        let line = serde_json::to_string(&record).unwrap_or_default();
+        assert!(
+            !line.contains("tpot_s") && !line.contains("server"),
+            "{line}"
+        );
+        let back: RequestRecord = serde_json::from_str(&line).unwrap_or_default();
+        assert_eq!(back, record);
+    }
 }

@@ -3,7 +3,8 @@
 //!
 //! A ceiling is missed when the measured value is above it (a value equal to the ceiling meets it, matching
 //! the histogram's `le` bucket). A ceiling whose figure does not exist for the request (TPOT or ITL with fewer
-//! than two tokens, TTFT of a non-streaming response) is met. The request is judged on the timeline's
+//! than two tokens, TTFT of a non-streaming response, the time to first answer of a stream that ended
+//! `ok` with reasoning only) is met. The request is judged on the timeline's
 //! [`Figures`]; for a request that failed or was cancelled, `record::finished` passes them with lower
 //! bounds (the time already waited), so a ceiling already exceeded is still counted as missed, and such
 //! a request is never goodput.
@@ -48,6 +49,7 @@ fn figure(figures: &Figures, kind: SloKind) -> Option<Duration> {
         SloKind::Tpot => figures.tpot,
         SloKind::Itl => figures.max_gap,
         SloKind::E2e => Some(figures.e2e),
+        SloKind::TimeToFirstAnswer => figures.time_to_first_answer,
     }
 }
 
@@ -79,7 +81,24 @@ mod tests {
             tpot: ms(50),
             itl: ms(250),
             e2e: ms(10_000),
+            time_to_first_answer: ms(5_000),
         }
+    }
+
+    #[test]
+    fn a_slow_first_answer_misses_its_own_ceiling_while_ttft_is_met() {
+        let thinking = Figures {
+            ttft: ms(200),
+            time_to_first_answer: ms(7_000),
+            e2e: Duration::from_millis(9_000),
+            ..Figures::default()
+        };
+        let v = judge(&ceilings(), &thinking, true);
+        assert_eq!(v.missed, vec![SloKind::TimeToFirstAnswer]);
+        assert_eq!(
+            v.describe("ok", Some(http::StatusCode::OK)),
+            "missed:time_to_first_answer"
+        );
     }
 
     #[test]

@@ -7,6 +7,10 @@
 //! Several choices (OpenAI's `n` > 1) are timed as the reader of one choice sees them: TTFT is the first
 //! output of any choice, a gap is between two consecutive outputs of the same choice, and TPOT and
 //! tokens/s divide the request's tokens evenly over the choices that produced output.
+//!
+//! Output is answer or reasoning. TTFT is stopped by the first output of either kind; the time to first
+//! answer by the first answer-bearing output (text, refusal, tool call), t_answer; the reasoning time
+//! (t_answer − t_first) exists only when reasoning came before the answer.
 
 use std::time::Duration;
 
@@ -22,6 +26,17 @@ pub struct Timeline {
     choices: Vec<(u32, Instant)>,
     output_chunks: u64,
     max_gap: Option<Duration>,
+    /// t_answer, and whether reasoning came before it.
+    answer: Option<(Instant, bool)>,
+}
+
+/// The first answer, as it happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    /// t_answer − t_arrive.
+    pub time_to_first_answer: Duration,
+    /// t_answer − t_first, when reasoning came first.
+    pub reasoning_time: Option<Duration>,
 }
 
 /// What one output-bearing chunk meant, so it can be observed as it happens.
@@ -64,6 +79,25 @@ impl Timeline {
             choices: Vec::new(),
             output_chunks: 0,
             max_gap: None,
+            answer: None,
+        }
+    }
+
+    /// The first answer-bearing output passed at `now` (after its output marks), `after_reasoning` when
+    /// reasoning passed before it. Only the first call counts; later ones return `None`.
+    pub fn on_answer(&mut self, now: Instant, after_reasoning: bool) -> Option<Answer> {
+        if self.answer.is_some() {
+            return None;
+        }
+        self.answer = Some((now, after_reasoning));
+        Some(self.answer_figures(now, after_reasoning))
+    }
+
+    fn answer_figures(&self, at: Instant, after_reasoning: bool) -> Answer {
+        let first = self.first.unwrap_or(at);
+        Answer {
+            time_to_first_answer: at.saturating_duration_since(self.arrive),
+            reasoning_time: after_reasoning.then(|| at.saturating_duration_since(first)),
         }
     }
 
@@ -120,11 +154,12 @@ impl Timeline {
             }
             _ => (None, None),
         };
+        let answer = self.answer.map(|(at, r)| self.answer_figures(at, r));
         Figures {
             e2e,
             ttft,
-            time_to_first_answer: None,
-            reasoning_time: None,
+            time_to_first_answer: answer.map(|a| a.time_to_first_answer),
+            reasoning_time: answer.and_then(|a| a.reasoning_time),
             generation,
             tpot,
             output_tokens_per_second,
@@ -157,6 +192,45 @@ mod tests {
         assert_eq!(f.max_gap, Some(ms(80)));
         let rate = f.output_tokens_per_second.unwrap_or_default();
         assert!((rate - 20.0).abs() < 1e-9, "{rate}");
+    }
+
+    #[test]
+    fn reasoning_then_answer_splits_the_wait_into_ttft_reasoning_and_first_answer() {
+        let t0 = Instant::now();
+        let mut tl = Timeline::new(t0);
+        assert_eq!(tl.on_output(0, t0 + ms(100)), Mark::First(ms(100)));
+        tl.on_output(0, t0 + ms(900));
+        let answer = tl.on_answer(t0 + ms(1_300), true);
+        assert_eq!(
+            answer,
+            Some(Answer {
+                time_to_first_answer: ms(1_300),
+                reasoning_time: Some(ms(1_200)),
+            })
+        );
+        assert_eq!(tl.on_answer(t0 + ms(1_400), true), None, "only the first");
+        let f = tl.figures(t0 + ms(2_000), 10);
+        assert_eq!(f.ttft, Some(ms(100)));
+        assert_eq!(f.time_to_first_answer, Some(ms(1_300)));
+        assert_eq!(f.reasoning_time, Some(ms(1_200)));
+    }
+
+    #[test]
+    fn answer_first_has_no_reasoning_time_and_reasoning_only_no_answer() {
+        let t0 = Instant::now();
+        let mut tl = Timeline::new(t0);
+        tl.on_output(0, t0 + ms(50));
+        tl.on_answer(t0 + ms(50), false);
+        let f = tl.figures(t0 + ms(80), 1);
+        assert_eq!(
+            (f.ttft, f.time_to_first_answer),
+            (Some(ms(50)), Some(ms(50)))
+        );
+        assert_eq!(f.reasoning_time, None);
+        let mut tl = Timeline::new(t0);
+        tl.on_output(0, t0 + ms(50));
+        let f = tl.figures(t0 + ms(80), 1);
+        assert_eq!((f.time_to_first_answer, f.reasoning_time), (None, None));
     }
 
     #[test]

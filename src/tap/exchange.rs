@@ -10,26 +10,36 @@
 //! A client that goes away after the API's terminal event has passed (the openai SDK's sync stream
 //! closes at `data: [DONE]`, before the server's chunked terminator) had the whole answer: that request
 //! is complete, and ends when the terminal event passed.
+//!
+//! TTFT and the time to first answer (and the reasoning time before it) are observed as they happen;
+//! the reasoning and cached-prompt tokens, the server's own timings and the part of the TTFT outside
+//! the server when the request ends (docs/metrics.md, "Inside the TTFT").
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use http::{HeaderValue, Method, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use prometheus::IntGauge;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use crate::config::{Metering, Slo};
+use crate::decode::dialect::timings::tgi_headers;
 use crate::decode::dialect::Dialect;
 use crate::decode::response::{Format, ResponseDecoder};
 use crate::decode::tokenizer::{TextCount, Tokenizers};
+use crate::logging::records::RecordWriter;
 use crate::record::api::Api;
 use crate::record::finished::{conclude, t_end, FinishedRecord};
+use crate::record::gaps::Gaps;
 use crate::record::metrics::{status_label, Metrics, Series};
 use crate::record::outcome::{classify, End, Outcome, Seen};
+use crate::record::request_record::{self, RequestRecord};
+use crate::record::server::{outside, ServerTimings};
 use crate::record::timeline::{Mark, Timeline};
 use crate::record::tokens::TokenSource;
 use crate::shutdown::{Count, Counted};
+use crate::tap::identity::{Identify, Identity};
 use crate::tap::RequestSeen;
 
 /// What every exchange is given: the metrics it records into, the SLO ceilings, the metering bounds,
@@ -41,6 +51,18 @@ pub struct ExchangeContext {
     pub tokenizers: Arc<Tokenizers>,
     /// Requests between t_arrive and t_end: what a shutdown waits for.
     pub requests: Count,
+    /// Reads each request's id and tenant.
+    pub identify: Identify,
+    /// The per-request records (`request_log:`), when on.
+    pub records: Option<Records>,
+}
+
+/// Where finished requests' records go, and what they list.
+pub struct Records {
+    pub writer: Arc<RecordWriter>,
+    /// `request_log.gaps`: list every gap.
+    pub gaps: bool,
+    pub max_gaps: usize,
 }
 
 pub struct Exchange {
@@ -56,6 +78,8 @@ pub struct Exchange {
     marks: Vec<u32>,
     /// When the API's terminal event passed.
     ended: Option<Instant>,
+    /// The server's timings its response headers carried (TGI's `x-queue-time`).
+    header_timings: ServerTimings,
     status: Option<StatusCode>,
     series: Option<Series>,
     in_flight: IntGauge,
@@ -63,6 +87,10 @@ pub struct Exchange {
     counted: Option<Counted>,
     /// One of `limits.max_upstream_connections`, held from forwarding until the exchange finishes.
     upstream_permit: Option<OwnedSemaphorePermit>,
+    /// The request's id and tenant, once its head was read.
+    identity: Option<Identity>,
+    /// Wall-clock arrival and the request's own gaps: only kept for a record (`request_log:`).
+    recording: Option<(SystemTime, Gaps)>,
 }
 
 impl Exchange {
@@ -78,6 +106,10 @@ impl Exchange {
         let in_flight = context.metrics.in_flight(api);
         in_flight.inc();
         let counted = Some(context.requests.enter());
+        let recording = context
+            .records
+            .as_ref()
+            .map(|r| (SystemTime::now(), Gaps::new(r.gaps, r.max_gaps)));
         Exchange {
             context,
             api,
@@ -89,12 +121,20 @@ impl Exchange {
             decoder: None,
             marks: Vec::new(),
             ended: None,
+            header_timings: ServerTimings::default(),
             status: None,
             series: None,
             counted,
             in_flight,
             upstream_permit: None,
+            identity: None,
+            recording,
         }
+    }
+
+    /// Reads the request's id and tenant from its head (the head itself is left as it is).
+    pub fn identify(&mut self, headers: &HeaderMap) {
+        self.identity = Some(self.context.identify.of(headers));
     }
 
     /// Holds `permit` (an upstream connection slot) until the exchange finishes, however it ends.
@@ -118,6 +158,14 @@ impl Exchange {
         }
     }
 
+    /// The response head's headers, for the server timings some servers send there (TGI). Read only for
+    /// a metered response.
+    pub fn on_server_headers(&mut self, headers: &HeaderMap) {
+        if self.decoder.is_some() {
+            self.header_timings = tgi_headers(headers);
+        }
+    }
+
     /// A response body frame is passing at `now`.
     pub fn on_data(&mut self, bytes: &[u8], now: Instant) {
         let Some(decoder) = self.decoder.as_mut() else {
@@ -128,6 +176,33 @@ impl Exchange {
             self.ended = Some(now);
         }
         self.observe_marks(now);
+        self.observe_answer(now);
+    }
+
+    /// The first answer, if it passed in the frame read at `now`: the time to first answer and the
+    /// reasoning time before it, observed as they happen.
+    fn observe_answer(&mut self, now: Instant) {
+        let Some(decoder) = self.decoder.as_ref() else {
+            return;
+        };
+        if !decoder.answered() {
+            return;
+        }
+        let Some(answer) = self.timeline.on_answer(now, decoder.reasoning_first()) else {
+            return;
+        };
+        let series = self.series();
+        if let Some(tokens) = &series.tokens {
+            let seconds = answer.time_to_first_answer.as_secs_f64();
+            tokens.time_to_first_answer.observe(seconds);
+        }
+        if let Some(time) = answer.reasoning_time {
+            let series = series.clone();
+            self.context
+                .metrics
+                .inside
+                .observe_reasoning_time(&series, time);
+        }
     }
 
     /// The outputs in `marks` passed at `now`: TTFT or a gap each, observed as it happens.
@@ -140,7 +215,12 @@ impl Exchange {
             };
             match mark {
                 Mark::First(ttft) => tokens.ttft.observe(ttft.as_secs_f64()),
-                Mark::Gap(gap) => tokens.itl.observe(gap.as_secs_f64()),
+                Mark::Gap(gap) => {
+                    tokens.itl.observe(gap.as_secs_f64());
+                    if let Some((_, gaps)) = &mut self.recording {
+                        gaps.push(gap);
+                    }
+                }
                 Mark::ChoiceStart => {}
             }
         }
@@ -156,13 +236,15 @@ impl Exchange {
         let decoder = &self.decoder;
         let api = self.api;
         let confirmed = self.status.is_some_and(|s| s.is_success());
+        let tenant = self.identity.as_ref().and_then(|i| i.tenant.as_deref());
         self.series.get_or_insert_with(|| {
             let response_model = decoder
                 .as_ref()
                 .and_then(|m| m.observations().model.as_deref());
             let model = request_model.get().or(response_model);
             let label = context.metrics.model_label(model, confirmed);
-            context.metrics.series(label, api)
+            let tenant = context.metrics.tenant_label(tenant, confirmed);
+            context.metrics.series_of(label, tenant, api)
         })
     }
 
@@ -183,8 +265,13 @@ impl Exchange {
         let t_end = t_end(end, terminal_event, now);
         let mut report = None;
         if let Some(decoder) = self.decoder.as_mut() {
-            report = Some(decoder.finish(complete, &mut self.marks));
+            let mut finished = decoder.finish(complete, &mut self.marks);
+            let mut server = self.header_timings;
+            server.merge(finished.server);
+            finished.server = server;
+            report = Some(finished);
             self.observe_marks(t_end);
+            self.observe_answer(t_end);
         }
         let error_event = report.as_ref().is_some_and(|r| r.error_event);
         let outcome = classify(
@@ -195,7 +282,8 @@ impl Exchange {
             },
         );
         let series = self.series().clone();
-        let ceilings = self.context.slo.ceilings_for(&series.model);
+        let ceilings =
+            (self.context.slo).ceilings_for_request(&series.model, series.tenant.as_deref());
         let record = conclude(
             report.as_ref(),
             &self.timeline,
@@ -238,6 +326,15 @@ impl Exchange {
                 }
             }
         }
+        if series.tokens.is_some() {
+            let inside = &metrics.inside;
+            inside.count_tokens(series, record.reasoning_tokens, record.cached_input_tokens);
+            if !record.server.is_empty() {
+                let ttft = figures.ttft.filter(|_| record.streaming);
+                let outside = outside(ttft, record.server.ttft);
+                inside.observe_server(series, &record.server, outside);
+            }
+        }
         for &kind in &record.verdict.missed {
             metrics.count_violation(series, kind);
         }
@@ -248,7 +345,9 @@ impl Exchange {
             .status
             .map_or_else(|| "none".to_owned(), |s| s.as_str().to_owned());
         let streaming = record.streaming;
+        let id = self.identity.as_ref().map_or("", |i| i.id.as_str());
         tracing::info!(
+            id,
             method = %self.method,
             path = %self.path,
             model = %series.model,
@@ -256,6 +355,7 @@ impl Exchange {
             status = %status,
             outcome = record.outcome.as_str(),
             ttft_ms = figures.ttft.filter(|_| streaming).map(millis),
+            time_to_first_answer_ms = figures.time_to_first_answer.filter(|_| streaming).map(millis),
             tpot_ms = figures.tpot.filter(|_| streaming && ok).map(millis),
             e2e_ms = millis(figures.e2e),
             output_tokens = record.output_tokens,
@@ -264,6 +364,20 @@ impl Exchange {
             slo = %record.slo(),
             "request finished"
         );
+        if let (Some(records), Some((start, gaps))) = (&self.context.records, &self.recording) {
+            let identity = request_record::Identity {
+                id,
+                start: *start,
+                model: &series.model,
+                api: self.api.as_str(),
+                tenant: series.tenant.as_deref(),
+            };
+            let line = RequestRecord::of(&identity, record, gaps.summary());
+            // Plain numbers and strings: serialising cannot fail; a record that did is not written.
+            if let Ok(line) = serde_json::to_string(&line) {
+                records.writer.send(line);
+            }
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 //! response through its decoder (`decode`) and, once, records the result (`record`).
 
 pub mod exchange;
+pub mod identity;
 mod idle;
 #[cfg(test)]
 mod mock;

@@ -150,6 +150,8 @@ mod tests {
             metering: config.metering.clone(),
             tokenizers: Arc::new(Tokenizers::default()),
             requests: Default::default(),
+            identify: crate::tap::identity::Identify::new(None),
+            records: None,
         });
         let (api, dialect) = detect("/v1/chat/completions");
         let mut exchange = Exchange::begin(

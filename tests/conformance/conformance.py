@@ -114,6 +114,13 @@ def sdk(suite, usage, n):
     source = "usage" if usage else "tokenizer"
     suite.exact(group, f"token_source={source}", t.get("tokentap_output_token_source_total", token_source=source), len(seen))
     suite.outcomes(group, t, sum(s.stream for s in seen))
+    if usage and n == 1:
+        # vLLM's per-request `metrics` in every OpenAI answer of the group: chat and completions
+        # bodies and usage chunks, Responses bodies and `response.completed` (not /v1/messages).
+        openai_answers = sum(not s.name.startswith("anthropic") for s in seen)
+        server = sum(t.get("tokentap_server_time_to_first_token_seconds_count", api=api)
+                     for api in ("chat", "completions", "responses"))
+        suite.exact(group, "answers with vLLM's own timings", server, openai_answers)
 
 
 def random_text(suite):
@@ -140,6 +147,60 @@ def ttft(suite):
     suite.check(group, "mean TTFT (s) >= vLLM's", round(ours, 6), round(vllm_ttft, 6), vllm_ttft <= ours)
     suite.check(group, "mean TTFT (s) <= the client's", round(ours, 6), round(client, 6), ours <= client)
     suite.outcomes(group, t, len(seen))
+    server_view(suite, v, t, len(seen))
+
+
+# Per-request sums read from JSON milliseconds against vLLM's float seconds: equal to well under this.
+SUM_TOLERANCE = 1e-6
+
+
+def server_view(suite, v, t, streams):
+    """vLLM's per-request `metrics` (--enable-per-request-metrics, on the final usage chunk) read by
+    tokentap, against vLLM's own histograms of the same requests: queue time and prefill come from the
+    same engine timestamps, so their sums are equal; vLLM's TTFT histogram starts at the API server's
+    arrival time, before the engine queue, so the server TTFT tokentap exports (queue + prefill) is at
+    most it. The outside part is tokentap's TTFT minus the server TTFT, request by request."""
+    group = "the server's own view, 8 streams"
+    count = t.get("tokentap_server_queue_time_seconds_count")
+    suite.exact(group, "requests with vLLM's metrics", count, streams)
+    for ours, theirs, what in [
+        ("tokentap_server_queue_time_seconds", "vllm:request_queue_time_seconds", "queue time"),
+        ("tokentap_server_prefill_time_seconds", "vllm:request_prefill_time_seconds", "prefill time"),
+    ]:
+        got, want = t.get(ours + "_sum"), v.get(theirs + "_sum")
+        suite.check(group, f"{what} sum (s) = vLLM's", round(got, 6), round(want, 6),
+                    abs(got - want) <= SUM_TOLERANCE * streams)
+    server = t.get("tokentap_server_time_to_first_token_seconds_sum")
+    vllm_ttft = v.get("vllm:time_to_first_token_seconds_sum")
+    ttft_sum = t.get("tokentap_time_to_first_token_seconds_sum")
+    suite.check(group, "server TTFT sum (s) <= vLLM's TTFT sum", round(server, 6), round(vllm_ttft, 6),
+                server <= vllm_ttft + SUM_TOLERANCE * streams, "queue + prefill; vLLM's starts at its API server")
+    outside = t.get("tokentap_ttft_outside_server_seconds_sum")
+    suite.check(group, "outside the server sum (s) = TTFT - server TTFT", round(outside, 6),
+                round(ttft_sum - server, 6), abs(outside - (ttft_sum - server)) <= SUM_TOLERANCE * streams)
+    suite.exact(group, "outside the server clamped at 0", t.get("tokentap_ttft_outside_server_clamped_total"), 0)
+    n = max(streams, 1)
+    suite.check(group, "mean per request (ms): outside the engine / outside vLLM (info)",
+                round(1e3 * outside / n, 3), round(1e3 * (ttft_sum - vllm_ttft) / n, 3), True,
+                "tokentap TTFT - (queue + prefill) / tokentap TTFT - vLLM's TTFT")
+    suite.exact(group, "cached prompt tokens = vLLM's", t.get("tokentap_cached_input_tokens_total"),
+                v.get("vllm:prompt_tokens_cached_total"))
+
+
+def prefix_cache(suite):
+    """The same long prompt three times: vLLM serves the second and third from its prefix cache and says
+    so in `usage.prompt_tokens_details.cached_tokens`; tokentap's counter equals vLLM's own."""
+    group = "prefix cache, 3 chat streams"
+    long = [{"role": "user", "content": " ".join([clients.PROMPT] * 60)}]
+    opts = {"stream_options": {"include_usage": True}}
+    calls = [(f"chat stream, long prompt {i}", "chat.completions",
+              dict(messages=long, stream=True, max_tokens=4, **opts), clients._chat_text) for i in range(3)]
+    _, v, t = suite.phase(lambda: clients.run_openai_sync(suite.tokentap.url, calls))
+    cached, theirs = t.get("tokentap_cached_input_tokens_total"), v.get("vllm:prompt_tokens_cached_total")
+    suite.check(group, "cached prompt tokens = vLLM's, above 0", fmt(cached), fmt(theirs), cached == theirs > 0)
+    prompt = t.get("tokentap_input_tokens_total")
+    suite.check(group, "cache-hit ratio (info)", round(cached / prompt, 3) if prompt else "n/a", "", True,
+                "tokentap_cached_input_tokens_total / tokentap_input_tokens_total")
 
 
 def aiperf(suite, model_dir, out, concurrency, requests):
@@ -192,6 +253,7 @@ MASKS = [
     (re.compile(rb'"(\w*id)":\s*"[^"]*"'), rb'"\1":"*"'),
     (re.compile(rb'"(created|created_at)":\s*[0-9.]+'), rb'"\1":0'),
     (re.compile(rb'"system_fingerprint":\s*("[^"]*"|null)'), rb'"system_fingerprint":"*"'),
+    (re.compile(rb'"metrics":\s*\{[^{}]*\}'), rb'"metrics":"*"'),
 ]
 
 
@@ -285,6 +347,7 @@ def main():
                 sdk(suite, usage, n)
         random_text(suite)
         ttft(suite)
+        prefix_cache(suite)
         aiperf(suite, a.model_dir, os.path.join(a.out, "aiperf-c1"), 1, 8)
         aiperf(suite, a.model_dir, os.path.join(a.out, "aiperf-c4"), 4, 16)
         cancellation(suite)

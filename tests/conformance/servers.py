@@ -91,6 +91,9 @@ class Vllm(Process):
             "--load-format", "dummy", "--host", "127.0.0.1", "--port", str(self.port),
             "--dtype", "float32", "--max-model-len", "4096", "--enforce-eager", "--max-num-seqs", "8",
             "--seed", "1",
+            # The server's own view (docs/metrics.md, "Inside the TTFT"): each answer's `metrics` object
+            # (queue, prefill, generation) and `usage.prompt_tokens_details.cached_tokens`.
+            "--enable-per-request-metrics", "--enable-prompt-tokens-details",
         ]
         super().__init__("vllm", argv, env, os.path.join(log_dir, "vllm.log"))
         self.wait_ready(self.url + "/health", timeout=300)

@@ -22,6 +22,11 @@ pub struct Process {
 /// Starts the binary with `yaml` as its config (in a temp dir named after `name`), under `ulimit -n`
 /// when `max_fds` is given, and reads its log up to the startup line.
 pub fn start_binary(name: &str, yaml: &str, max_fds: Option<u32>) -> Process {
+    start_binary_with(name, yaml, max_fds, Stdio::null())
+}
+
+/// As [`start_binary`], with its stdout given (`Stdio::piped()` and never read: a stalled reader).
+pub fn start_binary_with(name: &str, yaml: &str, max_fds: Option<u32>, stdout: Stdio) -> Process {
     let dir = std::env::temp_dir().join(format!("tokentap-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let config = dir.join("tokentap.yaml");
@@ -45,7 +50,7 @@ pub fn start_binary(name: &str, yaml: &str, max_fds: Option<u32>) -> Process {
         }
     };
     let mut child = command
-        .stdout(Stdio::null())
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn tokentap");
@@ -113,6 +118,11 @@ impl Process {
         let _ = std::fs::remove_dir_all(&self.dir);
         let exit = exit.unwrap_or_else(|| panic!("tokentap did not exit:\n{}", self.log));
         (exit, self.log)
+    }
+
+    /// The temp dir the config is in (removed by [`Process::wait`]).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
     }
 
     pub fn metric(&self, name: &str) -> f64 {

@@ -66,6 +66,7 @@ pub fn default_config() -> Config {
         tpot: Some(Duration::from_millis(50)),
         itl: Some(Duration::from_millis(250)),
         e2e: Some(Duration::from_secs(20)),
+        ..Ceilings::default()
     };
     config.slo.models.insert(
         "demo-qwen-32b".to_owned(),

@@ -40,11 +40,81 @@ enum Command {
         #[arg(long, value_name = "DURATION")]
         duration: Option<String>,
     },
+    /// Summarise request records (`request_log:`) like aiperf summarises a benchmark: counts,
+    /// throughputs, TTFT, ITL, TPOT, E2E, goodput and outcomes (docs/report.md).
+    Report(ReportArgs),
     /// Validate a config file and exit non-zero if it is invalid.
     CheckConfig {
         /// The YAML file to check.
         file: PathBuf,
     },
+}
+
+#[derive(clap::Args, Debug)]
+struct ReportArgs {
+    /// Record files, plain or gzipped; - for stdin. With --compare, the "before" set.
+    #[arg(value_name = "FILE", required = true)]
+    files: Vec<String>,
+    /// Compare with these record files (the "after" set): `tokentap report A... --compare B...`.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    compare: Vec<String>,
+    /// One section per model, tenant or api (at most 1,000; the rest under "other").
+    #[arg(long, value_name = "model|tenant|api")]
+    by: Option<String>,
+    /// Only requests that started at or after this time: RFC 3339 or a duration back from now ("1h").
+    #[arg(long, value_name = "TIME")]
+    since: Option<String>,
+    /// Only requests that started before this time: RFC 3339 or a duration back from now.
+    #[arg(long, value_name = "TIME")]
+    until: Option<String>,
+    /// table (default), markdown or json.
+    #[arg(long, value_name = "FORMAT", default_value = "table")]
+    format: String,
+    /// What-if SLO ceilings, e.g. ttft=300ms,tpot=40ms: goodput and attainment judged again with them
+    /// (with --config and no --slo: the config's `slo:`, per-model overrides included).
+    #[arg(long, value_name = "CEILINGS")]
+    slo: Option<String>,
+    /// Fail on a malformed line or a record of another version instead of skipping it.
+    #[arg(long)]
+    strict: bool,
+    /// Progress on stderr every million lines, even when stderr is not a terminal.
+    #[arg(long)]
+    progress: bool,
+}
+
+/// The report's options; `--config` gives its `slo:` as the ceilings to judge by (`--slo` wins).
+fn report_options(cli: &Cli, args: &ReportArgs) -> Result<tokentap::report::Options, String> {
+    use tokentap::report::{query, Format, Options};
+    if cli.listen.is_some() || cli.metrics_listen.is_some() || cli.upstream.is_some() {
+        return Err("report: --listen, --metrics-listen and --upstream are for the proxy".into());
+    }
+    let slo = match (&args.slo, &cli.config) {
+        (Some(text), _) => Some(query::parse_slo(text)?),
+        (None, Some(path)) => Some(Config::load(path).map_err(|e| e.to_string())?.slo),
+        (None, None) => None,
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_secs_f64();
+    let time = |flag: &str, text: &Option<String>| {
+        text.as_deref()
+            .map(|t| query::parse_time(flag, t, now))
+            .transpose()
+    };
+    Ok(Options {
+        files: args.files.clone(),
+        compare: args.compare.clone(),
+        by: args.by.as_deref().map(query::By::parse).transpose()?,
+        window: query::Window {
+            since: time("--since", &args.since)?,
+            until: time("--until", &args.until)?,
+        },
+        format: Format::parse(&args.format)?,
+        slo,
+        strict: args.strict,
+        progress: args.progress,
+    })
 }
 
 fn main() -> ExitCode {
@@ -96,6 +166,12 @@ fn execute(cli: Cli) -> Result<(), String> {
             let config = Config::load(file).map_err(|e| e.to_string())?;
             let tokenizers = tokentap::decode::tokenizer::Tokenizers::load(&config)
                 .map_err(|e| format!("{}: {e}", file.display()))?;
+            let metrics = tokentap::record::metrics::Metrics::new(&config)
+                .map_err(|e| format!("{}: registering metrics: {e}", file.display()))?;
+            let bound = metrics.bound();
+            bound
+                .check(config.metrics.max_series)
+                .map_err(|e| format!("{}: {e}", file.display()))?;
             println!(
                 "{}: ok (upstream {}, listen {}, metrics {}, {} per-model SLO override(s), {} tokenizer(s))",
                 file.display(),
@@ -105,10 +181,16 @@ fn execute(cli: Cli) -> Result<(), String> {
                 config.slo.models.len(),
                 config.tokenizers.len()
             );
+            println!("series bound: {}", bound.describe());
             for line in tokenizers.report() {
                 println!("{line}");
             }
             Ok(())
+        }
+        Some(Command::Report(args)) => {
+            let options = report_options(&cli, args)?;
+            let (mut out, mut warn) = (std::io::stdout().lock(), std::io::stderr());
+            tokentap::report::run(&options, &mut out, &mut warn)
         }
         Some(Command::Demo { duration }) => {
             let duration = duration

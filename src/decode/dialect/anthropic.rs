@@ -16,6 +16,10 @@
 //! context, `usage.iterations` lists each sampling pass (the compaction, then the message); tokentap
 //! then counts the sums over the passes, which is the work the server did (and what is billed) for the
 //! request. An `error` event, anywhere in the stream, means `upstream_error`.
+//!
+//! Reasoning: `thinking_delta`; every other output delta (text, tool input, compaction summary) is
+//! answer. Cached prompt tokens: `cache_read_input_tokens` (the last cumulative value; summed over the
+//! passes when `iterations` lists them). Anthropic reports no timings of its own.
 
 use std::borrow::Cow;
 
@@ -102,6 +106,9 @@ impl Anthropic {
             let sum = |f: fn(&Usage) -> u64| passes.iter().map(f).fold(0, u64::saturating_add);
             let output = with_output.then(|| sum(|p| p.output_tokens.unwrap_or(0)));
             obs.record(output, Some(sum(Usage::prompt)));
+            if passes.iter().any(|p| p.cache_read_input_tokens.is_some()) {
+                obs.cached_input_tokens = Some(sum(|p| p.cache_read_input_tokens.unwrap_or(0)));
+            }
             return;
         }
         let fields = [
@@ -121,6 +128,9 @@ impl Anthropic {
                 .fold(n, u64::saturating_add)
         });
         obs.record(usage.output_tokens.filter(|_| with_output), input);
+        if self.cache_read.is_some() {
+            obs.cached_input_tokens = self.cache_read;
+        }
     }
 }
 
@@ -159,14 +169,14 @@ impl Dialect for Anthropic {
                 let Some(delta) = &event.delta else {
                     return EventKind::Other;
                 };
-                let parts = [
-                    &delta.text,
-                    &delta.thinking,
-                    &delta.partial_json,
-                    &delta.content,
-                ];
                 let mut output = EventKind::Other;
-                for part in parts.into_iter().filter_map(Text::non_empty) {
+                if let Some(thinking) = delta.thinking.non_empty() {
+                    text.push_reasoning(thinking);
+                    output = EventKind::Output;
+                }
+                let answer = [&delta.text, &delta.partial_json, &delta.content];
+                for part in answer.into_iter().filter_map(Text::non_empty) {
+                    text.answer();
                     text.push(part);
                     output = EventKind::Output;
                 }
@@ -194,6 +204,37 @@ mod tests {
 
     fn classify(data: &str) -> (EventKind, Observations, String) {
         crate::decode::dialect::classify_with(&mut Anthropic::default(), data)
+    }
+
+    fn channels(data: &str) -> Option<crate::decode::dialect::Channels> {
+        crate::decode::dialect::channels_of(&mut Anthropic::default(), data)
+    }
+
+    #[test]
+    fn thinking_is_reasoning_and_text_or_tool_input_is_answer() {
+        use crate::decode::dialect::{ANSWER, REASONING};
+        let thinking = r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me"}}"#;
+        assert_eq!(channels(thinking), REASONING);
+        let text =
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Hi"}}"#;
+        assert_eq!(channels(text), ANSWER);
+        let tool = r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\""}}"#;
+        assert_eq!(channels(tool), ANSWER);
+        let signature = r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQB"}}"#;
+        assert_eq!(channels(signature), None);
+    }
+
+    #[test]
+    fn cache_read_tokens_are_the_cached_prompt() {
+        let mut dialect = Anthropic::default();
+        let start = r#"{"type":"message_start","message":{"model":"claude","usage":{"input_tokens":10,"cache_creation_input_tokens":0,"cache_read_input_tokens":2048,"output_tokens":1}}}"#;
+        let (_, obs, _) = crate::decode::dialect::classify_with(&mut dialect, start);
+        assert_eq!(obs.cached_input_tokens, Some(2048));
+        assert_eq!(obs.input_tokens, Some(2058));
+        let (_, none, _) = classify(
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":10,"output_tokens":1}}}"#,
+        );
+        assert_eq!(none.cached_input_tokens, None);
     }
 
     #[test]

@@ -7,11 +7,18 @@
 //! value seen. Input tokens come from `tokens_evaluated`, the whole prompt (`timings.prompt_n` counts
 //! only the prompt tokens not served from the cache, so it is the fallback). An event with an `error`
 //! object means `upstream_error`.
+//!
+//! No reasoning channel: this route streams the raw text (llama.cpp separates reasoning only on its
+//! chat route, as `reasoning_content`), so all output is answer. Cached prompt tokens: `timings.cache_n`,
+//! else `tokens_evaluated − timings.prompt_n` (older servers; `tokens_cached` is not it: it counts the
+//! whole context, generated tokens included). The server's timings: `timings.prompt_ms` (its TTFT and
+//! prefill) and `timings.predicted_ms`.
 
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 use super::text::Text;
+use super::timings::LlamaTimings as Timings;
 use super::{Dialect, EventKind, EventOutput, Observations};
 use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
@@ -37,14 +44,6 @@ struct Chunk<'a> {
     error: Option<IgnoredAny>,
 }
 
-#[derive(Deserialize)]
-struct Timings {
-    #[serde(default)]
-    predicted_n: Option<u64>,
-    #[serde(default)]
-    prompt_n: Option<u64>,
-}
-
 fn record(
     timings: Option<&Timings>,
     predicted: Option<u64>,
@@ -55,6 +54,12 @@ fn record(
         timings.and_then(|t| t.predicted_n).or(predicted),
         evaluated.or(timings.and_then(|t| t.prompt_n)),
     );
+    if let Some(timings) = timings {
+        obs.server.merge(timings.timings());
+        if let Some(cached) = timings.cached(evaluated.or(obs.input_tokens)) {
+            obs.cached_input_tokens = Some(cached);
+        }
+    }
 }
 
 impl Dialect for LlamaCpp {
@@ -119,6 +124,20 @@ mod tests {
         assert_eq!(kind, EventKind::Other);
         assert_eq!((obs.output_tokens, obs.input_tokens), (Some(16), Some(5)));
         assert_eq!(obs.model.as_deref(), Some("qwen2.5-0.5b"));
+        // 5 prompt tokens, 2 processed: 3 came from the cache.
+        assert_eq!(obs.cached_input_tokens, Some(3));
+        let ms = |n: f64| Some(std::time::Duration::from_secs_f64(n / 1e3));
+        assert_eq!((obs.server.ttft, obs.server.prefill), (ms(10.1), ms(10.1)));
+        assert_eq!((obs.server.queue, obs.server.generation), (None, ms(160.2)));
+    }
+
+    #[test]
+    fn cache_n_when_reported_is_the_cached_prompt() {
+        let stop = r#"{"content":"","stop":true,"tokens_predicted":4,"tokens_evaluated":50,"timings":{"cache_n":48,"prompt_n":2,"prompt_ms":3.0,"predicted_n":4,"predicted_ms":40.0}}"#;
+        assert_eq!(classify(stop).1.cached_input_tokens, Some(48));
+        let no_timings =
+            r#"{"content":"x","stop":false,"tokens_predicted":1,"tokens_evaluated":50}"#;
+        assert_eq!(classify(no_timings).1.cached_input_tokens, None);
     }
 
     #[test]

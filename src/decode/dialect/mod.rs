@@ -16,16 +16,18 @@ mod openai;
 mod responses;
 mod text;
 mod tgi;
+pub mod timings;
 
 use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
 use crate::record::api::Api;
+use crate::record::server::ServerTimings;
 
 /// What one event meant for the request's timeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
     /// Carries generated output (text, a refusal, reasoning or a tool-call delta, non-empty): a token
-    /// arrival.
+    /// arrival. Whether it is answer or reasoning the dialect says in [`EventOutput`].
     Output,
     /// Framing, metadata, role-only or usage-only chunks, keep-alives, `[DONE]`.
     Other,
@@ -44,6 +46,12 @@ pub struct Observations {
     /// Responses `output_tokens_details.reasoning_tokens`). Most servers count them inside the output
     /// tokens; some leave them out, which the token count corrects for.
     pub reasoning_tokens: Option<u64>,
+    /// Input tokens the server reports as served from its prefix cache (OpenAI
+    /// `prompt_tokens_details.cached_tokens`, Anthropic `cache_read_input_tokens`, llama.cpp
+    /// `timings.cache_n`).
+    pub cached_input_tokens: Option<u64>,
+    /// The server's own timings for the request, where its answer carries them.
+    pub server: ServerTimings,
     pub model: Option<String>,
     /// The API's terminal event has passed (`[DONE]`, `response.completed`, `message_stop`, Ollama's
     /// `done: true`, llama.cpp's `stop: true`, TGI's event with `generated_text`): the client has the
@@ -81,6 +89,28 @@ fn classify_with(dialect: &mut dyn Dialect, data: &str) -> (EventKind, Observati
     (kind, obs, copied)
 }
 
+/// The channels an event's output went to, `None` when it carried no output.
+#[cfg(test)]
+fn channels_of(dialect: &mut dyn Dialect, data: &str) -> Option<Channels> {
+    let (mut obs, mut choices) = (Observations::default(), Vec::new());
+    let event = FramedEvent::unnamed(data.as_bytes());
+    let mut output = EventOutput::new(None, &mut choices);
+    let kind = dialect.on_event(&event, &mut obs, &mut output);
+    (kind == EventKind::Output).then(|| output.channels())
+}
+
+/// Shorthands for [`channels_of`] in the dialects' tests.
+#[cfg(test)]
+const REASONING: Option<Channels> = Some(Channels {
+    reasoning: true,
+    answer: false,
+});
+#[cfg(test)]
+const ANSWER: Option<Channels> = Some(Channels {
+    reasoning: false,
+    answer: true,
+});
+
 /// [`classify_with`], also returning the choices the event advanced.
 #[cfg(test)]
 fn classify_choices(
@@ -91,13 +121,25 @@ fn classify_choices(
     let event = FramedEvent::unnamed(data.as_bytes());
     let mut output = EventOutput::new(Some(&mut copied), &mut choices);
     let kind = dialect.on_event(&event, &mut obs, &mut output);
+    let copied: Vec<&str> = copied
+        .iter()
+        .map(String::as_str)
+        .filter(|t| !t.is_empty())
+        .collect();
     (kind, obs, copied.join("|"), choices)
 }
 
-/// The output text of each choice so far, for a tokenizer to count: entry `i` is choice `i`'s text
-/// (choice 0 for APIs with one answer), at most [`MAX_CHOICE`] + 1 entries. The choices are kept apart
-/// because their events interleave: tokenized as one text, one choice's words would run into another's.
+/// The output text of each choice so far, for a tokenizer to count: entry `2i` is choice `i`'s answer
+/// text and entry `2i + 1` its reasoning (choice 0 for APIs with one answer), so at most twice
+/// [`MAX_CHOICE`] plus 2 entries. The choices are kept apart because their events interleave: tokenized
+/// as one text, one choice's words would run into another's; reasoning is kept apart so its tokens can
+/// be told.
 pub type ChoiceTexts = Vec<String>;
+
+/// Whether entry `at` of [`ChoiceTexts`] is reasoning.
+pub fn is_reasoning_text(at: usize) -> bool {
+    at % 2 == 1
+}
 
 /// What one event produced, beyond its kind: the generated text, for a tokenizer to count, and the
 /// choices it advanced. Without a tokenizer it holds no text buffer and [`EventOutput::push`] does
@@ -108,6 +150,17 @@ pub struct EventOutput<'a> {
     choices: &'a mut Vec<u32>,
     /// The choice the next text belongs to: the one marked last (0 until one is).
     current: u32,
+    /// The event carried reasoning (thinking) output.
+    reasoning: bool,
+    /// The event carried answer output (text, refusal, tool call).
+    answer: bool,
+}
+
+/// Whether an output-bearing event's output was reasoning, answer or both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Channels {
+    pub reasoning: bool,
+    pub answer: bool,
 }
 
 /// Choices beyond this index share the last slot: a client's `n` must not grow per-stream state.
@@ -119,14 +172,45 @@ impl<'a> EventOutput<'a> {
             text,
             choices,
             current: 0,
+            reasoning: false,
+            answer: false,
         }
     }
 
-    /// Appends generated text (content, refusal, reasoning or tool-call arguments) to the text of the
+    /// The event carried reasoning output (OpenAI `reasoning_content`/`reasoning`, Responses reasoning
+    /// deltas, Anthropic `thinking_delta`, Ollama `thinking`).
+    pub fn reasoning(&mut self) {
+        self.reasoning = true;
+    }
+
+    /// The event carried answer output: anything that is not reasoning. An output event a dialect
+    /// marks as neither is answer (APIs without a reasoning channel).
+    pub fn answer(&mut self) {
+        self.answer = true;
+    }
+
+    /// What the event's output was: answer unless it was marked reasoning only.
+    pub fn channels(&self) -> Channels {
+        Channels {
+            reasoning: self.reasoning,
+            answer: self.answer || !self.reasoning,
+        }
+    }
+
+    /// Appends generated answer text (content, refusal or tool-call arguments) to the text of the
     /// choice marked last.
     pub fn push(&mut self, text: &str) {
+        self.push_at(2 * self.current as usize, text);
+    }
+
+    /// Appends reasoning text to the choice marked last, and marks the event as reasoning.
+    pub fn push_reasoning(&mut self, text: &str) {
+        self.reasoning = true;
+        self.push_at(2 * self.current as usize + 1, text);
+    }
+
+    fn push_at(&mut self, at: usize, text: &str) {
         if let Some(texts) = self.text.as_mut() {
-            let at = self.current as usize;
             if texts.len() <= at {
                 texts.resize_with(at + 1, String::new);
             }

@@ -8,11 +8,16 @@
 //! from `prompt_eval_count`, both on the `done: true` line (or the non-streaming body). A line with an
 //! `error` field means `upstream_error`. Tool-call arguments arrive as JSON objects, not text, so a
 //! tokenizer sees only the names of the called tools.
+//!
+//! Reasoning: `thinking` / `message.thinking`; text and tool calls are answer. The server's timings: the
+//! `done` line's `load_duration`, `prompt_eval_duration` and `eval_duration` (nanoseconds). Ollama
+//! reports no cached prompt tokens (its `prompt_eval_count` counts only the prompt it evaluated).
 
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 use super::text::Text;
+use super::timings::OllamaDurations;
 use super::{Dialect, EventKind, EventOutput, Observations};
 use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
@@ -38,6 +43,12 @@ struct Line<'a> {
     prompt_eval_count: Option<u64>,
     #[serde(default)]
     error: Option<IgnoredAny>,
+    #[serde(default)]
+    load_duration: Option<u64>,
+    #[serde(default)]
+    prompt_eval_duration: Option<u64>,
+    #[serde(default)]
+    eval_duration: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -76,19 +87,26 @@ impl Dialect for Ollama {
         obs.record(line.eval_count, line.prompt_eval_count);
         if line.done == Some(true) {
             obs.ended = true;
+            let durations = OllamaDurations {
+                load_duration: line.load_duration,
+                prompt_eval_duration: line.prompt_eval_duration,
+                eval_duration: line.eval_duration,
+            };
+            obs.server.merge(durations.timings());
         }
         if line.error.is_some() {
             return EventKind::Error;
         }
         let message = line.message.as_ref();
-        let parts = [
-            Some(&line.response),
-            Some(&line.thinking),
-            message.map(|m| &m.content),
-            message.map(|m| &m.thinking),
-        ];
         let mut kind = EventKind::Other;
-        for part in parts.into_iter().flatten().filter_map(Text::non_empty) {
+        let reasoning = [Some(&line.thinking), message.map(|m| &m.thinking)];
+        for part in reasoning.into_iter().flatten().filter_map(Text::non_empty) {
+            text.push_reasoning(part);
+            kind = EventKind::Output;
+        }
+        let answer = [Some(&line.response), message.map(|m| &m.content)];
+        for part in answer.into_iter().flatten().filter_map(Text::non_empty) {
+            text.answer();
             text.push(part);
             kind = EventKind::Output;
         }
@@ -96,6 +114,7 @@ impl Dialect for Ollama {
             .and_then(|m| m.tool_calls.as_deref())
             .unwrap_or_default();
         if !calls.is_empty() {
+            text.answer();
             let names = calls.iter().filter_map(|c| c.function.as_ref());
             names
                 .filter_map(|f| f.name.non_empty())
@@ -106,7 +125,14 @@ impl Dialect for Ollama {
     }
 
     fn body_fields(&self) -> &'static [&'static str] {
-        &["model", "eval_count", "prompt_eval_count"]
+        &[
+            "model",
+            "eval_count",
+            "prompt_eval_count",
+            "load_duration",
+            "prompt_eval_duration",
+            "eval_duration",
+        ]
     }
 
     fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
@@ -115,6 +141,12 @@ impl Dialect for Ollama {
             fields.value("eval_count"),
             fields.value("prompt_eval_count"),
         );
+        let durations = OllamaDurations {
+            load_duration: fields.value("load_duration"),
+            prompt_eval_duration: fields.value("prompt_eval_duration"),
+            eval_duration: fields.value("eval_duration"),
+        };
+        obs.server.merge(durations.timings());
     }
 }
 
@@ -163,6 +195,24 @@ mod tests {
         let (kind, obs, _) = classify(done);
         assert_eq!(kind, EventKind::Other);
         assert_eq!((obs.input_tokens, obs.output_tokens), (Some(26), Some(259)));
+        let ns = |n: u64| Some(std::time::Duration::from_nanos(n));
+        assert_eq!(obs.server.ttft, ns(6_338_219_291 + 130_079_000));
+        assert_eq!(obs.server.prefill, ns(130_079_000));
+        assert_eq!(obs.server.generation, ns(4_232_710_000));
+        assert_eq!((obs.server.queue, obs.cached_input_tokens), (None, None));
+    }
+
+    #[test]
+    fn thinking_is_reasoning_and_text_or_tool_calls_are_answer() {
+        use crate::decode::dialect::{channels_of, ANSWER, REASONING};
+        let thinking = r#"{"model":"m","message":{"role":"assistant","content":"","thinking":"hm"},"done":false}"#;
+        assert_eq!(channels_of(&mut Ollama, thinking), REASONING);
+        let generate = r#"{"model":"m","response":"","thinking":"so","done":false}"#;
+        assert_eq!(channels_of(&mut Ollama, generate), REASONING);
+        let text = r#"{"model":"m","response":"The","done":false}"#;
+        assert_eq!(channels_of(&mut Ollama, text), ANSWER);
+        let tool = r#"{"model":"m","message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":{}}}]},"done":false}"#;
+        assert_eq!(channels_of(&mut Ollama, tool), ANSWER);
     }
 
     #[test]

@@ -10,6 +10,11 @@
 //! `completion_tokens_details.reasoning_tokens`) is taken from whichever chunk carries it last (the
 //! final chunk with `stream_options.include_usage`, or every chunk with vLLM's continuous usage stats,
 //! which are cumulative) and from a non-streaming body's `usage`.
+//!
+//! Reasoning: `reasoning_content` (vLLM, SGLang, DeepSeek, llama.cpp) and `reasoning` (vLLM's newer
+//! name, Ollama's and OpenRouter's); everything else that carries output is answer. Cached prompt tokens:
+//! `usage.prompt_tokens_details.cached_tokens` (vLLM with `--enable-prompt-tokens-details`, OpenAI,
+//! llama.cpp). The server's timings: vLLM's `metrics` object and llama.cpp's `timings` (`timings`).
 
 use std::borrow::Cow;
 
@@ -17,6 +22,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 use super::text::Text;
+use super::timings::{LlamaTimings, VllmMetrics};
 use super::{Dialect, EventKind, EventOutput, Observations};
 use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
@@ -32,6 +38,10 @@ struct Chunk<'a> {
     choices: Option<Vec<Choice<'a>>>,
     #[serde(default)]
     usage: Option<Usage>,
+    #[serde(default)]
+    metrics: Option<VllmMetrics>,
+    #[serde(default)]
+    timings: Option<LlamaTimings>,
     #[serde(default)]
     error: Option<IgnoredAny>,
 }
@@ -94,6 +104,14 @@ struct Usage {
     completion_tokens: Option<u64>,
     #[serde(default)]
     completion_tokens_details: Option<CompletionDetails>,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
+}
+
+#[derive(Deserialize)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -108,10 +126,17 @@ fn non_empty(s: &Option<Cow<'_, str>>) -> bool {
 
 impl Delta<'_> {
     fn carries_output(&self) -> bool {
+        self.carries_answer() || self.carries_reasoning()
+    }
+
+    fn carries_reasoning(&self) -> bool {
+        non_empty(&self.reasoning_content) || non_empty(&self.reasoning)
+    }
+
+    /// Text, a refusal or a tool call: anything a user of a UI that hides reasoning sees.
+    fn carries_answer(&self) -> bool {
         non_empty(&self.content)
             || non_empty(&self.refusal)
-            || non_empty(&self.reasoning_content)
-            || non_empty(&self.reasoning)
             || self
                 .tool_calls
                 .as_ref()
@@ -121,16 +146,17 @@ impl Delta<'_> {
 }
 
 impl Delta<'_> {
-    /// Content, refusal, reasoning and tool-call names and arguments, as a tokenizer should see them.
+    /// Content, refusal, reasoning and tool-call names and arguments, as a tokenizer should see them
+    /// (reasoning apart, so its tokens can be told).
     fn copy_text(&self, text: &mut EventOutput<'_>) {
-        for part in [
-            &self.content,
-            &self.refusal,
-            &self.reasoning_content,
-            &self.reasoning,
-        ] {
+        for part in [&self.content, &self.refusal] {
             if let Some(s) = part.as_deref() {
                 text.push(s);
+            }
+        }
+        for part in [&self.reasoning_content, &self.reasoning] {
+            if let Some(s) = part.as_deref().filter(|s| !s.is_empty()) {
+                text.push_reasoning(s);
             }
         }
         let calls = self.tool_calls.iter().flatten();
@@ -148,6 +174,16 @@ impl Choice<'_> {
         self.delta.as_ref().is_some_and(Delta::carries_output) || non_empty(&self.text)
     }
 
+    /// Says which channels the choice's output went to.
+    fn mark_channels(&self, output: &mut EventOutput<'_>) {
+        if self.delta.as_ref().is_some_and(Delta::carries_reasoning) {
+            output.reasoning();
+        }
+        if self.delta.as_ref().is_some_and(Delta::carries_answer) || non_empty(&self.text) {
+            output.answer();
+        }
+    }
+
     fn copy_text(&self, text: &mut EventOutput<'_>) {
         if let Some(delta) = &self.delta {
             delta.copy_text(text);
@@ -163,6 +199,27 @@ fn record_usage(usage: &Usage, obs: &mut Observations) {
     let details = usage.completion_tokens_details.as_ref();
     if let Some(n) = details.and_then(|d| d.reasoning_tokens) {
         obs.reasoning_tokens = Some(n);
+    }
+    let prompt = usage.prompt_tokens_details.as_ref();
+    if let Some(n) = prompt.and_then(|d| d.cached_tokens) {
+        obs.cached_input_tokens = Some(n);
+    }
+}
+
+/// The server's own timings: vLLM's `metrics`, llama.cpp's `timings` (and its cached prompt tokens).
+fn record_timings(
+    metrics: Option<&VllmMetrics>,
+    timings: Option<&LlamaTimings>,
+    obs: &mut Observations,
+) {
+    if let Some(metrics) = metrics {
+        obs.server.merge(metrics.timings());
+    }
+    if let Some(timings) = timings {
+        obs.server.merge(timings.timings());
+        if obs.cached_input_tokens.is_none() {
+            obs.cached_input_tokens = timings.cache_n;
+        }
     }
 }
 
@@ -195,6 +252,9 @@ impl Dialect for OpenAi {
         if let Some(usage) = &chunk.usage {
             record_usage(usage, obs);
         }
+        if chunk.metrics.is_some() || chunk.timings.is_some() {
+            record_timings(chunk.metrics.as_ref(), chunk.timings.as_ref(), obs);
+        }
         if chunk.error.is_some() {
             return EventKind::Error;
         }
@@ -202,6 +262,7 @@ impl Dialect for OpenAi {
         let mut kind = EventKind::Other;
         for choice in choices.iter().filter(|c| c.carries_output()) {
             output.choice(choice.index.unwrap_or(0));
+            choice.mark_channels(output);
             choice.copy_text(output);
             kind = EventKind::Output;
         }
@@ -209,7 +270,7 @@ impl Dialect for OpenAi {
     }
 
     fn body_fields(&self) -> &'static [&'static str] {
-        &["model", "usage"]
+        &["model", "usage", "metrics", "timings"]
     }
 
     fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
@@ -219,6 +280,9 @@ impl Dialect for OpenAi {
         if let Some(usage) = fields.value::<Usage>("usage") {
             record_usage(&usage, obs);
         }
+        let metrics = fields.value::<VllmMetrics>("metrics");
+        let timings = fields.value::<LlamaTimings>("timings");
+        record_timings(metrics.as_ref(), timings.as_ref(), obs);
     }
 }
 
@@ -237,6 +301,79 @@ mod tests {
 
     fn choices_of(data: &str) -> Vec<u32> {
         crate::decode::dialect::classify_choices(&mut OpenAi, data).3
+    }
+
+    fn channels(data: &str) -> Option<crate::decode::dialect::Channels> {
+        crate::decode::dialect::channels_of(&mut OpenAi, data)
+    }
+
+    #[test]
+    fn reasoning_fields_are_reasoning_and_everything_else_is_answer() {
+        use crate::decode::dialect::{Channels, ANSWER, REASONING};
+        let reasoning =
+            r#"{"choices":[{"index":0,"delta":{"reasoning_content":"hm","content":null}}]}"#;
+        assert_eq!(channels(reasoning), REASONING);
+        assert_eq!(
+            channels(r#"{"choices":[{"delta":{"reasoning":"hm"}}]}"#),
+            REASONING
+        );
+        for answer in [
+            r#"{"choices":[{"delta":{"content":"a","reasoning_content":""}}]}"#,
+            r#"{"choices":[{"delta":{"refusal":"no"}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"f"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"function_call":{"arguments":"{"}}}]}"#,
+            r#"{"choices":[{"text":"t","index":0}]}"#,
+        ] {
+            assert_eq!(channels(answer), ANSWER, "{answer}");
+        }
+        let both = r#"{"choices":[{"delta":{"reasoning_content":"r","content":"c"}}]}"#;
+        let both_channels = Channels {
+            reasoning: true,
+            answer: true,
+        };
+        assert_eq!(channels(both), Some(both_channels));
+        assert_eq!(
+            channels(r#"{"choices":[{"delta":{"role":"assistant"}}]}"#),
+            None
+        );
+    }
+
+    #[test]
+    fn cached_prompt_tokens_and_vllm_per_request_metrics_are_read_from_the_last_chunk() {
+        let last = r#"{"choices":[],"usage":{"prompt_tokens":20,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":16}},"metrics":{"time_to_first_token_ms":30.0,"generation_time_ms":90.5,"queue_time_ms":2.5,"mean_itl_ms":30.1,"tokens_per_second":33.0}}"#;
+        let (kind, obs) = classify(last);
+        assert_eq!(kind, EventKind::Other);
+        assert_eq!(obs.cached_input_tokens, Some(16));
+        let ms = |n: f64| Some(std::time::Duration::from_secs_f64(n / 1e3));
+        assert_eq!(obs.server.queue, ms(2.5));
+        assert_eq!(obs.server.prefill, ms(30.0));
+        assert_eq!(obs.server.ttft, ms(32.5));
+        assert_eq!(obs.server.generation, ms(90.5));
+        let (_, plain) = classify(r#"{"choices":[],"usage":{"prompt_tokens":20}}"#);
+        assert_eq!(
+            (plain.cached_input_tokens, plain.server.is_empty()),
+            (None, true)
+        );
+    }
+
+    #[test]
+    fn llama_cpp_timings_on_its_openai_route_give_prefill_and_cached_prompt() {
+        let last = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"timings":{"cache_n":7,"prompt_n":2,"prompt_ms":12.0,"predicted_n":5,"predicted_ms":50.0}}"#;
+        let (_, obs) = classify(last);
+        assert_eq!(obs.cached_input_tokens, Some(7));
+        let ms = |n: u64| Some(std::time::Duration::from_millis(n));
+        assert_eq!((obs.server.ttft, obs.server.prefill), (ms(12), ms(12)));
+        assert_eq!((obs.server.queue, obs.server.generation), (None, ms(50)));
+    }
+
+    #[test]
+    fn a_json_body_gives_its_cached_tokens_and_server_metrics() {
+        let mut obs = Observations::default();
+        let mut scanner = FieldScanner::new(OpenAi.body_fields(), 4096, 4096);
+        scanner.feed(br#"{"model":"m","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":8}},"metrics":{"queue_time_ms":1.0,"time_to_first_token_ms":3.0}}"#);
+        OpenAi.on_body(&scanner, &mut obs);
+        assert_eq!(obs.cached_input_tokens, Some(8));
+        assert_eq!(obs.server.ttft, Some(std::time::Duration::from_millis(4)));
     }
 
     #[test]
@@ -283,7 +420,8 @@ mod tests {
         );
         assert_eq!(
             text_of(r#"{"choices":[{"delta":{"reasoning_content":"r","content":"c"}}]}"#),
-            "cr"
+            "c|r",
+            "answer and reasoning are kept apart"
         );
         assert_eq!(
             text_of(

@@ -11,12 +11,18 @@
 //! `max_output_tokens` or content-filter stop the server chose, like chat's `finish_reason: "length"`)
 //! ends it normally. `response.completed`, `response.incomplete` and `response.failed` are terminal: the
 //! client has the whole answer once one has passed.
+//!
+//! Reasoning: `response.reasoning_text.delta` and `response.reasoning_summary_text.delta` (and any other
+//! `response.reasoning*.delta`); every other output delta is answer. Cached prompt tokens:
+//! `usage.input_tokens_details.cached_tokens`. The server's timings: vLLM's `metrics` object on the
+//! `response` (`--enable-per-request-metrics`).
 
 use std::borrow::Cow;
 
 use serde::Deserialize;
 
 use super::text::Text;
+use super::timings::VllmMetrics;
 use super::{Dialect, EventKind, EventOutput, Observations};
 use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
@@ -40,6 +46,8 @@ struct Response<'a> {
     model: Text<'a>,
     #[serde(default)]
     usage: Option<Usage>,
+    #[serde(default)]
+    metrics: Option<VllmMetrics>,
 }
 
 #[derive(Deserialize)]
@@ -50,6 +58,14 @@ struct Usage {
     output_tokens: Option<u64>,
     #[serde(default)]
     output_tokens_details: Option<OutputDetails>,
+    #[serde(default)]
+    input_tokens_details: Option<InputDetails>,
+}
+
+#[derive(Deserialize)]
+struct InputDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -63,6 +79,10 @@ fn record_usage(usage: &Usage, obs: &mut Observations) {
     let details = usage.output_tokens_details.as_ref();
     if let Some(n) = details.and_then(|d| d.reasoning_tokens) {
         obs.reasoning_tokens = Some(n);
+    }
+    let input = usage.input_tokens_details.as_ref();
+    if let Some(n) = input.and_then(|d| d.cached_tokens) {
+        obs.cached_input_tokens = Some(n);
     }
 }
 
@@ -81,6 +101,9 @@ impl Dialect for Responses {
             if let Some(usage) = &response.usage {
                 record_usage(usage, obs);
             }
+            if let Some(metrics) = &response.metrics {
+                obs.server.merge(metrics.timings());
+            }
         }
         let kind = event.kind.as_deref().unwrap_or_default();
         if matches!(
@@ -93,8 +116,13 @@ impl Dialect for Responses {
             "error" | "response.failed" => EventKind::Error,
             _ if kind.ends_with(".delta") => match event.delta.non_empty() {
                 Some(delta) => {
-                    if kind != "response.audio.delta" {
-                        text.push(delta); // audio deltas are base64 bytes, not text
+                    if kind.starts_with("response.reasoning") {
+                        text.push_reasoning(delta);
+                    } else {
+                        text.answer();
+                        if kind != "response.audio.delta" {
+                            text.push(delta); // audio deltas are base64 bytes, not text
+                        }
                     }
                     EventKind::Output
                 }
@@ -105,13 +133,16 @@ impl Dialect for Responses {
     }
 
     fn body_fields(&self) -> &'static [&'static str] {
-        &["model", "usage"]
+        &["model", "usage", "metrics"]
     }
 
     fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
         obs.model(fields.string("model").as_deref());
         if let Some(usage) = fields.value::<Usage>("usage") {
             record_usage(&usage, obs);
+        }
+        if let Some(metrics) = fields.value::<VllmMetrics>("metrics") {
+            obs.server.merge(metrics.timings());
         }
     }
 }
@@ -122,6 +153,39 @@ mod tests {
 
     fn classify(data: &str) -> (EventKind, Observations, String) {
         crate::decode::dialect::classify_with(&mut Responses, data)
+    }
+
+    #[test]
+    fn reasoning_deltas_are_reasoning_and_text_refusal_or_arguments_are_answer() {
+        use crate::decode::dialect::{channels_of, ANSWER, REASONING};
+        let delta = |kind: &str| format!(r#"{{"type":"{kind}","output_index":0,"delta":"ab"}}"#);
+        for kind in [
+            "response.reasoning_text.delta",
+            "response.reasoning_summary_text.delta",
+        ] {
+            assert_eq!(
+                channels_of(&mut Responses, &delta(kind)),
+                REASONING,
+                "{kind}"
+            );
+        }
+        for kind in [
+            "response.output_text.delta",
+            "response.refusal.delta",
+            "response.function_call_arguments.delta",
+            "response.custom_tool_call_input.delta",
+        ] {
+            assert_eq!(channels_of(&mut Responses, &delta(kind)), ANSWER, "{kind}");
+        }
+    }
+
+    #[test]
+    fn completed_gives_cached_input_tokens_and_vllm_metrics() {
+        let completed = r#"{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":12,"input_tokens_details":{"cached_tokens":8},"output_tokens":7},"metrics":{"queue_time_ms":4.0,"time_to_first_token_ms":6.0,"generation_time_ms":50.0}}}"#;
+        let (_, obs, _) = classify(completed);
+        assert_eq!(obs.cached_input_tokens, Some(8));
+        let ms = |n: u64| Some(std::time::Duration::from_millis(n));
+        assert_eq!((obs.server.queue, obs.server.ttft), (ms(4), ms(10)));
     }
 
     #[test]

@@ -18,7 +18,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::decode::dialect::ChoiceTexts;
+use crate::decode::dialect::{is_reasoning_text, ChoiceTexts};
 
 pub mod discover;
 mod registry;
@@ -128,13 +128,24 @@ impl TextCount {
         }
     }
 
-    /// The tokenizer's count of the whole output, when a tokenizer counted it.
-    pub fn finish(&mut self) -> Option<u64> {
+    /// The tokenizer's count of the whole output and of its reasoning, when a tokenizer counted it.
+    /// `whole`: the whole output is wanted; else only the reasoning texts are tokenized (what was
+    /// already counted of the rest to bound memory is reported all the same).
+    pub fn finish(&mut self, whole: bool) -> Option<Counted> {
         match std::mem::replace(self, TextCount::Off) {
-            TextCount::On(mut counter) => counter.finish(),
+            TextCount::On(mut counter) => counter.finish(whole),
             _ => None,
         }
     }
+}
+
+/// A tokenizer's count of a response's output text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counted {
+    /// Every token: answer and reasoning.
+    pub output: u64,
+    /// The reasoning tokens among them.
+    pub reasoning: u64,
 }
 
 fn total_len(texts: &ChoiceTexts) -> usize {
@@ -144,7 +155,7 @@ fn total_len(texts: &ChoiceTexts) -> usize {
 pub struct TextCounter {
     model: Arc<Model>,
     texts: ChoiceTexts,
-    counted: u64,
+    counted: Counted,
     window: usize,
     failed: bool,
 }
@@ -154,7 +165,7 @@ impl TextCounter {
         TextCounter {
             model,
             texts: ChoiceTexts::new(),
-            counted: 0,
+            counted: Counted::default(),
             window: WINDOW_BYTES,
             failed: false,
         }
@@ -192,9 +203,9 @@ impl TextCounter {
             (before.1 <= at.0 && text.is_char_boundary(at.0)).then_some((k, at.0))
         });
         match cut {
-            Some((k, at)) => {
-                self.counted = self.counted.saturating_add(k as u64);
-                text.drain(..at);
+            Some((k, cut)) => {
+                text.drain(..cut);
+                self.add(at, k as u64);
             }
             None if text.len() > 4 * self.window => self.fail("no token boundary in the text"),
             None => {}
@@ -207,21 +218,32 @@ impl TextCounter {
         self.texts = ChoiceTexts::new();
     }
 
-    fn finish(&mut self) -> Option<u64> {
+    /// `n` tokens of text `at` counted.
+    fn add(&mut self, at: usize, n: u64) {
+        self.counted.output = self.counted.output.saturating_add(n);
+        if is_reasoning_text(at) {
+            self.counted.reasoning = self.counted.reasoning.saturating_add(n);
+        }
+    }
+
+    fn finish(&mut self, whole: bool) -> Option<Counted> {
         if self.failed {
             return None;
         }
-        let mut counted = self.counted;
-        for text in &self.texts {
+        let texts = std::mem::take(&mut self.texts);
+        for (at, text) in texts.iter().enumerate() {
+            if text.is_empty() || !(whole || is_reasoning_text(at)) {
+                continue;
+            }
             match token_offsets(&self.model, text) {
-                Ok(offsets) => counted = counted.saturating_add(offsets.len() as u64),
+                Ok(offsets) => self.add(at, offsets.len() as u64),
                 Err(err) => {
                     self.fail(&err);
                     return None;
                 }
             }
         }
-        Some(counted)
+        Some(self.counted)
     }
 }
 
@@ -243,7 +265,7 @@ mod tests {
         let mut counter = TextCounter::new(words());
         counter.texts.push("hello world, hello".to_owned());
         counter.after_event();
-        assert_eq!(counter.finish(), Some(4)); // hello, world, ",", hello
+        assert_eq!(counter.finish(true).map(|c| c.output), Some(4)); // hello, world, ",", hello
     }
 
     /// vLLM's `n` = 2 streams interleave the choices' chunks; each choice is its own text, so the
@@ -264,14 +286,42 @@ mod tests {
             output.choice(choice);
             output.push(piece);
         }
-        assert_eq!(texts, ["hello, world", "hello world"]);
+        assert_eq!(texts, ["hello, world", "", "hello world"]);
         let mut counter = TextCounter::new(words());
         counter.texts = texts;
-        assert_eq!(counter.finish(), Some(3 + 2));
+        assert_eq!(counter.finish(true).map(|c| c.output), Some(3 + 2));
         // Run together they would be "helhello lo, worldworld": 4 tokens.
         let mut together = TextCounter::new(words());
         together.texts.push("helhello lo, worldworld".to_owned());
-        assert_eq!(together.finish(), Some(4));
+        assert_eq!(together.finish(true).map(|c| c.output), Some(4));
+    }
+
+    #[test]
+    fn reasoning_text_is_counted_apart_and_alone_when_only_it_is_wanted() {
+        let (mut texts, mut choices) = (ChoiceTexts::new(), Vec::new());
+        for (reasoning, piece) in [(true, "hello hello"), (false, "world"), (true, " world")] {
+            let mut output =
+                crate::decode::dialect::EventOutput::new(Some(&mut texts), &mut choices);
+            match reasoning {
+                true => output.push_reasoning(piece),
+                false => output.push(piece),
+            }
+        }
+        assert_eq!(texts, ["world", "hello hello world"]);
+        let mut counter = TextCounter::new(words());
+        counter.texts = texts.clone();
+        let both = Counted {
+            output: 4,
+            reasoning: 3,
+        };
+        assert_eq!(counter.finish(true), Some(both));
+        let mut counter = TextCounter::new(words());
+        counter.texts = texts;
+        let reasoning_only = Counted {
+            output: 3,
+            reasoning: 3,
+        };
+        assert_eq!(counter.finish(false), Some(reasoning_only));
     }
 
     #[test]
@@ -287,7 +337,11 @@ mod tests {
                 counter.after_event();
                 assert!(total_len(&counter.texts) <= window + 200, "window {window}");
             }
-            assert_eq!(counter.finish(), Some(whole), "window {window}");
+            assert_eq!(
+                counter.finish(true).map(|c| c.output),
+                Some(whole),
+                "window {window}"
+            );
         }
     }
 
@@ -304,10 +358,10 @@ mod tests {
             .push("hello world".to_owned());
         count.after_event(None);
         count.after_event(Some("m"));
-        assert_eq!(count.finish(), Some(2));
+        assert_eq!(count.finish(true).map(|c| c.output), Some(2));
         let mut other = TextCount::start(&tokenizers, Some("not-configured"));
         assert!(other.buffer().is_none());
-        assert_eq!(other.finish(), None);
+        assert_eq!(other.finish(true).map(|c| c.output), None);
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub const UNKNOWN_MODEL: &str = "unknown";
 pub const OTHER_MODEL: &str = "other";
 /// Label for requests naming a model the upstream has not yet confirmed with a 2xx answer.
 pub const UNADMITTED_MODEL: &str = "unadmitted";
+/// Label for requests that name no tenant (`tenant` label).
+pub const NO_TENANT: &str = "none";
 /// Longer model names are counted as `other`: a real model name is never this long.
 const MAX_MODEL_LEN: usize = 200;
 
@@ -105,6 +107,18 @@ impl ModelLabels {
         }
     }
 
+    /// The same capped set for the `tenant` label: a request that names no tenant is `none`.
+    pub fn for_tenants<'a>(
+        cap: usize,
+        idle: Option<Duration>,
+        configured: impl Iterator<Item = &'a str>,
+    ) -> Self {
+        ModelLabels {
+            unknown: Arc::from(NO_TENANT),
+            ..ModelLabels::new(cap, idle, configured)
+        }
+    }
+
     /// The most values the label can take: the admitted names, `unknown`, `other` and `unadmitted`.
     pub fn max_values(&self) -> usize {
         self.cap.max(self.pinned) + 3
@@ -150,6 +164,11 @@ impl ModelLabels {
         };
         admitted.insert(label.clone(), entry);
         Lookup::Label(label)
+    }
+
+    /// The label of a request that names nothing (`unknown` model, `none` tenant).
+    pub fn none(&self) -> Arc<str> {
+        self.unknown.clone()
     }
 
     /// The label once more, for a cap that is still full: `other`.

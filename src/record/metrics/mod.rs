@@ -21,11 +21,15 @@ use crate::config::{Config, SloKind};
 use crate::record::api::Api;
 
 mod bound;
+mod inside;
 mod labels;
 mod scrape;
 
+pub use bound::SeriesBound;
+pub use inside::Inside;
 pub use labels::{
-    status_label, status_labels, Lookup, ModelLabels, OTHER_MODEL, UNADMITTED_MODEL, UNKNOWN_MODEL,
+    status_label, status_labels, Lookup, ModelLabels, NO_TENANT, OTHER_MODEL, UNADMITTED_MODEL,
+    UNKNOWN_MODEL,
 };
 
 pub struct Metrics {
@@ -50,7 +54,14 @@ pub struct Metrics {
     retired: IntCounter,
     scrapes: scrape::Coalesce,
     pub models: ModelLabels,
+    /// The `tenant` label values, when `tenants:` is configured.
+    pub tenants: Option<ModelLabels>,
     pub refusals: Refusals,
+    /// The request_log writer's counters, when `request_log:` is configured.
+    pub records: Option<crate::logging::records::RecordCounters>,
+    bound: SeriesBound,
+    /// What is inside a TTFT: reasoning, the prefix cache, the server's own timings.
+    pub inside: Inside,
 }
 
 /// What tokentap's own limits turned away before a request could be counted, or instead of
@@ -99,6 +110,8 @@ impl Refusals {
 #[derive(Clone)]
 pub struct Series {
     pub model: Arc<str>,
+    /// The `tenant` label value, when `tenants:` is configured.
+    pub tenant: Option<Arc<str>>,
     pub api: Api,
     pub e2e: Histogram,
     pub goodput: IntCounter,
@@ -110,6 +123,7 @@ pub struct Series {
 #[derive(Clone)]
 pub struct TokenSeries {
     pub ttft: Histogram,
+    pub time_to_first_answer: Histogram,
     pub itl: Histogram,
     pub tpot: Histogram,
     pub generation: Histogram,
@@ -120,18 +134,33 @@ pub struct TokenSeries {
 }
 
 const MODEL_API: &[&str] = &["model", "api"];
+const MODEL_API_TENANT: &[&str] = &["model", "api", "tenant"];
 
 impl Metrics {
     pub fn new(config: &Config) -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
-        let histogram = |name: &str,
-                         help: &str,
-                         buckets: Vec<f64>|
+        // The families that carry the `tenant` label, when there is one.
+        let by_tenant = if config.tenants.is_some() {
+            MODEL_API_TENANT
+        } else {
+            MODEL_API
+        };
+        let requests_labels: &[&str] = if config.tenants.is_some() {
+            &["model", "api", "status", "outcome", "tenant"]
+        } else {
+            &["model", "api", "status", "outcome"]
+        };
+        let labelled = |name: &str,
+                        help: &str,
+                        buckets: Vec<f64>,
+                        labels: &[&str]|
          -> Result<HistogramVec, prometheus::Error> {
-            let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), MODEL_API)?;
+            let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)?;
             registry.register(Box::new(h.clone()))?;
             Ok(h)
         };
+        let histogram =
+            |name: &str, help: &str, buckets: Vec<f64>| labelled(name, help, buckets, MODEL_API);
         let counter =
             |name: &str, help: &str, labels: &[&str]| -> Result<IntCounterVec, prometheus::Error> {
                 let c = IntCounterVec::new(Opts::new(name, help), labels)?;
@@ -139,10 +168,11 @@ impl Metrics {
                 Ok(c)
             };
         let boundaries = bound::Boundaries::of(config);
-        let ttft = histogram(
+        let ttft = labelled(
             "tokentap_time_to_first_token_seconds",
             "Time from the request head arriving to the first output-bearing chunk (TTFT).",
             boundaries.ttft.clone(),
+            by_tenant,
         )?;
         let itl = histogram(
             "tokentap_inter_token_latency_seconds",
@@ -154,10 +184,11 @@ impl Metrics {
             "Per-request (E2E - TTFT) / (output tokens - 1), requests with at least 2 output tokens (TPOT).",
             boundaries.tpot.clone(),
         )?;
-        let e2e = histogram(
+        let e2e = labelled(
             "tokentap_e2e_request_latency_seconds",
             "Time from the request head arriving to the end of the response body, completed requests.",
             boundaries.e2e.clone(),
+            by_tenant,
         )?;
         let generation = histogram(
             "tokentap_token_generation_time_seconds",
@@ -177,7 +208,7 @@ impl Metrics {
         let requests = counter(
             "tokentap_requests_total",
             "Finished requests by HTTP status and outcome (ok, cancelled, upstream_error, timeout).",
-            &["model", "api", "status", "outcome"],
+            requests_labels,
         )?;
         let input_tokens = counter(
             "tokentap_input_tokens_total",
@@ -192,7 +223,7 @@ impl Metrics {
         let goodput = counter(
             "tokentap_goodput_requests_total",
             "Requests that ended ok with a 2xx status and met every configured SLO ceiling.",
-            MODEL_API,
+            by_tenant,
         )?;
         let slo_violations = counter(
             "tokentap_slo_violations_total",
@@ -219,6 +250,13 @@ impl Metrics {
         registry.register(Box::new(in_flight.clone()))?;
         registry.register(Box::new(crate::logging::DroppedLinesCollector::new()?))?;
         let refusals = Refusals::register(&registry)?;
+        let records = match &config.request_log {
+            Some(_) => Some(crate::logging::records::RecordCounters::register(
+                &registry,
+            )?),
+            None => None,
+        };
+        let inside = Inside::register(&registry, &boundaries)?;
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }
@@ -232,9 +270,13 @@ impl Metrics {
             config.metrics.model_idle,
             config.slo.models.keys().map(String::as_str),
         );
+        let tenants = config.tenants.as_ref().map(|t| {
+            let pinned = config.slo.tenants.keys().map(String::as_str);
+            ModelLabels::for_tenants(t.max, config.metrics.model_idle, pinned)
+        });
         let limit = gauge(
             bound::LIMIT,
-            "The most series this process can ever export, from max_models, the API, status and outcome \
+            "The most series this process can ever export, from max_models, tenants.max, the API, status and outcome \
              sets and the bucket counts (README: series bound).",
         )?;
         let series_count = gauge(
@@ -261,7 +303,15 @@ impl Metrics {
             .flat_map(|family| family.get_metric())
             .filter(|metric| metric.get_label().is_empty())
             .count();
-        limit.set(boundaries.series_limit(&config.slo, models.max_values(), unlabelled));
+        let tenant_values = tenants.as_ref().map_or(1, ModelLabels::max_values);
+        let bound = boundaries.series_limit(
+            &config.slo,
+            models.max_values(),
+            tenant_values,
+            unlabelled,
+            records.is_some(),
+        );
+        limit.set(bound.total);
         Ok(Metrics {
             registry,
             ttft,
@@ -284,7 +334,30 @@ impl Metrics {
             retired,
             scrapes: scrape::Coalesce::default(),
             models,
+            tenants,
             refusals,
+            records,
+            bound,
+            inside,
+        })
+    }
+
+    /// The most series this process can export, and how that figure is made.
+    pub fn bound(&self) -> &SeriesBound {
+        &self.bound
+    }
+
+    /// The `tenant` label for a request's tenant (`None`: it named none), `confirmed` when the upstream
+    /// answered 2xx; `None` when `tenants:` is not configured. Capped and admitted as the model is.
+    pub fn tenant_label(&self, tenant: Option<&str>, confirmed: bool) -> Option<Arc<str>> {
+        let tenants = self.tenants.as_ref()?;
+        Some(match tenants.lookup(tenant, confirmed) {
+            Lookup::Label(label) => label,
+            Lookup::Full if self.retire_idle() == 0 => tenants.overflow(),
+            Lookup::Full => match tenants.lookup(tenant, confirmed) {
+                Lookup::Label(label) => label,
+                Lookup::Full => tenants.overflow(),
+            },
         })
     }
 
@@ -302,9 +375,23 @@ impl Metrics {
     }
 
     pub fn series(&self, model: Arc<str>, api: Api) -> Series {
+        self.series_of(model, None, api)
+    }
+
+    /// A request's series with its `tenant` label (from [`Metrics::tenant_label`]); with `tenants:`
+    /// configured, `None` is the `none` tenant.
+    pub fn series_of(&self, model: Arc<str>, tenant: Option<Arc<str>>, api: Api) -> Series {
+        let tenant = (self.tenants.as_ref()).map(|t| tenant.unwrap_or_else(|| t.none()));
         let labels = [&*model, api.as_str()];
+        let with_tenant = [&*model, api.as_str(), tenant.as_deref().unwrap_or("")];
+        let by_tenant: &[&str] = if tenant.is_some() {
+            &with_tenant
+        } else {
+            &labels
+        };
         let tokens = (api != Api::Other).then(|| TokenSeries {
-            ttft: self.ttft.with_label_values(&labels),
+            ttft: self.ttft.with_label_values(by_tenant),
+            time_to_first_answer: self.inside.time_to_first_answer.with_label_values(&labels),
             itl: self.itl.with_label_values(&labels),
             tpot: self.tpot.with_label_values(&labels),
             generation: self.generation.with_label_values(&labels),
@@ -314,10 +401,11 @@ impl Metrics {
             output_tokens: self.output_tokens.with_label_values(&labels),
         });
         Series {
-            e2e: self.e2e.with_label_values(&labels),
-            goodput: self.goodput.with_label_values(&labels),
+            e2e: self.e2e.with_label_values(by_tenant),
+            goodput: self.goodput.with_label_values(by_tenant),
             tokens,
             model,
+            tenant,
             api,
         }
     }
@@ -325,21 +413,32 @@ impl Metrics {
     /// Retires the model names idle for `metrics.model_idle` (and not in use): each one's series are
     /// removed from every family, and its place under `max_models` is free again.
     pub fn retire_idle(&self) -> usize {
-        let retired = self.models.retire(|names| {
-            purge(&self.ttft, names);
-            purge(&self.itl, names);
-            purge(&self.tpot, names);
-            purge(&self.e2e, names);
-            purge(&self.generation, names);
-            purge(&self.tokens_per_second, names);
-            purge(&self.max_gap, names);
-            purge(&self.requests, names);
-            purge(&self.input_tokens, names);
-            purge(&self.output_tokens, names);
-            purge(&self.goodput, names);
-            purge(&self.slo_violations, names);
-            purge(&self.token_source, names);
+        let m = "model";
+        let mut retired = self.models.retire(|names| {
+            purge_by(&self.ttft, m, names);
+            purge_by(&self.itl, m, names);
+            purge_by(&self.tpot, m, names);
+            purge_by(&self.e2e, m, names);
+            purge_by(&self.generation, m, names);
+            purge_by(&self.tokens_per_second, m, names);
+            purge_by(&self.max_gap, m, names);
+            purge_by(&self.requests, m, names);
+            purge_by(&self.input_tokens, m, names);
+            purge_by(&self.output_tokens, m, names);
+            purge_by(&self.goodput, m, names);
+            purge_by(&self.slo_violations, m, names);
+            purge_by(&self.token_source, m, names);
+            self.inside.purge(names);
         });
+        if let Some(tenants) = &self.tenants {
+            let t = "tenant";
+            retired += tenants.retire(|names| {
+                purge_by(&self.ttft, t, names);
+                purge_by(&self.e2e, t, names);
+                purge_by(&self.requests, t, names);
+                purge_by(&self.goodput, t, names);
+            });
+        }
         if retired > 0 {
             self.retired.inc_by(retired as u64);
             tracing::debug!(retired, "idle model labels retired");
@@ -353,9 +452,20 @@ impl Metrics {
 
     /// Counts a finished request (`status` from [`status_label`]); its model name was in use until now.
     pub fn count_request(&self, series: &Series, status: &str, outcome: &str) {
-        self.requests
-            .with_label_values(&[&*series.model, series.api.as_str(), status, outcome])
-            .inc();
+        let (model, api) = (&*series.model, series.api.as_str());
+        match &series.tenant {
+            Some(tenant) => {
+                let labels = [model, api, status, outcome, tenant];
+                self.requests.with_label_values(&labels).inc();
+                if let Some(tenants) = &self.tenants {
+                    tenants.touch(tenant);
+                }
+            }
+            None => self
+                .requests
+                .with_label_values(&[model, api, status, outcome])
+                .inc(),
+        }
         self.models.touch(&series.model);
     }
 
@@ -380,6 +490,11 @@ impl Metrics {
 
 /// Removes every series of `family` whose `model` label is one of `names`.
 fn purge<T: MetricVecBuilder>(family: &MetricVec<T>, names: &HashSet<Arc<str>>) {
+    purge_by(family, "model", names);
+}
+
+/// Removes every series of `family` whose `label` is one of `names`.
+fn purge_by<T: MetricVecBuilder>(family: &MetricVec<T>, label: &str, names: &HashSet<Arc<str>>) {
     for gathered in family.collect() {
         for metric in gathered.get_metric() {
             let labels: std::collections::HashMap<&str, &str> = metric
@@ -387,7 +502,7 @@ fn purge<T: MetricVecBuilder>(family: &MetricVec<T>, names: &HashSet<Arc<str>>) 
                 .iter()
                 .map(|pair| (pair.name(), pair.value()))
                 .collect();
-            if labels.get("model").is_some_and(|m| names.contains(*m)) {
+            if labels.get(label).is_some_and(|m| names.contains(*m)) {
                 // Err only when the series is already gone.
                 let _ = family.remove(&labels);
             }
@@ -418,50 +533,150 @@ mod tests {
         limit.map_or(0, |f| f.get_metric()[0].get_gauge().get_value() as i64)
     }
 
-    /// Every label value each family can take, for every model value and API: the page then holds exactly
-    /// the series limit, so the limit is neither too low (a bound that lies) nor loose.
-    #[test]
-    fn every_combination_of_label_values_fills_exactly_the_series_limit() {
-        let yaml = "max_models: 2\nslo: {e2e: 30s, ttft: 1s}\nbuckets: {ttft: [0.5], itl: [0.1], tpot: [0.1], e2e: [1, 10], output_tokens_per_second: [10]}";
-        let config = Config::from_yaml_str(yaml).unwrap();
-        let metrics = Metrics::new(&config).unwrap();
+    /// Counts every label value each family can take, for every model (and tenant) value and API.
+    fn fill_every_combination(metrics: &Metrics, tenants: &[Option<&str>]) {
         let outcomes = ["ok", "cancelled", "upstream_error", "timeout"];
         let sources = ["usage", "usage_corrected", "tokenizer", "chunks"];
         let reasons = ["event_too_large", "malformed_event"];
         let names = [Some("a"), Some("b"), Some("c"), None, Some("bad\n")];
         for (name, confirmed) in names.iter().flat_map(|n| [(n, true), (n, false)]) {
-            let label = metrics.model_label(*name, confirmed);
-            for api in Api::ALL {
-                let series = metrics.series(label.clone(), api);
-                for (status, outcome) in status_labels().flat_map(|s| outcomes.map(|o| (s, o))) {
-                    metrics.count_request(&series, status, outcome);
-                }
-                let kinds = match api {
-                    Api::Other => &[SloKind::E2e][..],
-                    _ => &[SloKind::E2e, SloKind::Ttft][..],
-                };
-                for &kind in kinds {
-                    metrics.count_violation(&series, kind);
-                }
-                if api != Api::Other {
-                    for source in sources {
-                        metrics.count_token_source(&series, source);
+            for (tenant, tenant_confirmed) in tenants.iter().flat_map(|t| [(t, true), (t, false)]) {
+                let label = metrics.model_label(*name, confirmed);
+                let tenant = metrics.tenant_label(*tenant, tenant_confirmed);
+                for api in Api::ALL {
+                    let series = metrics.series_of(label.clone(), tenant.clone(), api);
+                    series.e2e.observe(1.0);
+                    series.goodput.inc();
+                    for (status, outcome) in status_labels().flat_map(|s| outcomes.map(|o| (s, o)))
+                    {
+                        metrics.count_request(&series, status, outcome);
                     }
-                    for reason in reasons {
-                        metrics.count_metering_skipped(api, reason);
+                    let kinds = match api {
+                        Api::Other => &[SloKind::E2e][..],
+                        _ => &[SloKind::E2e, SloKind::Ttft][..],
+                    };
+                    for &kind in kinds {
+                        metrics.count_violation(&series, kind);
+                    }
+                    if let Some(t) = &series.tokens {
+                        t.ttft.observe(1.0);
+                        let second = std::time::Duration::from_secs(1);
+                        metrics.inside.observe_reasoning_time(&series, second);
+                        metrics.inside.count_tokens(&series, Some(1), Some(1));
+                        let server = crate::record::server::ServerTimings {
+                            queue: Some(second),
+                            ttft: Some(second),
+                            prefill: Some(second),
+                            generation: Some(second),
+                        };
+                        let outside =
+                            crate::record::server::outside(Some(second), Some(2 * second));
+                        metrics.inside.observe_server(&series, &server, outside);
+                        for source in sources {
+                            metrics.count_token_source(&series, source);
+                        }
+                        for reason in reasons {
+                            metrics.count_metering_skipped(api, reason);
+                        }
                     }
                 }
             }
         }
+    }
+
+    /// The page then holds exactly the series limit, so the limit is neither too low (a bound that
+    /// lies) nor loose.
+    #[test]
+    fn every_combination_of_label_values_fills_exactly_the_series_limit() {
+        let yaml = "max_models: 2\nslo: {e2e: 30s, ttft: 1s}\nbuckets: {ttft: [0.5], itl: [0.1], tpot: [0.1], e2e: [1, 10], output_tokens_per_second: [10]}";
+        let config = Config::from_yaml_str(yaml).unwrap();
+        let metrics = Metrics::new(&config).unwrap();
+        fill_every_combination(&metrics, &[None]);
         // a, b, unknown, other, unadmitted.
         assert_eq!(metrics.models.max_values(), 5);
         assert_eq!(page_series(&metrics), limit(&metrics));
     }
 
     #[test]
+    fn with_tenants_and_records_every_combination_fills_exactly_the_series_limit() {
+        let yaml = "max_models: 2\nslo: {e2e: 30s, ttft: 1s}\nbuckets: {ttft: [0.5], itl: [0.1], tpot: [0.1], e2e: [1, 10], output_tokens_per_second: [10]}\ntenants: {header: x-tenant, max: 2}\nrequest_log: {path: /dev/null}";
+        let config = Config::from_yaml_str(yaml).unwrap();
+        let metrics = Metrics::new(&config).unwrap();
+        let tenants = [Some("x"), Some("y"), Some("z"), None, Some("bad\r")];
+        fill_every_combination(&metrics, &tenants);
+        // x, y, none, other, unadmitted.
+        assert_eq!(metrics.bound().tenants, 5);
+        assert_eq!(page_series(&metrics), limit(&metrics));
+        let plain = Metrics::new(
+            &Config::from_yaml_str(&yaml[..yaml.find("\ntenants").unwrap_or(0)]).unwrap(),
+        )
+        .unwrap();
+        assert!(
+            limit(&metrics) > 2 * limit(&plain),
+            "the tenant label multiplies four families"
+        );
+    }
+
+    #[test]
+    fn tenant_labels_are_capped_with_overflow_other_and_none_without_a_tenant() {
+        let config =
+            Config::from_yaml_str("tenants: {header: t, max: 2, slo: {pinned: {ttft: 1s}}}")
+                .unwrap();
+        let metrics = Metrics::new(&config).unwrap();
+        let label = |t: Option<&str>| metrics.tenant_label(t, true).map(|l| l.to_string());
+        assert_eq!(label(Some("acme")), Some("acme".into()));
+        assert_eq!(
+            label(Some("globex")),
+            Some("other".into()),
+            "one place left was the pinned one's"
+        );
+        assert_eq!(label(Some("pinned")), Some("pinned".into()));
+        assert_eq!(label(None), Some("none".into()));
+        assert_eq!(
+            metrics.tenant_label(Some("new"), false).as_deref(),
+            Some("unadmitted")
+        );
+        let plain = Metrics::new(&Config::default()).unwrap();
+        assert_eq!(plain.tenant_label(Some("acme"), true), None);
+    }
+
+    #[test]
+    fn a_bound_above_the_budget_is_refused_naming_the_product_of_the_caps() {
+        let yaml = "max_models: 64\ntenants: {header: t, max: 32}";
+        let config = Config::from_yaml_str(yaml).unwrap();
+        let metrics = Metrics::new(&config).unwrap();
+        let bound = metrics.bound();
+        assert_eq!(
+            (
+                bound.models,
+                bound.tenants,
+                bound.apis,
+                bound.statuses,
+                bound.outcomes
+            ),
+            (67, 35, 8, 22, 4)
+        );
+        assert_eq!(bound.requests_total, 67 * 35 * 8 * 22 * 4);
+        let refusal = bound.check(500_000).unwrap_err();
+        let product = format!("models 67 × tenants 35 × apis 8 × statuses 22 × outcomes 4 = {} series of tokentap_requests_total alone", 67 * 35 * 8 * 22 * 4);
+        assert!(
+            refusal.starts_with("metrics.max_series: the configuration allows up to "),
+            "{refusal}"
+        );
+        assert!(refusal.contains(&product), "{refusal}");
+        assert!(refusal.contains("above the budget of 500000"), "{refusal}");
+        assert!(bound.check(u64::MAX).is_ok());
+        assert!(Metrics::new(&Config::default())
+            .unwrap()
+            .bound()
+            .check(500_000)
+            .is_ok());
+    }
+
+    #[test]
     fn the_default_limit_is_stated_in_the_readme() {
         let metrics = Metrics::new(&Config::default()).unwrap();
         // Adding a series family moves this figure: update README.md and docs/metrics.md with it.
-        assert_eq!(limit(&metrics), 206_237);
+        assert_eq!(limit(&metrics), 337_459);
     }
 }

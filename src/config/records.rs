@@ -1,0 +1,133 @@
+//! The opt-in keys about who and which requests: `request_log` (one JSON record per finished request,
+//! docs/records.md) and `tenants` (a capped `tenant` label and per-tenant SLO ceilings), with their
+//! defaults and checks. Both are absent by default: without them tokentap does no per-request work for
+//! them and exports exactly the series it did before.
+
+use std::path::PathBuf;
+
+use super::{invalid, ConfigError};
+
+/// `request_log:`: where the records go and what they hold.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestLog {
+    pub path: RecordPath,
+    /// Every gap of a stream (`gaps_s`), up to `max_gaps`.
+    pub gaps: bool,
+    /// The most gaps one record lists; the rest are counted (`gaps`), not listed.
+    pub max_gaps: usize,
+    /// Records waiting for the writer; beyond them a record is dropped and counted.
+    pub queue: usize,
+}
+
+/// Where records are written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordPath {
+    /// `-`: standard output, for a log pipeline that reads the container's stdout.
+    Stdout,
+    /// A file, appended to and reopened on SIGHUP (logrotate's `create` mode).
+    File(PathBuf),
+}
+
+impl RequestLog {
+    pub const DEFAULT_MAX_GAPS: usize = 4096;
+    pub const DEFAULT_QUEUE: usize = 8192;
+    const MAX_GAPS: usize = 1 << 20;
+    const MAX_QUEUE: usize = 1 << 20;
+
+    pub fn new(path: RecordPath) -> Self {
+        RequestLog {
+            path,
+            gaps: false,
+            max_gaps: Self::DEFAULT_MAX_GAPS,
+            queue: Self::DEFAULT_QUEUE,
+        }
+    }
+
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if let RecordPath::File(path) = &self.path {
+            let shown = path.display().to_string();
+            if shown.is_empty() {
+                let reason = "must be a file path, or \"-\" for standard output";
+                return Err(invalid("request_log.path", "path", "", reason));
+            }
+            if path.is_dir() {
+                let reason = "is a directory; name the file to write (e.g. /var/log/tokentap/requests.jsonl)";
+                return Err(invalid("request_log.path", "path", &shown, reason));
+            }
+        }
+        if !(1..=Self::MAX_GAPS).contains(&self.max_gaps) {
+            let reason = "must be between 1 and 1048576";
+            let value = self.max_gaps.to_string();
+            return Err(invalid("request_log.max_gaps", "value", &value, reason));
+        }
+        if !(1..=Self::MAX_QUEUE).contains(&self.queue) {
+            let reason = "must be between 1 and 1048576";
+            let value = self.queue.to_string();
+            return Err(invalid("request_log.queue", "value", &value, reason));
+        }
+        Ok(())
+    }
+}
+
+/// `tenants:`: where a request's tenant comes from and the cap on the label.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tenants {
+    pub from: TenantFrom,
+    /// Distinct `tenant` label values before the rest count as `other`.
+    pub max: usize,
+    /// The key of the bearer-token hash; `None`: a random key per process (labels change on restart).
+    /// The per-tenant ceilings (`tenants.slo`) are in [`super::Slo::tenants`].
+    pub hash_key: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TenantFrom {
+    /// The value of this request header (lowercase name).
+    Header(String),
+    /// A short keyed hash of the `Authorization: Bearer` token; never the token.
+    BearerHash,
+}
+
+/// Headers that carry credentials: their value must never become a label.
+const CREDENTIAL_HEADERS: [&str; 5] = [
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-api-key",
+    "api-key",
+];
+
+impl Tenants {
+    pub const DEFAULT_MAX: usize = 32;
+    const MAX: usize = 10_000;
+    /// Shortest `hash_key`: 16 bytes.
+    const MIN_KEY: usize = 16;
+
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if let TenantFrom::Header(name) = &self.from {
+            let reason = "must be a header name such as x-tenant-id";
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(invalid("tenants.header", "header name", name, reason));
+            }
+            if CREDENTIAL_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+                let reason = "carries a credential, which must never become a label; use `bearer_hash: true` for the bearer token";
+                return Err(invalid("tenants.header", "header name", name, reason));
+            }
+        }
+        if !(1..=Self::MAX).contains(&self.max) {
+            let (value, reason) = (self.max.to_string(), "must be between 1 and 10000");
+            return Err(invalid("tenants.max", "value", &value, reason));
+        }
+        if let Some(key) = &self.hash_key {
+            if self.from != TenantFrom::BearerHash {
+                let reason = "only applies with `bearer_hash: true`";
+                return Err(invalid("tenants.hash_key", "key", "(not shown)", reason));
+            }
+            if key.len() < Self::MIN_KEY {
+                let reason = format!("must be at least {} bytes long", Self::MIN_KEY);
+                return Err(invalid("tenants.hash_key", "key", "(not shown)", reason));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,326 @@
+//! One set of records summed up as they stream past, in bounded memory: counts and token totals, a
+//! [`Sketch`] per figure, goodput and each ceiling's misses, and the outcomes. [`Report`] holds one
+//! summary for everything and one per group (`--by`), at most [`MAX_GROUPS`] of them.
+//!
+//! Which records each figure sees mirrors the proxy's metrics (docs/report.md): TTFT, time to first
+//! output token and the gaps from every record that carries them (a cancelled stream's first token
+//! counts); request latency, inter token latency (TPOT), tokens/s per user and the longest gap only from
+//! requests that ended `ok`, like the E2E and TPOT histograms.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::config::{Slo, SloKind};
+use crate::record::request_record::RequestRecord;
+use crate::record::slo::judge;
+use crate::record::timeline::Figures;
+use crate::report::query::{parse_rfc3339, By};
+use crate::report::sketch::Sketch;
+
+/// Groups kept apart; the records of any further group are summed under [`OVERFLOW`].
+pub const MAX_GROUPS: usize = 1_000;
+pub const OVERFLOW: &str = "other";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Seconds,
+    TokensPerSecond,
+    Tokens,
+}
+
+/// The per-request figures of the report. Where a figure means what aiperf's does it has aiperf's
+/// name (`header`, `tag`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Figure {
+    Ttft,
+    Ttfo,
+    InterChunk,
+    RequestGapP50,
+    RequestGapP99,
+    LongestGap,
+    Itl,
+    RequestLatency,
+    TpsPerUser,
+    Isl,
+    Osl,
+}
+
+impl Figure {
+    pub const ALL: [Figure; 11] = [
+        Figure::Ttft,
+        Figure::Ttfo,
+        Figure::InterChunk,
+        Figure::RequestGapP50,
+        Figure::RequestGapP99,
+        Figure::LongestGap,
+        Figure::Itl,
+        Figure::RequestLatency,
+        Figure::TpsPerUser,
+        Figure::Isl,
+        Figure::Osl,
+    ];
+
+    pub fn header(self) -> &'static str {
+        match self {
+            Figure::Ttft => "Time to First Token",
+            Figure::Ttfo => "Time to First Output Token",
+            Figure::InterChunk => "Inter Chunk Latency",
+            Figure::RequestGapP50 => "Request Median Gap",
+            Figure::RequestGapP99 => "Request p99 Gap",
+            Figure::LongestGap => "Longest Gap",
+            Figure::Itl => "Inter Token Latency",
+            Figure::RequestLatency => "Request Latency",
+            Figure::TpsPerUser => "Output Token Throughput Per User",
+            Figure::Isl => "Input Sequence Length",
+            Figure::Osl => "Output Sequence Length",
+        }
+    }
+
+    pub fn tag(self) -> &'static str {
+        match self {
+            Figure::Ttft => "time_to_first_token",
+            Figure::Ttfo => "time_to_first_output_token",
+            Figure::InterChunk => "inter_chunk_latency",
+            Figure::RequestGapP50 => "request_gap_p50",
+            Figure::RequestGapP99 => "request_gap_p99",
+            Figure::LongestGap => "longest_gap",
+            Figure::Itl => "inter_token_latency",
+            Figure::RequestLatency => "request_latency",
+            Figure::TpsPerUser => "output_token_throughput_per_user",
+            Figure::Isl => "input_sequence_length",
+            Figure::Osl => "output_sequence_length",
+        }
+    }
+
+    pub fn unit(self) -> Unit {
+        match self {
+            Figure::TpsPerUser => Unit::TokensPerSecond,
+            Figure::Isl | Figure::Osl => Unit::Tokens,
+            _ => Unit::Seconds,
+        }
+    }
+}
+
+/// How goodput and each ceiling are decided: as the proxy recorded them, or again with other ceilings
+/// (`--slo` for every model, or a config's `slo:` with its per-model overrides).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdicts {
+    Recorded,
+    WhatIf(Slo),
+}
+
+/// The ceiling a row of attainment is about.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Limit {
+    /// The proxy's verdicts: the records do not carry the ceiling.
+    Recorded,
+    Seconds(f64),
+    /// Different for some models (a config's `slo.models`).
+    PerModel,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summary {
+    pub requests: u64,
+    /// First start and last end (start + E2E), seconds since the epoch.
+    pub first_start: Option<f64>,
+    pub last_end: Option<f64>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    sketches: [Sketch; Figure::ALL.len()],
+    /// Requests with at least one gap, and those of them that carry every gap (`gaps_s`).
+    pub requests_with_gaps: u64,
+    pub requests_with_every_gap: u64,
+    pub good: u64,
+    /// Requests that missed each ceiling, by its name.
+    pub missed: BTreeMap<String, u64>,
+    /// Requests by (outcome, status or `none`).
+    pub outcomes: BTreeMap<(String, String), u64>,
+}
+
+fn seconds(value: Option<f64>) -> Option<Duration> {
+    value.and_then(|v| Duration::try_from_secs_f64(v).ok())
+}
+
+/// What the proxy judged a request on, rebuilt from its record the way `record::finished` builds it:
+/// the stream figures only for a stream, and for a request that did not end `ok` no TPOT and at least
+/// its E2E as TTFT and as time to first answer. (Such a request is never goodput; its open gap is not
+/// in the record, so an ITL ceiling it missed only on that gap shows as met.)
+pub fn judged(record: &RequestRecord) -> Figures {
+    let stream = |v: Option<f64>| seconds(v.filter(|_| record.stream));
+    let e2e = seconds(Some(record.e2e_s)).unwrap_or_default();
+    let ok = record.outcome == "ok";
+    Figures {
+        e2e,
+        ttft: if ok {
+            stream(record.ttft_s)
+        } else {
+            stream(record.ttft_s.or(Some(record.e2e_s)))
+        },
+        time_to_first_answer: if ok {
+            stream(record.time_to_first_answer_s)
+        } else {
+            stream(record.time_to_first_answer_s.or(Some(record.e2e_s)))
+        },
+        tpot: stream(record.tpot_s.filter(|_| ok)),
+        max_gap: stream(record.max_gap_s),
+        ..Figures::default()
+    }
+}
+
+impl Summary {
+    pub fn sketch(&self, figure: Figure) -> &Sketch {
+        &self.sketches[figure as usize]
+    }
+
+    fn observe(&mut self, figure: Figure, value: Option<f64>) {
+        if let Some(value) = value {
+            self.sketches[figure as usize].add(value);
+        }
+    }
+
+    pub fn duration(&self) -> Option<f64> {
+        Some(self.last_end? - self.first_start?)
+    }
+
+    /// Adds one record that started at `start` (seconds since the epoch).
+    pub fn add(&mut self, record: &RequestRecord, start: f64, verdicts: &Verdicts) {
+        self.requests += 1;
+        let end = start + record.e2e_s.max(0.0);
+        self.first_start = Some(self.first_start.map_or(start, |s| s.min(start)));
+        self.last_end = Some(self.last_end.map_or(end, |e| e.max(end)));
+        self.input_tokens += record.input_tokens.unwrap_or(0);
+        self.output_tokens += record.output_tokens.unwrap_or(0);
+        let ok = record.outcome == "ok";
+        self.observe(Figure::Ttft, record.ttft_s);
+        self.observe(Figure::Ttfo, record.time_to_first_answer_s);
+        if record.gaps > 0 {
+            self.requests_with_gaps += 1;
+            self.observe(Figure::RequestGapP50, record.itl_p50_s);
+            self.observe(Figure::RequestGapP99, record.itl_p99_s);
+            if let Some(gaps) = record
+                .gaps_s
+                .as_ref()
+                .filter(|g| g.len() as u64 == record.gaps)
+            {
+                self.requests_with_every_gap += 1;
+                for &gap in gaps {
+                    self.observe(Figure::InterChunk, Some(gap));
+                }
+            }
+        }
+        if ok {
+            self.observe(Figure::LongestGap, record.max_gap_s);
+            self.observe(Figure::Itl, record.tpot_s);
+            self.observe(Figure::RequestLatency, Some(record.e2e_s));
+            self.observe(Figure::TpsPerUser, record.output_tokens_per_s);
+        }
+        self.observe(Figure::Isl, record.input_tokens.map(|n| n as f64));
+        self.observe(Figure::Osl, record.output_tokens.map(|n| n as f64));
+        let status = record
+            .status
+            .map_or_else(|| "none".to_owned(), |s| s.to_string());
+        *self
+            .outcomes
+            .entry((record.outcome.clone(), status))
+            .or_insert(0) += 1;
+        match verdicts {
+            Verdicts::Recorded => {
+                self.good += u64::from(record.goodput);
+                for kind in &record.slo_missed {
+                    *self.missed.entry(kind.clone()).or_insert(0) += 1;
+                }
+            }
+            Verdicts::WhatIf(slo) => {
+                let ceilings = &slo.ceilings_for(&record.model);
+                let succeeded = ok && record.status.is_some_and(|s| (200..300).contains(&s));
+                let verdict = judge(ceilings, &judged(record), succeeded);
+                self.good += u64::from(verdict.goodput);
+                for kind in verdict.missed {
+                    *self.missed.entry(kind.as_str().to_owned()).or_insert(0) += 1;
+                }
+            }
+        }
+    }
+
+    /// The ceilings to show attainment for, in the config's order: the what-if ones, or those the
+    /// records name as missed (a configured ceiling no request missed is not in the records). A
+    /// report asks its total, and shows the same list for every group.
+    pub fn ceilings(&self, verdicts: &Verdicts) -> Vec<(String, Limit)> {
+        match verdicts {
+            Verdicts::WhatIf(slo) => SloKind::ALL
+                .into_iter()
+                .filter_map(|k| {
+                    let all: Vec<f64> = slo.boundaries(k);
+                    let overridden = slo.models.values().any(|m| m.get(k).is_some());
+                    let limit = match (slo.default.get(k), overridden) {
+                        (Some(d), false) => Limit::Seconds(d.as_secs_f64()),
+                        _ if all.is_empty() => return None,
+                        _ => Limit::PerModel,
+                    };
+                    Some((k.as_str().to_owned(), limit))
+                })
+                .collect(),
+            Verdicts::Recorded => {
+                let mut names: Vec<&String> = self.missed.keys().collect();
+                let order = |n: &str| SloKind::ALL.iter().position(|k| k.as_str() == n);
+                names.sort_by_key(|n| (order(n).unwrap_or(usize::MAX), n.to_string()));
+                names
+                    .into_iter()
+                    .map(|n| (n.clone(), Limit::Recorded))
+                    .collect()
+            }
+        }
+    }
+}
+
+/// A whole report: everything, and each group when grouped.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub verdicts: Verdicts,
+    pub by: Option<By>,
+    pub total: Summary,
+    pub groups: BTreeMap<String, Summary>,
+    /// Records whose `start` is not a time (counted apart, in no summary).
+    pub bad_start: u64,
+}
+
+impl Report {
+    pub fn new(verdicts: Verdicts, by: Option<By>) -> Self {
+        Report {
+            verdicts,
+            by,
+            total: Summary::default(),
+            groups: BTreeMap::new(),
+            bad_start: 0,
+        }
+    }
+
+    /// Adds `record` when it started inside `keep`'s window.
+    pub fn add(&mut self, record: &RequestRecord, keep: impl Fn(f64) -> bool) {
+        let Some(start) = parse_rfc3339(&record.start) else {
+            self.bad_start += 1;
+            return;
+        };
+        if !keep(start) {
+            return;
+        }
+        self.total.add(record, start, &self.verdicts);
+        if let Some(by) = self.by {
+            let key = by.key(record);
+            let full = self.groups.len() >= MAX_GROUPS && !self.groups.contains_key(key);
+            let key = if full { OVERFLOW } else { key };
+            if !self.groups.contains_key(key) {
+                self.groups.insert(key.to_owned(), Summary::default());
+            }
+            if let Some(group) = self.groups.get_mut(key) {
+                group.add(record, start, &self.verdicts);
+            }
+        }
+    }
+
+    /// The span every rate is divided by: the whole report's, so the groups' rates add up.
+    pub fn duration(&self) -> Option<f64> {
+        self.total.duration()
+    }
+}

@@ -1,0 +1,217 @@
+//! Who sent a request, read from its head and never changed in it: the request id (the client's
+//! `x-request-id`, else tokentap's own) and, with `tenants:`, the tenant (a configured header's value,
+//! or a short keyed hash of the bearer token). Neither is added to the forwarded request: its bytes
+//! stay the client's.
+//!
+//! The bearer hash is HMAC-SHA256 under `tenants.hash_key` (else a random key drawn at start, so the
+//! values change on restart), cut to 12 hex digits (48 bits): it names a tenant without revealing or
+//! letting anyone recompute the token, and the token itself is never kept, logged or exported.
+
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hmac::{Hmac, Mac};
+use http::header::AUTHORIZATION;
+use http::HeaderMap;
+use sha2::Sha256;
+
+use crate::config::{TenantFrom, Tenants};
+
+/// The longest client request id taken as it is.
+const MAX_ID_LEN: usize = 128;
+/// Hex digits of the bearer hash.
+const HASH_DIGITS: usize = 12;
+
+/// Reads the identity of each request (one per process, shared by every exchange).
+pub struct Identify {
+    /// A per-process random prefix of tokentap's own ids.
+    prefix: String,
+    next: AtomicU64,
+    tenant: Option<TenantSource>,
+}
+
+enum TenantSource {
+    Header(http::HeaderName),
+    /// The HMAC key.
+    BearerHash(Vec<u8>),
+}
+
+/// A request's id and tenant as read from its head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub id: String,
+    /// The tenant the request names (before the label's cap); `None`: it names none.
+    pub tenant: Option<String>,
+}
+
+/// 64 random bits from the standard library's per-process SipHash keys (the OS's randomness).
+fn random_u64(salt: u64) -> u64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(salt);
+    hasher.finish()
+}
+
+impl Identify {
+    /// Without `tenants`, no tenant is read.
+    pub fn new(tenants: Option<&Tenants>) -> Self {
+        let tenant = tenants.map(|t| match &t.from {
+            TenantFrom::Header(name) => match http::HeaderName::from_bytes(name.as_bytes()) {
+                Ok(name) => TenantSource::Header(name),
+                // Validated in config; an impossible name reads no tenant.
+                Err(_) => TenantSource::Header(http::HeaderName::from_static("x-tenant-id")),
+            },
+            TenantFrom::BearerHash => {
+                let key = match &t.hash_key {
+                    Some(key) => key.as_bytes().to_vec(),
+                    None => (0..4u64)
+                        .flat_map(|i| random_u64(i).to_le_bytes())
+                        .collect(),
+                };
+                TenantSource::BearerHash(key)
+            }
+        });
+        Identify {
+            prefix: format!("{:08x}", random_u64(u64::from(std::process::id())) as u32),
+            next: AtomicU64::new(1),
+            tenant,
+        }
+    }
+
+    /// The id and tenant of a request with `headers`.
+    pub fn of(&self, headers: &HeaderMap) -> Identity {
+        let id = headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| usable_id(v))
+            .map_or_else(|| self.own_id(), str::to_owned);
+        let tenant = match &self.tenant {
+            None => None,
+            Some(TenantSource::Header(name)) => headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned),
+            Some(TenantSource::BearerHash(key)) => {
+                bearer(headers).and_then(|token| hash(key, token))
+            }
+        };
+        Identity { id, tenant }
+    }
+
+    /// tokentap's own id: the process's random prefix and a counter (`3f2a9c1e-1b`).
+    fn own_id(&self) -> String {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        format!("{}-{n:x}", self.prefix)
+    }
+}
+
+/// A client id is taken when it is short and made of visible ASCII (no spaces, no control
+/// characters: it goes into a log line and a JSON record as it is).
+fn usable_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_ID_LEN && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// The token of `Authorization: Bearer <token>`.
+fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
+    let value = headers.get(AUTHORIZATION)?.as_bytes();
+    let (scheme, token) = value.split_at(value.iter().position(|&b| b == b' ')?);
+    let token = token.trim_ascii();
+    (scheme.eq_ignore_ascii_case(b"bearer") && !token.is_empty()).then_some(token)
+}
+
+/// `None` only if HMAC refused the key, which it does for no length.
+fn hash(key: &[u8], token: &[u8]) -> Option<String> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).ok()?;
+    mac.update(token);
+    let digest = mac.finalize().into_bytes();
+    let mut out = String::with_capacity(HASH_DIGITS + 2);
+    out.push_str("t-");
+    for byte in digest.iter().take(HASH_DIGITS / 2) {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            if let Ok(value) = value.parse() {
+                map.append(*name, value);
+            }
+        }
+        map
+    }
+
+    fn tenants(from: TenantFrom, key: Option<&str>) -> Tenants {
+        Tenants {
+            from,
+            max: 4,
+            hash_key: key.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn the_clients_request_id_is_kept_when_usable_else_tokentap_gives_its_own() {
+        let identify = Identify::new(None);
+        let of = |value: &str| identify.of(&headers(&[("x-request-id", value)])).id;
+        assert_eq!(of("abc-123_X.y"), "abc-123_X.y");
+        let own = [
+            of(""),
+            of("has space"),
+            of(&"x".repeat(129)),
+            of("tab\there"),
+        ];
+        for id in &own {
+            assert_eq!(id.len(), 10, "{id}");
+        }
+        let unique: std::collections::HashSet<_> = own.iter().collect();
+        assert_eq!(unique.len(), 4);
+        assert_eq!(identify.of(&HeaderMap::new()).tenant, None);
+    }
+
+    #[test]
+    fn the_tenant_is_a_header_value_or_a_keyed_hash_that_never_contains_the_token() {
+        let by_header = Identify::new(Some(&tenants(
+            TenantFrom::Header("x-tenant-id".into()),
+            None,
+        )));
+        let got = by_header.of(&headers(&[("x-tenant-id", " acme ")]));
+        assert_eq!(got.tenant.as_deref(), Some("acme"));
+        assert_eq!(by_header.of(&HeaderMap::new()).tenant, None);
+
+        let key = Some("a key of at least sixteen bytes");
+        let hashed = Identify::new(Some(&tenants(TenantFrom::BearerHash, key)));
+        let token = "sk-secret-0123456789abcdef";
+        let auth = format!("Bearer {token}");
+        let tenant = hashed.of(&headers(&[("authorization", &auth)])).tenant;
+        let tenant = tenant.unwrap_or_default();
+        assert_eq!(tenant.len(), 2 + HASH_DIGITS, "{tenant}");
+        assert!(tenant.starts_with("t-"));
+        for part in [token, "secret", "0123", "sk-"] {
+            assert!(!tenant.contains(part), "{tenant} shows {part}");
+        }
+        // The same token and key: the same tenant; another key: another value.
+        let again = Identify::new(Some(&tenants(TenantFrom::BearerHash, key)));
+        assert_eq!(
+            again.of(&headers(&[("authorization", &auth)])).tenant,
+            Some(tenant.clone())
+        );
+        let other = Identify::new(Some(&tenants(
+            TenantFrom::BearerHash,
+            Some("another key, sixteen+"),
+        )));
+        assert_ne!(
+            other.of(&headers(&[("authorization", &auth)])).tenant,
+            Some(tenant)
+        );
+        for no_bearer in ["Basic dXNlcjpwYXNz", "Bearer ", "Bearer"] {
+            let got = hashed.of(&headers(&[("authorization", no_bearer)])).tenant;
+            assert_eq!(got, None, "{no_bearer}");
+        }
+    }
+}
