@@ -7,7 +7,12 @@
 //! table on stdout. `scripts/bench.sh` builds everything, pins the cores and runs it.
 //!
 //! Usage: `proxy --tokentap PATH [--nginx PATH] [--baseline PATH] [--proxy-cpu N] [--reps N] [--quick] [--out FILE]
-//! [--only latency,sweep,requests,memory] [--memory-steps 100,1000] [--profile tokentap|nginx [--profile-secs S]]`
+//! [--only latency,sweep,requests,memory] [--memory-steps 100,1000] [--logs on|off]
+//! [--profile tokentap|nginx [--profile-secs S]]`
+//!
+//! `--logs off` runs tokentap without its per-request log line (`RUST_LOG=warn`) and nginx without its
+//! access log; by default both log each request (nginx's access log buffered), so the figures say what
+//! logging costs when the two runs are compared.
 //!
 //! `--profile` replaces the timed phases with fixed work between two shell hooks, for a profiler wrapped
 //! around the proxy (see [`profile`] and `scripts/profile.sh`).
@@ -64,6 +69,7 @@ fn parse_args() -> Result<Args, String> {
     let mut memory_steps = Vec::new();
     let mut profile = None;
     let mut profile_secs = 10.0;
+    let mut logs = true;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -99,6 +105,13 @@ fn parse_args() -> Result<Args, String> {
                     .parse()
                     .map_err(|e| format!("--profile-secs: {e}"))?
             }
+            "--logs" => {
+                logs = match value("--logs")?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    other => return Err(format!("--logs {other}: on or off")),
+                }
+            }
             "--bench" => {} // added by `cargo bench`
             other => return Err(format!("unknown argument {other}")),
         }
@@ -114,6 +127,7 @@ fn parse_args() -> Result<Args, String> {
             proxy_cpu,
             dir,
             nginx_single: profile == Some(Kind::Nginx),
+            logs,
         },
         reps: reps.max(1),
         quick,
