@@ -16,7 +16,8 @@ use tokentap::decode::response::{Format, ResponseDecoder};
 use tokentap::decode::sse::SseFramer;
 use tokentap::decode::tokenizer::{TextCount, Tokenizers};
 use tokentap::record::metrics::Metrics;
-use tokentap::tap::exchange::{Exchange, ExchangeContext};
+use tokentap::record::outcome::End;
+use tokentap::tap::exchange::{Exchange, ExchangeContext, ExchangeGuard};
 use tokentap::tap::RequestSeen;
 
 fn main() {
@@ -31,6 +32,10 @@ const ROLE: &[u8] = br#"data: {"id":"chatcmpl-a86038c5d743ac9b","object":"chat.c
 
 "#;
 const USAGE: &[u8] = br#"data: {"id":"chatcmpl-a86038c5d743ac9b","object":"chat.completion.chunk","created":1796207719,"model":"tiny-llama","choices":[],"usage":{"prompt_tokens":17,"total_tokens":33,"completion_tokens":16},"system_fingerprint":"vllm-0.32.0-967dd6de"}
+
+"#;
+/// A content chunk whose text has escapes (a newline and a quote), which serde_json must unescape.
+const CONTENT_ESCAPED: &[u8] = br#"data: {"id":"chatcmpl-a86038c5d743ac9b","object":"chat.completion.chunk","created":1796207719,"model":"tiny-llama","choices":[{"index":0,"delta":{"content":"\n\"a"},"logprobs":null,"finish_reason":null,"token_ids":null}]}
 
 "#;
 const CAPTURE: &[u8] = include_bytes!("../tests/fixtures/openai/vllm-0.32-chat-stream.sse");
@@ -97,6 +102,25 @@ fn openai_dialect_per_event(bencher: Bencher, kind: &str) {
     });
 }
 
+/// The same events when a tokenizer counts the model's output: the dialect also hands over each
+/// chunk's text (the buffer is cleared each time, as a tokenizer's running count would consume it).
+#[divan::bench(args = ["content", "escaped"])]
+fn openai_dialect_per_event_with_text(bencher: Bencher, kind: &str) {
+    let chunk = match kind {
+        "escaped" => CONTENT_ESCAPED,
+        _ => CONTENT,
+    };
+    let event = FramedEvent::unnamed(event_data(chunk));
+    let mut dialect = chat_dialect();
+    let (mut obs, mut choices, mut texts) = (Observations::default(), Vec::new(), Vec::new());
+    bencher.bench_local(|| {
+        choices.clear();
+        texts.iter_mut().for_each(String::clear);
+        let mut output = EventOutput::new(Some(&mut texts), &mut choices);
+        dialect.on_event(black_box(&event), &mut obs, &mut output)
+    });
+}
+
 #[divan::bench]
 fn decoder_per_content_chunk(bencher: Bencher) {
     let mut decoder = ResponseDecoder::new(chat_dialect(), Format::Sse, &limits(), TextCount::Off);
@@ -133,11 +157,9 @@ fn decoder_vllm_capture_per_stream(bencher: Bencher) {
         });
 }
 
-/// What the response tap does per frame: decoder, timeline, TTFT/ITL histogram observations.
-#[divan::bench]
-fn exchange_on_data_per_content_chunk(bencher: Bencher) {
+fn exchange_context() -> Arc<ExchangeContext> {
     let config = Config::default();
-    let context = Arc::new(ExchangeContext {
+    Arc::new(ExchangeContext {
         metrics: Arc::new(Metrics::new(&config).unwrap_or_else(|e| panic!("metrics: {e}"))),
         slo: config.slo.clone(),
         metering: config.metering.clone(),
@@ -145,18 +167,28 @@ fn exchange_on_data_per_content_chunk(bencher: Bencher) {
         requests: Default::default(),
         identify: tokentap::tap::identity::Identify::new(None),
         records: None,
-    });
+    })
+}
+
+fn begin_chat(context: &Arc<ExchangeContext>, start: tokio::time::Instant) -> Exchange {
     let (api, dialect) = detect("/v1/chat/completions");
-    let start = tokio::time::Instant::now();
-    let mut exchange = Exchange::begin(
-        context,
+    Exchange::begin(
+        context.clone(),
         api,
         dialect,
         Method::POST,
         "/v1/chat/completions".to_owned(),
         start,
         Arc::new(RequestSeen::default()),
-    );
+    )
+}
+
+/// What the response tap does per frame: decoder, timeline, TTFT/ITL histogram observations.
+#[divan::bench]
+fn exchange_on_data_per_content_chunk(bencher: Bencher) {
+    let context = exchange_context();
+    let start = tokio::time::Instant::now();
+    let mut exchange = begin_chat(&context, start);
     exchange.on_response(
         StatusCode::OK,
         Some(&HeaderValue::from_static("text/event-stream")),
@@ -165,4 +197,30 @@ fn exchange_on_data_per_content_chunk(bencher: Bencher) {
     bencher
         .counter(ItemsCount::new(1usize))
         .bench_local(|| exchange.on_data(black_box(CONTENT), tokio::time::Instant::now()));
+}
+
+/// One whole short request as the exchange sees it: begin (labels, in-flight gauge), the response head,
+/// 11 events (role, 8 contents, usage, `[DONE]`), the end (outcome, the pure conclusion, every metric
+/// written, the log line handed to `tracing`, here without a subscriber).
+#[divan::bench]
+fn exchange_per_short_request(bencher: Bencher) {
+    let context = exchange_context();
+    let done: &[u8] = b"data: [DONE]\n\n";
+    bencher.counter(ItemsCount::new(1usize)).bench_local(|| {
+        let start = tokio::time::Instant::now();
+        let mut guard = ExchangeGuard::new(begin_chat(&context, start));
+        if let Some(exchange) = guard.get_mut() {
+            exchange.on_response(
+                StatusCode::OK,
+                Some(&HeaderValue::from_static("text/event-stream")),
+            );
+            exchange.on_data(ROLE, start);
+            for _ in 0..8 {
+                exchange.on_data(black_box(CONTENT), tokio::time::Instant::now());
+            }
+            exchange.on_data(USAGE, tokio::time::Instant::now());
+            exchange.on_data(done, tokio::time::Instant::now());
+        }
+        guard.finish(End::Complete);
+    });
 }

@@ -8,7 +8,8 @@
 #   BENCH_OUT=docs/benchmark-table.md bash scripts/bench.sh   # also write the table to a file
 #
 # Extra arguments go to the harness (benches/proxy/main.rs): --reps N, --only latency,sweep,requests,memory,
-# --baseline PATH (a second tokentap binary measured alongside, for before/after comparisons).
+# --baseline PATH (a second tokentap binary measured alongside, for before/after comparisons), --logs off
+# (tokentap's request log line and nginx's access log off; on by default, nginx's buffered).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

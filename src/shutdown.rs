@@ -5,8 +5,10 @@
 //! `outcome="timeout"`). `drain` runs the sequence and reports what it had to cut ([`Drained`]).
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
@@ -54,13 +56,54 @@ impl Shutdown {
     }
 
     /// Completes once the shutdown has reached `phase` (at once if it already has).
-    pub fn reached(&self, phase: Phase) -> impl Future<Output = ()> + Send + 'static {
+    pub fn reached(&self, phase: Phase) -> Reached {
         let mut rx = self.tx.subscribe();
-        async move {
+        let wait = async move {
             if rx.wait_for(|now| *now >= phase).await.is_err() {
                 // The sender lives as long as any clone of `Shutdown`: this cannot happen while the
                 // proxy runs, and must never read as "cut".
                 std::future::pending::<()>().await;
+            }
+        };
+        Reached {
+            wait: Box::pin(wait),
+            probe: self.tx.subscribe(),
+            waker: None,
+        }
+    }
+}
+
+/// [`Shutdown::reached`]: a future that is cheap to poll again and again. The response tap and the
+/// connection task poll it each time they wait for anything else (every body frame of every stream);
+/// the watch underneath costs a lock and a coop-budget round each poll. It is polled only when the
+/// phase has changed since the last poll or the task's waker is not the one it registered: otherwise
+/// the registration it holds still stands and still wakes the task on a change.
+pub struct Reached {
+    wait: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// Its own receiver, only read for whether the phase has changed since it last looked.
+    probe: watch::Receiver<Phase>,
+    /// The waker `wait` registered when it was last polled.
+    waker: Option<Waker>,
+}
+
+impl Future for Reached {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        let changed = this.probe.has_changed().unwrap_or(true);
+        let registered = this.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
+        if registered && !changed {
+            return Poll::Pending;
+        }
+        if changed {
+            this.probe.borrow_and_update();
+        }
+        match this.wait.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(()),
+            Poll::Pending => {
+                this.waker = Some(cx.waker().clone());
+                Poll::Pending
             }
         }
     }
@@ -164,6 +207,47 @@ pub async fn drain(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    struct Wakes(AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn wakes() -> (Arc<Wakes>, Waker) {
+        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+        (wakes.clone(), Waker::from(wakes))
+    }
+
+    #[test]
+    fn reached_polled_again_and_again_wakes_on_each_change_and_completes_only_at_its_phase() {
+        let shutdown = Shutdown::default();
+        let mut cut = shutdown.reached(Phase::Cut);
+        let (first, waker) = wakes();
+        let mut cx = Context::from_waker(&waker);
+        for _ in 0..3 {
+            assert!(Pin::new(&mut cut).poll(&mut cx).is_pending());
+        }
+        shutdown.advance(Phase::Draining);
+        assert_eq!(first.0.load(Ordering::SeqCst), 1, "woken by the change");
+        assert!(
+            Pin::new(&mut cut).poll(&mut cx).is_pending(),
+            "draining is not cut"
+        );
+        // Polled from another task now: that task's waker is the one woken.
+        let (second, other) = wakes();
+        assert!(Pin::new(&mut cut)
+            .poll(&mut Context::from_waker(&other))
+            .is_pending());
+        shutdown.advance(Phase::Cut);
+        assert_eq!(second.0.load(Ordering::SeqCst), 1);
+        assert!(Pin::new(&mut cut).poll(&mut cx).is_ready());
+        // Created after the phase was reached: ready at once.
+        let mut late = shutdown.reached(Phase::Draining);
+        assert!(Pin::new(&mut late).poll(&mut cx).is_ready());
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_count_wakes_its_waiter_when_the_last_thing_ends_however_many_came_and_went() {

@@ -7,10 +7,19 @@
 //! table on stdout. `scripts/bench.sh` builds everything, pins the cores and runs it.
 //!
 //! Usage: `proxy --tokentap PATH [--nginx PATH] [--baseline PATH] [--proxy-cpu N] [--reps N] [--quick] [--out FILE]
-//! [--only latency,sweep,requests,memory]`
+//! [--only latency,sweep,requests,memory] [--memory-steps 100,1000] [--logs on|off]
+//! [--profile tokentap|nginx [--profile-secs S]]`
+//!
+//! `--logs off` runs tokentap without its per-request log line (`RUST_LOG=warn`) and nginx without its
+//! access log; by default both log each request (nginx's access log buffered), so the figures say what
+//! logging costs when the two runs are compared.
+//!
+//! `--profile` replaces the timed phases with fixed work between two shell hooks, for a profiler wrapped
+//! around the proxy (see [`profile`] and `scripts/profile.sh`).
 #![forbid(unsafe_code)]
 
 mod load;
+mod profile;
 mod report;
 mod stats;
 mod target;
@@ -35,6 +44,11 @@ struct Args {
     out: Option<PathBuf>,
     /// Only these phases (latency, sweep, requests, memory); all when empty.
     only: Vec<String>,
+    /// Streams held open at each step of the memory phase, instead of the default steps.
+    memory_steps: Vec<usize>,
+    /// Fixed work for a profiler around this proxy instead of the timed phases.
+    profile: Option<Kind>,
+    profile_secs: f64,
 }
 
 impl Args {
@@ -52,6 +66,10 @@ fn parse_args() -> Result<Args, String> {
     let mut quick = false;
     let mut out = None;
     let mut only = Vec::new();
+    let mut memory_steps = Vec::new();
+    let mut profile = None;
+    let mut profile_secs = 10.0;
+    let mut logs = true;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -66,6 +84,34 @@ fn parse_args() -> Result<Args, String> {
             "--out" => out = Some(PathBuf::from(value("--out")?)),
             "--quick" => quick = true,
             "--only" => only = value("--only")?.split(',').map(str::to_owned).collect(),
+            "--memory-steps" => {
+                memory_steps = value("--memory-steps")?
+                    .split(',')
+                    .map(|n| {
+                        n.parse::<usize>()
+                            .map_err(|e| format!("--memory-steps: {e}"))
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--profile" => {
+                profile = Some(match value("--profile")?.as_str() {
+                    "tokentap" => Kind::Tokentap,
+                    "nginx" => Kind::Nginx,
+                    other => return Err(format!("--profile {other}: tokentap or nginx")),
+                })
+            }
+            "--profile-secs" => {
+                profile_secs = value("--profile-secs")?
+                    .parse()
+                    .map_err(|e| format!("--profile-secs: {e}"))?
+            }
+            "--logs" => {
+                logs = match value("--logs")?.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    other => return Err(format!("--logs {other}: on or off")),
+                }
+            }
             "--bench" => {} // added by `cargo bench`
             other => return Err(format!("unknown argument {other}")),
         }
@@ -80,11 +126,16 @@ fn parse_args() -> Result<Args, String> {
             nginx,
             proxy_cpu,
             dir,
+            nginx_single: profile == Some(Kind::Nginx),
+            logs,
         },
         reps: reps.max(1),
         quick,
         out,
         only,
+        memory_steps,
+        profile,
+        profile_secs,
     })
 }
 
@@ -106,6 +157,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(kind) = args.profile {
+        let result = runtime.block_on(profile_one(&args, kind));
+        let _ = std::fs::remove_dir_all(&args.setup.dir);
+        return match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("proxy bench: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let result = runtime.block_on(bench(&args));
     let _ = std::fs::remove_dir_all(&args.setup.dir);
     match result {
@@ -125,6 +187,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--profile`: one proxy, the fixed workloads of [`profile`], then the proxy is stopped (SIGTERM).
+async fn profile_one(args: &Args, kind: Kind) -> Result<(), String> {
+    let upstream = upstream::spawn().await.map_err(|e| e.to_string())?;
+    let mut proxy = match kind {
+        Kind::Nginx => target::start_nginx(&args.setup, upstream)?,
+        other => target::start_tokentap(&args.setup, upstream, other)?,
+    };
+    proxy.ready().await?;
+    profile::run(proxy.addr, args.profile_secs).await
 }
 
 /// The proxies of one run, started once and kept for every measurement but the memory one.
@@ -349,7 +422,11 @@ async fn bench(args: &Args) -> Result<Report, String> {
     drop(targets);
 
     // 4. Memory per open stream, each proxy fresh: 100, then 1,000, then 5,000 streams held open.
-    let steps: &[usize] = if quick { &[10, 50] } else { &[100, 1000, 5000] };
+    let steps: &[usize] = match (args.memory_steps.is_empty(), quick) {
+        (false, _) => &args.memory_steps,
+        (true, true) => &[10, 50],
+        (true, false) => &[100, 1000, 5000],
+    };
     let mut proxies = Vec::new();
     if args.runs("memory") {
         proxies.push(Kind::Tokentap);

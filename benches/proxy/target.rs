@@ -39,6 +39,12 @@ pub struct Setup {
     pub nginx: Option<PathBuf>,
     pub proxy_cpu: Option<u32>,
     pub dir: PathBuf,
+    /// nginx without its master process (`master_process off`): one process serves, so a profiler
+    /// wrapped around it sees the serving process itself (valgrind cannot be driven in a forked worker).
+    pub nginx_single: bool,
+    /// Request logs on (the default): tokentap's per-request line at `info`, nginx's access log buffered
+    /// (`buffer=64k flush=1s`). Off: tokentap at `RUST_LOG=warn`, nginx `access_log off`.
+    pub logs: bool,
 }
 
 pub struct Proxy {
@@ -83,7 +89,8 @@ fn pinned(setup: &Setup, program: &Path) -> Command {
 }
 
 /// Fine buckets (250 µs) around the scripted 50 ms gap and prefill so the accuracy check is not limited by bucket width;
-/// the defaults stay in as well.
+/// the defaults stay in as well. Those buckets multiply the series the configuration allows beyond the
+/// default `metrics.max_series` budget (which tokentap checks at start), so the budget is raised with them.
 fn tokentap_config(listen: SocketAddr, metrics: SocketAddr, upstream: SocketAddr) -> String {
     let fine = |from_ms: f64, to_ms: f64, step_ms: f64| {
         let mut v = Vec::new();
@@ -95,7 +102,7 @@ fn tokentap_config(listen: SocketAddr, metrics: SocketAddr, upstream: SocketAddr
         v.join(", ")
     };
     format!(
-        "listen: {listen}\nmetrics_listen: {metrics}\nupstream: http://{upstream}\nbuckets:\n  itl: [0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, {}, 0.075, 0.1, 0.25, 1]\n  ttft: [0.001, 0.005, 0.01, 0.025, {}, 0.075, 0.1, 0.25, 1]\n",
+        "listen: {listen}\nmetrics_listen: {metrics}\nupstream: http://{upstream}\nmetrics:\n  max_series: 2000000\nbuckets:\n  itl: [0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, {}, 0.075, 0.1, 0.25, 1]\n  ttft: [0.001, 0.005, 0.01, 0.025, {}, 0.075, 0.1, 0.25, 1]\n",
         fine(44.0, 56.0, 0.25),
         fine(44.0, 60.0, 0.25),
     )
@@ -113,7 +120,11 @@ pub fn start_tokentap(setup: &Setup, upstream: SocketAddr, kind: Kind) -> Result
         .map_err(|e| format!("writing {}: {e}", config.display()))?;
     let log = std::fs::File::create(setup.dir.join(format!("{}.log", kind.name())))
         .map_err(|e| e.to_string())?;
-    let child = pinned(setup, binary)
+    let mut command = pinned(setup, binary);
+    if !setup.logs {
+        command.env("RUST_LOG", "warn");
+    }
+    let child = command
         .arg("--config")
         .arg(&config)
         .stdin(Stdio::null())
@@ -137,15 +148,22 @@ pub fn start_nginx(setup: &Setup, upstream: SocketAddr) -> Result<Proxy, String>
     let prefix = setup.dir.join("nginx");
     std::fs::create_dir_all(prefix.join("tmp")).map_err(|e| e.to_string())?;
     let p = prefix.display();
+    let master = if setup.nginx_single { "off" } else { "on" };
+    let access_log = if setup.logs {
+        format!("{p}/access.log combined buffer=64k flush=1s")
+    } else {
+        "off".to_owned()
+    };
     let conf = format!(
-        r#"worker_processes 1;
+        r#"master_process {master};
+worker_processes 1;
 worker_rlimit_nofile 20000;
 pid {p}/nginx.pid;
 error_log {p}/error.log warn;
 daemon off;
 events {{ worker_connections 16000; }}
 http {{
-  access_log off;
+  access_log {access_log};
   client_body_temp_path {p}/tmp/body;
   proxy_temp_path {p}/tmp/proxy;
   fastcgi_temp_path {p}/tmp/fastcgi;
@@ -213,9 +231,9 @@ impl Proxy {
         self.pids().into_iter().map(rss_bytes).sum()
     }
 
-    /// Waits until the proxy accepts connections.
+    /// Waits until the proxy accepts connections (up to 60 s: under valgrind it takes seconds to start).
     pub async fn ready(&mut self) -> Result<(), String> {
-        for _ in 0..200 {
+        for _ in 0..2400 {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(format!("{} exited: {status}", self.kind.name()));
             }
