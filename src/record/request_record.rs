@@ -8,6 +8,10 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+use time::format_description::well_known::Rfc3339;
+use time::format_description::FormatItem;
+use time::macros::format_description;
+use time::{Date, OffsetDateTime};
 
 use crate::record::finished::FinishedRecord;
 use crate::record::gaps::GapSummary;
@@ -167,31 +171,21 @@ impl RequestRecord {
 /// `t` as RFC 3339 in UTC with microseconds (`2026-12-03T09:00:42.123456Z`). A time before 1970
 /// (a clock set wrong) is written as the epoch.
 pub fn rfc3339_micros(t: SystemTime) -> String {
-    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60,
-        since.subsec_micros()
-    )
+    const MICROS: &[FormatItem<'_>] =
+        format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z");
+    OffsetDateTime::from(t.max(UNIX_EPOCH))
+        .format(MICROS)
+        .unwrap_or_else(|_| "1970-01-01T00:00:00.000000Z".to_owned())
 }
 
-/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
+/// An RFC 3339 time (`2026-12-03T08:00:00Z`, with a fraction or an offset) or a bare date (midnight
+/// UTC) as seconds since the epoch; `None` for anything else.
+pub fn parse_rfc3339(text: &str) -> Option<f64> {
+    if let Ok(at) = OffsetDateTime::parse(text, &Rfc3339) {
+        return Some(at.unix_timestamp() as f64 + f64::from(at.nanosecond()) / 1e9);
+    }
+    let date = Date::parse(text, format_description!("[year]-[month]-[day]")).ok()?;
+    Some(date.midnight().assume_utc().unix_timestamp() as f64)
 }
 
 #[cfg(test)]

@@ -5,7 +5,11 @@
 use std::time::Duration;
 
 use crate::config::{parse_duration, Ceilings, Slo, SloKind};
+pub use crate::record::request_record::parse_rfc3339;
 use crate::record::request_record::RequestRecord;
+use time::format_description::FormatItem;
+use time::macros::format_description;
+use time::OffsetDateTime;
 
 /// `--by`: which label splits the report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,120 +76,15 @@ pub fn parse_time(flag: &str, text: &str, now: f64) -> Result<f64, String> {
     })
 }
 
-/// `YYYY-MM-DD[(T| )hh:mm:ss[.frac](Z|±hh:mm)]` → seconds since the epoch.
-pub fn parse_rfc3339(text: &str) -> Option<f64> {
-    let b = text.as_bytes();
-    let num = |from: usize, len: usize| -> Option<i64> {
-        let digits = b.get(from..from + len)?;
-        digits
-            .iter()
-            .all(u8::is_ascii_digit)
-            .then(|| std::str::from_utf8(digits).ok()?.parse().ok())?
-    };
-    if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
-        return None;
-    }
-    let (year, month, day) = (num(0, 4)?, num(5, 2)?, num(8, 2)?);
-    if !(1..=12).contains(&month) || !(1..=days_in_month(year, month)).contains(&day) {
-        return None;
-    }
-    let midnight = days_from_civil(year, month, day) as f64 * 86_400.0;
-    if b.len() == 10 {
-        return Some(midnight);
-    }
-    if !matches!(b[10], b'T' | b't' | b' ') || b.len() < 20 || b[13] != b':' || b[16] != b':' {
-        return None;
-    }
-    let (hour, minute, second) = (num(11, 2)?, num(14, 2)?, num(17, 2)?);
-    if hour > 23 || minute > 59 || second > 60 {
-        return None;
-    }
-    let mut at = 19;
-    let mut fraction = 0.0;
-    if b[at] == b'.' {
-        let digits = b[at + 1..]
-            .iter()
-            .take_while(|c| c.is_ascii_digit())
-            .count();
-        if digits == 0 {
-            return None;
-        }
-        fraction = text.get(at..at + 1 + digits)?.parse::<f64>().ok()?;
-        at += 1 + digits;
-    }
-    let offset = match b.get(at..)? {
-        [b'Z' | b'z'] => 0,
-        [sign @ (b'+' | b'-'), _, _, b':', _, _] => {
-            let (h, m) = (num(at + 1, 2)?, num(at + 4, 2)?);
-            if h > 23 || m > 59 {
-                return None;
-            }
-            let minutes = h * 60 + m;
-            if *sign == b'+' {
-                minutes
-            } else {
-                -minutes
-            }
-        }
-        _ => return None,
-    };
-    let seconds = hour * 3600 + minute * 60 + second - offset * 60;
-    Some(midnight + seconds as f64 + fraction)
-}
-
 /// Seconds since the epoch → `2026-12-03T08:00:00.250Z` (milliseconds).
 pub fn format_rfc3339(at: f64) -> String {
-    let millis = (at * 1000.0).round() as i64;
-    let (days, ms_of_day) = (millis.div_euclid(86_400_000), millis.rem_euclid(86_400_000));
-    let (y, m, d) = civil_from_days(days);
-    let (s, ms) = (ms_of_day / 1000, ms_of_day % 1000);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
-        s / 3600,
-        s / 60 % 60,
-        s % 60
-    )
-}
-
-fn days_in_month(year: i64, month: i64) -> i64 {
-    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    match month {
-        2 if leap => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (
-        if m <= 2 {
-            yoe + era * 400 + 1
-        } else {
-            yoe + era * 400
-        },
-        m,
-        d,
-    )
+    const MILLIS: &[FormatItem<'_>] =
+        format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
+    let millis = (at * 1000.0).round() as i128;
+    OffsetDateTime::from_unix_timestamp_nanos(millis * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(MILLIS).ok())
+        .unwrap_or_else(|| format!("{at}"))
 }
 
 /// `--slo ttft=300ms,tpot=40ms`: what-if ceilings for every model.
