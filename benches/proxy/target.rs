@@ -91,6 +91,8 @@ fn pinned(setup: &Setup, program: &Path) -> Command {
 /// Fine buckets (250 µs) around the scripted 50 ms gap and prefill so the accuracy check is not limited by bucket width;
 /// the defaults stay in as well. Those buckets multiply the series the configuration allows beyond the
 /// default `metrics.max_series` budget (which tokentap checks at start), so the budget is raised with them.
+/// The upstream connection cap (default 1,024, beyond which tokentap answers 503) is raised to nginx's
+/// `worker_connections`, so the sweep and the memory phase compare the two proxies at 1,500 and 5,000 streams.
 fn tokentap_config(listen: SocketAddr, metrics: SocketAddr, upstream: SocketAddr) -> String {
     let fine = |from_ms: f64, to_ms: f64, step_ms: f64| {
         let mut v = Vec::new();
@@ -102,7 +104,7 @@ fn tokentap_config(listen: SocketAddr, metrics: SocketAddr, upstream: SocketAddr
         v.join(", ")
     };
     format!(
-        "listen: {listen}\nmetrics_listen: {metrics}\nupstream: http://{upstream}\nmetrics:\n  max_series: 2000000\nbuckets:\n  itl: [0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, {}, 0.075, 0.1, 0.25, 1]\n  ttft: [0.001, 0.005, 0.01, 0.025, {}, 0.075, 0.1, 0.25, 1]\n",
+        "listen: {listen}\nmetrics_listen: {metrics}\nupstream: http://{upstream}\nmetrics:\n  max_series: 2000000\nlimits:\n  max_upstream_connections: 16000\nbuckets:\n  itl: [0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, {}, 0.075, 0.1, 0.25, 1]\n  ttft: [0.001, 0.005, 0.01, 0.025, {}, 0.075, 0.1, 0.25, 1]\n",
         fine(44.0, 56.0, 0.25),
         fine(44.0, 60.0, 0.25),
     )
