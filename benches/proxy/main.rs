@@ -7,7 +7,7 @@
 //! table on stdout. `scripts/bench.sh` builds everything, pins the cores and runs it.
 //!
 //! Usage: `proxy --tokentap PATH [--nginx PATH] [--baseline PATH] [--proxy-cpu N] [--reps N] [--quick] [--out FILE]
-//! [--only latency,sweep,requests,memory] [--memory-steps 100,1000] [--logs on|off]
+//! [--only latency,sweep,requests,memory] [--memory-steps 100,1000] [--logs on|off] [--baseline-records stalled]
 //! [--profile tokentap|nginx [--profile-secs S]]`
 //!
 //! `--logs off` runs tokentap without its per-request log line (`RUST_LOG=warn`) and nginx without its
@@ -70,6 +70,7 @@ fn parse_args() -> Result<Args, String> {
     let mut profile = None;
     let mut profile_secs = 10.0;
     let mut logs = true;
+    let mut baseline_records = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -112,6 +113,13 @@ fn parse_args() -> Result<Args, String> {
                     other => return Err(format!("--logs {other}: on or off")),
                 }
             }
+            "--baseline-records" => {
+                baseline_records = match value("--baseline-records")?.as_str() {
+                    "stalled" => true,
+                    "off" => false,
+                    other => return Err(format!("--baseline-records {other}: stalled or off")),
+                }
+            }
             "--bench" => {} // added by `cargo bench`
             other => return Err(format!("unknown argument {other}")),
         }
@@ -128,6 +136,7 @@ fn parse_args() -> Result<Args, String> {
             dir,
             nginx_single: profile == Some(Kind::Nginx),
             logs,
+            baseline_records,
         },
         reps: reps.max(1),
         quick,

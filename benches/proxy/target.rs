@@ -45,6 +45,10 @@ pub struct Setup {
     /// Request logs on (the default): tokentap's per-request line at `info`, nginx's access log buffered
     /// (`buffer=64k flush=1s`). Off: tokentap at `RUST_LOG=warn`, nginx `access_log off`.
     pub logs: bool,
+    /// The baseline tokentap writes per-request records (`request_log: {path: "-"}`) to a stdout pipe that
+    /// nobody reads: the writer stalls, records are dropped and counted, and the figures show whether the
+    /// proxy's latency moves (`--baseline target/release/tokentap --baseline-records stalled`).
+    pub baseline_records: bool,
 }
 
 pub struct Proxy {
@@ -52,6 +56,8 @@ pub struct Proxy {
     pub addr: SocketAddr,
     pub metrics: Option<SocketAddr>,
     child: Child,
+    /// The read end of a stdout pipe held open and never read (see [`Setup::baseline_records`]).
+    _stalled_stdout: Option<std::process::ChildStdout>,
 }
 
 impl Drop for Proxy {
@@ -118,19 +124,27 @@ pub fn start_tokentap(setup: &Setup, upstream: SocketAddr, kind: Kind) -> Result
     let addr = free_port().map_err(|e| e.to_string())?;
     let metrics = free_port().map_err(|e| e.to_string())?;
     let config = setup.dir.join(format!("{}.yaml", kind.name()));
-    std::fs::write(&config, tokentap_config(addr, metrics, upstream))
-        .map_err(|e| format!("writing {}: {e}", config.display()))?;
+    let stalled = kind == Kind::Baseline && setup.baseline_records;
+    let mut text = tokentap_config(addr, metrics, upstream);
+    if stalled {
+        text.push_str("request_log:\n  path: \"-\"\n");
+    }
+    std::fs::write(&config, text).map_err(|e| format!("writing {}: {e}", config.display()))?;
     let log = std::fs::File::create(setup.dir.join(format!("{}.log", kind.name())))
         .map_err(|e| e.to_string())?;
     let mut command = pinned(setup, binary);
     if !setup.logs {
         command.env("RUST_LOG", "warn");
     }
-    let child = command
+    let mut child = command
         .arg("--config")
         .arg(&config)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(if stalled {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stderr(log)
         .spawn()
         .map_err(|e| format!("starting {}: {e}", binary.display()))?;
@@ -138,6 +152,7 @@ pub fn start_tokentap(setup: &Setup, upstream: SocketAddr, kind: Kind) -> Result
         kind,
         addr,
         metrics: Some(metrics),
+        _stalled_stdout: child.stdout.take(),
         child,
     })
 }
@@ -208,6 +223,7 @@ http {{
         addr,
         metrics: None,
         child,
+        _stalled_stdout: None,
     })
 }
 
