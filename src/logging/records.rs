@@ -1,7 +1,7 @@
 //! The writer of the per-request records (`request_log:`): lines in, a file or stdout out, on a thread
 //! of its own, so that writing can never block or slow a request.
 //!
-//! A finished request hands its line to [`RecordWriter::send`], which never waits: the line joins a
+//! A finished request hands its line to [`RecordWriter::send_with`], which never waits: the line joins a
 //! bounded queue (`request_log.queue` lines), or, when the queue is full because the disk or the
 //! reader of stdout is slower than the traffic, it is dropped and counted
 //! (`tokentap_request_records_dropped_total{reason="queue_full"}`). The thread writes through a
@@ -17,7 +17,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -81,6 +81,10 @@ pub struct RecordWriter {
     reopen: Arc<AtomicBool>,
     counters: RecordCounters,
     full: Mutex<RepeatedWarning>,
+    /// Lines in the queue (sent, not yet taken by the thread), so a full queue is seen before a line is
+    /// built for it.
+    queued: Arc<AtomicUsize>,
+    capacity: usize,
 }
 
 impl RecordWriter {
@@ -90,7 +94,9 @@ impl RecordWriter {
         let out = Output::open(&target)?;
         let (sender, receiver) = mpsc::sync_channel(queue);
         let reopen = Arc::new(AtomicBool::new(false));
+        let queued = Arc::new(AtomicUsize::new(0));
         let thread = Thread {
+            queued: queued.clone(),
             target,
             out: Some(out),
             receiver,
@@ -107,23 +113,39 @@ impl RecordWriter {
             reopen,
             counters,
             full: Mutex::default(),
+            queued,
+            capacity: queue,
         })
     }
 
     /// Queues one record (a JSON object without its newline). Never waits: a full queue drops it.
-    pub fn send(&self, line: String) {
-        match self.queue.try_send(Message::Line(line)) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.counters.queue_full.inc();
-                let mut full = self.full.lock().unwrap_or_else(PoisonError::into_inner);
-                if let Some(dropped) = full.occurred(Instant::now()) {
-                    tracing::warn!(
-                        dropped,
-                        "request records dropped: the request_log writer is behind (a slow disk or an unread stdout); count since the last such line"
-                    );
-                }
-            }
+    fn send(&self, line: String) {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        if self.queue.try_send(Message::Line(line)).is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            self.dropped();
+        }
+    }
+
+    /// Queues the record `line` builds, building it only when the queue has room: a writer that is
+    /// behind costs the data path no serialising. `line` returning `None` queues nothing.
+    pub fn send_with(&self, line: impl FnOnce() -> Option<String>) {
+        if self.queued.load(Ordering::Acquire) >= self.capacity {
+            self.dropped();
+        } else if let Some(line) = line() {
+            self.send(line);
+        }
+    }
+
+    /// A record the full queue had no room for: counted, and said in the log (rate-limited).
+    fn dropped(&self) {
+        self.counters.queue_full.inc();
+        let mut full = self.full.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(dropped) = full.occurred(Instant::now()) {
+            tracing::warn!(
+                dropped,
+                "request records dropped: the request_log writer is behind (a slow disk or an unread stdout); count since the last such line"
+            );
         }
     }
 
@@ -180,6 +202,8 @@ fn append(path: &Path) -> io::Result<File> {
 }
 
 struct Thread {
+    /// The writer's count of queued lines, lowered as each is taken.
+    queued: Arc<AtomicUsize>,
     target: Target,
     /// `None` after a failure: opened again for the next record.
     out: Option<Output>,
@@ -211,6 +235,7 @@ impl Thread {
         }
         match message {
             Message::Line(mut line) => {
+                self.queued.fetch_sub(1, Ordering::AcqRel);
                 line.push('\n');
                 self.write(line.as_bytes());
             }

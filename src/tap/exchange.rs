@@ -372,11 +372,10 @@ impl Exchange {
                 api: self.api.as_str(),
                 tenant: series.tenant.as_deref(),
             };
-            let line = RequestRecord::of(&identity, record, gaps.summary());
             // Plain numbers and strings: serialising cannot fail; a record that did is not written.
-            if let Ok(line) = serde_json::to_string(&line) {
-                records.writer.send(line);
-            }
+            records.writer.send_with(|| {
+                serde_json::to_string(&RequestRecord::of(&identity, record, gaps.summary())).ok()
+            });
         }
     }
 }
