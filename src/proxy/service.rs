@@ -52,7 +52,7 @@ struct Inner {
     connections: Upstream,
     /// The upstream's path prefix, put before every request's path (no trailing `/`).
     prefix: String,
-    /// The `Host` every forwarded request carries, as hyper-util's client would set it.
+    /// The `Host` every forwarded request carries: the upstream's authority, as an HTTP client sets it.
     host: Option<HeaderValue>,
     upstream_shown: String,
     context: Arc<ExchangeContext>,

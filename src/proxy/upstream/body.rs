@@ -16,6 +16,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use super::pool::{Conn, Pool};
+use super::wake::{LookAgain, LOOK_AGAIN};
 
 /// A connection lent to one request, and the pool it goes back to.
 pub(super) struct Lease {
@@ -34,15 +35,18 @@ impl Lease {
 pub struct UpstreamResponse {
     body: Incoming,
     lease: Option<Lease>,
+    /// The waker the body and its connection are polled with.
+    wake: LookAgain,
     /// An error read in the same wake-up as frames before it, held back for one poll (see `poll_frame`).
     broke: Option<hyper::Error>,
 }
 
 impl UpstreamResponse {
-    pub(super) fn new(body: Incoming, lease: Lease) -> Self {
+    pub(super) fn new(body: Incoming, lease: Lease, wake: LookAgain) -> Self {
         UpstreamResponse {
             body,
             lease: Some(lease),
+            wake,
             broke: None,
         }
     }
@@ -53,6 +57,37 @@ impl UpstreamResponse {
             lease.give_back(cx);
         }
     }
+}
+
+/// One look: a frame already read, else the connection's I/O, which reads the socket (a frame it brings
+/// is in the body's channel when it returns), then the body's channel again. A connection that is over
+/// has left its last word there too (the end, or the error), and is dropped. At the body's end the
+/// connection goes back to the pool if it can carry the next request.
+fn look(
+    body: &mut Incoming,
+    lease: &mut Option<Lease>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    let mut frame = Pin::new(&mut *body).poll_frame(cx);
+    if frame.is_pending() {
+        let Some(held) = lease else {
+            return Poll::Pending;
+        };
+        if held.conn.poll_driver(cx).is_ready() {
+            *lease = None;
+        }
+        frame = Pin::new(&mut *body).poll_frame(cx);
+    }
+    match &frame {
+        Poll::Ready(Some(Ok(_))) if !body.is_end_stream() => {}
+        Poll::Ready(Some(Ok(_)) | None) => {
+            if let Some(lease) = lease.take() {
+                lease.give_back(cx);
+            }
+        }
+        _ => {}
+    }
+    frame
 }
 
 impl Body for UpstreamResponse {
@@ -67,37 +102,27 @@ impl Body for UpstreamResponse {
         if let Some(error) = this.broke.take() {
             return Poll::Ready(Some(Err(error)));
         }
-        let mut drove = false;
-        loop {
-            if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
-                match frame {
-                    Some(Ok(_)) if !this.body.is_end_stream() => {}
-                    // The body is over; the connection may carry the next request.
-                    Some(Ok(_)) | None => this.give_back(cx),
-                    // The connection broke, and goes with the body. The error may have come in the same
-                    // read as the frames just handed on, which the client's side has not written yet: it
-                    // ends a connection at a body's error without writing what it holds. So the error waits
-                    // one poll: the client's side writes what it has when this body is pending.
-                    Some(Err(error)) => {
-                        this.lease = None;
-                        this.broke = Some(error);
-                        cx.waker().wake_by_ref();
-                        return Poll::Pending;
-                    }
+        for _ in 0..LOOK_AGAIN {
+            let (body, lease) = (&mut this.body, &mut this.lease);
+            let (frame, woken) = this.wake.poll(cx, |cx| look(body, lease, cx));
+            match frame {
+                // The connection broke, and goes with the body. The error may have come in the same read
+                // as the frames just handed on, which the client's side has not written yet: it ends a
+                // connection at a body's error without writing what it holds. So the error waits one
+                // poll: the client's side writes what it has when this body is pending.
+                Poll::Ready(Some(Err(error))) => {
+                    this.lease = None;
+                    this.broke = Some(error);
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
                 }
-                return Poll::Ready(frame);
+                Poll::Ready(frame) => return Poll::Ready(frame),
+                Poll::Pending if woken => continue,
+                Poll::Pending => return Poll::Pending,
             }
-            let Some(lease) = this.lease.as_mut().filter(|_| !drove) else {
-                return Poll::Pending;
-            };
-            // Reads the socket: a frame it brings is in the body's channel when this returns, so the body
-            // is polled once more. A connection that is over has left its last word there too (the end,
-            // or the error), and is dropped.
-            if lease.conn.poll_driver(cx).is_ready() {
-                this.lease = None;
-            }
-            drove = true;
         }
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {

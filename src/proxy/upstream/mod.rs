@@ -9,8 +9,10 @@
 
 mod body;
 mod pool;
+mod wake;
 
 pub use body::UpstreamResponse;
+use wake::{LookAgain, LOOK_AGAIN};
 
 use std::future::{poll_fn, Future};
 use std::path::Path;
@@ -166,11 +168,12 @@ impl Upstream {
             Some(conn) => (conn, true),
             None => (self.connect().await?, false),
         };
-        let response = match exchange(&mut conn, request).await {
+        let wake = LookAgain::new();
+        let response = match exchange(&mut conn, request, &wake).await {
             Ok(response) => response,
             Err(Failed::NotSent(request, _)) if reused => {
                 conn = self.connect().await?;
-                exchange(&mut conn, *request)
+                exchange(&mut conn, *request, &wake)
                     .await
                     .map_err(Failed::into_error)?
             }
@@ -180,7 +183,7 @@ impl Upstream {
             conn,
             pool: self.pool.clone(),
         };
-        let mut response = response.map(|body| UpstreamResponse::new(body, lease));
+        let mut response = response.map(|body| UpstreamResponse::new(body, lease, wake));
         if response.body().is_end_stream() {
             // Nobody polls a body that is already over: the connection goes back now.
             poll_fn(|cx| {
@@ -235,25 +238,35 @@ impl From<TrySendError<Request<UpstreamBody>>> for Failed {
 async fn exchange(
     conn: &mut pool::Conn,
     request: Request<UpstreamBody>,
+    wake: &LookAgain,
 ) -> Result<Response<hyper::body::Incoming>, Failed> {
     let mut answer = pin!(conn.sender.try_send_request(request));
     let mut over = false;
     let answer = poll_fn(|cx| {
-        if let Poll::Ready(answer) = answer.as_mut().poll(cx) {
-            return Poll::Ready(Some(answer));
+        for _ in 0..LOOK_AGAIN {
+            let (polled, woken) = wake.poll(cx, |cx| {
+                if let Poll::Ready(answer) = answer.as_mut().poll(cx) {
+                    return Poll::Ready(Some(answer));
+                }
+                if over {
+                    // hyper answers every request of a connection that ends (with an error if nothing
+                    // else), so this is not expected; it must not hang either.
+                    return Poll::Ready(None);
+                }
+                // Writes the request and reads the answer; a head it brings is ready when this returns.
+                over = conn.poll_driver(cx).is_ready();
+                match answer.as_mut().poll(cx) {
+                    Poll::Ready(answer) => Poll::Ready(Some(answer)),
+                    Poll::Pending if over => Poll::Ready(None),
+                    Poll::Pending => Poll::Pending,
+                }
+            });
+            if polled.is_ready() || !woken {
+                return polled;
+            }
         }
-        if over {
-            // hyper answers every request of a connection that ends (with an error if nothing else), so
-            // this is not expected; it must not hang either.
-            return Poll::Ready(None);
-        }
-        // Writes the request and reads the answer; a head it brings is ready when this returns.
-        over = conn.poll_driver(cx).is_ready();
-        match answer.as_mut().poll(cx) {
-            Poll::Ready(answer) => Poll::Ready(Some(answer)),
-            Poll::Pending if over => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
     })
     .await;
     match answer {
