@@ -29,7 +29,7 @@ use crate::decode::tokenizer::Tokenizers;
 use crate::logging::records::{RecordWriter, Target};
 use crate::logging::repeated::RepeatedWarning;
 use crate::net::admin::serve_metrics;
-use crate::net::client_conn::{accept, Activity, TimedIo, Tracked};
+use crate::net::client_conn::{accept, sniff, Activity, Speaks, TimedIo, Tracked};
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
 use crate::record::live::Live;
@@ -211,7 +211,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         max_connections: config.limits.max_connections,
         refused: context.metrics.refusals.clone(),
         connections: connections.clone(),
-        builder: connection_builder(&config.limits),
+        builders: Builders::new(connection_builder(&config.limits)),
         timeouts: config.timeouts.clone(),
         shutdown: shutdown.clone(),
     };
@@ -403,6 +403,24 @@ fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     builder
 }
 
+/// The proxy port's connection builders: one for each HTTP version a connection's first bytes name
+/// ([`sniff`]), and the auto-detecting one for a connection they do not.
+struct Builders {
+    auto: auto::Builder<TokioExecutor>,
+    http1: auto::Builder<TokioExecutor>,
+    h2: auto::Builder<TokioExecutor>,
+}
+
+impl Builders {
+    fn new(auto: auto::Builder<TokioExecutor>) -> Self {
+        Builders {
+            http1: auto.clone().http1_only(),
+            h2: auto.clone().http2_only(),
+            auto,
+        }
+    }
+}
+
 /// The proxy port's accept loop and what each connection needs.
 struct ServeProxy {
     proxy: Proxy,
@@ -414,7 +432,7 @@ struct ServeProxy {
     /// Connections being served.
     /// Counts each client connection as open, however its task ends.
     connections: Count,
-    builder: auto::Builder<TokioExecutor>,
+    builders: Builders,
     timeouts: Timeouts,
     shutdown: Shutdown,
 }
@@ -446,8 +464,21 @@ impl ServeProxy {
     async fn serve(&self, stream: tokio::net::TcpStream) {
         let activity = Arc::new(Activity::default());
         let (header_read, idle) = (self.timeouts.client_header_read, self.timeouts.client_idle);
+        let head_deadline = tokio::time::Instant::now() + header_read;
         let io = TimedIo::new(stream, activity.clone(), header_read, idle)
             .counting_head_timeouts(self.refused.head_timeouts.clone());
+        let mut draining = self.shutdown.reached(Phase::Draining);
+        let speaks = tokio::select! {
+            speaks = sniff(io.get_ref(), head_deadline) => speaks,
+            // A connection that has sent nothing yet is closed, as hyper-util closes one still
+            // reading its first bytes.
+            () = &mut draining => return,
+        };
+        let builder = match speaks {
+            Speaks::Http1 => &self.builders.http1,
+            Speaks::H2 => &self.builders.h2,
+            Speaks::Undecided => &self.builders.auto,
+        };
         let io = TokioIo::new(io);
         let proxy = self.proxy.clone();
         let service = service_fn(move |request| {
@@ -458,9 +489,8 @@ impl ServeProxy {
                 Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_progress)))
             }
         });
-        let conn = self.builder.serve_connection(io, service);
+        let conn = builder.serve_connection(io, service);
         tokio::pin!(conn);
-        let draining = self.shutdown.reached(Phase::Draining);
         let result = tokio::select! {
             result = conn.as_mut() => result,
             () = draining => {
