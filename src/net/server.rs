@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use http::Response;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -29,7 +30,7 @@ use crate::decode::tokenizer::Tokenizers;
 use crate::logging::records::{RecordWriter, Target};
 use crate::logging::repeated::RepeatedWarning;
 use crate::net::admin::serve_metrics;
-use crate::net::client_conn::{accept, sniff, Activity, Speaks, TimedIo, Tracked};
+use crate::net::client_conn::{accept, sniff, Activity, InProgress, Speaks, TimedIo, Tracked};
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
 use crate::record::live::Live;
@@ -403,6 +404,25 @@ fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     builder
 }
 
+/// The future hyper holds for a request until its response head: `handled`, and the response body
+/// tracked as in progress on its connection. hyper's HTTP/1 server keeps a slot the size of this future
+/// for the connection's whole life (and an h2 stream's task holds it inline for the stream's), so the
+/// forwarding future, ~5 KiB and done once the response head is back, goes in a box of its own: one
+/// allocation per request, freed at the head, instead of its size held per open connection.
+fn respond<F, B>(
+    handled: F,
+    in_progress: InProgress,
+) -> impl Future<Output = Result<Response<Tracked<B>>, Infallible>>
+where
+    F: Future<Output = Result<Response<B>, Infallible>>,
+{
+    let handled = Box::pin(handled);
+    async move {
+        let response = handled.await?;
+        Ok(response.map(|body| Tracked::new(body, in_progress)))
+    }
+}
+
 /// The proxy port's connection builders: one for each HTTP version a connection's first bytes name
 /// ([`sniff`]), and the auto-detecting one for a connection they do not.
 struct Builders {
@@ -483,11 +503,7 @@ impl ServeProxy {
         let proxy = self.proxy.clone();
         let service = service_fn(move |request| {
             let in_progress = activity.begin();
-            let handled = proxy.clone().handle(request);
-            async move {
-                let response = handled.await?;
-                Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_progress)))
-            }
+            respond(proxy.clone().handle(request), in_progress)
         });
         let conn = builder.serve_connection(io, service);
         tokio::pin!(conn);
@@ -509,5 +525,27 @@ impl ServeProxy {
             }
             tracing::debug!(%err, "client connection ended with an error");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_holds_a_small_slot_for_its_request_whatever_the_forwarding_future_weighs() {
+        let heavy = async {
+            let state = [1u8; 4096];
+            tokio::task::yield_now().await;
+            Ok::<_, Infallible>(Response::new(std::hint::black_box(state)[0]))
+        };
+        assert!(std::mem::size_of_val(&heavy) > 4096);
+        let activity = Arc::new(Activity::default());
+        let slot = respond(heavy, activity.begin());
+        assert!(
+            std::mem::size_of_val(&slot) <= 64,
+            "{}",
+            std::mem::size_of_val(&slot)
+        );
     }
 }
