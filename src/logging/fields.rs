@@ -4,13 +4,17 @@
 //! calls that cost more than the value itself; [`Fields`] writes a plain field's name and `=` straight to
 //! the line and hands everything else (the message, errors, colour, raw identifiers) to the default
 //! formatter itself, field by field. [`Millis`] writes a millisecond figure as the `f64`'s `Debug` would,
-//! from integers.
+//! from integers. [`Timestamp`] writes the line's time as the default timer does, with the date and the
+//! time of day formatted once a second.
 
+use std::cell::RefCell;
 use std::fmt::{self, Write};
+use std::time::UNIX_EPOCH;
 
 use tracing::field::{Field, Visit};
 use tracing_subscriber::field::{MakeVisitor, VisitFmt, VisitOutput};
 use tracing_subscriber::fmt::format::{DefaultVisitor, Writer};
+use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
 
 /// The field formatter of the process log: the default one's output, cheaper (see the module).
 #[derive(Debug, Default)]
@@ -160,6 +164,68 @@ impl fmt::Display for Millis {
     }
 }
 
+/// The log line's time as `tracing_subscriber`'s `SystemTime` timer writes it
+/// (`2026-12-03T12:46:12.123456Z`, UTC), for a fraction of its work: the part up to the second is
+/// formatted once a second (per thread) and only the microseconds each line.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timestamp;
+
+thread_local! {
+    /// The second last formatted on this thread, and its `YYYY-MM-DDTHH:MM:SS.`.
+    static SECOND: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.` of `secs` after the epoch; `None` past the year 9999, which the default timer
+/// writes in another form.
+fn up_to_the_second(secs: u64) -> Option<String> {
+    let at = time::OffsetDateTime::from_unix_timestamp(i64::try_from(secs).ok()?).ok()?;
+    if at.year() > 9999 {
+        return None;
+    }
+    Some(format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second()
+    ))
+}
+
+impl FormatTime for Timestamp {
+    fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
+        let Ok(since) = std::time::SystemTime::now().duration_since(UNIX_EPOCH) else {
+            return SystemTime.format_time(w);
+        };
+        let secs = since.as_secs();
+        let written = SECOND.try_with(|cell| {
+            let mut cached = cell.try_borrow_mut().ok()?;
+            if cached.0 != secs {
+                *cached = (secs, up_to_the_second(secs)?);
+            }
+            let micros = since.subsec_micros();
+            let mut digits = [b'0'; 6];
+            let mut rest = micros;
+            for digit in digits.iter_mut().rev() {
+                *digit = b'0' + (rest % 10) as u8;
+                rest /= 10;
+            }
+            let digits = std::str::from_utf8(&digits).ok()?;
+            Some(
+                w.write_str(&cached.1)
+                    .and_then(|()| w.write_str(digits))
+                    .and_then(|()| w.write_char('Z')),
+            )
+        });
+        match written {
+            Ok(Some(result)) => result,
+            // Past 9999, or this thread's cache is gone (the thread is ending).
+            _ => SystemTime.format_time(w),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io;
@@ -196,6 +262,41 @@ mod tests {
             let before = (d.as_secs_f64() * 1e6).round() / 1e3;
             assert_eq!(Millis::of(d).to_string(), format!("{before:?}"), "{d:?}");
         }
+    }
+
+    #[test]
+    fn the_time_up_to_the_second_is_the_calendars() {
+        // Each as `date -u -d @SECS +%FT%T` writes it.
+        let cases = [
+            (0, "1970-01-01T00:00:00."),
+            (951_782_400, "2000-02-29T00:00:00."),
+            (1_795_700_000, "2026-11-26T13:33:20."),
+            (4_102_444_799, "2099-12-31T23:59:59."),
+            (253_402_300_799, "9999-12-31T23:59:59."),
+        ];
+        for (secs, expected) in cases {
+            assert_eq!(up_to_the_second(secs).as_deref(), Some(expected), "{secs}");
+        }
+        assert_eq!(up_to_the_second(253_402_300_800), None, "the year 10000");
+    }
+
+    #[test]
+    fn the_timestamp_is_the_default_timers() {
+        let write = |timer: &dyn FormatTime| {
+            let mut line = String::new();
+            let _ = timer.format_time(&mut Writer::new(&mut line));
+            line
+        };
+        // Both read the clock: retried until they read it within one second.
+        for _ in 0..100 {
+            let (ours, default) = (write(&Timestamp), write(&SystemTime));
+            assert_eq!(ours.len(), default.len(), "{ours} {default}");
+            assert!(ours.ends_with('Z') && ours.as_bytes()[19] == b'.', "{ours}");
+            if ours[..20] == default[..20] {
+                return;
+            }
+        }
+        panic!("never within one second");
     }
 
     /// What a subscriber wrote, for the test to read.

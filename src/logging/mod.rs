@@ -48,6 +48,7 @@ pub fn init() -> WorkerGuard {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .fmt_fields(fields::Fields)
+        .with_timer(fields::Timestamp)
         .with_writer(writer)
         .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
         // Its own report of a failed write goes to the same stderr with `eprintln!`, which panics
