@@ -7,6 +7,7 @@
 //! Every line that is not written is counted: the queue's overflow and the writes stderr refused add up
 //! in [`dropped_lines`], which `/metrics` exports as `tokentap_log_lines_dropped_total`.
 
+pub mod fields;
 pub mod records;
 pub mod repeated;
 
@@ -46,6 +47,8 @@ pub fn init() -> WorkerGuard {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .fmt_fields(fields::Fields)
+        .with_timer(fields::Timestamp)
         .with_writer(writer)
         .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
         // Its own report of a failed write goes to the same stderr with `eprintln!`, which panics

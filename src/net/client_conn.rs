@@ -22,7 +22,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use prometheus::IntCounter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, Sleep};
 
 use crate::logging::repeated::RepeatedWarning;
@@ -96,6 +96,11 @@ pub struct TimedIo<T> {
 }
 
 impl<T> TimedIo<T> {
+    /// The socket.
+    pub fn get_ref(&self) -> &T {
+        &self.inner
+    }
+
     pub fn new(inner: T, activity: Arc<Activity>, header_read: Duration, idle: Duration) -> Self {
         TimedIo {
             inner,
@@ -243,6 +248,41 @@ impl<B: Body<Data = Bytes>> Body for Tracked<B> {
     }
 }
 
+/// Which HTTP a client connection speaks, as far as its first bytes already tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Speaks {
+    Http1,
+    /// It sent h2's whole connection preface.
+    H2,
+    /// Nothing yet, only part of h2's preface, or the socket failed: hyper-util's auto server reads
+    /// the first bytes and decides.
+    Undecided,
+}
+
+/// What `stream` speaks, from the bytes it has already received, read with `MSG_PEEK` so that they stay
+/// in the socket. hyper-util's auto server reads the first 24 bytes itself to tell h2's preface from
+/// HTTP/1.1 and hands them back to hyper alone: hyper's first read then returns those 24 bytes, and the
+/// second, for the rest of the head, grows the connection's read buffer from 8 to 16 KiB, for the
+/// connection's life. Told the version beforehand, hyper's first read takes the whole head into 8 KiB.
+/// Waits for the first bytes until `deadline` (the head's), and never for more of a split preface.
+pub async fn sniff(stream: &TcpStream, deadline: Instant) -> Speaks {
+    let mut first = [0u8; H2_PREFACE.len()];
+    let peeked = tokio::time::timeout_at(deadline, stream.peek(&mut first)).await;
+    match peeked {
+        Ok(Ok(n)) if n > 0 => {
+            let n = n.min(first.len());
+            if first[..n] != H2_PREFACE[..n] {
+                Speaks::Http1
+            } else if n == H2_PREFACE.len() {
+                Speaks::H2
+            } else {
+                Speaks::Undecided
+            }
+        }
+        _ => Speaks::Undecided,
+    }
+}
+
 /// Accepts the next connection. `failures` is the listener's own: out of file descriptors and the
 /// like, the loop backs off 50 ms instead of spinning, and says so at most once per 10 s.
 pub async fn accept(
@@ -291,6 +331,47 @@ mod tests {
                 Ok(n) => all.extend_from_slice(&buf[..n]),
             }
         }
+    }
+
+    /// A connected pair of TCP sockets on 127.0.0.1: (the server's end, the client's end).
+    async fn tcp_pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let client = TcpStream::connect(addr).await.expect("connect");
+        let (server, _) = listener.accept().await.expect("accept");
+        (server, client)
+    }
+
+    #[tokio::test]
+    async fn sniffing_names_the_version_from_the_first_bytes_and_leaves_them_to_be_read() {
+        let deadline = || Instant::now() + HEAD_READ;
+        let cases: [(&[u8], Speaks); 4] = [
+            (b"POST /v1/chat/completions HTTP/1.1\r\n", Speaks::Http1),
+            // One byte that cannot start h2's preface is enough.
+            (b"G", Speaks::Http1),
+            (H2_PREFACE, Speaks::H2),
+            // Part of the preface: the auto server reads on and decides.
+            (&H2_PREFACE[..5], Speaks::Undecided),
+        ];
+        for (sent, speaks) in cases {
+            let (mut server, mut client) = tcp_pair().await;
+            client.write_all(sent).await.expect("write");
+            assert_eq!(sniff(&server, deadline()).await, speaks, "{sent:?}");
+            let mut read = vec![0u8; sent.len()];
+            server.read_exact(&mut read).await.expect("read");
+            assert_eq!(read, sent, "the sniffed bytes are still there to read");
+        }
+        let (server, client) = tcp_pair().await;
+        drop(client);
+        assert_eq!(sniff(&server, deadline()).await, Speaks::Undecided, "EOF");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sniffing_a_silent_connection_gives_up_at_the_head_deadline() {
+        let (server, _client) = tcp_pair().await;
+        let start = Instant::now();
+        assert_eq!(sniff(&server, start + HEAD_READ).await, Speaks::Undecided);
+        assert_eq!(Instant::now() - start, HEAD_READ);
     }
 
     #[tokio::test(start_paused = true)]

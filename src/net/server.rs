@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use http::Response;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -29,7 +30,7 @@ use crate::decode::tokenizer::Tokenizers;
 use crate::logging::records::{RecordWriter, Target};
 use crate::logging::repeated::RepeatedWarning;
 use crate::net::admin::serve_metrics;
-use crate::net::client_conn::{accept, Activity, TimedIo, Tracked};
+use crate::net::client_conn::{accept, sniff, Activity, InProgress, Speaks, TimedIo, Tracked};
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
 use crate::record::live::Live;
@@ -211,7 +212,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         max_connections: config.limits.max_connections,
         refused: context.metrics.refusals.clone(),
         connections: connections.clone(),
-        builder: connection_builder(&config.limits),
+        builders: Builders::new(connection_builder(&config.limits)),
         timeouts: config.timeouts.clone(),
         shutdown: shutdown.clone(),
     };
@@ -403,6 +404,43 @@ fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     builder
 }
 
+/// The future hyper holds for a request until its response head: `handled`, and the response body
+/// tracked as in progress on its connection. hyper's HTTP/1 server keeps a slot the size of this future
+/// for the connection's whole life (and an h2 stream's task holds it inline for the stream's), so the
+/// forwarding future, ~5 KiB and done once the response head is back, goes in a box of its own: one
+/// allocation per request, freed at the head, instead of its size held per open connection.
+fn respond<F, B>(
+    handled: F,
+    in_progress: InProgress,
+) -> impl Future<Output = Result<Response<Tracked<B>>, Infallible>>
+where
+    F: Future<Output = Result<Response<B>, Infallible>>,
+{
+    let handled = Box::pin(handled);
+    async move {
+        let response = handled.await?;
+        Ok(response.map(|body| Tracked::new(body, in_progress)))
+    }
+}
+
+/// The proxy port's connection builders: one for each HTTP version a connection's first bytes name
+/// ([`sniff`]), and the auto-detecting one for a connection they do not.
+struct Builders {
+    auto: auto::Builder<TokioExecutor>,
+    http1: auto::Builder<TokioExecutor>,
+    h2: auto::Builder<TokioExecutor>,
+}
+
+impl Builders {
+    fn new(auto: auto::Builder<TokioExecutor>) -> Self {
+        Builders {
+            http1: auto.clone().http1_only(),
+            h2: auto.clone().http2_only(),
+            auto,
+        }
+    }
+}
+
 /// The proxy port's accept loop and what each connection needs.
 struct ServeProxy {
     proxy: Proxy,
@@ -414,7 +452,7 @@ struct ServeProxy {
     /// Connections being served.
     /// Counts each client connection as open, however its task ends.
     connections: Count,
-    builder: auto::Builder<TokioExecutor>,
+    builders: Builders,
     timeouts: Timeouts,
     shutdown: Shutdown,
 }
@@ -446,21 +484,29 @@ impl ServeProxy {
     async fn serve(&self, stream: tokio::net::TcpStream) {
         let activity = Arc::new(Activity::default());
         let (header_read, idle) = (self.timeouts.client_header_read, self.timeouts.client_idle);
+        let head_deadline = tokio::time::Instant::now() + header_read;
         let io = TimedIo::new(stream, activity.clone(), header_read, idle)
             .counting_head_timeouts(self.refused.head_timeouts.clone());
+        let mut draining = self.shutdown.reached(Phase::Draining);
+        let speaks = tokio::select! {
+            speaks = sniff(io.get_ref(), head_deadline) => speaks,
+            // A connection that has sent nothing yet is closed, as hyper-util closes one still
+            // reading its first bytes.
+            () = &mut draining => return,
+        };
+        let builder = match speaks {
+            Speaks::Http1 => &self.builders.http1,
+            Speaks::H2 => &self.builders.h2,
+            Speaks::Undecided => &self.builders.auto,
+        };
         let io = TokioIo::new(io);
         let proxy = self.proxy.clone();
         let service = service_fn(move |request| {
             let in_progress = activity.begin();
-            let handled = proxy.clone().handle(request);
-            async move {
-                let response = handled.await?;
-                Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_progress)))
-            }
+            respond(proxy.clone().handle(request), in_progress)
         });
-        let conn = self.builder.serve_connection(io, service);
+        let conn = builder.serve_connection(io, service);
         tokio::pin!(conn);
-        let draining = self.shutdown.reached(Phase::Draining);
         let result = tokio::select! {
             result = conn.as_mut() => result,
             () = draining => {
@@ -479,5 +525,27 @@ impl ServeProxy {
             }
             tracing::debug!(%err, "client connection ended with an error");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_holds_a_small_slot_for_its_request_whatever_the_forwarding_future_weighs() {
+        let heavy = async {
+            let state = [1u8; 4096];
+            tokio::task::yield_now().await;
+            Ok::<_, Infallible>(Response::new(std::hint::black_box(state)[0]))
+        };
+        assert!(std::mem::size_of_val(&heavy) > 4096);
+        let activity = Arc::new(Activity::default());
+        let slot = respond(heavy, activity.begin());
+        assert!(
+            std::mem::size_of_val(&slot) <= 64,
+            "{}",
+            std::mem::size_of_val(&slot)
+        );
     }
 }

@@ -22,12 +22,14 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use prometheus::IntGauge;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
+use tracing::field::DisplayValue;
 
 use crate::config::{Metering, Slo};
 use crate::decode::dialect::timings::tgi_headers;
 use crate::decode::dialect::Dialect;
 use crate::decode::response::{Format, ResponseDecoder};
 use crate::decode::tokenizer::{TextCount, Tokenizers};
+use crate::logging::fields::Millis;
 use crate::logging::records::RecordWriter;
 use crate::record::api::Api;
 use crate::record::finished::{conclude, t_end, FinishedRecord};
@@ -341,9 +343,7 @@ impl Exchange {
         if record.verdict.goodput {
             series.goodput.inc();
         }
-        let status = record
-            .status
-            .map_or_else(|| "none".to_owned(), |s| s.as_str().to_owned());
+        let status = record.status.as_ref().map_or("none", StatusCode::as_str);
         let streaming = record.streaming;
         let id = self.identity.as_ref().map_or("", |i| i.id.as_str());
         tracing::info!(
@@ -386,8 +386,9 @@ fn observe(histogram: &prometheus::Histogram, value: Option<Duration>) {
     }
 }
 
-fn millis(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e6).round() / 1e3
+/// A figure of the log line: milliseconds to the microsecond (`12.345`), written from integers.
+fn millis(d: Duration) -> DisplayValue<Millis> {
+    tracing::field::display(Millis::of(d))
 }
 
 /// Owns an exchange until it is finished; dropping it unfinished means the client went away.
