@@ -263,7 +263,11 @@ fn read_by_serde(data: &[u8], obs: &mut Observations, output: &mut EventOutput<'
 
 /// The fast reading ([`scan`]), `None` when the scanner leaves the event to serde_json. Nothing is
 /// recorded before the scanner has read the whole event.
-fn read_fast(data: &[u8], obs: &mut Observations, output: &mut EventOutput<'_>) -> Option<EventKind> {
+fn read_fast(
+    data: &[u8],
+    obs: &mut Observations,
+    output: &mut EventOutput<'_>,
+) -> Option<EventKind> {
     let chunk = scan::scan(std::str::from_utf8(data).ok()?)?;
     if obs.model.is_none() {
         if let Some(model) = &chunk.model {
@@ -286,7 +290,9 @@ fn read_fast(data: &[u8], obs: &mut Observations, output: &mut EventOutput<'_>) 
         if delta.is_some_and(scan::Delta::carries_reasoning) {
             output.reasoning();
         }
-        if delta.is_some_and(scan::Delta::carries_answer) || choice.text.is_some_and(|t| !t.is_empty()) {
+        if delta.is_some_and(scan::Delta::carries_answer)
+            || choice.text.is_some_and(|t| !t.is_empty())
+        {
             output.answer();
         }
         if output.wants_text() {
@@ -303,7 +309,9 @@ fn copy_scanned_text(choice: &scan::Choice<'_>, output: &mut EventOutput<'_>) {
         for part in [delta.content, delta.refusal].into_iter().flatten() {
             output.push(&part.value());
         }
-        let reasoning = [delta.reasoning_content, delta.reasoning].into_iter().flatten();
+        let reasoning = [delta.reasoning_content, delta.reasoning]
+            .into_iter()
+            .flatten();
         for part in reasoning.filter(|s| !s.is_empty()) {
             output.push_reasoning(&part.value());
         }

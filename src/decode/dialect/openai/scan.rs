@@ -50,9 +50,9 @@ impl<'a> Str<'a> {
 
 /// The value of hex digits.
 fn hex(digits: &[u8]) -> Option<u32> {
-    digits.iter().try_fold(0u32, |n, &d| {
-        Some(n * 16 + char::from(d).to_digit(16)?)
-    })
+    digits
+        .iter()
+        .try_fold(0u32, |n, &d| Some(n * 16 + char::from(d).to_digit(16)?))
 }
 
 /// Decodes the escapes of a string [`Cursor::string`] has checked (so every `\u` has four hex
@@ -562,9 +562,8 @@ impl<'a> Cursor<'a> {
                 "completion_tokens" => once(&mut completion, at.opt_uint()?)?,
                 "completion_tokens_details" => {
                     let details = at.details("reasoning_tokens")?;
-                    let details = details.map(|reasoning_tokens| CompletionDetails {
-                        reasoning_tokens,
-                    });
+                    let details =
+                        details.map(|reasoning_tokens| CompletionDetails { reasoning_tokens });
                     once(&mut completion_details, details)?;
                 }
                 "prompt_tokens_details" => {
