@@ -48,6 +48,28 @@ impl<'a> Str<'a> {
     }
 }
 
+/// Where the first quote, backslash or control character is: 8 bytes at a time (the test for a zero
+/// byte, `(v - 0x01..) & !v & 0x80..`, exact for the lowest match), then byte by byte.
+fn special(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    const HIGH: u64 = ONES << 7;
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v;
+    let mut words = bytes.chunks_exact(8);
+    let mut at = 0;
+    for word in words.by_ref() {
+        let v = u64::from_le_bytes(word.try_into().ok()?);
+        let control = v.wrapping_sub(ONES * 0x20) & !v;
+        let found = (control | zero(v ^ (ONES * 0x22)) | zero(v ^ (ONES * 0x5C))) & HIGH;
+        if found != 0 {
+            return Some(at + found.trailing_zeros() as usize / 8);
+        }
+        at += 8;
+    }
+    let mut tail = words.remainder().iter();
+    tail.position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .map(|i| at + i)
+}
+
 /// The value of hex digits.
 fn hex(digits: &[u8]) -> Option<u32> {
     digits
@@ -231,11 +253,7 @@ impl<'a> Cursor<'a> {
         let start = self.at;
         let mut escaped = false;
         loop {
-            let rest = self.bytes.get(self.at..)?;
-            let stop = rest
-                .iter()
-                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
-            self.at += stop;
+            self.at += special(self.bytes.get(self.at..)?)?;
             match self.peek()? {
                 b'"' => {
                     let raw = self.text.get(start..self.at)?;
@@ -745,5 +763,42 @@ impl Choice<'_> {
         self.delta
             .is_some_and(|d| d.carries_answer() || d.carries_reasoning())
             || non_empty(&self.text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn byte() -> impl Strategy<Value = u8> {
+        let edges = prop::sample::select(
+            &[
+                0x00, 0x1F, 0x20, 0x21, 0x22, 0x23, 0x5B, 0x5C, 0x5D, 0x7F, 0x80, 0xFF,
+            ][..],
+        );
+        prop_oneof![edges, b' '..=b'~', any::<u8>()]
+    }
+
+    proptest! {
+        #[test]
+        fn the_word_at_a_time_search_finds_what_a_byte_loop_finds(
+            bytes in prop::collection::vec(byte(), 0..40),
+        ) {
+            let expected = bytes.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20);
+            prop_assert_eq!(special(&bytes), expected);
+        }
+    }
+
+    #[test]
+    fn escapes_are_decoded_as_serde_json_decodes_them() {
+        let raw = r#"a\"b\\c\/d\be\ff\ng\rh\ti\u00e9j\u263ak\ud83d\ude00l"#;
+        let quoted = format!("\"{raw}\"");
+        let scanned = Cursor::new(&quoted)
+            .string()
+            .map(|s| s.value().into_owned());
+        let expected: String = serde_json::from_str(&quoted).unwrap_or_default();
+        assert_eq!(scanned.as_deref(), Some(expected.as_str()));
     }
 }
