@@ -268,7 +268,8 @@ fn read_fast(
     obs: &mut Observations,
     output: &mut EventOutput<'_>,
 ) -> Option<EventKind> {
-    let chunk = scan::scan(std::str::from_utf8(data).ok()?)?;
+    let mut chunk = scan::Chunk::default();
+    scan::scan(std::str::from_utf8(data).ok()?, &mut chunk)?;
     if obs.model.is_none() {
         if let Some(model) = &chunk.model {
             obs.model(Some(&model.value()));

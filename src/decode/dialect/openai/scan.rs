@@ -157,12 +157,13 @@ impl<'a> Chunk<'a> {
     }
 }
 
-/// Reads one chunk (the event's data, trimmed), or `None` to leave it to serde_json.
-pub fn scan(text: &str) -> Option<Chunk<'_>> {
+/// Reads one chunk (the event's data, trimmed) into `chunk` (a default one), or `None` to leave it to
+/// serde_json (`chunk` is then half read, and means nothing).
+pub fn scan<'a>(text: &'a str, chunk: &mut Chunk<'a>) -> Option<()> {
     let mut at = Cursor::new(text);
-    let chunk = at.chunk()?;
+    at.chunk(chunk)?;
     at.ws();
-    at.at_end().then_some(chunk)
+    at.at_end().then_some(())
 }
 
 /// Calls `each` with every tool call's function name and arguments (strings only), in the order the
@@ -176,7 +177,23 @@ pub fn each_function_text<'a>(function: &'a str, each: &mut dyn FnMut(Str<'a>)) 
     let _ = Cursor::new(function).function(each);
 }
 
-/// Sets a field once: a second occurrence is a duplicate field, which serde_json rejects.
+/// The fields of a struct met so far: a second occurrence is a duplicate field, which serde_json
+/// rejects.
+#[derive(Default)]
+struct Seen(u8);
+
+impl Seen {
+    fn first(&mut self, field: u8) -> Option<()> {
+        let bit = 1 << field;
+        if self.0 & bit != 0 {
+            return None;
+        }
+        self.0 |= bit;
+        Some(())
+    }
+}
+
+/// Sets a field once (see [`Seen`]).
 fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
     if slot.is_some() {
         return None;
@@ -246,19 +263,25 @@ impl<'a> Cursor<'a> {
 
     /// A string, the cursor on its opening quote.
     fn string(&mut self) -> Option<Str<'a>> {
+        let start = self.at + 1;
+        let escaped = self.skip_string()?;
+        let raw = self.text.get(start..self.at - 1)?;
+        Some(Str { raw, escaped })
+    }
+
+    /// Past a string, the cursor on its opening quote; whether it had escapes.
+    fn skip_string(&mut self) -> Option<bool> {
         if self.peek()? != b'"' {
             return None;
         }
         self.at += 1;
-        let start = self.at;
         let mut escaped = false;
         loop {
             self.at += special(self.bytes.get(self.at..)?)?;
             match self.peek()? {
                 b'"' => {
-                    let raw = self.text.get(start..self.at)?;
                     self.at += 1;
-                    return Some(Str { raw, escaped });
+                    return Some(escaped);
                 }
                 b'\\' => {
                     escaped = true;
@@ -297,16 +320,21 @@ impl<'a> Cursor<'a> {
         Some(n)
     }
 
-    /// A key without escapes (an escaped key might spell a field name) and its colon.
-    fn key(&mut self) -> Option<&'a str> {
-        self.ws();
-        let key = self.string()?;
-        if key.escaped {
+    /// A key without escapes (an escaped key might spell a field name; a control character is
+    /// malformed) and its colon.
+    fn key(&mut self) -> Option<&'a [u8]> {
+        if self.next()? != b'"' {
             return None;
         }
+        let start = self.at + 1;
+        let end = start + special(self.bytes.get(start..)?)?;
+        if self.bytes.get(end) != Some(&b'"') {
+            return None;
+        }
+        self.at = end + 1;
         self.eat(b':')?;
         self.ws();
-        Some(key.raw)
+        self.bytes.get(start..end)
     }
 
     /// A number as serde_json checks a number it skips: `-`, one `0` or digits not starting with 0,
@@ -386,15 +414,14 @@ impl<'a> Cursor<'a> {
                     let close = if open == b'{' { b'}' } else { b']' };
                     if self.next()? != close {
                         if open == b'{' {
-                            self.ws();
-                            self.string()?;
+                            self.skip_string()?;
                             self.eat(b':')?;
                         }
                         continue;
                     }
                 }
                 b'"' => {
-                    self.string()?;
+                    self.skip_string()?;
                 }
                 b'-' | b'0'..=b'9' => self.number()?,
                 b't' => self.literal(b"true")?,
@@ -413,7 +440,7 @@ impl<'a> Cursor<'a> {
                         self.at += 1;
                         if object {
                             self.ws();
-                            self.string()?;
+                            self.skip_string()?;
                             self.eat(b':')?;
                         }
                         break;
@@ -431,7 +458,10 @@ impl<'a> Cursor<'a> {
 
     /// An object, the cursor on `{`: `member` reads the value of each key it knows and says so; the
     /// others are skipped.
-    fn object(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Option<bool>) -> Option<()> {
+    fn object(
+        &mut self,
+        mut member: impl FnMut(&mut Self, &'a [u8]) -> Option<bool>,
+    ) -> Option<()> {
         self.eat(b'{')?;
         if self.next()? == b'}' {
             self.at += 1;
@@ -510,17 +540,18 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    fn chunk(&mut self) -> Option<Chunk<'a>> {
-        let mut chunk = Chunk::default();
-        let (mut model, mut choices, mut usage) = (None, None, None);
-        let (mut metrics, mut timings, mut error) = (None, None, None);
+    fn chunk(&mut self, chunk: &mut Chunk<'a>) -> Option<()> {
+        let mut seen = Seen::default();
+        let mut n = 0;
         self.object(|at, key| {
             match key {
-                "model" => once(&mut model, at.opt_str()?)?,
-                "choices" => {
-                    once(&mut choices, ())?;
+                b"model" => {
+                    seen.first(0)?;
+                    chunk.model = at.opt_str()?;
+                }
+                b"choices" => {
+                    seen.first(1)?;
                     if !at.null()? {
-                        let mut n = 0;
                         at.array(|at| {
                             let choice = at.choice()?;
                             if choice.carries_output() {
@@ -531,33 +562,31 @@ impl<'a> Cursor<'a> {
                         })?;
                     }
                 }
-                "usage" => {
-                    let value = if at.null_or_object()? {
-                        None
-                    } else {
-                        Some(at.usage()?)
-                    };
-                    once(&mut usage, value)?;
+                b"usage" => {
+                    seen.first(2)?;
+                    if !at.null_or_object()? {
+                        chunk.usage = Some(at.usage()?);
+                    }
                 }
-                "metrics" => once(&mut metrics, at.by_serde::<VllmMetrics>()?)?,
-                "timings" => once(&mut timings, at.by_serde::<LlamaTimings>()?)?,
-                "error" => {
-                    let present = !at.null()?;
-                    if present {
+                b"metrics" => {
+                    seen.first(3)?;
+                    chunk.metrics = at.by_serde::<VllmMetrics>()?;
+                }
+                b"timings" => {
+                    seen.first(4)?;
+                    chunk.timings = at.by_serde::<LlamaTimings>()?;
+                }
+                b"error" => {
+                    seen.first(5)?;
+                    chunk.error = !at.null()?;
+                    if chunk.error {
                         at.skip()?;
                     }
-                    once(&mut error, present)?;
                 }
                 _ => return Some(false),
             }
             Some(true)
-        })?;
-        chunk.model = model.flatten();
-        chunk.usage = usage.flatten();
-        chunk.metrics = metrics.flatten();
-        chunk.timings = timings.flatten();
-        chunk.error = error.unwrap_or(false);
-        Some(chunk)
+        })
     }
 
     /// A small struct of floats (the server's timings, on the last chunk only): the value's extent
@@ -572,37 +601,44 @@ impl<'a> Cursor<'a> {
     }
 
     fn usage(&mut self) -> Option<Usage> {
-        let (mut prompt, mut completion) = (None, None);
-        let (mut completion_details, mut prompt_details) = (None, None);
+        let mut usage = Usage {
+            prompt_tokens: None,
+            completion_tokens: None,
+            completion_tokens_details: None,
+            prompt_tokens_details: None,
+        };
+        let mut seen = Seen::default();
         self.object(|at, key| {
             match key {
-                "prompt_tokens" => once(&mut prompt, at.opt_uint()?)?,
-                "completion_tokens" => once(&mut completion, at.opt_uint()?)?,
-                "completion_tokens_details" => {
-                    let details = at.details("reasoning_tokens")?;
-                    let details =
-                        details.map(|reasoning_tokens| CompletionDetails { reasoning_tokens });
-                    once(&mut completion_details, details)?;
+                b"prompt_tokens" => {
+                    seen.first(0)?;
+                    usage.prompt_tokens = at.opt_uint()?;
                 }
-                "prompt_tokens_details" => {
-                    let details = at.details("cached_tokens")?;
-                    let details = details.map(|cached_tokens| PromptDetails { cached_tokens });
-                    once(&mut prompt_details, details)?;
+                b"completion_tokens" => {
+                    seen.first(1)?;
+                    usage.completion_tokens = at.opt_uint()?;
+                }
+                b"completion_tokens_details" => {
+                    seen.first(2)?;
+                    let details = at.details(b"reasoning_tokens")?;
+                    usage.completion_tokens_details =
+                        details.map(|reasoning_tokens| CompletionDetails { reasoning_tokens });
+                }
+                b"prompt_tokens_details" => {
+                    seen.first(3)?;
+                    let details = at.details(b"cached_tokens")?;
+                    usage.prompt_tokens_details =
+                        details.map(|cached_tokens| PromptDetails { cached_tokens });
                 }
                 _ => return Some(false),
             }
             Some(true)
         })?;
-        Some(Usage {
-            prompt_tokens: prompt.flatten(),
-            completion_tokens: completion.flatten(),
-            completion_tokens_details: completion_details.flatten(),
-            prompt_tokens_details: prompt_details.flatten(),
-        })
+        Some(usage)
     }
 
     /// A usage details object with one integer field read: `None` for null, else the field.
-    fn details(&mut self, field: &str) -> Option<Option<Option<u64>>> {
+    fn details(&mut self, field: &[u8]) -> Option<Option<Option<u64>>> {
         if self.null_or_object()? {
             return Some(None);
         }
@@ -621,79 +657,77 @@ impl<'a> Cursor<'a> {
         if self.peek()? != b'{' {
             return None;
         }
-        let (mut index, mut delta, mut text) = (None, None, None);
+        let mut choice = Choice::default();
+        let mut seen = Seen::default();
         self.object(|at, key| {
             match key {
-                "index" => {
-                    let value = match at.opt_uint()? {
+                b"index" => {
+                    seen.first(0)?;
+                    choice.index = match at.opt_uint()? {
                         Some(n) => Some(u32::try_from(n).ok()?),
                         None => None,
                     };
-                    once(&mut index, value)?;
                 }
-                "delta" => {
-                    let value = if at.null_or_object()? {
-                        None
-                    } else {
-                        Some(at.delta()?)
-                    };
-                    once(&mut delta, value)?;
+                b"delta" => {
+                    seen.first(1)?;
+                    if !at.null_or_object()? {
+                        choice.delta = Some(at.delta()?);
+                    }
                 }
-                "text" => once(&mut text, at.opt_str()?)?,
+                b"text" => {
+                    seen.first(2)?;
+                    choice.text = at.opt_str()?;
+                }
                 _ => return Some(false),
             }
             Some(true)
         })?;
-        Some(Choice {
-            index: index.flatten(),
-            delta: delta.flatten(),
-            text: text.flatten(),
-        })
+        Some(choice)
     }
 
     fn delta(&mut self) -> Option<Delta<'a>> {
-        let (mut content, mut refusal, mut reasoning_content, mut reasoning) =
-            (None, None, None, None);
-        let (mut tool_calls, mut function_call) = (None, None);
+        let mut delta = Delta::default();
+        let mut seen = Seen::default();
         self.object(|at, key| {
             match key {
-                "content" => once(&mut content, at.opt_str()?)?,
-                "refusal" => once(&mut refusal, at.opt_str()?)?,
-                "reasoning_content" => once(&mut reasoning_content, at.opt_str()?)?,
-                "reasoning" => once(&mut reasoning, at.opt_str()?)?,
-                "tool_calls" => {
-                    let value = if at.null()? {
-                        None
-                    } else {
+                b"content" => {
+                    seen.first(0)?;
+                    delta.content = at.opt_str()?;
+                }
+                b"refusal" => {
+                    seen.first(1)?;
+                    delta.refusal = at.opt_str()?;
+                }
+                b"reasoning_content" => {
+                    seen.first(2)?;
+                    delta.reasoning_content = at.opt_str()?;
+                }
+                b"reasoning" => {
+                    seen.first(3)?;
+                    delta.reasoning = at.opt_str()?;
+                }
+                b"tool_calls" => {
+                    seen.first(4)?;
+                    if !at.null()? {
                         let start = at.at;
                         let len = at.tool_calls(&mut |_| {})?;
                         let raw = at.since(start)?;
-                        Some(Calls { len, raw })
-                    };
-                    once(&mut tool_calls, value)?;
+                        delta.tool_calls = Some(Calls { len, raw });
+                    }
                 }
-                "function_call" => {
-                    let value = if at.null_or_object()? {
-                        None
-                    } else {
+                b"function_call" => {
+                    seen.first(5)?;
+                    if !at.null_or_object()? {
                         let start = at.at;
                         at.function(&mut |_| {})?;
-                        Some(at.since(start)?)
-                    };
-                    once(&mut function_call, value)?;
+                        delta.function_call = Some(at.since(start)?);
+                    }
                 }
                 _ => return Some(false),
             }
             Some(true)
         })?;
-        Some(Delta {
-            content: content.flatten(),
-            refusal: refusal.flatten(),
-            reasoning_content: reasoning_content.flatten(),
-            reasoning: reasoning.flatten(),
-            tool_calls: tool_calls.flatten(),
-            function_call: function_call.flatten(),
-        })
+        Some(delta)
     }
 
     /// A `tool_calls` array (each call an object whose `function` is null or an object); calls
@@ -706,7 +740,7 @@ impl<'a> Cursor<'a> {
             }
             let mut function = None;
             at.object(|at, key| {
-                if key != "function" {
+                if key != b"function" {
                     return Some(false);
                 }
                 once(&mut function, ())?;
@@ -726,8 +760,8 @@ impl<'a> Cursor<'a> {
         let (mut name, mut arguments) = (None, None);
         self.object(|at, key| {
             match key {
-                "name" => once(&mut name, at.text_field()?)?,
-                "arguments" => once(&mut arguments, at.text_field()?)?,
+                b"name" => once(&mut name, at.text_field()?)?,
+                b"arguments" => once(&mut arguments, at.text_field()?)?,
                 _ => return Some(false),
             }
             Some(true)
