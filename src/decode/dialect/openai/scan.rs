@@ -48,15 +48,15 @@ impl<'a> Str<'a> {
     }
 }
 
-/// Where the first quote, backslash or control character is: 8 bytes at a time (the test for a zero
-/// byte, `(v - 0x01..) & !v & 0x80..`, exact for the lowest match), then byte by byte.
-fn special(bytes: &[u8]) -> Option<usize> {
+/// Where the first quote, backslash or control character at or after `at` is: 8 bytes at a time
+/// (the test for a zero byte, `(v - 0x01..) & !v & 0x80..`, exact for the lowest match), then byte by
+/// byte for the last few.
+#[inline]
+fn special(bytes: &[u8], mut at: usize) -> Option<usize> {
     const ONES: u64 = u64::from_le_bytes([1; 8]);
     const HIGH: u64 = ONES << 7;
     let zero = |v: u64| v.wrapping_sub(ONES) & !v;
-    let mut words = bytes.chunks_exact(8);
-    let mut at = 0;
-    for word in words.by_ref() {
+    while let Some(word) = bytes.get(at..at.saturating_add(8)) {
         let v = u64::from_le_bytes(word.try_into().ok()?);
         let control = v.wrapping_sub(ONES * 0x20) & !v;
         let found = (control | zero(v ^ (ONES * 0x22)) | zero(v ^ (ONES * 0x5C))) & HIGH;
@@ -65,7 +65,7 @@ fn special(bytes: &[u8]) -> Option<usize> {
         }
         at += 8;
     }
-    let mut tail = words.remainder().iter();
+    let mut tail = bytes.get(at..)?.iter();
     tail.position(|&b| b == b'"' || b == b'\\' || b < 0x20)
         .map(|i| at + i)
 }
@@ -277,7 +277,7 @@ impl<'a> Cursor<'a> {
         self.at += 1;
         let mut escaped = false;
         loop {
-            self.at += special(self.bytes.get(self.at..)?)?;
+            self.at = special(self.bytes, self.at)?;
             match self.peek()? {
                 b'"' => {
                     self.at += 1;
@@ -327,7 +327,7 @@ impl<'a> Cursor<'a> {
             return None;
         }
         let start = self.at + 1;
-        let end = start + special(self.bytes.get(start..)?)?;
+        let end = special(self.bytes, start)?;
         if self.bytes.get(end) != Some(&b'"') {
             return None;
         }
@@ -821,7 +821,9 @@ mod tests {
             bytes in prop::collection::vec(byte(), 0..40),
         ) {
             let expected = bytes.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20);
-            prop_assert_eq!(special(&bytes), expected);
+            prop_assert_eq!(special(&bytes, 0), expected);
+            let from_one = bytes.iter().skip(1).position(|&b| b == b'"' || b == b'\\' || b < 0x20);
+            prop_assert_eq!(special(&bytes, 1), from_one.map(|i| i + 1));
         }
     }
 
