@@ -15,6 +15,10 @@
 //! name, Ollama's and OpenRouter's); everything else that carries output is answer. Cached prompt tokens:
 //! `usage.prompt_tokens_details.cached_tokens` (vLLM with `--enable-prompt-tokens-details`, OpenAI,
 //! llama.cpp). The server's timings: vLLM's `metrics` object and llama.cpp's `timings` (`timings`).
+//!
+//! Reading: the structs below are serde_json's reading of a chunk, and the reference. Every chunk goes
+//! first to [`scan`], which reads the same fields in one pass without serde_json or allocation and hands
+//! back any chunk it is not sure to read exactly as serde_json does; `differential.rs` holds the two equal.
 
 mod scan;
 
