@@ -20,6 +20,7 @@
 //! first to [`scan`], which reads the same fields in one pass without serde_json or allocation and hands
 //! back any chunk it is not sure to read exactly as serde_json does; `differential.rs` holds the two equal.
 
+mod cursor;
 mod scan;
 
 use std::borrow::Cow;
