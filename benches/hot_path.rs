@@ -38,6 +38,19 @@ const USAGE: &[u8] = br#"data: {"id":"chatcmpl-a86038c5d743ac9b","object":"chat.
 const CONTENT_ESCAPED: &[u8] = br#"data: {"id":"chatcmpl-a86038c5d743ac9b","object":"chat.completion.chunk","created":1796207719,"model":"tiny-llama","choices":[{"index":0,"delta":{"content":"\n\"a"},"logprobs":null,"finish_reason":null,"token_ids":null}]}
 
 "#;
+/// A reasoning chunk as vLLM sends it with a reasoning parser (DeepSeek-R1, Qwen3).
+const REASONING: &[u8] = br#"data: {"id":"chatcmpl-a86038c5d743ac9b","object":"chat.completion.chunk","created":1796207719,"model":"qwen3","choices":[{"index":0,"delta":{"reasoning_content":" think"},"logprobs":null,"finish_reason":null,"token_ids":null}]}
+
+"#;
+/// A tool-call argument chunk.
+const TOOL_CALL: &[u8] = br#"data: {"id":"chatcmpl-a86038c5d743ac9b","object":"chat.completion.chunk","created":1796207719,"model":"qwen3","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\": "}}]},"logprobs":null,"finish_reason":null}]}
+
+"#;
+/// vLLM's last chunk with usage details (`--enable-prompt-tokens-details`) and its per-request
+/// `metrics`.
+const USAGE_METRICS: &[u8] = br#"data: {"id":"chatcmpl-a86038c5d743ac9b","object":"chat.completion.chunk","created":1796207719,"model":"tiny-llama","choices":[],"usage":{"prompt_tokens":17,"total_tokens":33,"completion_tokens":16,"prompt_tokens_details":{"cached_tokens":16},"completion_tokens_details":{"reasoning_tokens":4}},"metrics":{"time_to_first_token_ms":30.0,"generation_time_ms":90.5,"queue_time_ms":2.5,"mean_itl_ms":30.1,"tokens_per_second":33.0}}
+
+"#;
 const CAPTURE: &[u8] = include_bytes!("../tests/fixtures/openai/vllm-0.32-chat-stream.sse");
 
 fn limits() -> Metering {
@@ -91,6 +104,25 @@ fn openai_dialect_per_event(bencher: Bencher, kind: &str) {
         "role" => ROLE,
         "usage" => USAGE,
         _ => CONTENT,
+    };
+    let event = FramedEvent::unnamed(event_data(chunk));
+    let mut dialect = chat_dialect();
+    let (mut obs, mut choices) = (Observations::default(), Vec::new());
+    bencher.bench_local(|| {
+        choices.clear();
+        let mut output = EventOutput::new(None, &mut choices);
+        dialect.on_event(black_box(&event), &mut obs, &mut output)
+    });
+}
+
+/// The other shapes of chunk the decoder reads: reasoning, a tool call's arguments, and vLLM's last
+/// chunk with usage details and per-request metrics.
+#[divan::bench(args = ["reasoning", "tool_call", "usage_metrics"])]
+fn openai_dialect_per_event_shape(bencher: Bencher, kind: &str) {
+    let chunk = match kind {
+        "reasoning" => REASONING,
+        "tool_call" => TOOL_CALL,
+        _ => USAGE_METRICS,
     };
     let event = FramedEvent::unnamed(event_data(chunk));
     let mut dialect = chat_dialect();

@@ -18,6 +18,9 @@ mod text;
 mod tgi;
 pub mod timings;
 
+#[doc(hidden)]
+pub use openai::{read_both_ways, Reading};
+
 use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
 use crate::record::api::Api;
@@ -187,6 +190,12 @@ impl<'a> EventOutput<'a> {
     /// marks as neither is answer (APIs without a reasoning channel).
     pub fn answer(&mut self) {
         self.answer = true;
+    }
+
+    /// Whether a tokenizer wants the text: without one, [`EventOutput::push`] does nothing, so a
+    /// dialect need not decode the text it would push.
+    pub fn wants_text(&self) -> bool {
+        self.text.is_some()
     }
 
     /// What the event's output was: answer unless it was marked reasoning only.

@@ -15,6 +15,13 @@
 //! name, Ollama's and OpenRouter's); everything else that carries output is answer. Cached prompt tokens:
 //! `usage.prompt_tokens_details.cached_tokens` (vLLM with `--enable-prompt-tokens-details`, OpenAI,
 //! llama.cpp). The server's timings: vLLM's `metrics` object and llama.cpp's `timings` (`timings`).
+//!
+//! Reading: the structs below are serde_json's reading of a chunk, and the reference. Every chunk goes
+//! first to [`scan`], which reads the same fields in one pass without serde_json or allocation and hands
+//! back any chunk it is not sure to read exactly as serde_json does; `differential.rs` holds the two equal.
+
+mod cursor;
+mod scan;
 
 use std::borrow::Cow;
 
@@ -223,10 +230,8 @@ fn record_timings(
     }
 }
 
-/// Every chunk of every stream passes here. An event that is valid UTF-8 as a whole (every well-formed
-/// one) is parsed from a `&str`, so serde_json does not validate each string it borrows again; one check
-/// of the whole event costs a tenth of those. Anything else is parsed from the bytes as before, so what is
-/// accepted and what is malformed does not change.
+/// An event that is not valid UTF-8 as a whole (every well-formed one is) goes the `from_slice` way,
+/// so serde_json checks the strings it reads and not the ones it skips.
 fn parse_chunk(data: &[u8]) -> serde_json::Result<Chunk<'_>> {
     match std::str::from_utf8(data) {
         Ok(text) => serde_json::from_str(text),
@@ -234,7 +239,148 @@ fn parse_chunk(data: &[u8]) -> serde_json::Result<Chunk<'_>> {
     }
 }
 
+/// The serde_json reading of an event: every event the fast scanner leaves, and the reference the
+/// differential tests hold the scanner to.
+fn read_by_serde(data: &[u8], obs: &mut Observations, output: &mut EventOutput<'_>) -> EventKind {
+    let Ok(chunk) = parse_chunk(data) else {
+        return EventKind::Malformed;
+    };
+    obs.model(chunk.model.as_deref());
+    if let Some(usage) = &chunk.usage {
+        record_usage(usage, obs);
+    }
+    if chunk.metrics.is_some() || chunk.timings.is_some() {
+        record_timings(chunk.metrics.as_ref(), chunk.timings.as_ref(), obs);
+    }
+    if chunk.error.is_some() {
+        return EventKind::Error;
+    }
+    let choices = chunk.choices.as_deref().unwrap_or_default();
+    let mut kind = EventKind::Other;
+    for choice in choices.iter().filter(|c| c.carries_output()) {
+        output.choice(choice.index.unwrap_or(0));
+        choice.mark_channels(output);
+        choice.copy_text(output);
+        kind = EventKind::Output;
+    }
+    kind
+}
+
+/// The fast reading ([`scan`]), `None` when the scanner leaves the event to serde_json. Nothing is
+/// recorded before the scanner has read the whole event.
+fn read_fast(
+    data: &[u8],
+    obs: &mut Observations,
+    output: &mut EventOutput<'_>,
+) -> Option<EventKind> {
+    let mut chunk = scan::Chunk::default();
+    scan::scan(std::str::from_utf8(data).ok()?, &mut chunk)?;
+    if obs.model.is_none() {
+        if let Some(model) = &chunk.model {
+            obs.model(Some(&model.value()));
+        }
+    }
+    if let Some(usage) = &chunk.usage {
+        record_usage(usage, obs);
+    }
+    if chunk.metrics.is_some() || chunk.timings.is_some() {
+        record_timings(chunk.metrics.as_ref(), chunk.timings.as_ref(), obs);
+    }
+    if chunk.error {
+        return Some(EventKind::Error);
+    }
+    let mut kind = EventKind::Other;
+    for choice in chunk.outputs() {
+        output.choice(choice.index.unwrap_or(0));
+        let delta = choice.delta.as_ref();
+        if delta.is_some_and(scan::Delta::carries_reasoning) {
+            output.reasoning();
+        }
+        if delta.is_some_and(scan::Delta::carries_answer)
+            || choice.text.is_some_and(|t| !t.is_empty())
+        {
+            output.answer();
+        }
+        if output.wants_text() {
+            copy_scanned_text(choice, output);
+        }
+        kind = EventKind::Output;
+    }
+    Some(kind)
+}
+
+/// [`Choice::copy_text`] for a scanned choice: the same parts in the same order.
+fn copy_scanned_text(choice: &scan::Choice<'_>, output: &mut EventOutput<'_>) {
+    if let Some(delta) = &choice.delta {
+        for part in [delta.content, delta.refusal].into_iter().flatten() {
+            output.push(&part.value());
+        }
+        let reasoning = [delta.reasoning_content, delta.reasoning]
+            .into_iter()
+            .flatten();
+        for part in reasoning.filter(|s| !s.is_empty()) {
+            output.push_reasoning(&part.value());
+        }
+        if let Some(calls) = &delta.tool_calls {
+            scan::each_call_text(calls, &mut |part| output.push(&part.value()));
+        }
+        if let Some(function) = delta.function_call {
+            scan::each_function_text(function, &mut |part| output.push(&part.value()));
+        }
+    }
+    if let Some(text) = choice.text {
+        output.push(&text.value());
+    }
+}
+
+/// One event read both ways, for the differential tests and the `openai_scan` fuzz target: what the
+/// fast scanner made of it (`None` when it left the event to serde_json) and what serde_json made of
+/// it (always there), from the same observations, with the text copied or not.
+#[doc(hidden)]
+pub fn read_both_ways(
+    data: &[u8],
+    before: &Observations,
+    with_text: bool,
+) -> (Option<Reading>, Option<Reading>) {
+    let fast = reading(before, with_text, |obs, out| read_fast(data, obs, out));
+    let serde = reading(before, with_text, |obs, out| {
+        Some(read_by_serde(data, obs, out))
+    });
+    (fast, serde)
+}
+
+fn reading(
+    before: &Observations,
+    with_text: bool,
+    read: impl FnOnce(&mut Observations, &mut EventOutput<'_>) -> Option<EventKind>,
+) -> Option<Reading> {
+    let (mut obs, mut choices, mut texts) = (before.clone(), Vec::new(), Vec::new());
+    let mut output = EventOutput::new(with_text.then_some(&mut texts), &mut choices);
+    let kind = read(&mut obs, &mut output)?;
+    let channels = output.channels();
+    Some(Reading {
+        kind,
+        obs,
+        channels,
+        choices,
+        texts,
+    })
+}
+
+/// Everything one event left behind, compared whole by the differential tests.
+#[doc(hidden)]
+#[derive(Debug, PartialEq)]
+pub struct Reading {
+    pub kind: EventKind,
+    pub obs: Observations,
+    pub channels: super::Channels,
+    pub choices: Vec<u32>,
+    pub texts: super::ChoiceTexts,
+}
+
 impl Dialect for OpenAi {
+    /// Every chunk of every stream passes here: the fast scanner reads it, or leaves it to serde_json
+    /// when it is not sure to read it as serde_json does (`scan`'s rules).
     fn on_event(
         &mut self,
         event: &FramedEvent<'_>,
@@ -245,28 +391,7 @@ impl Dialect for OpenAi {
         if data == b"[DONE]" || data.is_empty() {
             return EventKind::Other;
         }
-        let Ok(chunk) = parse_chunk(data) else {
-            return EventKind::Malformed;
-        };
-        obs.model(chunk.model.as_deref());
-        if let Some(usage) = &chunk.usage {
-            record_usage(usage, obs);
-        }
-        if chunk.metrics.is_some() || chunk.timings.is_some() {
-            record_timings(chunk.metrics.as_ref(), chunk.timings.as_ref(), obs);
-        }
-        if chunk.error.is_some() {
-            return EventKind::Error;
-        }
-        let choices = chunk.choices.as_deref().unwrap_or_default();
-        let mut kind = EventKind::Other;
-        for choice in choices.iter().filter(|c| c.carries_output()) {
-            output.choice(choice.index.unwrap_or(0));
-            choice.mark_channels(output);
-            choice.copy_text(output);
-            kind = EventKind::Output;
-        }
-        kind
+        read_fast(data, obs, output).unwrap_or_else(|| read_by_serde(data, obs, output))
     }
 
     fn body_fields(&self) -> &'static [&'static str] {
@@ -285,6 +410,9 @@ impl Dialect for OpenAi {
         record_timings(metrics.as_ref(), timings.as_ref(), obs);
     }
 }
+
+#[cfg(test)]
+mod differential;
 
 #[cfg(test)]
 mod tests {

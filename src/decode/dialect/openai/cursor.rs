@@ -1,0 +1,504 @@
+//! A checked position in one JSON event: the readers the OpenAI chunk scanner is built of (strings,
+//! keys, integers, literals, objects, arrays, and any value skipped), each checking its bytes as
+//! serde_json checks them and returning `None` wherever serde_json might read them otherwise, so the
+//! scanner hands the event to serde_json. Nothing here allocates; nothing panics.
+
+#![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
+#![deny(clippy::expect_used)]
+
+use std::borrow::Cow;
+
+/// Nesting the fast path follows inside a skipped value; serde_json skips any depth, deeper goes to it.
+pub(super) const MAX_DEPTH: u32 = 128;
+
+/// A JSON string of the event, as it stands between its quotes; its escapes (if any) are valid and
+/// none is a surrogate.
+#[derive(Debug, Clone, Copy)]
+pub struct Str<'a> {
+    raw: &'a str,
+    escaped: bool,
+}
+
+impl<'a> Str<'a> {
+    /// Whether the string's value is empty (every escape stands for at least one character).
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+
+    /// The string's value: borrowed unless it has escapes.
+    pub fn value(&self) -> Cow<'a, str> {
+        if self.escaped {
+            Cow::Owned(unescape(self.raw))
+        } else {
+            Cow::Borrowed(self.raw)
+        }
+    }
+}
+
+/// Where the first quote, backslash or control character at or after `at` is: 8 bytes at a time
+/// (the test for a zero byte, `(v - 0x01..) & !v & 0x80..`, exact for the lowest match), then byte by
+/// byte for the last few.
+#[inline]
+pub(super) fn special(bytes: &[u8], mut at: usize) -> Option<usize> {
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    const HIGH: u64 = ONES << 7;
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v;
+    while let Some(word) = bytes.get(at..at.saturating_add(8)) {
+        let v = u64::from_le_bytes(word.try_into().ok()?);
+        let control = v.wrapping_sub(ONES * 0x20) & !v;
+        let found = (control | zero(v ^ (ONES * 0x22)) | zero(v ^ (ONES * 0x5C))) & HIGH;
+        if found != 0 {
+            return Some(at + found.trailing_zeros() as usize / 8);
+        }
+        at += 8;
+    }
+    let mut tail = bytes.get(at..)?.iter();
+    tail.position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .map(|i| at + i)
+}
+
+/// The value of hex digits.
+fn hex(digits: &[u8]) -> Option<u32> {
+    digits
+        .iter()
+        .try_fold(0u32, |n, &d| Some(n * 16 + char::from(d).to_digit(16)?))
+}
+
+/// Decodes the escapes of a string [`Cursor::string`] has checked (so every `\u` has four hex
+/// digits, and a surrogate is the first of a pair).
+fn unescape(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut rest = raw;
+    while let Some(at) = rest.find('\\') {
+        let (plain, escape) = rest.split_at(at);
+        out.push_str(plain);
+        let bytes = escape.as_bytes();
+        let (decoded, len) = match bytes.get(1) {
+            Some(b'b') => (Some('\u{8}'), 2),
+            Some(b'f') => (Some('\u{c}'), 2),
+            Some(b'n') => (Some('\n'), 2),
+            Some(b'r') => (Some('\r'), 2),
+            Some(b't') => (Some('\t'), 2),
+            Some(b'u') => {
+                let high = bytes.get(2..6).and_then(hex).unwrap_or(0);
+                if (0xD800..=0xDBFF).contains(&high) {
+                    let low = bytes.get(8..12).and_then(hex).unwrap_or(0);
+                    let n = 0x1_0000 + ((high - 0xD800) << 10) + (low.wrapping_sub(0xDC00) & 0x3FF);
+                    (char::from_u32(n), 12)
+                } else {
+                    (char::from_u32(high), 6)
+                }
+            }
+            Some(&other) => (Some(char::from(other)), 2),
+            None => (None, 1),
+        };
+        out.extend(decoded);
+        rest = escape.get(len..).unwrap_or_default();
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The fields of a struct met so far: a second occurrence is a duplicate field, which serde_json
+/// rejects.
+#[derive(Default)]
+pub(super) struct Seen(u8);
+
+impl Seen {
+    pub(super) fn first(&mut self, field: u8) -> Option<()> {
+        let bit = 1 << field;
+        if self.0 & bit != 0 {
+            return None;
+        }
+        self.0 |= bit;
+        Some(())
+    }
+}
+
+/// Sets a field once (see [`Seen`]).
+pub(super) fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+    if slot.is_some() {
+        return None;
+    }
+    *slot = Some(value);
+    Some(())
+}
+
+/// A position in an event's text, and the JSON readers that move it.
+pub(super) struct Cursor<'a> {
+    text: &'a str,
+    bytes: &'a [u8],
+    pub(super) at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    pub(super) fn new(text: &'a str) -> Self {
+        Cursor {
+            text,
+            bytes: text.as_bytes(),
+            at: 0,
+        }
+    }
+
+    pub(super) fn at_end(&self) -> bool {
+        self.at >= self.bytes.len()
+    }
+
+    pub(super) fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    /// JSON whitespace (not the form feed `trim_ascii` also takes).
+    pub(super) fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    /// The next byte after whitespace, not consumed.
+    pub(super) fn next(&mut self) -> Option<u8> {
+        self.ws();
+        self.peek()
+    }
+
+    pub(super) fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.next()? == byte).then(|| self.at += 1)
+    }
+
+    pub(super) fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.at.checked_add(word.len())?;
+        (self.bytes.get(self.at..end)? == word).then(|| self.at = end)
+    }
+
+    /// `null` (true) or not (false, nothing consumed).
+    pub(super) fn null(&mut self) -> Option<bool> {
+        if self.next()? == b'n' {
+            self.literal(b"null")?;
+            return Some(true);
+        }
+        Some(false)
+    }
+
+    /// The text between `start` and the cursor.
+    pub(super) fn since(&self, start: usize) -> Option<&'a str> {
+        self.text.get(start..self.at)
+    }
+
+    /// A string, the cursor on its opening quote.
+    pub(super) fn string(&mut self) -> Option<Str<'a>> {
+        let start = self.at + 1;
+        let escaped = self.skip_string()?;
+        let raw = self.text.get(start..self.at - 1)?;
+        Some(Str { raw, escaped })
+    }
+
+    /// Past a string, the cursor on its opening quote; whether it had escapes.
+    pub(super) fn skip_string(&mut self) -> Option<bool> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        self.at += 1;
+        let mut escaped = false;
+        loop {
+            self.at = special(self.bytes, self.at)?;
+            match self.peek()? {
+                b'"' => {
+                    self.at += 1;
+                    return Some(escaped);
+                }
+                b'\\' => {
+                    escaped = true;
+                    self.at += 1;
+                    self.escape()?;
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// One escape after its backslash. A surrogate pair (`\ud83d\ude00`) is one escape; a lone
+    /// surrogate is left to serde_json, which rejects it or not depending on where the string is.
+    pub(super) fn escape(&mut self) -> Option<()> {
+        let byte = self.peek()?;
+        self.at += 1;
+        match byte {
+            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Some(()),
+            b'u' => match self.hex4()? {
+                0xD800..=0xDBFF => {
+                    self.literal(b"\\u")?;
+                    (0xDC00..=0xDFFF).contains(&self.hex4()?).then_some(())
+                }
+                0xDC00..=0xDFFF => None,
+                _ => Some(()),
+            },
+            _ => None,
+        }
+    }
+
+    /// The four hex digits of a `\u` escape.
+    pub(super) fn hex4(&mut self) -> Option<u32> {
+        let end = self.at.checked_add(4)?;
+        let n = hex(self.bytes.get(self.at..end)?)?;
+        self.at = end;
+        Some(n)
+    }
+
+    /// A key without escapes (an escaped key might spell a field name; a control character is
+    /// malformed) and its colon.
+    pub(super) fn key(&mut self) -> Option<&'a [u8]> {
+        if self.next()? != b'"' {
+            return None;
+        }
+        let start = self.at + 1;
+        let end = special(self.bytes, start)?;
+        if self.bytes.get(end) != Some(&b'"') {
+            return None;
+        }
+        self.at = end + 1;
+        self.eat(b':')?;
+        self.ws();
+        self.bytes.get(start..end)
+    }
+
+    /// A number as serde_json checks a number it skips: `-`, one `0` or digits not starting with 0,
+    /// then optional fraction and exponent.
+    pub(super) fn number(&mut self) -> Option<()> {
+        if self.peek()? == b'-' {
+            self.at += 1;
+        }
+        match self.peek()? {
+            b'0' => self.at += 1,
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if let Some(b'0'..=b'9') = self.peek() {
+            return None;
+        }
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            self.some_digits()?;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.at += 1;
+            }
+            self.some_digits()?;
+        }
+        Some(())
+    }
+
+    pub(super) fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    pub(super) fn some_digits(&mut self) -> Option<()> {
+        let start = self.at;
+        self.digits();
+        (self.at > start).then_some(())
+    }
+
+    /// A non-negative integer serde_json reads as a `u64`: no sign, fraction or exponent (those it reads
+    /// as a float, which a `u64` field rejects), no leading zero, no overflow.
+    pub(super) fn uint(&mut self) -> Option<u64> {
+        let mut n: u64 = 0;
+        match self.peek()? {
+            b'0' => self.at += 1,
+            b'1'..=b'9' => {
+                while let Some(d @ b'0'..=b'9') = self.peek() {
+                    n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+                    self.at += 1;
+                }
+            }
+            _ => return None,
+        }
+        match self.peek() {
+            Some(b'0'..=b'9' | b'.' | b'e' | b'E') => None,
+            _ => Some(n),
+        }
+    }
+
+    /// Any value, checked as serde_json checks a value it ignores, up to [`MAX_DEPTH`] levels.
+    pub(super) fn skip(&mut self) -> Option<()> {
+        // One bit a level: 1 for an object, 0 for an array.
+        let mut stack: u128 = 0;
+        let mut depth: u32 = 0;
+        loop {
+            match self.next()? {
+                open @ (b'{' | b'[') => {
+                    if depth >= MAX_DEPTH {
+                        return None;
+                    }
+                    self.at += 1;
+                    stack = (stack << 1) | u128::from(open == b'{');
+                    depth += 1;
+                    let close = if open == b'{' { b'}' } else { b']' };
+                    if self.next()? != close {
+                        if open == b'{' {
+                            self.skip_string()?;
+                            self.eat(b':')?;
+                        }
+                        continue;
+                    }
+                }
+                b'"' => {
+                    self.skip_string()?;
+                }
+                b'-' | b'0'..=b'9' => self.number()?,
+                b't' => self.literal(b"true")?,
+                b'f' => self.literal(b"false")?,
+                b'n' => self.literal(b"null")?,
+                _ => return None,
+            }
+            // After a value (or an empty container, not yet closed): commas and closing brackets.
+            loop {
+                if depth == 0 {
+                    return Some(());
+                }
+                let object = stack & 1 == 1;
+                match self.next()? {
+                    b',' => {
+                        self.at += 1;
+                        if object {
+                            self.ws();
+                            self.skip_string()?;
+                            self.eat(b':')?;
+                        }
+                        break;
+                    }
+                    b'}' if object => {}
+                    b']' if !object => {}
+                    _ => return None,
+                }
+                self.at += 1;
+                stack >>= 1;
+                depth -= 1;
+            }
+        }
+    }
+
+    /// An object, the cursor on `{`: `member` reads the value of each key it knows and says so; the
+    /// others are skipped.
+    pub(super) fn object(
+        &mut self,
+        mut member: impl FnMut(&mut Self, &'a [u8]) -> Option<bool>,
+    ) -> Option<()> {
+        self.eat(b'{')?;
+        if self.next()? == b'}' {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            let key = self.key()?;
+            if !member(self, key)? {
+                self.skip()?;
+            }
+            match self.next()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// An array, the cursor on `[`.
+    pub(super) fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.eat(b'[')?;
+        if self.next()? == b']' {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            self.ws();
+            element(self)?;
+            match self.next()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// `Option<Cow<str>>`: null or a string.
+    pub(super) fn opt_str(&mut self) -> Option<Option<Str<'a>>> {
+        if self.null()? {
+            return Some(None);
+        }
+        self.string().map(Some)
+    }
+
+    /// `Option<u64>`: null or an integer serde_json reads as one.
+    pub(super) fn opt_uint(&mut self) -> Option<Option<u64>> {
+        if self.null()? {
+            return Some(None);
+        }
+        self.uint().map(Some)
+    }
+
+    /// The lenient `Text`: a string, or nothing for `true`, `false`, `null`, an array or an object.
+    /// A number goes to serde_json, which reads it in full (and rejects one out of range).
+    pub(super) fn text_field(&mut self) -> Option<Option<Str<'a>>> {
+        match self.next()? {
+            b'"' => self.string().map(Some),
+            b't' | b'f' | b'n' | b'[' | b'{' => self.skip().map(|()| None),
+            _ => None,
+        }
+    }
+
+    /// `true` for null, after checking the cursor is on an object otherwise: the structs read neither
+    /// an array (which serde_json would read field by field) nor anything else.
+    pub(super) fn null_or_object(&mut self) -> Option<bool> {
+        match self.next()? {
+            b'n' => self.literal(b"null").map(|()| true),
+            b'{' => Some(false),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn byte() -> impl Strategy<Value = u8> {
+        let edges = prop::sample::select(
+            &[
+                0x00, 0x1F, 0x20, 0x21, 0x22, 0x23, 0x5B, 0x5C, 0x5D, 0x7F, 0x80, 0xFF,
+            ][..],
+        );
+        prop_oneof![edges, b' '..=b'~', any::<u8>()]
+    }
+
+    proptest! {
+        #[test]
+        fn the_word_at_a_time_search_finds_what_a_byte_loop_finds(
+            bytes in prop::collection::vec(byte(), 0..40),
+        ) {
+            let expected = bytes.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20);
+            prop_assert_eq!(special(&bytes, 0), expected);
+            let from_one = bytes.iter().skip(1).position(|&b| b == b'"' || b == b'\\' || b < 0x20);
+            prop_assert_eq!(special(&bytes, 1), from_one.map(|i| i + 1));
+        }
+    }
+
+    #[test]
+    fn escapes_are_decoded_as_serde_json_decodes_them() {
+        let raw = r#"a\"b\\c\/d\be\ff\ng\rh\ti\u00e9j\u263ak\ud83d\ude00l"#;
+        let quoted = format!("\"{raw}\"");
+        let scanned = Cursor::new(&quoted)
+            .string()
+            .map(|s| s.value().into_owned());
+        let expected: String = serde_json::from_str(&quoted).unwrap_or_default();
+        assert_eq!(scanned.as_deref(), Some(expected.as_str()));
+    }
+}
