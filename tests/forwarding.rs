@@ -220,6 +220,91 @@ async fn upstream_connections_are_kept_alive_and_reused() {
     );
 }
 
+/// tokentap's own pool hands a connection back when a response's body has been read to its end, whatever
+/// marks that end: the last chunk of a chunked stream, a `content-length`, or no body at all (HEAD, 204,
+/// 304), which the client's side never reads.
+#[tokio::test]
+async fn every_kind_of_response_end_hands_the_upstream_connection_back() {
+    let upstream = upstream(|request| {
+        let line = request.request_line().to_owned();
+        if line.starts_with("HEAD") {
+            vec![Step::Raw(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n"
+                    .to_vec(),
+            )]
+        } else if line.contains("/no-content") {
+            vec![Step::Raw(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec())]
+        } else if line.contains("/not-modified") {
+            vec![Step::Raw(
+                b"HTTP/1.1 304 Not Modified\r\netag: \"x\"\r\n\r\n".to_vec(),
+            )]
+        } else if line.contains("/models") {
+            vec![json_response(200, "OK", "{\"ok\":true}")]
+        } else {
+            ok_stream()
+        }
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let client = client();
+    let stream = || post(&proxy, "/v1/chat/completions", &chat_request("m"));
+    let bare = |method: http::Method, path: &str| {
+        http::Request::builder()
+            .method(method)
+            .uri(format!("http://{}{path}", proxy.proxy_addr()))
+            .body(Full::new(Bytes::new()))
+            .expect("request")
+    };
+    let streamed = send(&client, stream()).await;
+    assert_eq!(streamed.status, 200);
+    assert!(
+        streamed.body.ends_with(b"data: [DONE]\n\n"),
+        "{:?}",
+        streamed.end
+    );
+    let head = send(&client, bare(http::Method::HEAD, "/v1/models")).await;
+    assert_eq!((head.status, head.body.len()), (200, 0));
+    assert_eq!(head.headers["content-length"], "11");
+    let no_content = send(&client, bare(http::Method::GET, "/no-content")).await;
+    assert_eq!((no_content.status, no_content.body.len()), (204, 0));
+    let not_modified = send(&client, bare(http::Method::GET, "/not-modified")).await;
+    assert_eq!((not_modified.status, not_modified.body.len()), (304, 0));
+    let json = send(&client, bare(http::Method::GET, "/v1/models")).await;
+    assert_eq!(json.body, b"{\"ok\":true}");
+    let again = send(&client, stream()).await;
+    assert_eq!(again.body, streamed.body);
+    assert!(again.end.is_ok());
+    assert_eq!(upstream.requests().len(), 6);
+    assert_eq!(
+        upstream.connection_count(),
+        1,
+        "a response end did not give the upstream connection back"
+    );
+}
+
+/// An idle upstream connection that the model server closed (its keep-alive timeout, a restart) is noticed
+/// when the next request would take it, and that request goes out on a new connection: the client never
+/// sees the old connection's close.
+#[tokio::test]
+async fn an_idle_connection_the_upstream_closed_is_not_used_again() {
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{\"ok\":true}"), Step::Close]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let client = client();
+    for round in 0..3 {
+        let got = send(&client, post(&proxy, "/v1/models", "")).await;
+        assert_eq!(
+            (got.status, got.body.as_slice()),
+            (200, &b"{\"ok\":true}"[..]),
+            "round {round}"
+        );
+        // The upstream's FIN reaches tokentap while the connection is idle.
+        tokio::time::sleep(ms(50)).await;
+    }
+    assert_eq!(upstream.connection_count(), 3);
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get("tokentap_requests_total", &[("status", "200")]), 3.0);
+}
+
 #[tokio::test]
 async fn trailers_pass_through() {
     let upstream = upstream(|_| {

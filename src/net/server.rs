@@ -196,9 +196,9 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         records: records(config, &metrics)?,
         metrics: Arc::new(metrics),
     });
-    let client = upstream::client(config)?;
+    let connections = upstream::Upstream::new(config)?;
     let shutdown = Shutdown::default();
-    let proxy = Proxy::new(client, config, context.clone(), shutdown.clone());
+    let proxy = Proxy::new(connections, config, context.clone(), shutdown.clone());
     let proxy_listener = bind("the proxy listener", config.listen).await?;
     let metrics_listener = bind("the metrics listener", config.metrics_listen).await?;
     let local = |l: &TcpListener, addr| l.local_addr().unwrap_or(addr);

@@ -11,6 +11,7 @@ use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 
 use crate::config::format_duration;
+use crate::proxy::upstream::UpstreamError;
 use crate::record::outcome::Refusal;
 use crate::tap::RequestSeen;
 
@@ -47,9 +48,9 @@ pub enum ProxyError {
 }
 
 impl ProxyError {
-    /// Sorts a client error from hyper-util's pooled client into the case the user must be told about.
+    /// Sorts an upstream error into the case the user must be told about.
     pub fn from_client(
-        err: &hyper_util::client::legacy::Error,
+        err: &UpstreamError,
         upstream: &str,
         request: &RequestSeen,
         limits: (u64, Duration),

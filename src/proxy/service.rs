@@ -32,7 +32,7 @@ use crate::logging::repeated::RepeatedWarning;
 use crate::proxy::error::ProxyError;
 use crate::proxy::hop_by_hop::{self, Direction, NextHop};
 use crate::proxy::request_target::{self, Target, TargetError};
-use crate::proxy::upstream::UpstreamClient;
+use crate::proxy::upstream::{Upstream, UpstreamResponse};
 use crate::record::outcome::End;
 use crate::shutdown::{Phase, Shutdown};
 use crate::tap::exchange::{Exchange, ExchangeContext, ExchangeGuard};
@@ -41,7 +41,7 @@ use crate::tap::{RequestSeen, RequestTap, ResponseTap};
 /// How long a request the upstream refused may take to yield its `model` before the error answer goes out.
 const LEFTOVER_READ_LIMIT: Duration = Duration::from_millis(250);
 
-pub type ProxyBody = Either<ResponseTap<Incoming>, Full<Bytes>>;
+pub type ProxyBody = Either<ResponseTap<UpstreamResponse>, Full<Bytes>>;
 
 #[derive(Clone)]
 pub struct Proxy {
@@ -49,9 +49,10 @@ pub struct Proxy {
 }
 
 struct Inner {
-    client: UpstreamClient,
-    upstream: Uri,
-    /// The `Host` every forwarded request carries, as hyper-util's client would set it.
+    connections: Upstream,
+    /// The upstream's path prefix, put before every request's path (no trailing `/`).
+    prefix: String,
+    /// The `Host` every forwarded request carries: the upstream's authority, as an HTTP client sets it.
     host: Option<HeaderValue>,
     upstream_shown: String,
     context: Arc<ExchangeContext>,
@@ -68,18 +69,18 @@ struct Inner {
 
 impl Proxy {
     pub fn new(
-        client: UpstreamClient,
+        connections: Upstream,
         config: &Config,
         context: Arc<ExchangeContext>,
         shutdown: Shutdown,
     ) -> Self {
-        let upstream = config.upstream.clone();
+        let upstream = &config.upstream;
         let upstream_shown = upstream.to_string().trim_end_matches('/').to_owned();
         Proxy {
             inner: Arc::new(Inner {
-                client,
-                host: host_header(&upstream),
-                upstream,
+                connections,
+                host: host_header(upstream),
+                prefix: upstream.path().trim_end_matches('/').to_owned(),
                 upstream_shown,
                 context,
                 response_headers: config.timeouts.response_headers,
@@ -147,7 +148,7 @@ impl Proxy {
             exchange.hold(permit);
         }
         let client_version = parts.version;
-        parts.uri = upstream_uri(&inner.upstream, target.path_and_query());
+        parts.uri = origin_form(&inner.prefix, target.path_and_query());
         parts.version = Version::HTTP_11;
         hop_by_hop::strip(&mut parts.headers, NextHop::Http1, Direction::Request);
         // In the client's `Host` line, so it keeps its place and case (`insert` replaces in place).
@@ -168,7 +169,7 @@ impl Proxy {
             slot.clone(),
         );
 
-        let forward = inner.client.request(Request::from_parts(parts, body));
+        let forward = inner.connections.send(Request::from_parts(parts, body));
         let answered = tokio::select! {
             answered = tokio::time::timeout(inner.response_headers, forward) => match answered {
                 Ok(Ok(response)) => Ok(response),
@@ -298,13 +299,15 @@ fn host_header(upstream: &Uri) -> Option<HeaderValue> {
     HeaderValue::from_str(&value).ok()
 }
 
-/// The upstream base (scheme, authority, optional path prefix) joined with the request's path and query
+/// The request line's target upstream: the upstream's path prefix joined with the request's path and query
 /// (which starts with `/`).
-fn upstream_uri(base: &Uri, request: &str) -> Uri {
-    let prefix = base.path().trim_end_matches('/');
-    let mut parts = base.clone().into_parts();
-    parts.path_and_query = format!("{prefix}{request}").parse().ok();
-    Uri::from_parts(parts).unwrap_or_else(|_| base.clone())
+fn origin_form(prefix: &str, request: &str) -> Uri {
+    let joined = if prefix.is_empty() {
+        request.parse()
+    } else {
+        format!("{prefix}{request}").parse()
+    };
+    joined.unwrap_or_else(|_| Uri::from_static("/"))
 }
 
 #[cfg(test)]
@@ -313,21 +316,13 @@ mod tests {
 
     #[test]
     fn joins_prefix_path_and_query() {
-        let base: Uri = "https://api.example.com/openai".parse().unwrap_or_default();
         let pq = "/v1/chat/completions?x=1";
         assert_eq!(
-            upstream_uri(&base, pq).to_string(),
-            "https://api.example.com/openai/v1/chat/completions?x=1"
+            origin_form("/openai", pq).to_string(),
+            "/openai/v1/chat/completions?x=1"
         );
-        let base: Uri = "http://127.0.0.1:8000".parse().unwrap_or_default();
-        assert_eq!(
-            upstream_uri(&base, pq).to_string(),
-            "http://127.0.0.1:8000/v1/chat/completions?x=1"
-        );
-        assert_eq!(
-            upstream_uri(&base, "/").to_string(),
-            "http://127.0.0.1:8000/"
-        );
+        assert_eq!(origin_form("", pq).to_string(), "/v1/chat/completions?x=1");
+        assert_eq!(origin_form("", "/").to_string(), "/");
     }
 
     #[test]

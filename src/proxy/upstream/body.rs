@@ -1,0 +1,135 @@
+//! The upstream response's body, which drives its own connection.
+//!
+//! Each time the client's side asks for the next frame, the body first takes a frame that has already been
+//! read. When none is waiting, it polls the connection's I/O, which reads the upstream socket. So a frame
+//! leaves in the same wake-up in which its bytes arrived, and all the frames of one read leave together.
+//! When the body ends, the connection goes back to the pool if it can carry another request. A body
+//! dropped before its end (the client went away, or tokentap cut the stream) drops its connection, and
+//! so closes it. The upstream sees the close and stops generating.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+
+use super::pool::{Conn, Pool};
+use super::wake::{LookAgain, LOOK_AGAIN};
+
+/// A connection lent to one request, and the pool it goes back to.
+pub(super) struct Lease {
+    pub(super) conn: Box<Conn>,
+    pub(super) pool: Arc<Pool>,
+}
+
+impl Lease {
+    /// Back to the pool if the connection is ready for another request now; otherwise it is closed.
+    pub(super) fn give_back(self, cx: &mut Context<'_>) {
+        self.pool.put(self.conn, cx);
+    }
+}
+
+/// The body of a response from the upstream (see the module's documentation).
+pub struct UpstreamResponse {
+    body: Incoming,
+    lease: Option<Lease>,
+    /// The waker the body and its connection are polled with.
+    wake: LookAgain,
+    /// An error read in the same wake-up as frames before it, held back for one poll (see `poll_frame`).
+    broke: Option<hyper::Error>,
+}
+
+impl UpstreamResponse {
+    pub(super) fn new(body: Incoming, lease: Lease, wake: LookAgain) -> Self {
+        UpstreamResponse {
+            body,
+            lease: Some(lease),
+            wake,
+            broke: None,
+        }
+    }
+
+    /// The connection goes back to the pool now, if it can (a response with no body: nobody will poll it).
+    pub(super) fn give_back(&mut self, cx: &mut Context<'_>) {
+        if let Some(lease) = self.lease.take() {
+            lease.give_back(cx);
+        }
+    }
+}
+
+/// One look: a frame already read, else the connection's I/O, which reads the socket (a frame it brings
+/// is in the body's channel when it returns), then the body's channel again. A connection that is over
+/// has left its last word there too (the end, or the error), and is dropped. At the body's end the
+/// connection goes back to the pool if it can carry the next request.
+fn look(
+    body: &mut Incoming,
+    lease: &mut Option<Lease>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    let mut frame = Pin::new(&mut *body).poll_frame(cx);
+    if frame.is_pending() {
+        let Some(held) = lease else {
+            return Poll::Pending;
+        };
+        if held.conn.poll_driver(cx).is_ready() {
+            *lease = None;
+        }
+        frame = Pin::new(&mut *body).poll_frame(cx);
+    }
+    match &frame {
+        Poll::Ready(Some(Ok(_))) if !body.is_end_stream() => {}
+        Poll::Ready(Some(Ok(_)) | None) => {
+            if let Some(lease) = lease.take() {
+                lease.give_back(cx);
+            }
+        }
+        _ => {}
+    }
+    frame
+}
+
+impl Body for UpstreamResponse {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        if let Some(error) = this.broke.take() {
+            return Poll::Ready(Some(Err(error)));
+        }
+        for _ in 0..LOOK_AGAIN {
+            let (body, lease) = (&mut this.body, &mut this.lease);
+            let (frame, woken) = this.wake.poll(cx, |cx| look(body, lease, cx));
+            match frame {
+                // The connection broke, and goes with the body. The error may have come in the same read
+                // as the frames just handed on, which the client's side has not written yet: it ends a
+                // connection at a body's error without writing what it holds. So the error waits one
+                // poll: the client's side writes what it has when this body is pending.
+                Poll::Ready(Some(Err(error))) => {
+                    this.lease = None;
+                    this.broke = Some(error);
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Poll::Ready(frame) => return Poll::Ready(frame),
+                Poll::Pending if woken => continue,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
