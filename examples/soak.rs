@@ -8,6 +8,23 @@
 //! end it waits for the last streams, scrapes tokentap's `/metrics` and compares its request and token
 //! counts with what the clients saw. Exit status 1 on any mismatch.
 //!
+//! Every 10 s it also prints where tokentap's resident memory is, from `/proc/PID/smaps`: `brk` (the
+//! `[heap]` mapping, glibc's main arena), `arenas N/R of M` (glibc's thread arenas: how many, resident
+//! KiB, mapped KiB; each is a 64 MiB reservation of which only the grown part is mapped read-write),
+//! and `anon` (every other anonymous mapping: thread stacks and allocations above glibc's mmap
+//! threshold), and the 1-minute load average.
+//!
+//! `--config FILE` passes a config file to tokentap (the listen and upstream flags still win).
+//! `--env K=V` (repeatable) sets a variable for tokentap only, e.g.
+//! `GLIBC_TUNABLES=glibc.malloc.arena_max=1` or heaptrack's `LD_PRELOAD`. At the end tokentap gets
+//! SIGTERM and up to 10 s to exit, so a preloaded profiler can write its last figures.
+//!
+//! `--malloc-stats`: after the drain, with no request in flight, attach `gdb` to tokentap and call
+//! glibc's `malloc_stats()` (each arena's `system bytes`, what it holds from the kernel, and `in use
+//! bytes`, the live allocations; printed on tokentap's stderr), then `malloc_trim(0)` (give every free
+//! page back), then `malloc_stats()` again, and print RSS and the smaps figures after the trim. What the
+//! trim gives back was free memory the allocator kept, not live data.
+//!
 //!     scripts/soak.sh                      # builds, raises the descriptor limit, runs with the defaults
 //!     cargo run --example soak -- --tokentap target/release/tokentap --streams 1000 --duration 180
 
@@ -31,6 +48,9 @@ struct Args {
     duration: Duration,
     tokens: usize,
     gap: Duration,
+    env: Vec<(String, String)>,
+    config: Option<String>,
+    malloc_stats: bool,
 }
 
 fn args() -> Args {
@@ -40,8 +60,15 @@ fn args() -> Args {
         duration: Duration::from_secs(180),
         tokens: 100,
         gap: Duration::from_millis(100),
+        env: Vec::new(),
+        config: None,
+        malloc_stats: false,
     };
-    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut argv: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(at) = argv.iter().position(|a| a == "--malloc-stats") {
+        argv.remove(at);
+        a.malloc_stats = true;
+    }
     for pair in argv.chunks(2) {
         let value = pair.get(1).map(String::as_str).unwrap_or_default();
         let number = || value.parse::<u64>().unwrap_or_else(|_| usage(&pair[0]));
@@ -51,6 +78,11 @@ fn args() -> Args {
             "--duration" => a.duration = Duration::from_secs(number()),
             "--tokens" => a.tokens = number() as usize,
             "--gap-ms" => a.gap = Duration::from_millis(number()),
+            "--config" => a.config = Some(value.to_owned()),
+            "--env" => match value.split_once('=') {
+                Some((k, v)) if !k.is_empty() => a.env.push((k.to_owned(), v.to_owned())),
+                _ => usage(value),
+            },
             other => usage(other),
         }
     }
@@ -58,7 +90,7 @@ fn args() -> Args {
 }
 
 fn usage(bad: &str) -> ! {
-    eprintln!("soak: bad argument {bad}\nusage: soak [--tokentap PATH] [--streams N] [--duration SECS] [--tokens N] [--gap-ms MS]");
+    eprintln!("soak: bad argument {bad}\nusage: soak [--tokentap PATH] [--streams N] [--duration SECS] [--tokens N] [--gap-ms MS] [--config FILE] [--env K=V]... [--malloc-stats]");
     std::process::exit(2)
 }
 
@@ -242,8 +274,92 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// Where the resident memory is, in KiB, from `/proc/PID/smaps` (see the header).
+#[derive(Default)]
+struct Breakdown {
+    brk: u64,
+    arenas: usize,
+    arena_rss: u64,
+    arena_size: u64,
+    anon: u64,
+}
+
+/// glibc's non-main arenas live in heaps of HEAP_MAX_SIZE (64 MiB on 64-bit), each mmapped at a 64 MiB
+/// aligned address: the touched part is a read-write mapping at the aligned start, the rest `---p` up
+/// to the next 64 MiB boundary. A heap that grew to the full 64 MiB is one read-write mapping.
+fn breakdown(pid: u32) -> Breakdown {
+    const HEAP_MAX: u64 = 64 << 20;
+    struct Map {
+        start: u64,
+        end: u64,
+        perms: String,
+        anonymous: bool,
+        heap: bool,
+        rss: u64,
+    }
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let mut maps: Vec<Map> = Vec::new();
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let first = fields.next().unwrap_or_default();
+        if let Some((start, end)) = first.split_once('-') {
+            if let (Ok(start), Ok(end)) =
+                (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
+            {
+                let perms = fields.next().unwrap_or_default().to_owned();
+                let path = fields.nth(3).unwrap_or_default();
+                maps.push(Map {
+                    start,
+                    end,
+                    perms,
+                    anonymous: path.is_empty(),
+                    heap: path == "[heap]",
+                    rss: 0,
+                });
+                continue;
+            }
+        }
+        if let (Some("Rss:"), Some(kib), Some(map)) = (Some(first), fields.next(), maps.last_mut())
+        {
+            map.rss = kib.parse().unwrap_or(0);
+        }
+    }
+    let mut b = Breakdown::default();
+    for (i, m) in maps.iter().enumerate() {
+        if m.heap {
+            b.brk += m.rss;
+        } else if m.anonymous && m.perms.starts_with("rw") {
+            let next = maps.get(i + 1);
+            let arena = m.start % HEAP_MAX == 0
+                && (m.end - m.start == HEAP_MAX
+                    || next.is_some_and(|n| {
+                        n.anonymous
+                            && n.start == m.end
+                            && n.perms.starts_with("---")
+                            && n.end % HEAP_MAX == 0
+                    }));
+            if arena {
+                b.arenas += 1;
+                b.arena_rss += m.rss;
+                b.arena_size += (m.end - m.start) >> 10;
+            } else {
+                b.anon += m.rss;
+            }
+        }
+    }
+    b
+}
+
 fn fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// The 1-minute load average (other work on the same cores slows the streams).
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 async fn scrape(client: &HttpClient, metrics: SocketAddr) -> String {
@@ -272,6 +388,17 @@ struct KillOnDrop(Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
+        // SIGTERM first, so tokentap (and a preloaded profiler) ends as it would in production.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -295,7 +422,9 @@ async fn main() {
             &metrics.to_string(),
         ])
         .args(["--upstream", &format!("http://{upstream_addr}")])
+        .args(args.config.iter().flat_map(|c| ["--config", c]))
         .env("RUST_LOG", "warn")
+        .envs(args.env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| {
@@ -317,11 +446,15 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let (rss_idle, fds_idle) = (rss_kib(pid), fds(pid));
+    let m_idle = breakdown(pid);
     println!(
         "soak: {} streams for {:?}, {} tokens {:?} apart per stream, tokentap pid {pid} ({})",
         args.streams, args.duration, args.tokens, args.gap, args.tokentap
     );
-    println!("idle: RSS {rss_idle} KiB, {fds_idle} fds");
+    println!(
+        "idle: RSS {rss_idle} KiB, {fds_idle} fds, brk {} KiB, {} arenas {} KiB, other anon {} KiB",
+        m_idle.brk, m_idle.arenas, m_idle.arena_rss, m_idle.anon
+    );
 
     let expected = Arc::new(expected_body(args.tokens));
     let tally = Arc::new(Tally::default());
@@ -361,9 +494,16 @@ async fn main() {
         if second % 10 == 0 {
             let text = scrape(&client, metrics).await;
             let in_flight = sample(&text, "tokentap_requests_in_flight", &[]);
+            let m = breakdown(pid);
             println!(
-                "t={second:>4}s active {active:>5} in_flight {in_flight:>5} completed {:>7} RSS {rss:>7} KiB fds {open:>5}",
-                tally.completed.load(Relaxed)
+                "t={second:>4}s active {active:>5} in_flight {in_flight:>5} completed {:>7} RSS {rss:>7} KiB fds {open:>5} brk {:>6} arenas {:>2}/{:>6} of {:>6} anon {:>6} load {}",
+                tally.completed.load(Relaxed),
+                m.brk,
+                m.arenas,
+                m.arena_rss,
+                m.arena_size,
+                m.anon,
+                loadavg()
             );
         }
     }
@@ -381,6 +521,34 @@ async fn main() {
     let _ = close_upstream.send(true);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (rss_end, fds_end) = (rss_kib(pid), fds(pid));
+    let m_end = breakdown(pid);
+    if args.malloc_stats {
+        println!("malloc_stats() before malloc_trim(0), then after (tokentap's stderr):");
+        let gdb = Command::new("timeout")
+            .args(["60", "gdb", "-p", &pid.to_string(), "-batch", "-nx"])
+            .args(["-ex", "call (void) malloc_stats()"])
+            .args(["-ex", "call (int) malloc_trim(0)"])
+            .args(["-ex", "call (void) malloc_stats()"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let m = breakdown(pid);
+        println!(
+            "after malloc_trim(0) ({}): RSS {} KiB, brk {} KiB, {} arenas {} KiB of {} KiB, other anon {} KiB",
+            match gdb {
+                Ok(s) if s.success() => "gdb ok".to_owned(),
+                Ok(s) => format!("gdb failed: {s}"),
+                Err(e) => format!("gdb failed: {e}"),
+            },
+            rss_kib(pid),
+            m.brk,
+            m.arenas,
+            m.arena_rss,
+            m.arena_size,
+            m.anon
+        );
+    }
 
     let completed = tally.completed.load(Relaxed);
     let failed = tally.failed.load(Relaxed);
@@ -420,6 +588,10 @@ async fn main() {
         if count_mismatch { "YES" } else { "none" }
     );
     println!("tokentap RSS: idle {rss_idle} KiB, peak {rss_max} KiB, after {rss_end} KiB");
+    println!(
+        "tokentap memory after (KiB): brk {}, {} arenas {} of {}, other anon {}",
+        m_end.brk, m_end.arenas, m_end.arena_rss, m_end.arena_size, m_end.anon
+    );
     println!("tokentap fds: idle {fds_idle}, peak {fds_max}, after {fds_end}");
     drop(child);
     if mismatched > 0 || count_mismatch || failed > 0 {
