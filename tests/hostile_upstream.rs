@@ -143,3 +143,70 @@ async fn an_upstream_content_length_with_leading_zeros_reaches_the_client_as_its
     assert!(head.contains("\r\ncontent-length: 2\r\n"), "{head}");
     assert_eq!(body, b"{}");
 }
+
+/// A response whose head is `head_bytes` long (one padding header), then a body of `body` bytes written
+/// in one burst.
+fn big_head_answer(head_bytes: usize, body: usize) -> Vec<u8> {
+    let start = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {body}\r\nx-pad: "
+    );
+    let pad = head_bytes - start.len() - 4;
+    let mut answer = start.into_bytes();
+    answer.extend(std::iter::repeat_n(b'p', pad));
+    answer.extend_from_slice(b"\r\n\r\n");
+    answer.extend((0..body).map(|i| b"0123456789abcdef"[i % 16]));
+    answer
+}
+
+#[tokio::test]
+async fn a_response_head_over_max_response_header_bytes_is_answered_502_naming_the_limit() {
+    let upstream = upstream(|_| vec![Step::Raw(big_head_answer(20_000, 10))]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+    assert_eq!(got.status, 502);
+    let body = String::from_utf8_lossy(&got.body);
+    assert!(
+        body.contains("larger than 16384 bytes (limits.max_response_header_bytes)"),
+        "{body}"
+    );
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    let labels = [("status", "502"), ("outcome", "upstream_error")];
+    assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+
+    // Raised, the same head passes with every byte.
+    let raised = support::proxy(
+        &upstream.url(),
+        "limits: {max_response_header_bytes: 32KiB}",
+    )
+    .await;
+    let got = send(&client(), post(&raised, CHAT, &chat_request("m"))).await;
+    assert_eq!(got.status, 200);
+    assert!(got.headers["x-pad"].len() > 19_900);
+    assert_eq!(got.body, b"0123456789");
+}
+
+#[tokio::test]
+async fn heads_under_the_limit_and_bodies_far_larger_than_the_read_buffer_pass_whole() {
+    // A 15 KiB head just fits the default 16 KiB buffer; the 1 MiB body written in one burst is read
+    // through that buffer many times.
+    let answer = big_head_answer(15 << 10, 1 << 20);
+    let sent = answer.clone();
+    let upstream = upstream(move |_| vec![Step::Raw(sent.clone())]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let request = format!(
+        "POST {CHAT} HTTP/1.1\r\nhost: t\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{}",
+        chat_request("m").len(),
+        chat_request("m")
+    );
+    let got = raw_exchange(proxy.proxy_addr(), request.as_bytes()).await;
+    let (head, body) = raw_split(&got);
+    assert_eq!(raw_status(&got), 200, "{head}");
+    let split = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert_eq!(body, answer[split..]);
+    assert!(
+        head.contains(&"p".repeat(15_000)),
+        "the padding header arrived whole"
+    );
+}
