@@ -146,9 +146,6 @@ pub struct Timeouts {
 pub struct Limits {
     /// Request line and headers (HTTP/1.1), or the header list size (h2); beyond it: 431.
     pub max_request_header_bytes: usize,
-    /// Largest upstream response head (status line and headers), and the size of each upstream
-    /// connection's read buffer, which never grows past it; a larger head: 502.
-    pub max_response_header_bytes: usize,
     /// Request body; beyond it: 413.
     pub max_request_body_bytes: u64,
     /// Client connections served at once; further ones are closed at once.
@@ -396,7 +393,6 @@ impl Default for Config {
             },
             limits: Limits {
                 max_request_header_bytes: 64 << 10,
-                max_response_header_bytes: 16 << 10,
                 max_request_body_bytes: 64 << 20,
                 max_connections: 10_000,
                 max_upstream_connections: 1024,
@@ -564,8 +560,6 @@ impl Limits {
     pub const MAX_HEADER_BYTES: usize = 256 << 10;
     /// Smallest `max_request_header_bytes`: hyper's minimum read buffer.
     pub const MIN_HEADER_BYTES: usize = 8 << 10;
-    /// Smallest `max_response_header_bytes`: one page, nginx's `proxy_buffer_size` default.
-    pub const MIN_RESPONSE_HEADER_BYTES: usize = 4 << 10;
     pub const MAX_CONNECTIONS: usize = 1_000_000;
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -573,12 +567,6 @@ impl Limits {
         if !(Self::MIN_HEADER_BYTES..=Self::MAX_HEADER_BYTES).contains(&h) {
             let reason = "must be between 8KiB and 256KiB (8192 to 262144 bytes)";
             let key = "limits.max_request_header_bytes";
-            return Err(invalid(key, "size", &h.to_string(), reason));
-        }
-        let h = self.max_response_header_bytes;
-        if !(Self::MIN_RESPONSE_HEADER_BYTES..=Self::MAX_HEADER_BYTES).contains(&h) {
-            let reason = "must be between 4KiB and 256KiB (4096 to 262144 bytes)";
-            let key = "limits.max_response_header_bytes";
             return Err(invalid(key, "size", &h.to_string(), reason));
         }
         if self.max_request_body_bytes < 1 << 10 {

@@ -11,7 +11,7 @@ upstream: https://api.example.com/openai/
 metrics_listen: '[::1]:19464'
 max_models: 7
 timeouts: {connect: 2.5s, response_headers: 1m, idle: 45s, client_header_read: 5s, client_idle: 90s, request_body_idle: 20s}
-limits: {max_request_header_bytes: 16KiB, max_response_header_bytes: 32KiB, max_request_body_bytes: 1MiB, max_connections: 50, max_upstream_connections: 40, max_concurrent_streams: 16}
+limits: {max_request_header_bytes: 16KiB, max_request_body_bytes: 1MiB, max_connections: 50, max_upstream_connections: 40, max_concurrent_streams: 16}
 shutdown_grace: 2m
 metering: {max_event_bytes: 1MiB, model_scan_bytes: 65536}
 metrics: {model_idle: 10m}
@@ -78,7 +78,6 @@ fn full_example_parses_to_the_given_values() {
         ),
         (16 << 10, 1 << 20, 50)
     );
-    assert_eq!(l.max_response_header_bytes, 32 << 10);
     assert_eq!(
         (l.max_upstream_connections, l.max_concurrent_streams),
         (40, 16)
@@ -143,7 +142,6 @@ fn empty_document_gives_the_defaults() {
     );
     assert_eq!(Some(t.request_body_idle), ms(60_000));
     let l = &d.limits;
-    assert_eq!(l.max_response_header_bytes, 16 << 10);
     assert_eq!(
         (
             l.max_request_header_bytes,
@@ -322,9 +320,6 @@ fn bad_values_give_errors_naming_the_key_and_the_value() {
         limits: {max_request_header_bytes: 4KiB} | limits.max_request_header_bytes | 4096
         limits: {max_request_header_bytes: 1MiB} | limits.max_request_header_bytes | 1048576
         limits: {max_request_header_bytes: lots} | limits.max_request_header_bytes | lots
-        limits: {max_response_header_bytes: 2KiB} | limits.max_response_header_bytes | 2048
-        limits: {max_response_header_bytes: 512KiB} | limits.max_response_header_bytes | 524288
-        limits: {max_response_header_bytes: -1} | limits.max_response_header_bytes | -1
         limits: {max_request_body_bytes: 100} | limits.max_request_body_bytes | 100
         limits: {max_request_body_bytes: 1.5MiB} | limits.max_request_body_bytes | 1.5MiB
         limits: {max_connections: 0} | limits.max_connections | 0

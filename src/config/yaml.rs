@@ -167,7 +167,6 @@ struct RawTimeouts {
 #[serde(deny_unknown_fields, default, expecting = "a mapping")]
 struct RawLimits {
     max_request_header_bytes: Option<Scalar>,
-    max_response_header_bytes: Option<Scalar>,
     max_request_body_bytes: Option<Scalar>,
     max_connections: Option<usize>,
     max_upstream_connections: Option<usize>,
@@ -282,10 +281,6 @@ impl RawConfig {
         if let Some(s) = &limits.max_request_header_bytes {
             let key = "limits.max_request_header_bytes";
             c.limits.max_request_header_bytes = size_at(key, &s.0)?;
-        }
-        if let Some(s) = &limits.max_response_header_bytes {
-            let key = "limits.max_response_header_bytes";
-            c.limits.max_response_header_bytes = size_at(key, &s.0)?;
         }
         if let Some(s) = &limits.max_request_body_bytes {
             let key = "limits.max_request_body_bytes";

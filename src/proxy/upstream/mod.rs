@@ -54,9 +54,6 @@ pub enum UpstreamError {
     /// The connection ended and hyper said nothing about the request.
     #[error("the connection closed before a response")]
     Closed,
-    /// The response head did not fit the connection's read buffer.
-    #[error("its response head is larger than {limit} bytes (limits.max_response_header_bytes)")]
-    HeadTooLarge { limit: usize },
 }
 
 impl UpstreamError {
@@ -117,8 +114,6 @@ pub struct Upstream {
     base: Uri,
     connector: HttpsConnector<HttpConnector>,
     handshake: http1::Builder,
-    /// `limits.max_response_header_bytes`, for the error a larger head gets.
-    max_head: usize,
     pool: Arc<pool::Pool>,
 }
 
@@ -151,13 +146,8 @@ impl Upstream {
         // the response's are recorded for the client's side (see `net/server.rs`).
         let mut handshake = http1::Builder::new();
         handshake.preserve_header_case(true);
-        // Each connection reads into a buffer of exactly this size, which never grows: hyper's
-        // adaptive buffer doubles whenever a read fills it (a burst queued while the proxy was short of
-        // CPU) and keeps its largest size for the connection's life, up to ~400 KiB. A head must fit in it.
-        handshake.read_buf_exact_size(Some(config.limits.max_response_header_bytes));
         Ok(Upstream {
             base: config.upstream.clone(),
-            max_head: config.limits.max_response_header_bytes,
             connector,
             handshake,
             // Never more idle connections kept than may be in use at once
@@ -166,8 +156,7 @@ impl Upstream {
         })
     }
 
-    /// Sends `request`, whose URI is the request line's target (origin form: path and query), on an
-    /// idle connection, or a new one, and waits for the response head. A request that could not be
+    /// Sends `request`, whose URI is the request line's target (origin form: path and query), on an idle connection, or a new one, and waits for the response head. A request that could not be
     /// written because the idle connection it was given had closed is sent again on a new connection;
     /// one that was written is never sent twice.
     pub async fn send(
@@ -181,21 +170,15 @@ impl Upstream {
         };
         let wake = LookAgain::new();
         let response = match exchange(&mut conn, request, &wake).await {
-            Ok(response) => Ok(response),
+            Ok(response) => response,
             Err(Failed::NotSent(request, _)) if reused => {
                 conn = self.connect().await?;
                 exchange(&mut conn, *request, &wake)
                     .await
-                    .map_err(Failed::into_error)
+                    .map_err(Failed::into_error)?
             }
-            Err(failed) => Err(failed.into_error()),
+            Err(failed) => return Err(failed.into_error()),
         };
-        let response = response.map_err(|error| match error {
-            UpstreamError::Http(e) if e.is_parse_too_large() => UpstreamError::HeadTooLarge {
-                limit: self.max_head,
-            },
-            other => other,
-        })?;
         let lease = body::Lease {
             conn,
             pool: self.pool.clone(),
