@@ -48,4 +48,13 @@ if [ -n "${BENCH_OUT:-}" ]; then
 fi
 
 echo "== running on $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-exec "${PIN[@]}" "$HARNESS" --tokentap target/release/tokentap --nginx "$NGINX" "${PROXY_CPU[@]}" "${OUT[@]}" "$@"
+# Steal: time the hypervisor gave this VM's vCPUs to someone else (the 8th value of /proc/stat's cpu line,
+# in USER_HZ ticks). On a shared host it stretches whatever ran meanwhile; a run with much of it is noise.
+steal() { awk '/^cpu / {print $9}' /proc/stat; }
+started=$(date +%s)
+before=$(steal)
+status=0
+"${PIN[@]}" "$HARNESS" --tokentap target/release/tokentap --nginx "$NGINX" "${PROXY_CPU[@]}" "${OUT[@]}" "$@" || status=$?
+ticks=$(getconf CLK_TCK)
+echo "== steal during the run: $(( ($(steal) - before) / ticks )) s of CPU time over $(( $(date +%s) - started )) s ($(nproc) vCPUs); load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+exit "$status"
