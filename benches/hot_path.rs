@@ -1,7 +1,8 @@
 //! Micro-benchmarks of tokentap's per-chunk hot path, so a change that slows it shows up:
-//! the SSE framer, the OpenAI dialect decoder, the response decoder (framer + dialect), and the exchange (decoder +
-//! timeline + histogram observations). Every figure is per vLLM-shaped chunk of ~240 bytes unless the
-//! name says otherwise. Run with `cargo bench --bench hot_path`.
+//! the SSE framer, the OpenAI dialect decoder, the response decoder (framer + dialect), the exchange (decoder +
+//! timeline + histogram observations), and a whole request through tokentap in-process (`through_proxy_*`:
+//! the client and upstream legs, forwarding, taps and metering). Every figure is per vLLM-shaped chunk of
+//! ~240 bytes unless the name says otherwise. Run with `cargo bench --bench hot_path`.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -255,4 +256,163 @@ fn exchange_per_short_request(bencher: Bencher) {
         }
         guard.finish(End::Complete);
     });
+}
+
+/// The whole data path in one process: a hyper client sends a streaming chat request to tokentap
+/// (started in-process, default configuration, no log subscriber), which forwards it to a scripted
+/// upstream on loopback that answers with role, `contents` content chunks, usage and `[DONE]`, each
+/// written as soon as the one before it is; the client reads the whole body. Client, tokentap and
+/// upstream share one current-thread runtime, so the figure includes the client's and the upstream's own
+/// work and the loopback system calls: it is for before/after comparisons of tokentap (its client and
+/// upstream legs, the forwarding, the taps, the metering), not a cost of tokentap alone.
+mod through {
+    use std::net::SocketAddr;
+
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper::client::conn::http1::SendRequest;
+    use hyper_util::rt::TokioIo;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::runtime::Runtime;
+
+    use super::{CONTENT, ROLE, USAGE};
+
+    pub struct Through {
+        pub runtime: Runtime,
+        client: SendRequest<Full<Bytes>>,
+        _proxy: tokentap::Running,
+    }
+
+    /// The upstream's answer: a chunked SSE response whose events go out one write each.
+    async fn answer(stream: &mut TcpStream, contents: usize) -> std::io::Result<()> {
+        let head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+        stream.write_all(head).await?;
+        let chunk = |event: &[u8]| {
+            let mut framed = format!("{:x}\r\n", event.len()).into_bytes();
+            framed.extend_from_slice(event);
+            framed.extend_from_slice(b"\r\n");
+            framed
+        };
+        stream.write_all(&chunk(ROLE)).await?;
+        for _ in 0..contents {
+            stream.write_all(&chunk(CONTENT)).await?;
+        }
+        stream.write_all(&chunk(USAGE)).await?;
+        stream.write_all(&chunk(b"data: [DONE]\n\n")).await?;
+        stream.write_all(b"0\r\n\r\n").await
+    }
+
+    /// Reads one request (head and `content-length` body) off `stream`; false at its end.
+    async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
+        loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                if buf.len() >= end + 4 + length {
+                    buf.drain(..end + 4 + length);
+                    return true;
+                }
+            }
+            let mut more = [0u8; 4096];
+            match stream.read(&mut more).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => buf.extend_from_slice(&more[..n]),
+            }
+        }
+    }
+
+    async fn upstream(contents: usize) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                stream.set_nodelay(true).ok();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    while read_request(&mut stream, &mut buf).await {
+                        if answer(&mut stream, contents).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    pub fn start(contents: usize) -> Through {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (client, proxy) = runtime.block_on(async {
+            let upstream = upstream(contents).await;
+            let yaml = format!(
+                "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: http://{upstream}\n"
+            );
+            let config = tokentap::Config::from_yaml_str(&yaml).expect("config");
+            let proxy = tokentap::start(&config).await.expect("start tokentap");
+            let stream = TcpStream::connect(proxy.proxy_addr())
+                .await
+                .expect("connect");
+            stream.set_nodelay(true).ok();
+            let (client, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .expect("handshake");
+            tokio::spawn(connection);
+            (client, proxy)
+        });
+        Through {
+            runtime,
+            client,
+            _proxy: proxy,
+        }
+    }
+
+    impl Through {
+        /// One request through the proxy; returns the bytes of the body the client got.
+        pub fn request(&mut self) -> usize {
+            let body = r#"{"model":"tiny-llama","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+            let request = http::Request::post("/v1/chat/completions")
+                .header("host", "bench")
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from_static(body.as_bytes())))
+                .expect("request");
+            let client = &mut self.client;
+            self.runtime.block_on(async {
+                client.ready().await.expect("ready");
+                let response = client.send_request(request).await.expect("response");
+                assert_eq!(response.status(), 200);
+                let body = response.into_body().collect().await.expect("body");
+                body.to_bytes().len()
+            })
+        }
+    }
+}
+
+/// One short streamed request through the whole proxy in-process (11 events: role, 8 contents, usage,
+/// `[DONE]`), client and upstream included: see [`through`].
+#[divan::bench]
+fn through_proxy_short_request(bencher: Bencher) {
+    let mut through = through::start(8);
+    through.request();
+    bencher
+        .counter(ItemsCount::new(1usize))
+        .bench_local(|| through.request());
+}
+
+/// The same with 64 content chunks (67 events): the difference from the short request, over 56 events,
+/// is the cost of one more chunk through every stage.
+#[divan::bench]
+fn through_proxy_stream_64(bencher: Bencher) {
+    let mut through = through::start(64);
+    through.request();
+    bencher
+        .counter(ItemsCount::new(1usize))
+        .bench_local(|| through.request());
 }
