@@ -101,6 +101,12 @@ impl<T> TimedIo<T> {
         &self.inner
     }
 
+    /// When the timer now armed fires: from [`TimedIo::new`] until the first request head is read, the
+    /// deadline for that head.
+    pub fn deadline(&self) -> Instant {
+        self.timer.deadline()
+    }
+
     pub fn new(inner: T, activity: Arc<Activity>, header_read: Duration, idle: Duration) -> Self {
         TimedIo {
             inner,

@@ -484,12 +484,12 @@ impl ServeProxy {
     async fn serve(&self, stream: tokio::net::TcpStream) {
         let activity = Arc::new(Activity::default());
         let (header_read, idle) = (self.timeouts.client_header_read, self.timeouts.client_idle);
-        let head_deadline = tokio::time::Instant::now() + header_read;
         let io = TimedIo::new(stream, activity.clone(), header_read, idle)
             .counting_head_timeouts(self.refused.head_timeouts.clone());
         let mut draining = self.shutdown.reached(Phase::Draining);
         let speaks = tokio::select! {
-            speaks = sniff(io.get_ref(), head_deadline) => speaks,
+            // The head's deadline: a silent connection is given up on when its timer closes it.
+            speaks = sniff(io.get_ref(), io.deadline()) => speaks,
             // A connection that has sent nothing yet is closed, as hyper-util closes one still
             // reading its first bytes.
             () = &mut draining => return,

@@ -72,6 +72,13 @@ struct Idle {
     since: Instant,
 }
 
+impl Idle {
+    /// Not idle for `timeout` yet at `now`, and ready for a next request (see [`Conn::reusable`]).
+    fn usable(&mut self, now: Instant, timeout: Duration, cx: &mut Context<'_>) -> bool {
+        now.saturating_duration_since(self.since) < timeout && self.conn.reusable(cx)
+    }
+}
+
 /// The idle connections, most recently used on top.
 pub struct Pool {
     idle: Mutex<Vec<Idle>>,
@@ -96,9 +103,7 @@ impl Pool {
         let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         while let Some(mut entry) = idle.pop() {
-            if now.saturating_duration_since(entry.since) < self.idle_timeout
-                && entry.conn.reusable(cx)
-            {
+            if entry.usable(now, self.idle_timeout, cx) {
                 return Some(entry.conn);
             }
         }
@@ -127,10 +132,7 @@ impl Pool {
         let waker = Waker::from(Arc::new(NoWake));
         let mut cx = Context::from_waker(&waker);
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        idle.retain_mut(|entry| {
-            now.saturating_duration_since(entry.since) < self.idle_timeout
-                && entry.conn.reusable(&mut cx)
-        });
+        idle.retain_mut(|entry| entry.usable(now, self.idle_timeout, &mut cx));
     }
 }
 
