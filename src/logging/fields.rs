@@ -8,7 +8,7 @@
 //! time of day formatted once a second.
 
 use std::cell::RefCell;
-use std::fmt::{self, Write};
+use std::fmt;
 use std::time::UNIX_EPOCH;
 
 use tracing::field::{Field, Visit};
@@ -144,23 +144,15 @@ impl fmt::Display for Millis {
             return write!(f, "{:?}", self.as_f64());
         }
         let (whole, frac) = (self.micros / 1000, self.micros % 1000);
-        let digits = [
-            b'0' + (frac / 100) as u8,
-            b'0' + (frac / 10 % 10) as u8,
-            b'0' + (frac % 10) as u8,
-        ];
         // `Debug` drops trailing zeros but keeps one digit after the point.
-        let len = if frac % 100 == 0 {
-            1
+        let (digits, width) = if frac % 100 == 0 {
+            (frac / 100, 1)
         } else if frac % 10 == 0 {
-            2
+            (frac / 10, 2)
         } else {
-            3
+            (frac, 3)
         };
-        fmt::Display::fmt(&whole, f)?;
-        f.write_char('.')?;
-        // ASCII digits.
-        f.write_str(std::str::from_utf8(&digits[..len]).map_err(|_| fmt::Error)?)
+        write!(f, "{whole}.{digits:0width$}")
     }
 }
 
@@ -205,17 +197,9 @@ impl FormatTime for Timestamp {
                 *cached = (secs, up_to_the_second(secs)?);
             }
             let micros = since.subsec_micros();
-            let mut digits = [b'0'; 6];
-            let mut rest = micros;
-            for digit in digits.iter_mut().rev() {
-                *digit = b'0' + (rest % 10) as u8;
-                rest /= 10;
-            }
-            let digits = std::str::from_utf8(&digits).ok()?;
             Some(
                 w.write_str(&cached.1)
-                    .and_then(|()| w.write_str(digits))
-                    .and_then(|()| w.write_char('Z')),
+                    .and_then(|()| write!(w, "{micros:06}Z")),
             )
         });
         match written {
