@@ -99,13 +99,8 @@ fn framer_event_split_in_two_feeds(bencher: Bencher) {
         });
 }
 
-#[divan::bench(args = ["content", "role", "usage"])]
-fn openai_dialect_per_event(bencher: Bencher, kind: &str) {
-    let chunk = match kind {
-        "role" => ROLE,
-        "usage" => USAGE,
-        _ => CONTENT,
-    };
+/// The chat dialect reading `chunk`'s event, no tokenizer.
+fn dialect_per_event(bencher: Bencher, chunk: &[u8]) {
     let event = FramedEvent::unnamed(event_data(chunk));
     let mut dialect = chat_dialect();
     let (mut obs, mut choices) = (Observations::default(), Vec::new());
@@ -114,6 +109,16 @@ fn openai_dialect_per_event(bencher: Bencher, kind: &str) {
         let mut output = EventOutput::new(None, &mut choices);
         dialect.on_event(black_box(&event), &mut obs, &mut output)
     });
+}
+
+#[divan::bench(args = ["content", "role", "usage"])]
+fn openai_dialect_per_event(bencher: Bencher, kind: &str) {
+    let chunk = match kind {
+        "role" => ROLE,
+        "usage" => USAGE,
+        _ => CONTENT,
+    };
+    dialect_per_event(bencher, chunk);
 }
 
 /// The other shapes of chunk the decoder reads: reasoning, a tool call's arguments, and vLLM's last
@@ -125,14 +130,7 @@ fn openai_dialect_per_event_shape(bencher: Bencher, kind: &str) {
         "tool_call" => TOOL_CALL,
         _ => USAGE_METRICS,
     };
-    let event = FramedEvent::unnamed(event_data(chunk));
-    let mut dialect = chat_dialect();
-    let (mut obs, mut choices) = (Observations::default(), Vec::new());
-    bencher.bench_local(|| {
-        choices.clear();
-        let mut output = EventOutput::new(None, &mut choices);
-        dialect.on_event(black_box(&event), &mut obs, &mut output)
-    });
+    dialect_per_event(bencher, chunk);
 }
 
 /// The same events when a tokenizer counts the model's output: the dialect also hands over each
@@ -399,18 +397,19 @@ mod through {
 /// `[DONE]`), client and upstream included: see [`through`].
 #[divan::bench]
 fn through_proxy_short_request(bencher: Bencher) {
-    let mut through = through::start(8);
-    through.request();
-    bencher
-        .counter(ItemsCount::new(1usize))
-        .bench_local(|| through.request());
+    through_proxy(bencher, 8);
 }
 
 /// The same with 64 content chunks (67 events): the difference from the short request, over 56 events,
 /// is the cost of one more chunk through every stage.
 #[divan::bench]
 fn through_proxy_stream_64(bencher: Bencher) {
-    let mut through = through::start(64);
+    through_proxy(bencher, 64);
+}
+
+/// Requests with `contents` content chunks through the proxy, after one to open the connections.
+fn through_proxy(bencher: Bencher, contents: usize) {
+    let mut through = through::start(contents);
     through.request();
     bencher
         .counter(ItemsCount::new(1usize))
