@@ -216,8 +216,13 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         timeouts: config.timeouts.clone(),
         shutdown: shutdown.clone(),
     };
-    let proxy_task = tokio::spawn(serve.run(proxy_listener));
+    // The live page's first snapshot is taken before the proxy serves: a snapshot taken after the first
+    // requests finished would be the baseline its windows count from, and they would never show them.
     let live = config.ui.enabled.then(|| Arc::new(Live::new(config)));
+    if let Some(live) = &live {
+        live.snapshot(&context.metrics);
+    }
+    let proxy_task = tokio::spawn(serve.run(proxy_listener));
     let snapshot_task = live
         .clone()
         .map(|live| tokio::spawn(live.run(context.metrics.clone())));

@@ -185,19 +185,25 @@ impl Live {
         self.ring.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Takes a snapshot at once and then every `ui.interval`, for ever (the caller aborts the task).
+    /// Takes a snapshot of `metrics` now.
+    pub fn snapshot(&self, metrics: &Metrics) {
+        let at = Instant::now();
+        let families = metrics.gather();
+        self.ring().push(&families, at, unix_ms());
+    }
+
+    /// Takes a snapshot every `ui.interval`, the first one interval from now, for ever (the caller aborts
+    /// the task). The one before it is the caller's: taken before the proxy serves its first request, so
+    /// the first window counts every request since the start.
     pub async fn run(self: Arc<Self>, metrics: Arc<Metrics>) {
         let mut ticks = tokio::time::interval(self.ui.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await;
         loop {
             ticks.tick().await;
             let live = self.clone();
             let metrics = metrics.clone();
-            let at = Instant::now();
-            let taken = tokio::task::spawn_blocking(move || {
-                let families = metrics.gather();
-                live.ring().push(&families, at, unix_ms());
-            });
+            let taken = tokio::task::spawn_blocking(move || live.snapshot(&metrics));
             if let Err(err) = taken.await {
                 tracing::debug!(%err, "live page snapshot did not run");
             }
