@@ -139,6 +139,9 @@ pub struct Timeouts {
     pub client_idle: Duration,
     /// Longest wait for the next piece of a request body while it is forwarded (h1 and h2).
     pub request_body_idle: Duration,
+    /// Metrics port: once a client stops taking an answer (its socket is full), the rest must be taken
+    /// within this, or the connection is closed.
+    pub metrics_send: Duration,
 }
 
 /// Bounds on what clients may send and how many may connect at once.
@@ -154,6 +157,8 @@ pub struct Limits {
     pub max_upstream_connections: usize,
     /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS announced to each client connection.
     pub max_concurrent_streams: u32,
+    /// Connections served at once on the metrics port; further ones are closed at once.
+    pub max_metrics_connections: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -173,6 +178,9 @@ pub struct MetricsOptions {
     /// The most series the configuration may allow (its computed series limit); above it tokentap
     /// refuses to start.
     pub max_series: u64,
+    /// The `Host` names the metrics port answers (lowercase, without a port); empty: any. `/healthz` and
+    /// `/readyz` answer every host.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// Histogram boundaries in seconds (`output_tokens_per_second`: tokens/s).
@@ -390,6 +398,7 @@ impl Default for Config {
                 client_header_read: Duration::from_secs(30),
                 client_idle: Duration::from_secs(660),
                 request_body_idle: Duration::from_secs(60),
+                metrics_send: Duration::from_secs(60),
             },
             limits: Limits {
                 max_request_header_bytes: 64 << 10,
@@ -397,6 +406,7 @@ impl Default for Config {
                 max_connections: 10_000,
                 max_upstream_connections: 1024,
                 max_concurrent_streams: 128,
+                max_metrics_connections: 64,
             },
             shutdown_grace: Duration::from_secs(30),
             metering: Metering {
@@ -406,6 +416,7 @@ impl Default for Config {
             metrics: MetricsOptions {
                 model_idle: Some(Duration::from_secs(3600)),
                 max_series: MetricsOptions::DEFAULT_MAX_SERIES,
+                allowed_hosts: Vec::new(),
             },
             buckets: Buckets::default(),
             slo: Slo::default(),
@@ -473,6 +484,7 @@ impl Config {
         positive("timeouts.client_header_read", t.client_header_read)?;
         positive("timeouts.client_idle", t.client_idle)?;
         positive("timeouts.request_body_idle", t.request_body_idle)?;
+        positive("timeouts.metrics_send", t.metrics_send)?;
         positive("shutdown_grace", self.shutdown_grace)?;
         self.limits.validate()?;
         self.ui.validate()?;
@@ -515,6 +527,9 @@ impl Config {
                 "0",
                 "must be at least 1",
             ));
+        }
+        for (i, host) in self.metrics.allowed_hosts.iter().enumerate() {
+            check_host(&format!("metrics.allowed_hosts[{i}]"), host)?;
         }
         if let Some(log) = &self.request_log {
             log.validate()?;
@@ -561,6 +576,7 @@ impl Limits {
     /// Smallest `max_request_header_bytes`: hyper's minimum read buffer.
     pub const MIN_HEADER_BYTES: usize = 8 << 10;
     pub const MAX_CONNECTIONS: usize = 1_000_000;
+    pub const MAX_METRICS_CONNECTIONS: usize = 10_000;
 
     fn validate(&self) -> Result<(), ConfigError> {
         let h = self.max_request_header_bytes;
@@ -600,8 +616,28 @@ impl Limits {
             let (key, reason) = ("limits.max_concurrent_streams", "must be at least 1");
             return Err(invalid(key, "value", "0", reason));
         }
+        let metrics = self.max_metrics_connections;
+        if !(1..=Self::MAX_METRICS_CONNECTIONS).contains(&metrics) {
+            let key = "limits.max_metrics_connections";
+            let reason = "must be between 1 and 10000";
+            return Err(invalid(key, "value", &metrics.to_string(), reason));
+        }
         Ok(())
     }
+}
+
+/// A `Host` name as `metrics.allowed_hosts` lists it: a DNS name or an IP address, without a port.
+fn check_host(key: &str, host: &str) -> Result<(), ConfigError> {
+    let ip = host.trim_start_matches('[').trim_end_matches(']');
+    if ip.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(());
+    }
+    let name = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_';
+    if host.is_empty() || host.len() > 253 || !host.chars().all(name) {
+        let reason = "must be a host name or an IP address, without a port (e.g. localhost, 10.0.0.5, tokentap.example.com)";
+        return Err(invalid(key, "host", host, reason));
+    }
+    Ok(())
 }
 
 fn positive(key: &str, d: Duration) -> Result<(), ConfigError> {

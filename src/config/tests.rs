@@ -249,7 +249,7 @@ fn model_idle_defaults_to_an_hour_and_never_or_zero_turns_retirement_off() {
         assert_eq!(c.metrics.model_idle, want, "{yaml}");
     }
     let want =
-        "metrics: unknown field `idle`, expected `model_idle` or `max_series` at line 1 column 11";
+        "metrics: unknown field `idle`, expected one of `model_idle`, `max_series`, `allowed_hosts` at line 1 column 11";
     assert_eq!(err("metrics: {idle: 1h}"), want);
 }
 

@@ -161,6 +161,7 @@ struct RawTimeouts {
     client_header_read: Option<Scalar>,
     client_idle: Option<Scalar>,
     request_body_idle: Option<Scalar>,
+    metrics_send: Option<Scalar>,
 }
 
 #[derive(Deserialize, Default)]
@@ -171,6 +172,7 @@ struct RawLimits {
     max_connections: Option<usize>,
     max_upstream_connections: Option<usize>,
     max_concurrent_streams: Option<u32>,
+    max_metrics_connections: Option<usize>,
 }
 
 #[derive(Deserialize, Default)]
@@ -185,6 +187,7 @@ struct RawMetering {
 struct RawMetrics {
     model_idle: Option<Scalar>,
     max_series: Option<u64>,
+    allowed_hosts: Option<Vec<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -271,6 +274,11 @@ impl RawConfig {
                 "request_body_idle",
                 &mut c.timeouts.request_body_idle,
             ),
+            (
+                &t.metrics_send,
+                "metrics_send",
+                &mut c.timeouts.metrics_send,
+            ),
         ];
         for (raw, key, slot) in timeouts {
             if let Some(s) = raw {
@@ -294,6 +302,9 @@ impl RawConfig {
         l.max_concurrent_streams = limits
             .max_concurrent_streams
             .unwrap_or(l.max_concurrent_streams);
+        l.max_metrics_connections = limits
+            .max_metrics_connections
+            .unwrap_or(l.max_metrics_connections);
         if let Some(s) = &self.shutdown_grace {
             c.shutdown_grace = duration_at("shutdown_grace", &s.0)?;
         }
@@ -309,6 +320,9 @@ impl RawConfig {
             c.metrics.model_idle = idle_at("metrics.model_idle", &s.0)?;
         }
         c.metrics.max_series = metrics.max_series.unwrap_or(c.metrics.max_series);
+        if let Some(hosts) = metrics.allowed_hosts {
+            c.metrics.allowed_hosts = hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
+        }
         let (b, d) = (self.buckets.unwrap_or_default(), Buckets::default());
         c.buckets = Buckets {
             ttft: b.ttft.unwrap_or(d.ttft),

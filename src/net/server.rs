@@ -29,7 +29,7 @@ use crate::config::{Config, Limits, RecordPath, Timeouts};
 use crate::decode::tokenizer::Tokenizers;
 use crate::logging::records::{RecordWriter, Target};
 use crate::logging::repeated::RepeatedWarning;
-use crate::net::admin::serve_metrics;
+use crate::net::admin::{serve_metrics, MetricsPort};
 use crate::net::client_conn::{accept, sniff, Activity, InProgress, Speaks, TimedIo, Tracked};
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
@@ -76,6 +76,7 @@ pub struct Running {
     metrics_task: JoinHandle<()>,
     /// The live page's snapshots (`ui.enabled`).
     snapshot_task: Option<JoinHandle<()>>,
+    live: Option<Arc<Live>>,
 }
 
 impl Running {
@@ -108,6 +109,14 @@ impl Running {
     pub fn flush_records(&self, limit: Duration) {
         if let Some(records) = &self.context.records {
             records.writer.flush(limit);
+        }
+    }
+
+    /// Takes a snapshot for the live page now, as each `ui.interval` does (for tests that need a history
+    /// without waiting for it). Nothing without `ui.enabled`.
+    pub fn snapshot_live(&self) {
+        if let Some(live) = &self.live {
+            live.snapshot(&self.context.metrics);
         }
     }
 
@@ -228,10 +237,14 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         .map(|live| tokio::spawn(live.run(context.metrics.clone())));
     let metrics = serve_metrics(
         metrics_listener,
-        context.clone(),
-        shutdown.clone(),
-        config.timeouts.clone(),
-        live,
+        MetricsPort {
+            context: context.clone(),
+            shutdown: shutdown.clone(),
+            live: live.clone(),
+            timeouts: config.timeouts.clone(),
+            max_connections: config.limits.max_metrics_connections,
+            allowed_hosts: config.metrics.allowed_hosts.clone(),
+        },
     );
     Ok(Running {
         proxy_addr,
@@ -243,6 +256,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         proxy_task: Mutex::new(Some(proxy_task)),
         metrics_task: tokio::spawn(metrics),
         snapshot_task,
+        live,
     })
 }
 

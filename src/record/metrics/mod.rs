@@ -23,6 +23,7 @@ use crate::record::api::Api;
 mod bound;
 mod inside;
 mod labels;
+mod refusals;
 mod scrape;
 
 pub use bound::SeriesBound;
@@ -31,6 +32,7 @@ pub use labels::{
     status_label, status_labels, Lookup, ModelLabels, NO_TENANT, OTHER_MODEL, UNADMITTED_MODEL,
     UNKNOWN_MODEL,
 };
+pub use refusals::{MetricsPortRefusals, Refusals, METRICS_PORT_REASONS};
 
 pub struct Metrics {
     registry: Registry,
@@ -62,48 +64,6 @@ pub struct Metrics {
     bound: SeriesBound,
     /// What is inside a TTFT: reasoning, the prefix cache, the server's own timings.
     pub inside: Inside,
-}
-
-/// What tokentap's own limits turned away before a request could be counted, or instead of
-/// forwarding it. Unlabelled: nothing a client sends chooses a series here.
-#[derive(Clone)]
-pub struct Refusals {
-    /// Client connections closed at once because `limits.max_connections` were open.
-    pub connections: IntCounter,
-    /// Client connections closed because a request head was not complete in `client_header_read`.
-    pub head_timeouts: IntCounter,
-    /// HTTP/1.1 request heads hyper answered with 431 (or 414) because they were too large.
-    pub header_too_large: IntCounter,
-    /// Requests answered 503 because `limits.max_upstream_connections` were in progress.
-    pub upstream_requests: IntCounter,
-}
-
-impl Refusals {
-    fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let counter = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
-            let c = IntCounter::new(name, help)?;
-            registry.register(Box::new(c.clone()))?;
-            Ok(c)
-        };
-        Ok(Refusals {
-            connections: counter(
-                "tokentap_connections_refused_total",
-                "Client connections closed at once because limits.max_connections were open.",
-            )?,
-            head_timeouts: counter(
-                "tokentap_request_head_timeouts_total",
-                "Client connections closed because a request head was not complete within timeouts.client_header_read.",
-            )?,
-            header_too_large: counter(
-                "tokentap_request_header_too_large_total",
-                "HTTP/1.1 request heads answered 431 (or 414) for being too large or having over 100 headers.",
-            )?,
-            upstream_requests: counter(
-                "tokentap_upstream_requests_refused_total",
-                "Requests answered 503 because limits.max_upstream_connections upstream requests were in progress.",
-            )?,
-        })
-    }
 }
 
 /// One request's labelled children, resolved once.
@@ -682,6 +642,6 @@ mod tests {
     fn the_default_limit_is_stated_in_the_readme() {
         let metrics = Metrics::new(&Config::default()).unwrap();
         // Adding a series family moves this figure: update README.md and docs/metrics.md with it.
-        assert_eq!(limit(&metrics), 337_459);
+        assert_eq!(limit(&metrics), 337_463);
     }
 }
