@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod admission;
 mod records;
 mod values;
 mod yaml;
@@ -21,6 +22,7 @@ mod yaml;
 #[cfg(test)]
 mod tests;
 
+pub use admission::ModelList;
 pub use records::{RecordPath, RequestLog, TenantFrom, Tenants};
 pub use values::{format_duration, parse_duration, parse_size, parse_upstream};
 
@@ -45,6 +47,8 @@ pub struct Config {
     pub upstream_ca_file: Option<PathBuf>,
     /// Distinct `model` label values before the rest count as `other`.
     pub max_models: usize,
+    /// Which names may take one of those places (`model_list:`).
+    pub model_list: ModelList,
     pub timeouts: Timeouts,
     pub limits: Limits,
     /// After SIGTERM/SIGINT, how long in-flight requests may run on before they are cut.
@@ -391,6 +395,7 @@ impl Default for Config {
             metrics_listen: SocketAddr::from(([0, 0, 0, 0], 9464)),
             upstream_ca_file: None,
             max_models: 100,
+            model_list: ModelList::default(),
             timeouts: Timeouts {
                 connect: Duration::from_secs(10),
                 response_headers: Duration::from_secs(600),
@@ -477,6 +482,7 @@ impl Config {
         if self.max_models == 0 {
             return Err(invalid("max_models", "value", "0", "must be at least 1"));
         }
+        self.model_list.validate()?;
         let t = &self.timeouts;
         positive("timeouts.connect", t.connect)?;
         positive("timeouts.response_headers", t.response_headers)?;

@@ -13,7 +13,8 @@ use serde::Deserialize;
 
 use super::values::{address_at, duration_at, idle_at, parse_upstream, size_at};
 use super::{
-    invalid, Buckets, Ceilings, Config, ConfigError, RecordPath, RequestLog, TenantFrom, Tenants,
+    invalid, Buckets, Ceilings, Config, ConfigError, ModelList, RecordPath, RequestLog, TenantFrom,
+    Tenants,
 };
 
 /// Parses a YAML document into a [`Config`] (not yet validated); an empty (or comment-only)
@@ -109,6 +110,7 @@ struct RawConfig {
     metrics_listen: Option<Scalar>,
     upstream_ca_file: Option<PathBuf>,
     max_models: Option<usize>,
+    model_list: Option<RawModelList>,
     timeouts: Option<RawTimeouts>,
     limits: Option<RawLimits>,
     shutdown_grace: Option<Scalar>,
@@ -121,6 +123,15 @@ struct RawConfig {
     request_log: Option<RawRequestLog>,
     tenants: Option<RawTenants>,
     ui: Option<RawUi>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default, expecting = "a mapping")]
+struct RawModelList {
+    enabled: Option<bool>,
+    refresh: Option<Scalar>,
+    names: Option<Vec<String>>,
+    api_key_file: Option<PathBuf>,
 }
 
 #[derive(Deserialize, Default)]
@@ -139,6 +150,7 @@ struct RawTenants {
     bearer_hash: Option<bool>,
     hash_key: Option<String>,
     max: Option<usize>,
+    allow: Option<Vec<String>>,
     slo: Option<Models<RawCeilings>>,
 }
 
@@ -254,6 +266,18 @@ impl RawConfig {
         }
         c.upstream_ca_file = self.upstream_ca_file;
         c.max_models = self.max_models.unwrap_or(c.max_models);
+        if let Some(raw) = self.model_list {
+            let d = ModelList::default();
+            c.model_list = ModelList {
+                enabled: raw.enabled.unwrap_or(d.enabled),
+                refresh: match &raw.refresh {
+                    Some(s) => duration_at("model_list.refresh", &s.0)?,
+                    None => d.refresh,
+                },
+                names: raw.names.unwrap_or(d.names),
+                api_key_file: raw.api_key_file,
+            };
+        }
         let t = self.timeouts.unwrap_or_default();
         let timeouts = [
             (&t.connect, "connect", &mut c.timeouts.connect),
@@ -371,6 +395,7 @@ impl RawConfig {
                 from,
                 max: raw.max.unwrap_or(Tenants::DEFAULT_MAX),
                 hash_key: raw.hash_key,
+                allow: raw.allow.unwrap_or_default(),
             });
         }
         let ui = self.ui.unwrap_or_default();

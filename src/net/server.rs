@@ -31,6 +31,7 @@ use crate::logging::records::{RecordWriter, Target};
 use crate::logging::repeated::RepeatedWarning;
 use crate::net::admin::{serve_metrics, MetricsPort};
 use crate::net::client_conn::{accept, sniff, Activity, InProgress, Speaks, TimedIo, Tracked};
+use crate::proxy::models::ModelList;
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
 use crate::record::live::Live;
@@ -61,6 +62,8 @@ pub enum StartError {
     /// The configuration's series limit is above `metrics.max_series`; the message names the product.
     #[error("{0}")]
     SeriesBudget(String),
+    #[error("{0}")]
+    ModelList(#[from] crate::proxy::models::ModelListError),
 }
 
 /// A running tokentap. Dropping it stops the listeners (connections already open finish on their own).
@@ -77,6 +80,8 @@ pub struct Running {
     /// The live page's snapshots (`ui.enabled`).
     snapshot_task: Option<JoinHandle<()>>,
     live: Option<Arc<Live>>,
+    /// The upstream's model list, fetched in the background (`model_list.enabled`).
+    model_list_task: Option<JoinHandle<()>>,
 }
 
 impl Running {
@@ -132,7 +137,10 @@ impl Running {
             task.abort();
         }
         self.metrics_task.abort();
-        if let Some(task) = &self.snapshot_task {
+        for task in [&self.snapshot_task, &self.model_list_task]
+            .into_iter()
+            .flatten()
+        {
             task.abort();
         }
     }
@@ -207,6 +215,10 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         metrics: Arc::new(metrics),
     });
     let connections = upstream::Upstream::new(config)?;
+    let model_list = match config.model_list.enabled {
+        true => Some(ModelList::new(config, context.metrics.served.clone())?),
+        false => None,
+    };
     let shutdown = Shutdown::default();
     let proxy = Proxy::new(connections, config, context.clone(), shutdown.clone());
     let proxy_listener = bind("the proxy listener", config.listen).await?;
@@ -232,6 +244,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         live.snapshot(&context.metrics);
     }
     let proxy_task = tokio::spawn(serve.run(proxy_listener));
+    let model_list_task = model_list.map(|list| tokio::spawn(list.run()));
     let snapshot_task = live
         .clone()
         .map(|live| tokio::spawn(live.run(context.metrics.clone())));
@@ -257,6 +270,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         metrics_task: tokio::spawn(metrics),
         snapshot_task,
         live,
+        model_list_task,
     })
 }
 

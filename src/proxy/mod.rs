@@ -1,7 +1,9 @@
-//! Forwarding: the per-request service, the upstream client, hop-by-hop headers and the request target.
+//! Forwarding: the per-request service, the upstream client, hop-by-hop headers and the request target;
+//! beside them, the upstream's model list, fetched in the background.
 
 pub mod error;
 pub mod hop_by_hop;
+pub mod models;
 pub mod request_target;
 pub mod service;
 pub mod upstream;

@@ -230,8 +230,8 @@ impl Exchange {
         self.marks.clear();
     }
 
-    /// Labels are resolved once: from the request's `model`, else the response's, else `unknown`. A name
-    /// not yet admitted takes a place only if the upstream answered 2xx (else it counts as `unadmitted`).
+    /// Labels are resolved once, from the request's `model` and the response's ([`Metrics::model_label`]
+    /// says which takes a place: one the upstream lists, else, when it lists nothing, one answered 2xx).
     fn series(&mut self) -> &Series {
         let context = &self.context;
         let request_model = &self.request_model;
@@ -243,8 +243,9 @@ impl Exchange {
             let response_model = decoder
                 .as_ref()
                 .and_then(|m| m.observations().model.as_deref());
-            let model = request_model.get().or(response_model);
-            let label = context.metrics.model_label(model, confirmed);
+            let label = context
+                .metrics
+                .model_label(request_model.get(), response_model, confirmed);
             let tenant = context.metrics.tenant_label(tenant, confirmed);
             context.metrics.series_of(label, tenant, api)
         })

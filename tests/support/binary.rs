@@ -30,6 +30,7 @@ pub fn start_binary_with(name: &str, yaml: &str, max_fds: Option<u32>, stdout: S
     let dir = std::env::temp_dir().join(format!("tokentap-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let config = dir.join("tokentap.yaml");
+    let yaml = format!("{}{yaml}", super::proxy::without_model_list(yaml));
     std::fs::write(&config, yaml).expect("write config");
     let binary = env!("CARGO_BIN_EXE_tokentap");
     let mut command = match max_fds {

@@ -64,6 +64,9 @@ enum Command {
         /// The YAML file to check.
         file: PathBuf,
     },
+    /// Print the tenant tag (`t-` and 12 hex digits) that --config's `tenants.bearer_hash` and
+    /// `tenants.hash_key` give the bearer token read from stdin, for `tenants.allow`.
+    TenantTag,
 }
 
 #[derive(clap::Args, Debug)]
@@ -212,6 +215,33 @@ fn execute(cli: Cli) -> Result<(), String> {
             for line in tokenizers.report() {
                 println!("{line}");
             }
+            Ok(())
+        }
+        Some(Command::TenantTag) => {
+            let path = cli
+                .config
+                .as_ref()
+                .ok_or("tenant-tag: --config FILE is needed")?;
+            let config = Config::load(path).map_err(|e| e.to_string())?;
+            let key = match &config.tenants {
+                Some(t) if t.from == config::TenantFrom::BearerHash => t.hash_key.clone(),
+                _ => {
+                    return Err(format!(
+                        "tenant-tag: {} has no `tenants: {{bearer_hash: true}}`",
+                        path.display()
+                    ))
+                }
+            };
+            let key = key.ok_or_else(|| {
+                format!("tenant-tag: {} sets no tenants.hash_key: without one each process draws its own key, and a tag cannot be known beforehand", path.display())
+            })?;
+            let mut token = String::new();
+            std::io::stdin()
+                .read_line(&mut token)
+                .map_err(|e| format!("tenant-tag: reading the token from stdin: {e}"))?;
+            let tag = tokentap::tap::identity::bearer_tag(&key, token.trim())
+                .ok_or("tenant-tag: no token on stdin")?;
+            println!("{tag}");
             Ok(())
         }
         Some(Command::Top { url, window, once }) => runtime()?

@@ -74,7 +74,7 @@ pub enum TlsSetupError {
     Rustls(#[from] rustls::Error),
 }
 
-fn roots(ca_file: Option<&Path>) -> Result<RootCertStore, TlsSetupError> {
+pub(crate) fn roots(ca_file: Option<&Path>) -> Result<RootCertStore, TlsSetupError> {
     let mut roots = RootCertStore::empty();
     match ca_file {
         Some(path) => {

@@ -169,7 +169,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn scrapes_arriving_during_an_encoding_share_it_and_a_later_one_encodes_afresh() {
         let metrics = Arc::new(Metrics::new(&Config::default()).unwrap());
-        let label = metrics.model_label(Some("m"), true);
+        let label = metrics.model_label(Some("m"), None, true);
         metrics.series(label, Api::Chat).e2e.observe(0.5);
         let encodes = || metrics.encodes.get();
         let before = encodes();
@@ -245,7 +245,7 @@ mod tests {
     #[test]
     fn the_series_gauge_counts_every_sample_on_its_own_page() {
         let metrics = Metrics::new(&Config::default()).unwrap();
-        let label = metrics.model_label(Some("m"), true);
+        let label = metrics.model_label(Some("m"), None, true);
         metrics.series(label, Api::Chat);
         let page = metrics.encode();
         let text = std::str::from_utf8(&page).unwrap();
