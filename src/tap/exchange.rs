@@ -347,11 +347,13 @@ impl Exchange {
         let status = record.status.as_ref().map_or("none", StatusCode::as_str);
         let streaming = record.streaming;
         let id = self.identity.as_ref().map_or("", |i| i.id.as_str());
+        // Every value a client chooses is a `&str`, written quoted and escaped (`Debug`), so none can
+        // add a key to the line or break it (control characters, U+2028/U+2029).
         tracing::info!(
             id,
-            method = %self.method,
-            path = %self.path,
-            model = %series.model,
+            method = self.method.as_str(),
+            path = self.path.as_str(),
+            model = &*series.model,
             api = self.api.as_str(),
             status = %status,
             outcome = record.outcome.as_str(),
