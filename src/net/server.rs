@@ -31,6 +31,7 @@ use crate::logging::records::{RecordWriter, Target};
 use crate::logging::repeated::RepeatedWarning;
 use crate::net::admin::{serve_metrics, MetricsPort};
 use crate::net::client_conn::{accept, sniff, Activity, InProgress, Speaks, TimedIo, Tracked};
+use crate::net::signals::{shutdown_signal, Hangups};
 use crate::proxy::models::ModelList;
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
@@ -180,8 +181,12 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Start
         .map_err(|source| StartError::Bind { what, addr, source })
 }
 
+/// How long start waits for the request_log path to open before it serves without it: a path that
+/// cannot be opened is refused at start, one whose open blocks (a FIFO no one reads) is not waited for.
+const RECORDS_OPEN_WAIT: Duration = Duration::from_secs(1);
+
 /// Starts the request_log writer, when one is configured.
-fn records(config: &Config, metrics: &Metrics) -> Result<Option<Records>, StartError> {
+async fn records(config: &Config, metrics: &Metrics) -> Result<Option<Records>, StartError> {
     let (Some(log), Some(counters)) = (&config.request_log, &metrics.records) else {
         return Ok(None);
     };
@@ -189,8 +194,22 @@ fn records(config: &Config, metrics: &Metrics) -> Result<Option<Records>, StartE
         RecordPath::Stdout => (Target::Stdout, "-".to_owned()),
         RecordPath::File(path) => (Target::File(path.clone()), path.display().to_string()),
     };
-    let writer = RecordWriter::start(target, log.queue, counters.clone())
-        .map_err(|source| StartError::RequestLog { path, source })?;
+    let refused = |source| StartError::RequestLog {
+        path: path.clone(),
+        source,
+    };
+    let (writer, opened) =
+        RecordWriter::start(target, log.queue, counters.clone()).map_err(refused)?;
+    let waited = tokio::task::spawn_blocking(move || opened.wait(RECORDS_OPEN_WAIT)).await;
+    match waited {
+        Ok(Some(Err(source))) => return Err(refused(source)),
+        Ok(None) => tracing::warn!(
+            path,
+            "request_log.path is not open after 1s (a FIFO no one reads yet? a hung mount?): serving on; \
+             records wait in the queue, then are dropped and counted, until it opens"
+        ),
+        Ok(Some(Ok(()))) | Err(_) => {}
+    }
     Ok(Some(Records {
         writer: Arc::new(writer),
         gaps: log.gaps,
@@ -211,7 +230,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         tokenizers: Arc::new(Tokenizers::load(config)?),
         requests: Count::default(),
         identify: Identify::new(config.tenants.as_ref()),
-        records: records(config, &metrics)?,
+        records: records(config, &metrics).await?,
         metrics: Arc::new(metrics),
     });
     let connections = upstream::Upstream::new(config)?;
@@ -279,7 +298,11 @@ pub async fn run(config: &Config) -> Result<(), StartError> {
     let signalled = shutdown_signal();
     let hangups = Hangups::listen();
     let running = Arc::new(start(config).await?);
-    hangups.reopen(running.clone());
+    let reopening = running.clone();
+    hangups.reopen(move || {
+        reopening.reopen_records();
+        reopening.context.records.is_some()
+    });
     tracing::info!(
         listen = %running.proxy_addr(),
         upstream = %config.upstream,
@@ -307,106 +330,6 @@ pub async fn run(config: &Config) -> Result<(), StartError> {
         tokio::task::spawn_blocking(move || records.flush_records(Duration::from_secs(2))).await;
     tracing::info!(cut = drained.cut, "tokentap stopped");
     Ok(())
-}
-
-/// SIGHUP, taken over for the life of the process: its default action kills the process, and
-/// operators and logrotate send it by habit. It reopens the request_log file (logrotate's `create`
-/// mode) and never stops the proxy.
-pub struct Hangups {
-    #[cfg(unix)]
-    signal: Option<tokio::signal::unix::Signal>,
-}
-
-impl Hangups {
-    /// Takes SIGHUP over at once (before start, so an early hangup cannot kill the process).
-    pub fn listen() -> Self {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            match signal(SignalKind::hangup()) {
-                Ok(signal) => Hangups {
-                    signal: Some(signal),
-                },
-                Err(err) => {
-                    tracing::warn!(%err, "cannot listen for SIGHUP: a hangup will stop tokentap");
-                    Hangups { signal: None }
-                }
-            }
-        }
-        #[cfg(not(unix))]
-        Hangups {}
-    }
-
-    /// From now on, each SIGHUP reopens `running`'s request_log file and is logged.
-    pub fn reopen(self, running: Arc<Running>) {
-        #[cfg(unix)]
-        if let Some(mut hangups) = self.signal {
-            tokio::spawn(async move {
-                while hangups.recv().await.is_some() {
-                    match &running.context.records {
-                        Some(_) => {
-                            running.reopen_records();
-                            tracing::info!("SIGHUP received: request_log file reopened");
-                        }
-                        None => tracing::info!(
-                            "SIGHUP received: nothing to reopen (no request_log; the log is stderr)"
-                        ),
-                    }
-                }
-            });
-        }
-    }
-}
-
-/// SIGHUP taken over with nothing to reopen (the demo, which has no request_log).
-pub fn ignore_hangups() {
-    let hangups = Hangups::listen();
-    #[cfg(unix)]
-    if let Some(mut hangups) = hangups.signal {
-        tokio::spawn(async move {
-            while hangups.recv().await.is_some() {
-                tracing::info!("SIGHUP received: nothing to reopen (the log is stderr); ignored");
-            }
-        });
-    }
-}
-
-/// Registers for SIGTERM and SIGINT at once (a signal that arrives before the returned future is
-/// first polled is not lost, nor left to its default action of killing the process); the future
-/// completes at the first of them.
-pub fn shutdown_signal() -> impl Future<Output = ()> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (term, interrupt) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        );
-        async move {
-            match (term, interrupt) {
-                (Ok(mut term), Ok(mut interrupt)) => {
-                    tokio::select! {
-                        _ = term.recv() => {},
-                        _ = interrupt.recv() => {},
-                    }
-                }
-                (Ok(mut only), Err(err)) | (Err(err), Ok(mut only)) => {
-                    tracing::warn!(%err, "cannot listen for one of SIGTERM/SIGINT");
-                    only.recv().await;
-                }
-                (Err(err), Err(_)) => {
-                    tracing::warn!(%err, "cannot listen for SIGTERM/SIGINT; falling back to Ctrl-C");
-                    let _ = tokio::signal::ctrl_c().await;
-                }
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        async {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
 
 fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
