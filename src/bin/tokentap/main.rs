@@ -55,6 +55,9 @@ enum Command {
         /// Print one table and exit.
         #[arg(long)]
         once: bool,
+        /// How long one whole answer (head and body) may take.
+        #[arg(long, value_name = "DURATION", default_value = "10s")]
+        timeout: String,
     },
     /// Summarise request records (`request_log:`) like aiperf summarises a benchmark: counts,
     /// throughputs, TTFT, ITL, TPOT, E2E, goodput and outcomes (docs/report.md).
@@ -244,9 +247,17 @@ fn execute(cli: Cli) -> Result<(), String> {
             println!("{tag}");
             Ok(())
         }
-        Some(Command::Top { url, window, once }) => runtime()?
-            .block_on(top::run(url, window.as_deref(), *once))
-            .map_err(|e| e.to_string()),
+        Some(Command::Top {
+            url,
+            window,
+            once,
+            timeout,
+        }) => {
+            let timeout = config::parse_duration(timeout).map_err(|e| format!("--timeout: {e}"))?;
+            runtime()?
+                .block_on(top::run(url, window.as_deref(), *once, timeout))
+                .map_err(|e| e.to_string())
+        }
         Some(Command::Report(args)) => {
             let options = report_options(&cli, args)?;
             let (mut out, mut warn) = (std::io::stdout().lock(), std::io::stderr());
