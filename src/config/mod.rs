@@ -6,7 +6,9 @@
 //! the upstream URL, socket addresses) and is re-exported here, so `config::parse_duration` and
 //! friends keep their paths; `yaml` is the only module that touches serde_yaml, turning a document
 //! into a [`Config`] with errors that name their key as a dotted path
-//! (`slo.models.llama-3.1-70b.ttft`). `config/tokentap.yaml` is the annotated example.
+//! (`slo.models.llama-3.1-70b.ttft`). Sections with checks of their own have their own file: `limits`
+//! (`timeouts:`, `limits:`), `admission` (`model_list:`), `records` (`request_log:`, `tenants:`), `ui`.
+//! `config/tokentap.yaml` is the annotated example.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -15,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod admission;
+mod limits;
 mod records;
+mod ui;
 mod values;
 mod yaml;
 
@@ -23,7 +27,9 @@ mod yaml;
 mod tests;
 
 pub use admission::ModelList;
+pub use limits::{Limits, Timeouts};
 pub use records::{RecordPath, RequestLog, TenantFrom, Tenants};
+pub use ui::Ui;
 pub use values::{format_duration, parse_duration, parse_size, parse_upstream};
 
 use values::POSITIVE;
@@ -68,101 +74,6 @@ pub struct Config {
     /// The `tenant` label (`tenants:`); `None`: no such label.
     pub tenants: Option<Tenants>,
     pub ui: Ui,
-}
-
-/// The live page on the metrics port (`/` and `/api/v1/live`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Ui {
-    /// Serve the page and its JSON; `false`: both answer 404 and no snapshots are taken.
-    pub enabled: bool,
-    /// Time between two snapshots of the series.
-    pub interval: Duration,
-    /// How far back the page's history reaches (`history / interval` snapshots are kept).
-    pub history: Duration,
-    /// The trailing window the page's figures cover by default (`?window=` overrides it).
-    pub window: Duration,
-    /// Models kept in the history (the most requested ones), and as many (model, tenant) pairs.
-    pub max_models: usize,
-}
-
-impl Ui {
-    /// The most snapshots `history` may hold, whatever `interval`.
-    pub const MAX_POINTS: usize = 8640;
-    pub const MAX_MODELS: usize = 100;
-
-    /// Snapshots kept: `history / interval`, at least 2.
-    pub fn points(&self) -> usize {
-        let n = self.history.as_millis() / self.interval.as_millis().max(1);
-        usize::try_from(n)
-            .unwrap_or(Self::MAX_POINTS)
-            .clamp(2, Self::MAX_POINTS)
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        let interval = format_duration(self.interval);
-        if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&self.interval) {
-            let reason = "must be between 1s and 1m";
-            return Err(invalid("ui.interval", "duration", &interval, reason));
-        }
-        let history = format_duration(self.history);
-        let points = self.history.as_millis() / self.interval.as_millis();
-        if self.history < self.interval * 2 || points > Self::MAX_POINTS as u128 {
-            let reason = format!(
-                "must hold between 2 and {} snapshots of ui.interval ({interval})",
-                Self::MAX_POINTS
-            );
-            return Err(invalid("ui.history", "duration", &history, reason));
-        }
-        if self.window < self.interval || self.window > self.history {
-            let window = format_duration(self.window);
-            let reason =
-                format!("must be between ui.interval ({interval}) and ui.history ({history})");
-            return Err(invalid("ui.window", "duration", &window, reason));
-        }
-        if !(1..=Self::MAX_MODELS).contains(&self.max_models) {
-            let value = self.max_models.to_string();
-            let reason = "must be between 1 and 100";
-            return Err(invalid("ui.max_models", "value", &value, reason));
-        }
-        Ok(())
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Timeouts {
-    /// Upstream TCP connect.
-    pub connect: Duration,
-    /// From forwarding a request to the upstream's response head (connect included).
-    pub response_headers: Duration,
-    /// Longest wait for the next upstream body frame, counted from the head or the last frame.
-    pub idle: Duration,
-    /// A client's request head must be complete within this, counted from the connection's start
-    /// or from the first byte of a later request on a kept-alive connection (slowloris).
-    pub client_header_read: Duration,
-    /// A client connection with no request in progress is closed after this.
-    pub client_idle: Duration,
-    /// Longest wait for the next piece of a request body while it is forwarded (h1 and h2).
-    pub request_body_idle: Duration,
-    /// Metrics port: once a client stops taking an answer (its socket is full), the rest must be taken
-    /// within this, or the connection is closed.
-    pub metrics_send: Duration,
-}
-
-/// Bounds on what clients may send and how many may connect at once.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Limits {
-    /// Request line and headers (HTTP/1.1), or the header list size (h2); beyond it: 431.
-    pub max_request_header_bytes: usize,
-    /// Request body; beyond it: 413.
-    pub max_request_body_bytes: u64,
-    /// Client connections served at once; further ones are closed at once.
-    pub max_connections: usize,
-    /// Upstream requests in progress at once (h1 requests and h2 streams alike); beyond it: 503.
-    pub max_upstream_connections: usize,
-    /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS announced to each client connection.
-    pub max_concurrent_streams: u32,
-    /// Connections served at once on the metrics port; further ones are closed at once.
-    pub max_metrics_connections: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -571,62 +482,6 @@ impl Config {
             if value.split('/').any(|s| s == "." || s == "..") {
                 return Err(bad("must not contain . or .. segments"));
             }
-        }
-        Ok(())
-    }
-}
-
-impl Limits {
-    /// Largest `max_request_header_bytes`: the HTTP/1.1 read buffer must hold the whole head.
-    pub const MAX_HEADER_BYTES: usize = 256 << 10;
-    /// Smallest `max_request_header_bytes`: hyper's minimum read buffer.
-    pub const MIN_HEADER_BYTES: usize = 8 << 10;
-    pub const MAX_CONNECTIONS: usize = 1_000_000;
-    pub const MAX_METRICS_CONNECTIONS: usize = 10_000;
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        let h = self.max_request_header_bytes;
-        if !(Self::MIN_HEADER_BYTES..=Self::MAX_HEADER_BYTES).contains(&h) {
-            let reason = "must be between 8KiB and 256KiB (8192 to 262144 bytes)";
-            let key = "limits.max_request_header_bytes";
-            return Err(invalid(key, "size", &h.to_string(), reason));
-        }
-        if self.max_request_body_bytes < 1 << 10 {
-            let (key, value) = (
-                "limits.max_request_body_bytes",
-                self.max_request_body_bytes.to_string(),
-            );
-            return Err(invalid(
-                key,
-                "size",
-                &value,
-                "must be at least 1KiB (1024 bytes)",
-            ));
-        }
-        if !(1..=Self::MAX_CONNECTIONS).contains(&self.max_connections) {
-            let (key, value) = ("limits.max_connections", self.max_connections.to_string());
-            return Err(invalid(
-                key,
-                "value",
-                &value,
-                "must be between 1 and 1000000",
-            ));
-        }
-        let upstream = self.max_upstream_connections;
-        if !(1..=Self::MAX_CONNECTIONS).contains(&upstream) {
-            let key = "limits.max_upstream_connections";
-            let reason = "must be between 1 and 1000000";
-            return Err(invalid(key, "value", &upstream.to_string(), reason));
-        }
-        if self.max_concurrent_streams == 0 {
-            let (key, reason) = ("limits.max_concurrent_streams", "must be at least 1");
-            return Err(invalid(key, "value", "0", reason));
-        }
-        let metrics = self.max_metrics_connections;
-        if !(1..=Self::MAX_METRICS_CONNECTIONS).contains(&metrics) {
-            let key = "limits.max_metrics_connections";
-            let reason = "must be between 1 and 10000";
-            return Err(invalid(key, "value", &metrics.to_string(), reason));
         }
         Ok(())
     }
