@@ -126,13 +126,17 @@ impl Live {
         let mut answer = {
             let mut views = self.views();
             views.prune();
-            match views.entries.iter().find(|(k, _)| *k == key) {
-                Some((_, State::Computing(answer))) => answer.clone(),
-                Some((_, State::Held(view))) => match view.upgrade() {
-                    Some(view) => return Ok(Bytes::from_owner(Shared(view))),
-                    None => return Err(ViewError::Busy),
-                },
-                None if views.entries.len() >= places
+            let found = views.entries.iter().find(|(k, _)| *k == key);
+            match found.map(|(_, state)| state) {
+                Some(State::Computing(answer)) => answer.clone(),
+                // Pruned just now, so it is held: shared.
+                Some(State::Held(view)) if view.strong_count() > 0 => {
+                    if let Some(view) = view.upgrade() {
+                        return Ok(Bytes::from_owner(Shared(view)));
+                    }
+                    self.compute(&mut views, key)
+                }
+                _ if views.entries.len() >= places
                     || !the_page && views.computing() >= COMPUTING =>
                 {
                     return match views.latest.as_ref().filter(|_| the_page) {
@@ -140,7 +144,7 @@ impl Live {
                         None => Err(ViewError::Busy),
                     };
                 }
-                None => self.compute(&mut views, key),
+                _ => self.compute(&mut views, key),
             }
         };
         let ready = answer.wait_for(Option::is_some).await;
