@@ -19,7 +19,13 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
-use crate::top::TopError;
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error("{0}: not an http:// URL of a Prometheus server")]
+    Url(String),
+    #[error("{url}: {error}")]
+    Fetch { url: String, error: String },
+}
 
 /// How long one query may take, head to last byte.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -119,22 +125,15 @@ pub struct Fleet {
 type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>;
 
 /// Shows the fleet's figures from the Prometheus at `base` (e.g. `http://prometheus:9090`, or with
-/// a path prefix), once or every [`PAUSE`].
-pub async fn run(base: &str, window: Option<&str>, once: bool) -> Result<(), TopError> {
-    if window.is_some() {
-        return Err(TopError::Fetch {
-            url: base.to_owned(),
-            error: "--window does not apply with --prometheus: the recording rules' windows do \
-                    (5m for quantiles and ratios, 1m for rates)"
-                .to_owned(),
-        });
-    }
+/// a path prefix), once or every [`PAUSE`]. The windows are the recording rules' (`--window` is
+/// refused with `--prometheus` on the command line).
+pub async fn run(base: &str, once: bool) -> Result<(), FleetError> {
     let base = base.trim_end_matches('/');
     let probe: http::Uri = format!("{base}/api/v1/query")
         .parse()
-        .map_err(|_| TopError::Url(clean(base)))?;
+        .map_err(|_| FleetError::Url(clean(base)))?;
     if probe.scheme_str() != Some("http") {
-        return Err(TopError::Url(clean(base)));
+        return Err(FleetError::Url(clean(base)));
     }
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     loop {
@@ -154,7 +153,7 @@ pub async fn run(base: &str, window: Option<&str>, once: bool) -> Result<(), Top
     }
 }
 
-async fn gather(client: &HttpClient, base: &str) -> Result<Fleet, TopError> {
+async fn gather(client: &HttpClient, base: &str) -> Result<Fleet, FleetError> {
     let single = |answer: Vec<(String, f64)>| answer.first().map(|(_, v)| *v);
     let mut fleet = Fleet {
         up: single(query(client, base, UP).await?),
@@ -179,13 +178,13 @@ async fn query(
     client: &HttpClient,
     base: &str,
     expr: &str,
-) -> Result<Vec<(String, f64)>, TopError> {
+) -> Result<Vec<(String, f64)>, FleetError> {
     let url = format!("{base}/api/v1/query?query={}", encode(expr));
-    let fail = |error: String| TopError::Fetch {
+    let fail = |error: String| FleetError::Fetch {
         url: clean(&format!("{base}/api/v1/query?query={expr}")),
         error: clean(&error),
     };
-    let uri: http::Uri = url.parse().map_err(|_| TopError::Url(clean(base)))?;
+    let uri: http::Uri = url.parse().map_err(|_| FleetError::Url(clean(base)))?;
     let body = tokio::time::timeout(TIMEOUT, async {
         let response = client.get(uri).await.map_err(|e| e.to_string())?;
         let status = response.status();
