@@ -220,3 +220,32 @@ async fn a_body_beyond_the_held_bytes_budget_streams_instead() {
     drop(feed);
     parked.abort();
 }
+
+/// A client that sends `Expect: 100-continue` waits for `100 Continue` before its body: tokentap, which
+/// reads the body whole first, sends it at once, and the request is answered.
+#[tokio::test]
+async fn a_client_waiting_for_100_continue_gets_it_and_is_answered() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let body = chat_request("m");
+    let mut stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST {CHAT} HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.expect("head");
+    let mut interim = [0u8; 25];
+    tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut interim))
+        .await
+        .expect("no 100 Continue")
+        .expect("read");
+    assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+    stream.write_all(body.as_bytes()).await.expect("body");
+    let mut answer = [0u8; 12];
+    stream.read_exact(&mut answer).await.expect("answer");
+    assert_eq!(&answer, b"HTTP/1.1 200");
+    assert_eq!(upstream.requests()[0].body, body.as_bytes());
+}
