@@ -20,6 +20,8 @@ pub struct Timeouts {
     pub client_idle: Duration,
     /// Longest wait for the next piece of a request body while it is forwarded (h1 and h2).
     pub request_body_idle: Duration,
+    /// An upstream connection unused for this long is closed; set below the upstream's own keep-alive.
+    pub upstream_idle: Duration,
     /// Metrics port: once a client stops taking an answer (its socket is full), the rest must be taken
     /// within this, or the connection is closed.
     pub metrics_send: Duration,
@@ -38,6 +40,13 @@ pub struct Limits {
     pub max_upstream_connections: usize,
     /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS announced to each client connection.
     pub max_concurrent_streams: u32,
+    /// Upstream requests one client connection may have in progress at once; `None`: the default
+    /// share of `max_upstream_connections` ([`Limits::upstream_per_connection`]).
+    pub max_upstream_per_connection: Option<usize>,
+    /// Request bodies up to this size are read whole before an upstream slot is taken; 0: none.
+    pub hold_request_body_bytes: u64,
+    /// The bytes all held request bodies may take together; a body that does not fit streams.
+    pub max_held_request_bytes: u64,
     /// Connections served at once on the metrics port; further ones are closed at once.
     pub max_metrics_connections: usize,
 }
@@ -88,6 +97,22 @@ impl Limits {
             let (key, reason) = ("limits.max_concurrent_streams", "must be at least 1");
             return Err(invalid(key, "value", "0", reason));
         }
+        if let Some(share) = self.max_upstream_per_connection {
+            if !(1..=upstream).contains(&share) {
+                let key = "limits.max_upstream_per_connection";
+                let reason =
+                    format!("must be between 1 and limits.max_upstream_connections ({upstream})");
+                return Err(invalid(key, "value", &share.to_string(), reason));
+            }
+        }
+        let (hold, held) = (self.hold_request_body_bytes, self.max_held_request_bytes);
+        if hold > 0 && held < hold {
+            let key = "limits.max_held_request_bytes";
+            let reason = format!(
+                "must be at least limits.hold_request_body_bytes ({hold} bytes), or no body of that size could be held"
+            );
+            return Err(invalid(key, "size", &held.to_string(), reason));
+        }
         let metrics = self.max_metrics_connections;
         if !(1..=Self::MAX_METRICS_CONNECTIONS).contains(&metrics) {
             let key = "limits.max_metrics_connections";
@@ -95,5 +120,19 @@ impl Limits {
             return Err(invalid(key, "value", &metrics.to_string(), reason));
         }
         Ok(())
+    }
+
+    /// Upstream requests one client connection may have in progress at once: the configured value, or a
+    /// sixteenth of `max_upstream_connections` (64 of the default 1,024), so that a few h2 connections
+    /// cannot take every slot.
+    pub fn upstream_per_connection(&self) -> usize {
+        self.max_upstream_per_connection
+            .unwrap_or((self.max_upstream_connections / 16).max(1))
+    }
+
+    /// The largest body held whole: `hold_request_body_bytes`, never above `max_request_body_bytes`.
+    pub fn held_body_bytes(&self) -> u64 {
+        self.hold_request_body_bytes
+            .min(self.max_request_body_bytes)
     }
 }

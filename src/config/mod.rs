@@ -314,6 +314,7 @@ impl Default for Config {
                 client_header_read: Duration::from_secs(30),
                 client_idle: Duration::from_secs(660),
                 request_body_idle: Duration::from_secs(60),
+                upstream_idle: Duration::from_millis(1500),
                 metrics_send: Duration::from_secs(60),
             },
             limits: Limits {
@@ -322,6 +323,9 @@ impl Default for Config {
                 max_connections: 10_000,
                 max_upstream_connections: 1024,
                 max_concurrent_streams: 128,
+                max_upstream_per_connection: None,
+                hold_request_body_bytes: 1 << 20,
+                max_held_request_bytes: 64 << 20,
                 max_metrics_connections: 64,
             },
             shutdown_grace: Duration::from_secs(30),
@@ -401,6 +405,7 @@ impl Config {
         positive("timeouts.client_header_read", t.client_header_read)?;
         positive("timeouts.client_idle", t.client_idle)?;
         positive("timeouts.request_body_idle", t.request_body_idle)?;
+        positive("timeouts.upstream_idle", t.upstream_idle)?;
         positive("timeouts.metrics_send", t.metrics_send)?;
         positive("shutdown_grace", self.shutdown_grace)?;
         self.limits.validate()?;

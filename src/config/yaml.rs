@@ -173,6 +173,7 @@ struct RawTimeouts {
     client_header_read: Option<Scalar>,
     client_idle: Option<Scalar>,
     request_body_idle: Option<Scalar>,
+    upstream_idle: Option<Scalar>,
     metrics_send: Option<Scalar>,
 }
 
@@ -184,6 +185,9 @@ struct RawLimits {
     max_connections: Option<usize>,
     max_upstream_connections: Option<usize>,
     max_concurrent_streams: Option<u32>,
+    max_upstream_per_connection: Option<usize>,
+    hold_request_body_bytes: Option<Scalar>,
+    max_held_request_bytes: Option<Scalar>,
     max_metrics_connections: Option<usize>,
 }
 
@@ -299,6 +303,11 @@ impl RawConfig {
                 &mut c.timeouts.request_body_idle,
             ),
             (
+                &t.upstream_idle,
+                "upstream_idle",
+                &mut c.timeouts.upstream_idle,
+            ),
+            (
                 &t.metrics_send,
                 "metrics_send",
                 &mut c.timeouts.metrics_send,
@@ -326,6 +335,13 @@ impl RawConfig {
         l.max_concurrent_streams = limits
             .max_concurrent_streams
             .unwrap_or(l.max_concurrent_streams);
+        l.max_upstream_per_connection = limits.max_upstream_per_connection;
+        if let Some(s) = &limits.hold_request_body_bytes {
+            l.hold_request_body_bytes = size_at("limits.hold_request_body_bytes", &s.0)? as u64;
+        }
+        if let Some(s) = &limits.max_held_request_bytes {
+            l.max_held_request_bytes = size_at("limits.max_held_request_bytes", &s.0)? as u64;
+        }
         l.max_metrics_connections = limits
             .max_metrics_connections
             .unwrap_or(l.max_metrics_connections);

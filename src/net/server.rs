@@ -233,7 +233,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         records: records(config, &metrics).await?,
         metrics: Arc::new(metrics),
     });
-    let connections = upstream::Upstream::new(config)?;
+    let connections = upstream::Upstream::new(config, context.metrics.upstream.clone())?;
     let model_list = match config.model_list.enabled {
         true => Some(ModelList::new(config, context.metrics.served.clone())?),
         false => None,
@@ -457,9 +457,11 @@ impl ServeProxy {
         };
         let io = TokioIo::new(io);
         let proxy = self.proxy.clone();
+        // An HTTP/1.1 connection carries one request at a time: only h2 needs a share of its own.
+        let share = (!matches!(speaks, Speaks::Http1)).then(|| proxy.connection_share());
         let service = service_fn(move |request| {
             let in_progress = activity.begin();
-            respond(proxy.clone().handle(request), in_progress)
+            respond(proxy.clone().handle(request, share.clone()), in_progress)
         });
         let conn = builder.serve_connection(io, service);
         tokio::pin!(conn);

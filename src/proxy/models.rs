@@ -18,11 +18,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{header, HeaderValue, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
 use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_rustls::TlsConnector;
+use tower_service::Service;
 
 use crate::config::Config;
 use crate::proxy::upstream::{roots, TlsSetupError};
@@ -41,9 +43,12 @@ const PATHS: [&str; 2] = ["/v1/models", "/api/tags"];
 
 /// The fetcher: started with the proxy when `model_list.enabled`, stopped with it.
 pub struct ModelList {
-    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
-    /// Scheme and authority of the upstream, and its path prefix ("" for none).
-    base: String,
+    tcp: HttpConnector,
+    /// For an `https://` upstream: the proxy's TLS settings and the server's name.
+    tls: Option<(TlsConnector, ServerName<'static>)>,
+    upstream: Uri,
+    /// The upstream's path prefix ("" for none).
+    prefix: String,
     authorization: Option<HeaderValue>,
     refresh: Duration,
     served: Arc<ServedModels>,
@@ -119,28 +124,28 @@ impl ModelList {
     /// The fetcher for `config`'s upstream, pushing into `served`. Loads TLS roots for an `https://`
     /// upstream and reads `model_list.api_key_file`.
     pub fn new(config: &Config, served: Arc<ServedModels>) -> Result<Self, ModelListError> {
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(config.timeouts.connect));
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let roots = match config.upstream.scheme_str() {
-            Some("https") => roots(config.upstream_ca_file.as_deref())?,
-            _ => rustls::RootCertStore::empty(),
+        let mut tcp = HttpConnector::new();
+        tcp.enforce_http(false);
+        tcp.set_nodelay(true);
+        tcp.set_connect_timeout(Some(config.timeouts.connect));
+        let upstream = config.upstream.clone();
+        let tls = match upstream.scheme_str() {
+            Some("https") => {
+                let roots = roots(config.upstream_ca_file.as_deref())?;
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                let tls = rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(TlsSetupError::from)?
+                    .with_root_certificates(roots)
+                    .with_no_client_auth();
+                let host = upstream.host().unwrap_or_default();
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let name = ServerName::try_from(host.to_owned())
+                    .map_err(|e| ModelListError::ServerName(e.to_string()))?;
+                Some((TlsConnector::from(Arc::new(tls)), name))
+            }
+            _ => None,
         };
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(TlsSetupError::from)?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        // One connection per fetch: a kept one would be closed by the server long before the next.
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(0)
-            .build(connector);
         let authorization = match config.model_list.api_key()? {
             Some(token) => {
                 let value = HeaderValue::from_str(&format!("Bearer {token}"))
@@ -149,13 +154,11 @@ impl ModelList {
             }
             None => None,
         };
-        let upstream = &config.upstream;
-        let authority = upstream.authority().map_or("", |a| a.as_str());
-        let scheme = upstream.scheme_str().unwrap_or("http");
-        let prefix = upstream.path().trim_end_matches('/');
         Ok(ModelList {
-            client,
-            base: format!("{scheme}://{authority}{prefix}"),
+            tcp,
+            tls,
+            prefix: upstream.path().trim_end_matches('/').to_owned(),
+            upstream,
             authorization,
             refresh: config.model_list.refresh,
             served,
@@ -225,32 +228,66 @@ impl ModelList {
         Fetched::Nothing(why.join("; "))
     }
 
-    /// GETs `path` under the upstream's prefix: the status and the whole body, bounded.
+    /// GETs `path` under the upstream's prefix on a connection of its own: the status and the whole
+    /// body, bounded in size, all within [`FETCH_TIMEOUT`].
     async fn get(&self, path: &str) -> Result<(StatusCode, Bytes), String> {
-        let uri: Uri = format!("{}{path}", self.base)
-            .parse()
-            .map_err(|e: http::uri::InvalidUri| e.to_string())?;
-        let mut request = Request::get(uri).header(header::ACCEPT, "application/json");
+        let target = format!("{}{path}", self.prefix);
+        let host = self.upstream.authority().map_or("", |a| a.as_str());
+        let mut request = Request::get(target)
+            .header(header::HOST, host)
+            .header(header::ACCEPT, "application/json")
+            .header(header::CONNECTION, "close");
         if let Some(token) = &self.authorization {
             request = request.header(header::AUTHORIZATION, token.clone());
         }
-        let request = request.body(Empty::new()).map_err(|e| e.to_string())?;
+        let request = request
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| e.to_string())?;
         let exchange = async {
-            let response = self
-                .client
-                .request(request)
+            let mut tcp = self.tcp.clone();
+            std::future::poll_fn(|cx| tcp.poll_ready(cx))
                 .await
                 .map_err(|e| e.to_string())?;
-            let status = response.status();
-            let body = Limited::new(response.into_body(), MAX_LIST_BYTES);
-            let body = body.collect().await.map_err(|e| e.to_string())?;
-            Ok((status, body.to_bytes()))
+            let socket = tcp
+                .call(self.upstream.clone())
+                .await
+                .map_err(|e| e.to_string())?
+                .into_inner();
+            match &self.tls {
+                None => exchange(socket, request).await,
+                Some((tls, name)) => {
+                    let stream = tls.connect(name.clone(), socket).await;
+                    exchange(stream.map_err(|e| e.to_string())?, request).await
+                }
+            }
         };
         match tokio::time::timeout(FETCH_TIMEOUT, exchange).await {
             Ok(answer) => answer,
             Err(_) => Err(format!("no whole answer within {FETCH_TIMEOUT:?}")),
         }
     }
+}
+
+/// Sends `request` on `io` with HTTP/1.1 and reads the answer whole, at most [`MAX_LIST_BYTES`].
+async fn exchange<S>(io: S, request: Request<Empty<Bytes>>) -> Result<(StatusCode, Bytes), String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| e.to_string())?;
+    // The connection ends with the answer (`Connection: close`), or when this fetch is dropped.
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body = Limited::new(response.into_body(), MAX_LIST_BYTES);
+    let body = body.collect().await.map_err(|e| e.to_string())?;
+    Ok((status, body.to_bytes()))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -261,6 +298,8 @@ pub enum ModelListError {
     Config(#[from] crate::config::ConfigError),
     #[error("model_list.api_key_file: the token is not a valid header value")]
     Token,
+    #[error("model_list: the upstream's host cannot be a TLS server name: {0}")]
+    ServerName(String),
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ mod inside;
 mod labels;
 mod refusals;
 mod scrape;
+mod upstream;
 
 pub use bound::SeriesBound;
 pub use inside::Inside;
@@ -34,6 +35,7 @@ pub use labels::{
     UNKNOWN_MODEL,
 };
 pub use refusals::{MetricsPortRefusals, Refusals, METRICS_PORT_REASONS};
+pub use upstream::UpstreamCounters;
 
 pub struct Metrics {
     registry: Registry,
@@ -64,6 +66,8 @@ pub struct Metrics {
     /// The `tenant` label values, when `tenants:` is configured.
     pub tenants: Option<ModelLabels>,
     pub refusals: Refusals,
+    /// tokentap's own upstream connections.
+    pub upstream: UpstreamCounters,
     /// The request_log writer's counters, when `request_log:` is configured.
     pub records: Option<crate::logging::records::RecordCounters>,
     bound: SeriesBound,
@@ -215,6 +219,7 @@ impl Metrics {
         registry.register(Box::new(in_flight.clone()))?;
         registry.register(Box::new(crate::logging::DroppedLinesCollector::new()?))?;
         let refusals = Refusals::register(&registry)?;
+        let upstream = UpstreamCounters::register(&registry)?;
         let records = match &config.request_log {
             Some(_) => Some(crate::logging::records::RecordCounters::register(
                 &registry,
@@ -319,6 +324,7 @@ impl Metrics {
             tenants_allowed,
             tenants,
             refusals,
+            upstream,
             records,
             bound,
             inside,
@@ -705,6 +711,6 @@ mod tests {
     fn the_default_limit_is_stated_in_the_readme() {
         let metrics = Metrics::new(&Config::default()).unwrap();
         // Adding a series family moves this figure: update README.md and docs/metrics.md with it.
-        assert_eq!(limit(&metrics), 337_464);
+        assert_eq!(limit(&metrics), 337_469);
     }
 }

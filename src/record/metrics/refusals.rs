@@ -1,6 +1,6 @@
 //! What tokentap's own limits turn away, counted: on the proxy port a connection beyond
 //! `limits.max_connections`, a head too slow or too large, a request beyond
-//! `limits.max_upstream_connections`; on the metrics port a connection beyond
+//! `limits.max_upstream_connections` or its connection's share of them; on the metrics port a connection beyond
 //! `limits.max_metrics_connections`, an answer not taken within `timeouts.metrics_send`, a live view
 //! refused for want of a place, a `Host` not allowed. None of these is a request, so none is in
 //! `tokentap_requests_total`; each has its own series, all of them there from the start.
@@ -19,6 +19,9 @@ pub struct Refusals {
     pub header_too_large: IntCounter,
     /// Requests answered 503 because `limits.max_upstream_connections` were in progress.
     pub upstream_requests: IntCounter,
+    /// Requests answered 503 because their client connection had `limits.max_upstream_per_connection`
+    /// upstream requests in progress.
+    pub connection_share: IntCounter,
     /// What the metrics port turned away: `tokentap_metrics_port_refused_total{reason}`.
     pub metrics_port: MetricsPortRefusals,
 }
@@ -63,6 +66,10 @@ impl Refusals {
             upstream_requests: counter(
                 "tokentap_upstream_requests_refused_total",
                 "Requests answered 503 because limits.max_upstream_connections upstream requests were in progress.",
+            )?,
+            connection_share: counter(
+                "tokentap_connection_share_refused_total",
+                "Requests answered 503 because their client connection already had limits.max_upstream_per_connection upstream requests in progress.",
             )?,
             metrics_port: MetricsPortRefusals::register(registry)?,
         })
