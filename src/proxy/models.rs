@@ -343,6 +343,17 @@ mod tests {
     }
 
     #[test]
+    fn a_real_vllm_list_gives_the_served_name_and_the_models_directory() {
+        // vLLM 0.32's own answer (tests/fixtures/vllm/README.md), with --served-model-name tiny-llama.
+        let real = include_bytes!("../../tests/fixtures/vllm/models.json");
+        let models = parse(real).expect("a list");
+        assert_eq!(
+            ids(&models),
+            [("tiny-llama", Some("/tmp/real22/tiny-llama"))]
+        );
+    }
+
+    #[test]
     fn what_is_not_a_list_lists_nothing_and_names_no_model_has_are_skipped() {
         for body in [
             &b"<html>not found</html>"[..],
