@@ -100,6 +100,8 @@ fn check_config_checks_tokenizers_as_this_binary_can_use_them() {
     }
 }
 
+const FROM_ROOT_ON: &str = "tokenizer from the upstream's model list (a served model's root): on";
+
 #[test]
 fn check_config_lists_each_tokenizer_it_found_for_which_model_and_where_it_looks() {
     let words = concat!(
@@ -155,6 +157,7 @@ fn check_config_lists_each_tokenizer_it_found_for_which_model_and_where_it_looks
         ),
         format!("  tokenizer for model `llama`: {}", in_dir.display()),
         "tokenizer discovery under /nonexistent/tokenizers: not a directory (yet)".to_owned(),
+        FROM_ROOT_ON.to_owned(),
     ];
     let bound = "series bound: models 103 × apis 8 × statuses 22 × outcomes 4 = 72512 series of tokentap_requests_total alone; 337469 series in all";
     assert!(
@@ -165,7 +168,13 @@ fn check_config_lists_each_tokenizer_it_found_for_which_model_and_where_it_looks
     assert_eq!(lines, expected, "{stdout}");
     let (ok, stdout, stderr) = run("discovery-off.yaml", "tokenizer_dirs: []\n");
     assert!(ok, "{stderr}");
-    assert!(stdout.ends_with("\ntokenizer discovery: off\n"), "{stdout}");
+    let off = format!("\ntokenizer discovery: off\n{FROM_ROOT_ON}\n");
+    assert!(stdout.ends_with(&off), "{stdout}");
+    let yaml = "tokenizer_dirs: []\nmodel_list: {tokenizer_from_root: false}\n";
+    let (ok, stdout, stderr) = run("from-root-off.yaml", yaml);
+    assert!(ok, "{stderr}");
+    let off = "\ntokenizer from the upstream's model list (a served model's root): off\n";
+    assert!(stdout.ends_with(off), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -20,6 +20,9 @@ pub struct ModelList {
     pub names: Vec<String>,
     /// A file whose contents (trimmed) are the bearer token the upstream's list needs (vLLM `--api-key`).
     pub api_key_file: Option<PathBuf>,
+    /// A served model whose tokenizer is neither configured nor found by its name under
+    /// `tokenizer_dirs` is looked for where the list's `root` for it points (vLLM's model directory).
+    pub tokenizer_from_root: bool,
 }
 
 impl Default for ModelList {
@@ -29,6 +32,7 @@ impl Default for ModelList {
             refresh: Duration::from_secs(60),
             names: Vec::new(),
             api_key_file: None,
+            tokenizer_from_root: true,
         }
     }
 }

@@ -132,6 +132,7 @@ struct RawModelList {
     refresh: Option<Scalar>,
     names: Option<Vec<String>>,
     api_key_file: Option<PathBuf>,
+    tokenizer_from_root: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -280,6 +281,7 @@ impl RawConfig {
                 },
                 names: raw.names.unwrap_or(d.names),
                 api_key_file: raw.api_key_file,
+                tokenizer_from_root: raw.tokenizer_from_root.unwrap_or(d.tokenizer_from_root),
             };
         }
         let t = self.timeouts.unwrap_or_default();

@@ -227,7 +227,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let context = Arc::new(ExchangeContext {
         slo: config.slo.clone(),
         metering: config.metering.clone(),
-        tokenizers: Arc::new(Tokenizers::load(config)?),
+        tokenizers: Arc::new(Tokenizers::load(config, Some(&metrics.served))?),
         requests: Count::default(),
         identify: Identify::new(config.tenants.as_ref()),
         records: records(config, &metrics).await?,

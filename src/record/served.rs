@@ -11,10 +11,12 @@
 //! reaches back up to the proxy.
 //!
 //! Each entry keeps the server's `id` and, where it gives one, `root` (vLLM names the served model's
-//! local directory there, and a LoRA adapter's path), for whoever needs the served models' files.
+//! local directory there, and a LoRA adapter's path), for whoever needs the served models' files: the
+//! tokenizer registry (`decode/tokenizer`) reads a listed model's `root` and asks to hear of each change
+//! of the list ([`ServedModels::on_change`]), so `decode` reads this too and never reaches the proxy.
 
 use std::collections::HashSet;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use prometheus::IntGauge;
 use tokio::sync::Notify;
@@ -37,13 +39,19 @@ pub struct ServedModels {
     wanted: Notify,
     /// `tokentap_upstream_models_listed`: names in the upstream's last list.
     gauge: IntGauge,
+    /// Called after each change of the list.
+    watchers: Mutex<Vec<Watcher>>,
 }
+
+type Watcher = Box<dyn Fn() + Send + Sync>;
 
 #[derive(Default)]
 struct Listed {
     models: Arc<[ServedModel]>,
     /// Each `id`, and for Ollama's `name:latest` also `name`, which Ollama takes for it.
     names: HashSet<String>,
+    /// Counts the changes of the list.
+    generation: u64,
 }
 
 impl ServedModels {
@@ -53,10 +61,13 @@ impl ServedModels {
             configured: configured.map(str::to_owned).collect(),
             wanted: Notify::new(),
             gauge,
+            watchers: Mutex::default(),
         }
     }
 
     /// Replaces the upstream's list (empty: it lists nothing, and admission falls back to the 2xx).
+    /// When it differs from the last one, the watchers are called, before the gauge shows the new
+    /// count (so whoever waits for the count sees what the watchers started).
     pub fn set(&self, models: Vec<ServedModel>) {
         let mut names = HashSet::new();
         for model in &models {
@@ -65,13 +76,45 @@ impl ServedModels {
             }
             names.insert(model.id.clone());
         }
-        self.gauge
-            .set(i64::try_from(models.len()).unwrap_or(i64::MAX));
+        let count = i64::try_from(models.len()).unwrap_or(i64::MAX);
         let mut listed = self.listed.write().unwrap_or_else(PoisonError::into_inner);
-        *listed = Listed {
-            models: models.into(),
-            names,
-        };
+        let changed = *listed.models != *models;
+        if changed {
+            *listed = Listed {
+                models: models.into(),
+                names,
+                generation: listed.generation.wrapping_add(1),
+            };
+        }
+        drop(listed);
+        if changed {
+            let watchers = self.watchers.lock().unwrap_or_else(PoisonError::into_inner);
+            for watcher in watchers.iter() {
+                watcher();
+            }
+        }
+        self.gauge.set(count);
+    }
+
+    /// Calls `watcher` after each change of the list, on the fetcher's task: it must return at once.
+    pub fn on_change(&self, watcher: impl Fn() + Send + Sync + 'static) {
+        let mut watchers = self.watchers.lock().unwrap_or_else(PoisonError::into_inner);
+        watchers.push(Box::new(watcher));
+    }
+
+    /// Counts the changes of the list: a value read before a look-up and again after it says whether
+    /// the list changed meanwhile.
+    pub fn generation(&self) -> u64 {
+        let listed = self.listed.read().unwrap_or_else(PoisonError::into_inner);
+        listed.generation
+    }
+
+    /// The `root` the upstream's last list gives the model it names `id`; `None` when it lists no
+    /// such model or gives it no root.
+    pub fn root_of(&self, id: &str) -> Option<String> {
+        let listed = self.listed.read().unwrap_or_else(PoisonError::into_inner);
+        let model = listed.models.iter().find(|m| m.id == id)?;
+        model.root.clone()
     }
 
     /// The upstream's last list, as it gave it.
@@ -139,8 +182,38 @@ mod tests {
             assert!(!models.lists(name), "{name}");
         }
         assert_eq!(models.models()[1].root.as_deref(), Some("/models/qwen"));
+        assert_eq!(models.root_of("qwen:7b").as_deref(), Some("/models/qwen"));
+        assert_eq!(models.root_of("llama3:latest"), None);
+        assert_eq!(models.root_of("/models/qwen"), None);
         models.set(Vec::new());
         assert!(!models.has_list() && !models.lists("llama3"));
         assert_eq!(models.gauge.get(), 0);
+    }
+
+    #[test]
+    fn watchers_hear_of_each_change_of_the_list_and_only_of_changes() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let models = served(&[]);
+        let heard = Arc::new(AtomicUsize::new(0));
+        let counter = heard.clone();
+        models.on_change(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        let one = |root: &str| {
+            vec![ServedModel {
+                id: "llama-8b".into(),
+                root: Some(root.into()),
+            }]
+        };
+        let start = models.generation();
+        models.set(one("/models/llama"));
+        models.set(one("/models/llama")); // every refresh sets the same list again
+        assert_eq!(heard.load(Ordering::SeqCst), 1);
+        assert_eq!(models.generation(), start + 1);
+        models.set(one("/models/llama-2"));
+        models.set(Vec::new());
+        models.set(Vec::new());
+        assert_eq!(heard.load(Ordering::SeqCst), 3);
+        assert_eq!(models.generation(), start + 3);
     }
 }

@@ -204,7 +204,7 @@ fn execute(cli: Cli) -> Result<(), String> {
     match &cli.command {
         Some(Command::CheckConfig { file }) => {
             let config = Config::load(file).map_err(|e| e.to_string())?;
-            let tokenizers = tokentap::decode::tokenizer::Tokenizers::load(&config)
+            let tokenizers = tokentap::decode::tokenizer::Tokenizers::load(&config, None)
                 .map_err(|e| format!("{}: {e}", file.display()))?;
             let metrics = tokentap::record::metrics::Metrics::new(&config)
                 .map_err(|e| format!("{}: registering metrics: {e}", file.display()))?;

@@ -32,10 +32,11 @@ fn the_metrics_port_keys_have_their_defaults_and_checked_bounds() {
 fn the_model_list_is_asked_for_by_default_and_its_keys_are_checked() {
     let d = Config::default().model_list;
     assert!(d.enabled && d.names.is_empty() && d.api_key_file.is_none());
+    assert!(d.tokenizer_from_root);
     assert_eq!(d.refresh, Duration::from_secs(60));
-    let yaml = "model_list: {enabled: false, refresh: 5m, names: [tgi, my-alias]}";
+    let yaml = "model_list: {enabled: false, refresh: 5m, names: [tgi, my-alias], tokenizer_from_root: false}";
     let c = Config::from_yaml_str(yaml).unwrap().model_list;
-    assert!(!c.enabled);
+    assert!(!c.enabled && !c.tokenizer_from_root);
     assert_eq!(c.refresh, Duration::from_secs(300));
     assert_eq!(c.names, ["tgi", "my-alias"]);
     for (yaml, want) in [
@@ -44,7 +45,7 @@ fn the_model_list_is_asked_for_by_default_and_its_keys_are_checked() {
         ("model_list: {names: ['']}", "model_list.names[0]: invalid model name \"\": must be a model name: 1 to 200 bytes, no control characters"),
         ("model_list: {names: [\"a\\nb\"]}", "model_list.names[0]: invalid model name \"a\\nb\": must be a model name: 1 to 200 bytes, no control characters"),
         ("model_list: {api_key_file: /nonexistent/token}", "model_list.api_key_file: invalid path \"/nonexistent/token\": cannot read it: No such file or directory (os error 2)"),
-        ("model_list: {url: x}", "model_list: unknown field `url`, expected one of `enabled`, `refresh`, `names`, `api_key_file` at line 1 column 14"),
+        ("model_list: {url: x}", "model_list: unknown field `url`, expected one of `enabled`, `refresh`, `names`, `api_key_file`, `tokenizer_from_root` at line 1 column 14"),
     ] {
         assert_eq!(err(yaml), want, "{yaml}");
     }

@@ -1,6 +1,7 @@
 //! Exact output-token counts from the streamed text, for servers that report no usage: a HuggingFace
-//! `tokenizer.json` per model, configured (`tokenizers:`) or found from the model's name under the
-//! search roots (`tokenizer_dirs`, by default the HuggingFace hub cache: [`discover`], [`registry`]).
+//! `tokenizer.json` per model, configured (`tokenizers:`), found from the model's name under the
+//! search roots (`tokenizer_dirs`, by default the HuggingFace hub cache: [`discover`], [`registry`]), or
+//! where the upstream's own model list says the model is (its `root`: [`root`]).
 //! It needs the `tokenizer` cargo feature, built by default; without it a configured tokenizer is a
 //! config error, nothing is discovered and [`Model`] is an empty type, so none can exist.
 //!
@@ -22,6 +23,7 @@ use crate::decode::dialect::{is_reasoning_text, ChoiceTexts};
 
 pub mod discover;
 mod registry;
+mod root;
 
 pub use registry::{search_roots, Tokenizers};
 
@@ -350,7 +352,7 @@ mod tests {
         let mut config = crate::Config::default();
         config.tokenizers.insert("m".to_owned(), WORDS.into());
         config.tokenizer_dirs = Some(Vec::new());
-        let tokenizers = Arc::new(Tokenizers::load(&config).expect("load"));
+        let tokenizers = Arc::new(Tokenizers::load(&config, None).expect("load"));
         let mut count = TextCount::start(&tokenizers, None);
         count
             .buffer()
@@ -368,7 +370,7 @@ mod tests {
     fn unreadable_tokenizer_file_is_a_config_error_naming_the_key() {
         let mut config = crate::Config::default();
         config.tokenizers.insert("m".to_owned(), file!().into());
-        let err = Tokenizers::load(&config)
+        let err = Tokenizers::load(&config, None)
             .err()
             .expect("not a tokenizer")
             .to_string();
