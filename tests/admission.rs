@@ -61,21 +61,6 @@ fn values_of(m: &Metrics, family: &str, label: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// Waits (at most 10 s) until tokentap holds the upstream's list of `n` names.
-async fn listed(proxy: &Running, n: f64) {
-    for _ in 0..200 {
-        if scrape(proxy)
-            .await
-            .get("tokentap_upstream_models_listed", &[])
-            == n
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("tokentap did not list {n} models within 10 s");
-}
-
 async fn flood(proxy: &Running, names: usize) {
     let client = client();
     let mut tasks = tokio::task::JoinSet::new();

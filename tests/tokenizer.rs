@@ -198,3 +198,168 @@ async fn a_discovered_tokenizer_counts_streams_without_usage_once_it_has_loaded(
         }
     }
 }
+
+/// The served name of a model started from a directory (`--model DIR --served-model-name llama-8b`).
+const ALIAS: &str = "llama-8b";
+
+/// A model's files as the upstream's list names them, in a scratch directory removed when dropped:
+/// `llama/` with a tokenizer.json, `config-only/` without one, `a-file` (not a directory).
+struct ModelDirs(std::path::PathBuf);
+
+impl ModelDirs {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("tokentap-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("llama")).expect("mkdir");
+        std::fs::create_dir_all(dir.join("config-only")).expect("mkdir");
+        std::fs::copy(WORDS, dir.join("llama/tokenizer.json")).expect("tokenizer.json");
+        std::fs::write(dir.join("config-only/config.json"), "{}").expect("config.json");
+        std::fs::write(dir.join("a-file"), "{}").expect("a file");
+        ModelDirs(dir)
+    }
+
+    fn at(&self, relative: &str) -> String {
+        self.0.join(relative).display().to_string()
+    }
+}
+
+impl Drop for ModelDirs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// vLLM's `/v1/models` answer for `--served-model-name llama-8b`: `root` is the `--model` it was
+/// started with.
+fn vllm_list(root: &str) -> String {
+    let root = serde_json::to_string(root).expect("json string");
+    format!(
+        r#"{{"object":"list","data":[{{"id":"{ALIAS}","object":"model","created":1,"owned_by":"vllm","root":{root},"parent":null,"max_model_len":512,"permission":[{{}}]}}]}}"#
+    )
+}
+
+/// Lists `llama-8b` with `root` (404 on the list paths while `root` is `None`), and streams the
+/// 7-token answer without usage to every other request.
+fn listing(
+    root: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+) -> impl Fn(&RecordedRequest) -> Vec<Step> + Send + Sync + 'static {
+    move |request| {
+        let line = request.request_line();
+        if line.starts_with("GET /v1/models ") || line.starts_with("GET /api/tags ") {
+            return match root.lock().expect("root").as_deref() {
+                Some(root) => vec![json_response(200, "OK", &vllm_list(root))],
+                None => vec![json_response(404, "Not Found", r#"{"error":"none"}"#)],
+            };
+        }
+        stream(request)
+    }
+}
+
+/// Sends one request for `llama-8b` and returns (tokenizer-counted, chunk-counted, output tokens) so far.
+async fn one_more(proxy: &tokentap::Running) -> (f64, f64, f64) {
+    let got = send(
+        &client(),
+        post(proxy, "/v1/chat/completions", &chat_request(ALIAS)),
+    )
+    .await;
+    assert_eq!((got.status, got.end), (200, Ok(())));
+    settle(proxy).await;
+    let m = scrape(proxy).await;
+    let by = |source| [("model", ALIAS), ("token_source", source)];
+    (
+        m.get("tokentap_output_token_source_total", &by("tokenizer")),
+        m.get("tokentap_output_token_source_total", &by("chunks")),
+        m.get("tokentap_output_tokens_total", &[("model", ALIAS)]),
+    )
+}
+
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// vLLM started as `--model DIR --served-model-name llama-8b`: no tokenizer_dirs, nothing by that
+/// name anywhere, but the upstream's list says where the model is, and tokentap reads its tokenizer
+/// there. The first request starts the look-up (chunks, as any discovery); the next one is exact.
+#[tokio::test]
+async fn a_model_the_upstream_lists_with_its_directory_is_counted_by_its_tokenizer() {
+    let dirs = ModelDirs::new("listed-root");
+    let root = std::sync::Arc::new(std::sync::Mutex::new(Some(dirs.at("llama"))));
+    let upstream = upstream(listing(root)).await;
+    let proxy = proxy(
+        &upstream.url(),
+        "tokenizer_dirs: []\nmodel_list: {enabled: true}\n",
+    )
+    .await;
+    listed(&proxy, 1.0).await;
+    assert_eq!(one_more(&proxy).await, (0.0, 1.0, 3.0));
+    assert!(proxy.settle_tokenizers(SETTLE));
+    // 7 tokens by the tokenizer where the chunks say 3.
+    assert_eq!(one_more(&proxy).await, (1.0, 1.0, 3.0 + 7.0));
+}
+
+/// The list came after the first requests (the model server was still loading): those counted
+/// chunks, the name was looked up and not found; the list's arrival looks it up again by itself, and
+/// the next request is counted by the tokenizer.
+#[tokio::test]
+async fn a_list_that_comes_after_the_first_requests_is_used_from_the_next_one() {
+    let dirs = ModelDirs::new("late-list");
+    let root = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let upstream = upstream(listing(root.clone())).await;
+    let yaml = "tokenizer_dirs: []\nmodel_list: {refresh: 1s}\n";
+    let proxy = proxy(&upstream.url(), yaml).await;
+    assert_eq!(one_more(&proxy).await, (0.0, 1.0, 3.0));
+    assert!(proxy.settle_tokenizers(SETTLE));
+    assert_eq!(one_more(&proxy).await, (0.0, 2.0, 6.0));
+    *root.lock().expect("root") = Some(dirs.at("llama"));
+    listed(&proxy, 1.0).await;
+    assert!(proxy.settle_tokenizers(SETTLE));
+    assert_eq!(one_more(&proxy).await, (1.0, 2.0, 6.0 + 7.0));
+}
+
+/// What a list's root may be that gives no tokenizer: each leaves the model counting chunks (and
+/// says why in one log line per look-up, not per request). And with `tokenizer_from_root: false` a
+/// good root is not read at all.
+#[tokio::test]
+async fn roots_that_give_no_tokenizer_and_the_switch_off_count_chunks() {
+    let dirs = ModelDirs::new("bad-roots");
+    let cases = [
+        (dirs.at("config-only"), "{enabled: true}"), // no tokenizer.json
+        (dirs.at("a-file"), "{enabled: true}"),      // not a directory
+        (dirs.at("absent"), "{enabled: true}"),      // not on this machine
+        (
+            "meta-llama/Llama-3.1-8B-Instruct".to_owned(),
+            "{enabled: true}",
+        ), // a hub id, no roots
+        (
+            format!("{}/../llama", dirs.at("config-only")),
+            "{enabled: true}",
+        ), // not a plain path
+        (dirs.at("llama"), "{tokenizer_from_root: false}"),
+    ];
+    for (root, model_list) in cases {
+        let shared = std::sync::Arc::new(std::sync::Mutex::new(Some(root.clone())));
+        let upstream = upstream(listing(shared)).await;
+        let yaml = format!("tokenizer_dirs: []\nmodel_list: {model_list}\n");
+        let proxy = proxy(&upstream.url(), &yaml).await;
+        listed(&proxy, 1.0).await;
+        assert_eq!(one_more(&proxy).await, (0.0, 1.0, 3.0), "{root}");
+        assert!(proxy.settle_tokenizers(SETTLE));
+        assert_eq!(one_more(&proxy).await, (0.0, 2.0, 6.0), "{root}");
+    }
+}
+
+/// vLLM started from a hub id with an alias (`--model org/words --served-model-name llama-8b`): the
+/// list's root is the hub id, found in the hub cache under tokenizer_dirs as the name would be.
+#[tokio::test]
+async fn a_hub_id_root_is_found_in_the_hub_cache() {
+    let roots = Roots::new("hub-root");
+    let listed_root = std::sync::Arc::new(std::sync::Mutex::new(Some("org/words".to_owned())));
+    let upstream = upstream(listing(listed_root)).await;
+    let yaml = format!(
+        "tokenizer_dirs: [{}]\nmodel_list: {{enabled: true}}\n",
+        roots.0.join("hub").display()
+    );
+    let proxy = proxy(&upstream.url(), &yaml).await;
+    listed(&proxy, 1.0).await;
+    assert_eq!(one_more(&proxy).await, (0.0, 1.0, 3.0));
+    assert!(proxy.settle_tokenizers(SETTLE));
+    assert_eq!(one_more(&proxy).await, (1.0, 1.0, 3.0 + 7.0));
+}

@@ -126,6 +126,13 @@ impl Running {
         }
     }
 
+    /// Waits (at most `limit`, blocking the calling thread) until no tokenizer look-up is in progress
+    /// (for tests that need a look-up the upstream's model list started to have finished); true if
+    /// none is.
+    pub fn settle_tokenizers(&self, limit: Duration) -> bool {
+        self.context.tokenizers.settle(limit)
+    }
+
     /// The most series this process can export and the product of caps that makes it.
     pub fn series_bound(&self) -> String {
         self.context.metrics.bound().describe()

@@ -30,6 +30,21 @@ pub async fn scrape(proxy: &Running) -> Metrics {
     Metrics::parse(&text)
 }
 
+/// Waits (at most 10 s) until tokentap holds the upstream's model list of `n` names.
+pub async fn listed(proxy: &Running, n: f64) {
+    for _ in 0..200 {
+        if scrape(proxy)
+            .await
+            .get("tokentap_upstream_models_listed", &[])
+            == n
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("tokentap did not list {n} models within 10 s");
+}
+
 /// The samples of one scrape: (name, labels) → value.
 pub struct Metrics {
     pub text: String,
