@@ -1,10 +1,14 @@
-//! deploy/kubernetes/sidecar.yaml finds the model's tokenizer: tokentap mounts, read-only, the volume
-//! the model server downloads the model into, and its embedded config's `tokenizer_dirs` points where
-//! the server's HuggingFace hub cache lands in that volume ($HF_HOME/hub), under the name the server
-//! serves. Then the proof: a scratch directory laid out as vLLM fills that volume (the hub layout,
-//! `refs/main` and a snapshot with a tokenizer.json), tokentap started in-process with the sidecar's
-//! own config (only its addresses, the upstream and the volume's place on this machine changed), and
-//! streams without usage for the served model get counted by that tokenizer, not by chunks.
+//! deploy/kubernetes/sidecar.yaml finds the model's tokenizer: tokentap mounts, read-only and at the
+//! model server's own path, the volume the model server downloads the model into, and its embedded
+//! config's `tokenizer_dirs` points where the server's HuggingFace hub cache lands in that volume
+//! ($HF_HOME/hub). The server serves the model under an alias (`--served-model-name`), found under no
+//! root by that name: tokentap takes the model from the server's own list (`GET /v1/models`, whose
+//! `root` is the `--model` the server was started with). Then the proof: a scratch directory laid out
+//! as vLLM fills that volume (the hub layout, `refs/main` and a snapshot with a tokenizer.json),
+//! a scripted upstream that lists the alias with its root as vLLM does, tokentap started in-process
+//! with the sidecar's own config (only its addresses, the upstream and the volume's place on this
+//! machine changed), and streams without usage for the served name get counted by that tokenizer,
+//! not by chunks.
 #![cfg(feature = "tokenizer")]
 
 mod support;
@@ -126,7 +130,7 @@ async fn the_sidecar_counts_with_the_tokenizer_the_model_server_downloaded() {
         tokentap_at.join(&inside).display()
     );
 
-    // The name the server serves: the hub id of `--model`, unless renamed (then `tokenizers:` maps it).
+    // The name the server serves, and the `root` its model list gives it: the `--model` argument.
     let args: Vec<&str> = server["args"]
         .as_sequence()
         .expect("args")
@@ -138,42 +142,69 @@ async fn the_sidecar_counts_with_the_tokenizer_the_model_server_downloaded() {
             .position(|a| *a == flag)
             .map(|i| args[i + 1].to_owned())
     };
-    let repository = after("--model").expect("--model");
-    let served = after("--served-model-name").unwrap_or_else(|| repository.clone());
+    let model = after("--model").expect("--model");
+    let served = after("--served-model-name").unwrap_or_else(|| model.clone());
+    let from_root = config.model_list.enabled && config.model_list.tokenizer_from_root;
     assert!(
-        served == repository || config.tokenizers.contains_key(&served),
-        "{served} is found under no root"
+        served == model || config.tokenizers.contains_key(&served) || from_root,
+        "{served} is found under no root, and the model list is not asked"
     );
+    if model.starts_with('/') {
+        // A directory: the root names it as the server sees it, so tokentap must see it there too.
+        assert_eq!(
+            server_at, tokentap_at,
+            "a --model directory read at another path"
+        );
+    }
 
-    // The volume as vLLM fills it, here.
+    // The volume as vLLM fills it, here: the hub cache for a hub id, else the model's directory.
     let volume =
         Scratch(std::env::temp_dir().join(format!("tokentap-sidecar-{}", std::process::id())));
-    let repo = volume
-        .0
-        .join(&inside)
-        .join(format!("models--{}", repository.replace('/', "--")));
-    let snapshot = repo.join("snapshots/0a1b2c3");
-    std::fs::create_dir_all(&snapshot).expect("snapshot dir");
-    std::fs::copy(WORDS, snapshot.join("tokenizer.json")).expect("tokenizer.json");
-    std::fs::create_dir_all(repo.join("refs")).expect("refs");
-    std::fs::write(repo.join("refs/main"), "0a1b2c3").expect("refs/main");
+    let here = |path: &Path| match path.strip_prefix(&tokentap_at) {
+        Ok(rest) => volume.0.join(rest),
+        Err(_) => path.to_owned(),
+    };
+    let (model_dir, listed_root) = match model.starts_with('/') {
+        true => {
+            let dir = here(Path::new(&model));
+            (dir.clone(), dir.display().to_string())
+        }
+        false => {
+            let repo = volume
+                .0
+                .join(&inside)
+                .join(format!("models--{}", model.replace('/', "--")));
+            std::fs::create_dir_all(repo.join("refs")).expect("refs");
+            std::fs::write(repo.join("refs/main"), "0a1b2c3").expect("refs/main");
+            (repo.join("snapshots/0a1b2c3"), model.clone())
+        }
+    };
+    std::fs::create_dir_all(&model_dir).expect("model dir");
+    std::fs::copy(WORDS, model_dir.join("tokenizer.json")).expect("tokenizer.json");
 
-    let upstream = upstream(|_| stream()).await;
+    // vLLM's list: the served name with its root (tests/fixtures/vllm/models.json).
+    let list = format!(
+        r#"{{"object":"list","data":[{{"id":{},"object":"model","root":{},"parent":null}}]}}"#,
+        serde_json::to_string(&served).expect("json"),
+        serde_json::to_string(&listed_root).expect("json")
+    );
+    let upstream =
+        upstream(
+            move |request| match request.request_line().starts_with("GET /v1/models ") {
+                true => vec![json_response(200, "OK", &list)],
+                false => stream(),
+            },
+        )
+        .await;
     config.listen = "127.0.0.1:0".parse().expect("addr");
     config.metrics_listen = "127.0.0.1:0".parse().expect("addr");
     config.upstream = tokentap::config::parse_upstream(&upstream.url()).expect("upstream");
-    config.tokenizer_dirs = Some(
-        roots
-            .iter()
-            .map(|root| match root.strip_prefix(&tokentap_at) {
-                Ok(rest) => volume.0.join(rest),
-                Err(_) => root.clone(),
-            })
-            .collect(),
-    );
+    config.tokenizer_dirs = Some(roots.iter().map(|root| here(root)).collect());
     let proxy = tokentap::start(&config).await.expect("start tokentap");
+    listed(&proxy, 1.0).await;
     let by = |source| [("model", served.as_str()), ("token_source", source)];
-    for round in 1..=200 {
+    // The first response of the model starts its look-up (chunks); once loaded, the tokenizer counts.
+    for (round, source) in [(1, "chunks"), (2, "tokenizer")] {
         let got = send(
             &client(),
             post(&proxy, "/v1/chat/completions", &chat_request(&served)),
@@ -181,26 +212,18 @@ async fn the_sidecar_counts_with_the_tokenizer_the_model_server_downloaded() {
         .await;
         assert_eq!((got.status, got.end), (200, Ok(())));
         settle(&proxy).await;
+        assert!(proxy.settle_tokenizers(std::time::Duration::from_secs(10)));
         let m = scrape(&proxy).await;
-        let counted = m.get("tokentap_output_token_source_total", &by("tokenizer"));
-        if counted > 0.0 {
-            let chunked = m.get("tokentap_output_token_source_total", &by("chunks"));
-            let tokens = m.get(
-                "tokentap_output_tokens_total",
-                &[("model", served.as_str())],
-            );
-            assert_eq!(
-                tokens,
-                7.0 * counted + 3.0 * chunked,
-                "exact counts once loaded"
-            );
-            return;
-        }
-        assert!(
-            round < 200,
-            "the tokenizer in {} never counted",
-            snapshot.display()
+        assert_eq!(
+            m.get("tokentap_output_token_source_total", &by(source)),
+            1.0,
+            "round {round}: the tokenizer in {} did not count",
+            model_dir.display()
         );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    let tokens = scrape(&proxy).await.get(
+        "tokentap_output_tokens_total",
+        &[("model", served.as_str())],
+    );
+    assert_eq!(tokens, 3.0 + 7.0, "exact counts once loaded");
 }
