@@ -71,8 +71,8 @@ impl Tokenizers {
         });
         match (&discovery, from_root) {
             (None, _) => tracing::info!(
-                "tokenizer discovery is off (tokenizer_dirs is empty and no model list is asked for, \
-                 or built without the `tokenizer` feature)"
+                "tokenizer discovery is off (tokenizer_dirs is empty, and model_list.enabled or \
+                 model_list.tokenizer_from_root is false; or built without the `tokenizer` feature)"
             ),
             (Some(_), true) => tracing::info!(
                 "a served model whose tokenizer is found nowhere else is looked for where the upstream's \
@@ -299,7 +299,7 @@ fn start_loader(shared: &Arc<Shared>) -> Option<Sender<String>> {
 }
 
 /// The upstream's list changed: the names not found, and those found through a `root` the list now
-/// gives otherwise, are looked up again. Called on the list fetcher's task: it only queues.
+/// gives another, are looked up again. Called on the list fetcher's task: it only queues.
 fn list_changed(shared: &Weak<Shared>, queue: &Weak<Queue>) {
     let (Some(shared), Some(queue)) = (shared.upgrade(), queue.upgrade()) else {
         return;
@@ -312,9 +312,10 @@ fn list_changed(shared: &Weak<Shared>, queue: &Weak<Queue>) {
         .iter()
         .filter(|(name, lookup)| match lookup {
             Lookup::Absent => true,
+            // A name the list leaves out keeps its tokenizer: a list that blinks must not drop it.
             Lookup::Loaded {
                 root: Some(root), ..
-            } => served.root_of(name).as_ref() != Some(root),
+            } => served.root_of(name).is_some_and(|now| now != *root),
             _ => false,
         })
         .map(|(name, _)| name.clone())
@@ -529,6 +530,10 @@ mod tests {
         assert!(tokenizers.get("llama-8b").is_some());
         let root = scratch.0.join("llama").display().to_string();
         assert_eq!(loaded_through(&tokenizers, "llama-8b"), Some(Some(root)));
+        // A list without the name (an upstream that blinked) keeps it.
+        served.set(Vec::new());
+        assert!(tokenizers.settle(Duration::from_secs(10)));
+        assert!(tokenizers.get("llama-8b").is_some());
         // The server restarted from another directory, without a tokenizer.json: not kept.
         list(&served, "llama-8b", &scratch.0.join("other"));
         assert!(tokenizers.settle(Duration::from_secs(10)));
