@@ -22,6 +22,7 @@ use std::sync::Arc;
 use crate::decode::dialect::{is_reasoning_text, ChoiceTexts};
 
 pub mod discover;
+mod loader;
 mod registry;
 mod root;
 
