@@ -4,5 +4,6 @@
 
 pub mod admin;
 pub mod client_conn;
+pub mod delay;
 pub mod server;
 pub mod ui;
