@@ -21,6 +21,7 @@
 mod load;
 mod profile;
 mod ratios;
+mod relay;
 mod report;
 mod stats;
 mod target;
@@ -154,6 +155,12 @@ fn parse_args() -> Result<Args, String> {
 }
 
 fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    if let [_, flag, listen, upstream, ..] = argv.as_slice() {
+        if flag == "--relay" {
+            return relay::main(listen, upstream);
+        }
+    }
     let args = match parse_args() {
         Ok(args) => args,
         Err(e) => {
@@ -218,6 +225,8 @@ struct Targets {
     nginx: Option<Proxy>,
     haproxy: Option<Proxy>,
     baseline: Option<Proxy>,
+    /// The null relay, measured in the latency phase only.
+    relay: Option<Proxy>,
 }
 
 impl Targets {
@@ -242,6 +251,7 @@ impl Targets {
             Kind::Nginx => self.nginx.as_ref().map_or(self.upstream, |n| n.addr),
             Kind::Haproxy => self.haproxy.as_ref().map_or(self.upstream, |n| n.addr),
             Kind::Baseline => self.baseline.as_ref().map_or(self.upstream, |n| n.addr),
+            Kind::Relay => self.relay.as_ref().map_or(self.upstream, |n| n.addr),
         }
     }
 
@@ -252,6 +262,7 @@ impl Targets {
             Kind::Nginx => self.nginx.as_ref(),
             Kind::Haproxy => self.haproxy.as_ref(),
             Kind::Baseline => self.baseline.as_ref(),
+            Kind::Relay => self.relay.as_ref(),
         }
     }
 }
@@ -325,7 +336,11 @@ async fn bench(args: &Args) -> Result<Report, String> {
     };
     let mut nginx = anchor(&args.setup.nginx, Kind::Nginx)?;
     let mut haproxy = anchor(&args.setup.haproxy, Kind::Haproxy)?;
-    for proxy in [nginx.as_mut(), haproxy.as_mut()].into_iter().flatten() {
+    let mut relay = Some(target::start(&args.setup, upstream, Kind::Relay)?);
+    for proxy in [nginx.as_mut(), haproxy.as_mut(), relay.as_mut()]
+        .into_iter()
+        .flatten()
+    {
         proxy.ready().await?;
     }
     let targets = Targets {
@@ -334,8 +349,11 @@ async fn bench(args: &Args) -> Result<Report, String> {
         nginx,
         haproxy,
         baseline,
+        relay,
     };
     let kinds = targets.kinds();
+    let mut latency_kinds = kinds.clone();
+    latency_kinds.push(Kind::Relay);
     let mut report = Report::new(args.reps, args.setup.proxy_cpu.is_some());
     let secs = |full: f64, small: f64| Duration::from_secs_f64(if quick { small } else { full });
 
@@ -363,7 +381,7 @@ async fn bench(args: &Args) -> Result<Report, String> {
         let mut row = LatencyRow::new(users, script);
         let mut accuracy = Accuracy::default();
         for rep in 0..args.reps {
-            for kind in rotated(&kinds, rep) {
+            for kind in rotated(&latency_kinds, rep) {
                 progress(&format!(
                     "latency K={users} rep {} {}",
                     rep + 1,

@@ -154,8 +154,8 @@ fn render_self_delay(o: &mut String, rows: &[LatencyRow]) {
         o,
         "### tokentap's own delay per frame (its histogram) against the wire\n"
     );
-    let _ = writeln!(o, "| streams | frames observed | self p50 (interpolated) | wire added p50 | self − wire p50 | self mean | wire added mean | self − wire mean |");
-    let _ = writeln!(o, "|--:|--:|--:|--:|--:|--:|--:|--:|");
+    let _ = writeln!(o, "| streams | frames observed | self p50 (interpolated) | wire added p50 | null relay added p50 | wire beyond the relay p50 | self − wire beyond the relay | self − wire | self mean | wire added mean | wire beyond the relay, mean |");
+    let _ = writeln!(o, "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for row in rows.iter().filter(|r| !r.self_delay.is_empty()) {
         let mut pooled: Vec<(f64, f64)> = Vec::new();
         let (mut sum, mut count) = (0.0, 0.0);
@@ -172,17 +172,20 @@ fn render_self_delay(o: &mut String, rows: &[LatencyRow]) {
         }
         let self_p50 = histogram_quantile(0.5, &pooled).map(|s| s * 1e6);
         let self_mean = (count > 0.0).then(|| sum / count * 1e6);
-        let (t, d) = (row.pooled(Kind::Tokentap), row.pooled(Kind::Direct));
-        let chunks =
-            |k: &Option<crate::report::Pooled>| k.as_ref().map(|k| k.samples.chunk_ns.clone());
-        let (tc, dc) = (chunks(&t), chunks(&d));
-        let wire_p50 = tc
-            .as_ref()
-            .zip(dc.as_ref())
-            .and_then(|(t, d)| Some(p(t, 0.5)? - p(d, 0.5)?));
-        let wire_mean = tc
-            .zip(dc)
-            .and_then(|(t, d)| Some(mean_us(&t)? - mean_us(&d)?));
+        let chunks = |k: Kind| row.pooled(k).map(|k| k.samples.chunk_ns);
+        let (tc, dc, rc) = (
+            chunks(Kind::Tokentap),
+            chunks(Kind::Direct),
+            chunks(Kind::Relay),
+        );
+        let added = |t: &Option<Vec<u64>>, stat: &dyn Fn(&[u64]) -> Option<f64>| {
+            Some(stat(t.as_ref()?)? - stat(dc.as_ref()?)?)
+        };
+        let median = |v: &[u64]| p(v, 0.5);
+        let (wire_p50, relay_p50) = (added(&tc, &median), added(&rc, &median));
+        let beyond_p50 = wire_p50.zip(relay_p50).map(|(w, r)| w - r);
+        let wire_mean = added(&tc, &mean_us);
+        let beyond_mean = wire_mean.zip(added(&rc, &mean_us)).map(|(w, r)| w - r);
         let f = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0} µs"));
         let diff = |a: Option<f64>, b: Option<f64>| {
             a.zip(b)
@@ -190,20 +193,25 @@ fn render_self_delay(o: &mut String, rows: &[LatencyRow]) {
         };
         let _ = writeln!(
             o,
-            "| {} | {count:.0} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {count:.0} | {} | {} | {} | {} | **{}** | {} | {} | {} | {} |",
             row.users,
             f(self_p50),
             f(wire_p50),
+            f(relay_p50),
+            f(beyond_p50),
+            diff(self_p50, beyond_p50),
             diff(self_p50, wire_p50),
             f(self_mean),
             f(wire_mean),
-            diff(self_mean, wire_mean),
+            f(beyond_mean),
         );
     }
     let _ = writeln!(
         o,
         "\nself: from the frame coming off the upstream connection to the return of the client write that took it \
          (every frame: role, content, usage, `[DONE]`); wire: tokentap's chunk latency minus the direct path's \
-         (content chunks), so it also holds the second loopback hop and the kernel's wake-up of tokentap.\n"
+         (content chunks), which also holds what any proxy in a separate process adds before doing anything (the \
+         second loopback hop, the kernel waking the proxy on its core and the client on its own): the null \
+         relay's added delay (`relay.rs`). Wire beyond the relay = tokentap's added p50 − the relay's.\n"
     );
 }

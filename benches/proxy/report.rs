@@ -329,7 +329,13 @@ impl Report {
                 );
             }
         }
-        for kind in [Kind::Tokentap, Kind::Baseline, Kind::Nginx, Kind::Haproxy] {
+        for kind in [
+            Kind::Tokentap,
+            Kind::Baseline,
+            Kind::Nginx,
+            Kind::Haproxy,
+            Kind::Relay,
+        ] {
             let p50 = row.added_per_rep(kind, 0.5);
             let p99 = row.added_per_rep(kind, 0.99);
             if !p50.is_empty() {

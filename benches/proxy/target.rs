@@ -20,6 +20,8 @@ pub enum Kind {
     Haproxy,
     /// A second tokentap binary (`--baseline`), for before/after comparisons in one run.
     Baseline,
+    /// The null relay (`relay.rs`): the floor of what a proxy in a separate process adds.
+    Relay,
 }
 
 impl Kind {
@@ -30,6 +32,7 @@ impl Kind {
             Kind::Nginx => "nginx",
             Kind::Haproxy => "haproxy",
             Kind::Baseline => "baseline",
+            Kind::Relay => "relay",
         }
     }
 }
@@ -234,6 +237,8 @@ http {{
 /// HAProxy as a plain streaming reverse proxy: one process, one thread (as nginx has one worker),
 /// `option http-no-delay` (no wait to merge small writes: every chunk leaves as it comes), keep-alive to
 /// the upstream (`http-reuse always`). With logs on, its HTTP log line goes to a file through stdout.
+/// `maxconn` 9,000: HAProxy refuses to start unless the descriptor limit holds two per connection (this
+/// machine's hard limit is 20,000), and the memory phase's 5,000 streams fit under it.
 pub fn start_haproxy(setup: &Setup, upstream: SocketAddr) -> Result<Proxy, String> {
     let Some(haproxy) = &setup.haproxy else {
         return Err("no haproxy".into());
@@ -247,10 +252,10 @@ pub fn start_haproxy(setup: &Setup, upstream: SocketAddr) -> Result<Proxy, Strin
         ""
     };
     let conf = format!(
-        "global\n  maxconn 20000\n  nbthread 1\n{log}\ndefaults\n  mode http\n  log global\n  option httplog\n  \
+        "global\n  maxconn 9000\n  nbthread 1\n{log}\ndefaults\n  mode http\n  log global\n  option httplog\n  \
          option http-no-delay\n  http-reuse always\n  timeout connect 5s\n  timeout client 600s\n  \
-         timeout server 600s\n  maxconn 20000\n\nfrontend bench\n  bind {addr}\n  default_backend model\n\n\
-         backend model\n  server model {upstream} maxconn 16000\n"
+         timeout server 600s\n  maxconn 9000\n\nfrontend bench\n  bind {addr}\n  default_backend model\n\n\
+         backend model\n  server model {upstream} maxconn 9000\n"
     );
     let conf_path = dir.join("haproxy.cfg");
     std::fs::write(&conf_path, conf).map_err(|e| e.to_string())?;
@@ -273,11 +278,34 @@ pub fn start_haproxy(setup: &Setup, upstream: SocketAddr) -> Result<Proxy, Strin
     })
 }
 
+/// The null relay: this very binary, run again as `--relay LISTEN UPSTREAM` (`relay.rs`).
+pub fn start_relay(setup: &Setup, upstream: SocketAddr) -> Result<Proxy, String> {
+    let addr = free_port().map_err(|e| e.to_string())?;
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let child = pinned(setup, &me)
+        .arg("--relay")
+        .arg(addr.to_string())
+        .arg(upstream.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("starting the relay: {e}"))?;
+    Ok(Proxy {
+        kind: Kind::Relay,
+        addr,
+        metrics: None,
+        child,
+        _stalled_stdout: None,
+    })
+}
+
 /// Starts the proxy of `kind` (not [`Kind::Direct`]).
 pub fn start(setup: &Setup, upstream: SocketAddr, kind: Kind) -> Result<Proxy, String> {
     match kind {
         Kind::Nginx => start_nginx(setup, upstream),
         Kind::Haproxy => start_haproxy(setup, upstream),
+        Kind::Relay => start_relay(setup, upstream),
         other => start_tokentap(setup, upstream, other),
     }
 }
