@@ -79,9 +79,11 @@ async fn a_client_leaving_during_the_ttft_wait_closes_the_upstream_and_counts_th
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_client_leaving_while_uploading_its_body_closes_the_upstream_and_counts_cancelled() {
+async fn a_client_leaving_while_uploading_a_streamed_body_closes_the_upstream_and_counts_cancelled()
+{
     let upstream = upstream(|_| vec![json_response(200, "OK", r#"{"choices":[]}"#)]).await;
-    let proxy = proxy(&upstream.url(), "").await;
+    // A body that is not held (here none is) streams upstream as it arrives.
+    let proxy = proxy(&upstream.url(), "limits:\n  hold_request_body_bytes: 0\n").await;
     let mut stream = TcpStream::connect(proxy.proxy_addr())
         .await
         .expect("connect");
@@ -115,6 +117,32 @@ async fn a_client_leaving_while_uploading_its_body_closes_the_upstream_and_count
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     // Nothing reached the upstream, so nothing confirmed the name `m`.
+    let labels = [("model", "unadmitted"), ("outcome", "cancelled")];
+    assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
+}
+
+/// A body held until whole (the default, up to `limits.hold_request_body_bytes`): a client that leaves
+/// while uploading it never reaches the upstream at all.
+#[tokio::test(start_paused = true)]
+async fn a_client_leaving_while_uploading_a_held_body_never_reaches_the_upstream() {
+    let upstream = upstream(|_| vec![json_response(200, "OK", r#"{"choices":[]}"#)]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let mut stream = TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n";
+    stream.write_all(head.as_bytes()).await.expect("head");
+    stream
+        .write_all(br#"{"model":"m","messages":[{"role":"user","content":"hello"#)
+        .await
+        .expect("part of the body");
+    tokio::time::sleep(ms(100)).await;
+    drop(stream);
+    settle(&proxy).await;
+    assert_eq!(upstream.connection_count(), 0, "the upstream was contacted");
+    let m = scrape(&proxy).await;
     let labels = [("model", "unadmitted"), ("outcome", "cancelled")];
     assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
     assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
@@ -258,8 +286,10 @@ async fn a_client_leaving_during_keep_alive_comments_is_cancelled_not_skipped() 
 enum Phase {
     /// Half of the request head sent.
     InRequestHead,
-    /// Head sent, 10 of 1000 body bytes sent.
+    /// Head sent, 10 of 1000 body bytes sent, the body streamed as it comes (no body held).
     InRequestBody,
+    /// Head sent, 10 of 1000 body bytes sent, the body held until whole (the default).
+    InHeldRequestBody,
     /// Whole request sent, no response head yet.
     BeforeResponseHead,
     /// Response head and role chunk received, no token yet (waiting for the first token).
@@ -286,12 +316,16 @@ async fn vanish(phase: Phase, reset: bool) {
         all
     })
     .await;
-    let proxy = proxy(&upstream.url(), "").await;
+    let config = match phase {
+        Phase::InRequestBody => "limits:\n  hold_request_body_bytes: 0\n",
+        _ => "",
+    };
+    let proxy = proxy(&upstream.url(), config).await;
     let body = chat_request("m");
     let head = format!(
         "POST {CHAT} HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
         match phase {
-            Phase::InRequestBody => 1000,
+            Phase::InRequestBody | Phase::InHeldRequestBody => 1000,
             _ => body.len(),
         }
     );
@@ -321,6 +355,19 @@ async fn vanish(phase: Phase, reset: bool) {
                 tokio::time::sleep(ms(10)).await;
             }
             tokio::time::sleep(ms(50)).await;
+        }
+        Phase::InHeldRequestBody => {
+            stream.write_all(head.as_bytes()).await.expect("write");
+            stream
+                .write_all(&body.as_bytes()[..10])
+                .await
+                .expect("write");
+            tokio::time::sleep(ms(100)).await;
+            assert_eq!(
+                upstream.connection_count(),
+                0,
+                "a held body went upstream before it was whole"
+            );
         }
         _ => {
             stream.write_all(head.as_bytes()).await.expect("write");
@@ -355,7 +402,7 @@ async fn vanish(phase: Phase, reset: bool) {
     drop(stream);
     let what = format!("{phase:?}, reset {reset}");
     match phase {
-        Phase::InRequestHead => {
+        Phase::InRequestHead | Phase::InHeldRequestBody => {
             tokio::time::sleep(ms(100)).await;
             assert_eq!(upstream.connection_count(), 0, "{what}");
         }
@@ -381,7 +428,7 @@ async fn vanish(phase: Phase, reset: bool) {
             return;
         }
         // tokentap answers a body that broke off with 400 (the client, gone, never reads it).
-        Phase::InRequestBody => ("400", 0.0, 0.0),
+        Phase::InRequestBody | Phase::InHeldRequestBody => ("400", 0.0, 0.0),
         Phase::BeforeResponseHead => ("none", 0.0, 0.0),
         Phase::BeforeFirstToken => ("200", 0.0, 0.0),
         Phase::MidStream => ("200", 1.0, 3.0),
@@ -417,6 +464,7 @@ async fn a_client_vanishing_at_any_phase_closes_the_upstream_and_is_counted_once
     for phase in [
         Phase::InRequestHead,
         Phase::InRequestBody,
+        Phase::InHeldRequestBody,
         Phase::BeforeResponseHead,
         Phase::BeforeFirstToken,
         Phase::MidStream,

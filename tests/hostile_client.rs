@@ -128,7 +128,7 @@ async fn beyond_the_upstream_connection_cap_a_request_gets_503_at_once_and_the_u
 #[tokio::test]
 async fn one_h2_connection_with_many_streams_cannot_exceed_the_upstream_cap() {
     let upstream = upstream(|_| slow_stream(Duration::from_millis(1500))).await;
-    let yaml = "limits:\n  max_upstream_connections: 3\n";
+    let yaml = "limits:\n  max_upstream_connections: 3\n  max_upstream_per_connection: 3\n";
     let proxy = proxy(&upstream.url(), yaml).await;
     let h2 = h2_client();
     let streams: Vec<_> = (0..10)
@@ -195,9 +195,23 @@ async fn stall_after_one_body_byte(proxy: &tokentap::Running) -> TcpStream {
 
 #[tokio::test]
 async fn a_stalled_request_body_gets_408_within_request_body_idle_and_frees_its_upstream_slot() {
+    stalled_body_gets_408(true).await;
+    stalled_body_gets_408(false).await;
+}
+
+/// A body that is held (the default) stalls before anything upstream is taken: the upstream never sees
+/// it. One that streams (`hold_request_body_bytes: 0`) has its upstream request aborted.
+async fn stalled_body_gets_408(held: bool) {
     let upstream = upstream(|_| slow_stream(ms(10))).await;
-    let yaml = "timeouts:\n  request_body_idle: 300ms\nlimits:\n  max_upstream_connections: 1\n";
-    let proxy = proxy(&upstream.url(), yaml).await;
+    let hold = if held {
+        ""
+    } else {
+        "  hold_request_body_bytes: 0\n"
+    };
+    let yaml = format!(
+        "timeouts:\n  request_body_idle: 300ms\nlimits:\n  max_upstream_connections: 1\n{hold}"
+    );
+    let proxy = proxy(&upstream.url(), &yaml).await;
     let started = Instant::now();
     let mut stream = stall_after_one_body_byte(&proxy).await;
     let mut answer = Vec::new();
@@ -214,8 +228,16 @@ async fn a_stalled_request_body_gets_408_within_request_body_idle_and_frees_its_
     assert_eq!(json["error"]["type"], "request_timeout");
     let message = json["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("timeouts.request_body_idle"), "{message}");
-    // The upstream request was aborted: its connection closed, no complete request delivered.
-    upstream.wait_closed(0).await;
+    if held {
+        assert_eq!(
+            upstream.connection_count(),
+            0,
+            "a held body reached the upstream"
+        );
+    } else {
+        // The upstream request was aborted: its connection closed, no complete request delivered.
+        upstream.wait_closed(0).await;
+    }
     assert!(
         upstream.requests().is_empty(),
         "a truncated body was delivered"
@@ -278,9 +300,21 @@ impl Body for Fed {
 
 #[tokio::test]
 async fn a_stalled_h2_request_body_gets_408_within_request_body_idle() {
+    stalled_h2_body_gets_408(true).await;
+    stalled_h2_body_gets_408(false).await;
+}
+
+async fn stalled_h2_body_gets_408(held: bool) {
     let upstream = upstream(|_| slow_stream(ms(10))).await;
-    let yaml = "timeouts:\n  request_body_idle: 300ms\nlimits:\n  max_upstream_connections: 1\n";
-    let proxy = proxy(&upstream.url(), yaml).await;
+    let hold = if held {
+        ""
+    } else {
+        "  hold_request_body_bytes: 0\n"
+    };
+    let yaml = format!(
+        "timeouts:\n  request_body_idle: 300ms\nlimits:\n  max_upstream_connections: 1\n{hold}"
+    );
+    let proxy = proxy(&upstream.url(), &yaml).await;
     let h2: hyper_util::client::legacy::Client<_, Fed> = h2_client();
     let (feed, body) = mpsc::channel(4);
     feed.send(Bytes::from_static(b"{\"model\":"))
@@ -307,7 +341,15 @@ async fn a_stalled_h2_request_body_gets_408_within_request_body_idle() {
     let json: serde_json::Value = serde_json::from_slice(&body).expect("JSON error");
     assert_eq!(json["error"]["type"], "request_timeout");
     drop(feed);
-    upstream.wait_closed(0).await;
+    if held {
+        assert_eq!(
+            upstream.connection_count(),
+            0,
+            "a held body reached the upstream"
+        );
+    } else {
+        upstream.wait_closed(0).await;
+    }
     // The upstream slot is free again.
     let h2 = h2_client();
     let next = send(&h2, post(&proxy, CHAT, &chat_request("m"))).await;
@@ -413,7 +455,8 @@ async fn early_answering_upstream() -> (std::net::SocketAddr, tokio::task::JoinH
 #[tokio::test]
 async fn a_request_body_stalling_under_a_streaming_answer_breaks_the_stream_and_counts_timeout() {
     let (addr, closed) = early_answering_upstream().await;
-    let yaml = "timeouts:\n  request_body_idle: 300ms\n";
+    // Only a body that streams can stall under an answer: a held one is whole before it is sent.
+    let yaml = "timeouts:\n  request_body_idle: 300ms\nlimits:\n  hold_request_body_bytes: 0\n";
     let proxy = proxy(&format!("http://{addr}"), yaml).await;
     let started = Instant::now();
     let mut stream = stall_after_one_body_byte(&proxy).await;

@@ -86,8 +86,21 @@ async fn a_declared_body_over_the_limit_gets_413_without_contacting_the_upstream
 
 #[tokio::test]
 async fn a_chunked_body_growing_past_the_limit_is_cut_upstream_and_answered_413() {
+    chunked_body_past_the_limit(true).await;
+    chunked_body_past_the_limit(false).await;
+}
+
+/// Held (the default), the body is answered 413 before the upstream is contacted; streamed
+/// (`hold_request_body_bytes: 0`), its upstream request is aborted.
+async fn chunked_body_past_the_limit(held: bool) {
     let upstream = upstream(|_| ok_upstream_steps()).await;
-    let proxy = proxy(&upstream.url(), "limits:\n  max_request_body_bytes: 1KiB\n").await;
+    let hold = if held {
+        ""
+    } else {
+        "  hold_request_body_bytes: 0\n"
+    };
+    let yaml = format!("limits:\n  max_request_body_bytes: 1KiB\n{hold}");
+    let proxy = proxy(&upstream.url(), &yaml).await;
     let mut stream = TcpStream::connect(proxy.proxy_addr())
         .await
         .expect("connect");
@@ -110,10 +123,18 @@ async fn a_chunked_body_growing_past_the_limit_is_cut_upstream_and_answered_413(
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
     assert!(answer.contains("limits.max_request_body_bytes"), "{answer}");
-    // The upstream got the head and part of the body, then an aborted connection: no complete request.
-    upstream
-        .wait_closed_within(0, Duration::from_secs(10))
-        .await;
+    if held {
+        assert_eq!(
+            upstream.connection_count(),
+            0,
+            "a held body reached the upstream"
+        );
+    } else {
+        // The upstream got the head and part of the body, then an aborted connection: no complete request.
+        upstream
+            .wait_closed_within(0, Duration::from_secs(10))
+            .await;
+    }
     assert!(
         upstream.requests().is_empty(),
         "a truncated body was delivered as complete"

@@ -188,7 +188,8 @@ async fn a_client_trickling_its_request_head_is_disconnected_after_client_header
 #[tokio::test(start_paused = true)]
 async fn a_kept_alive_connection_is_closed_after_client_idle_and_not_before() {
     let upstream = upstream(|_| vec![json_response(200, "OK", r#"{"choices":[]}"#)]).await;
-    let yaml = "timeouts:\n  client_header_read: 2s\n  client_idle: 20s\n";
+    // The upstream connection is kept longer than the 10 s between the two requests.
+    let yaml = "timeouts:\n  client_header_read: 2s\n  client_idle: 20s\n  upstream_idle: 1m\n";
     let proxy = proxy(&upstream.url(), yaml).await;
     let (mut sender, conn) = open(&proxy).await;
     for _ in 0..2 {

@@ -139,6 +139,8 @@ pub struct Timeouts {
     pub client_idle: Duration,
     /// Longest wait for the next piece of a request body while it is forwarded (h1 and h2).
     pub request_body_idle: Duration,
+    /// An upstream connection unused for this long is closed; set below the upstream's own keep-alive.
+    pub upstream_idle: Duration,
 }
 
 /// Bounds on what clients may send and how many may connect at once.
@@ -154,6 +156,13 @@ pub struct Limits {
     pub max_upstream_connections: usize,
     /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS announced to each client connection.
     pub max_concurrent_streams: u32,
+    /// Upstream requests one client connection may have in progress at once; `None`: the default
+    /// share of `max_upstream_connections` ([`Limits::upstream_per_connection`]).
+    pub max_upstream_per_connection: Option<usize>,
+    /// Request bodies up to this size are read whole before an upstream slot is taken; 0: none.
+    pub hold_request_body_bytes: u64,
+    /// The bytes all held request bodies may take together; a body that does not fit streams.
+    pub max_held_request_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -390,6 +399,7 @@ impl Default for Config {
                 client_header_read: Duration::from_secs(30),
                 client_idle: Duration::from_secs(660),
                 request_body_idle: Duration::from_secs(60),
+                upstream_idle: Duration::from_millis(1500),
             },
             limits: Limits {
                 max_request_header_bytes: 64 << 10,
@@ -397,6 +407,9 @@ impl Default for Config {
                 max_connections: 10_000,
                 max_upstream_connections: 1024,
                 max_concurrent_streams: 128,
+                max_upstream_per_connection: None,
+                hold_request_body_bytes: 1 << 20,
+                max_held_request_bytes: 64 << 20,
             },
             shutdown_grace: Duration::from_secs(30),
             metering: Metering {
@@ -473,6 +486,7 @@ impl Config {
         positive("timeouts.client_header_read", t.client_header_read)?;
         positive("timeouts.client_idle", t.client_idle)?;
         positive("timeouts.request_body_idle", t.request_body_idle)?;
+        positive("timeouts.upstream_idle", t.upstream_idle)?;
         positive("shutdown_grace", self.shutdown_grace)?;
         self.limits.validate()?;
         self.ui.validate()?;
@@ -600,7 +614,37 @@ impl Limits {
             let (key, reason) = ("limits.max_concurrent_streams", "must be at least 1");
             return Err(invalid(key, "value", "0", reason));
         }
+        if let Some(share) = self.max_upstream_per_connection {
+            if !(1..=upstream).contains(&share) {
+                let key = "limits.max_upstream_per_connection";
+                let reason =
+                    format!("must be between 1 and limits.max_upstream_connections ({upstream})");
+                return Err(invalid(key, "value", &share.to_string(), reason));
+            }
+        }
+        let (hold, held) = (self.hold_request_body_bytes, self.max_held_request_bytes);
+        if hold > 0 && held < hold {
+            let key = "limits.max_held_request_bytes";
+            let reason = format!(
+                "must be at least limits.hold_request_body_bytes ({hold} bytes), or no body of that size could be held"
+            );
+            return Err(invalid(key, "size", &held.to_string(), reason));
+        }
         Ok(())
+    }
+
+    /// Upstream requests one client connection may have in progress at once: the configured value, or a
+    /// sixteenth of `max_upstream_connections` (64 of the default 1,024), so that a few h2 connections
+    /// cannot take every slot.
+    pub fn upstream_per_connection(&self) -> usize {
+        self.max_upstream_per_connection
+            .unwrap_or((self.max_upstream_connections / 16).max(1))
+    }
+
+    /// The largest body held whole: `hold_request_body_bytes`, never above `max_request_body_bytes`.
+    pub fn held_body_bytes(&self) -> u64 {
+        self.hold_request_body_bytes
+            .min(self.max_request_body_bytes)
     }
 }
 

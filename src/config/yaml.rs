@@ -161,6 +161,7 @@ struct RawTimeouts {
     client_header_read: Option<Scalar>,
     client_idle: Option<Scalar>,
     request_body_idle: Option<Scalar>,
+    upstream_idle: Option<Scalar>,
 }
 
 #[derive(Deserialize, Default)]
@@ -171,6 +172,9 @@ struct RawLimits {
     max_connections: Option<usize>,
     max_upstream_connections: Option<usize>,
     max_concurrent_streams: Option<u32>,
+    max_upstream_per_connection: Option<usize>,
+    hold_request_body_bytes: Option<Scalar>,
+    max_held_request_bytes: Option<Scalar>,
 }
 
 #[derive(Deserialize, Default)]
@@ -271,6 +275,11 @@ impl RawConfig {
                 "request_body_idle",
                 &mut c.timeouts.request_body_idle,
             ),
+            (
+                &t.upstream_idle,
+                "upstream_idle",
+                &mut c.timeouts.upstream_idle,
+            ),
         ];
         for (raw, key, slot) in timeouts {
             if let Some(s) = raw {
@@ -294,6 +303,13 @@ impl RawConfig {
         l.max_concurrent_streams = limits
             .max_concurrent_streams
             .unwrap_or(l.max_concurrent_streams);
+        l.max_upstream_per_connection = limits.max_upstream_per_connection;
+        if let Some(s) = &limits.hold_request_body_bytes {
+            l.hold_request_body_bytes = size_at("limits.hold_request_body_bytes", &s.0)? as u64;
+        }
+        if let Some(s) = &limits.max_held_request_bytes {
+            l.max_held_request_bytes = size_at("limits.max_held_request_bytes", &s.0)? as u64;
+        }
         if let Some(s) = &self.shutdown_grace {
             c.shutdown_grace = duration_at("shutdown_grace", &s.0)?;
         }

@@ -198,7 +198,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         records: records(config, &metrics)?,
         metrics: Arc::new(metrics),
     });
-    let connections = upstream::Upstream::new(config)?;
+    let connections = upstream::Upstream::new(config, context.metrics.upstream.clone())?;
     let shutdown = Shutdown::default();
     let proxy = Proxy::new(connections, config, context.clone(), shutdown.clone());
     let proxy_listener = bind("the proxy listener", config.listen).await?;
@@ -514,9 +514,12 @@ impl ServeProxy {
         };
         let io = TokioIo::new(io);
         let proxy = self.proxy.clone();
+        // An HTTP/1.1 connection carries one request at a time: only h2 needs a share of its own.
+        let share = (!matches!(speaks, Speaks::Http1)).then(|| proxy.connection_share());
         let service = service_fn(move |request| {
             let in_progress = activity.begin();
-            respond(proxy.clone().handle(request), in_progress, frames.clone())
+            let handled = proxy.clone().handle(request, share.clone());
+            respond(handled, in_progress, frames.clone())
         });
         let conn = builder.serve_connection(io, service);
         tokio::pin!(conn);

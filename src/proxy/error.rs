@@ -33,6 +33,8 @@ pub enum ProxyError {
     RequestBodyIdle { after: Duration },
     #[error("{limit} upstream requests are in progress (limits.max_upstream_connections); retry shortly")]
     UpstreamOverloaded { limit: usize },
+    #[error("this connection already has {limit} upstream requests in progress (limits.max_upstream_per_connection); retry shortly, or spread requests over more connections")]
+    ConnectionShare { limit: usize },
     #[error("shutting down: the grace period ran out before the upstream answered")]
     ShutdownCut,
     #[error("the request target cannot be forwarded: {reason}")]
@@ -55,19 +57,10 @@ impl ProxyError {
         request: &RequestSeen,
         limits: (u64, Duration),
     ) -> Self {
+        if let Some(error) = Self::of_body(request, limits) {
+            return error;
+        }
         let upstream = upstream.to_owned();
-        let (max_body_bytes, body_idle) = limits;
-        if request.body_too_large() {
-            return ProxyError::RequestBodyTooLarge {
-                limit: max_body_bytes,
-            };
-        }
-        if request.body_idle() {
-            return ProxyError::RequestBodyIdle { after: body_idle };
-        }
-        if request.body_broken() {
-            return ProxyError::ClientBodyBroken;
-        }
         let reason = root_cause(err);
         if err.is_connect() {
             if has_io_kind(err, io::ErrorKind::TimedOut) {
@@ -77,6 +70,27 @@ impl ProxyError {
             }
         } else {
             ProxyError::UpstreamFailed { upstream, reason }
+        }
+    }
+
+    /// Why reading the client's body failed: it grew past `limits.max_request_body_bytes`, went idle for
+    /// `timeouts.request_body_idle`, or broke off.
+    pub fn from_body(request: &RequestSeen, limits: (u64, Duration)) -> Self {
+        Self::of_body(request, limits).unwrap_or(ProxyError::ClientBodyBroken)
+    }
+
+    fn of_body(request: &RequestSeen, limits: (u64, Duration)) -> Option<Self> {
+        let (max_body_bytes, body_idle) = limits;
+        if request.body_too_large() {
+            Some(ProxyError::RequestBodyTooLarge {
+                limit: max_body_bytes,
+            })
+        } else if request.body_idle() {
+            Some(ProxyError::RequestBodyIdle { after: body_idle })
+        } else if request.body_broken() {
+            Some(ProxyError::ClientBodyBroken)
+        } else {
+            None
         }
     }
 
@@ -90,9 +104,9 @@ impl ProxyError {
             ProxyError::ClientBodyBroken | ProxyError::BadTarget { .. } => StatusCode::BAD_REQUEST,
             ProxyError::RequestBodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::RequestBodyIdle { .. } => StatusCode::REQUEST_TIMEOUT,
-            ProxyError::UpstreamOverloaded { .. } | ProxyError::ShutdownCut => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ProxyError::UpstreamOverloaded { .. }
+            | ProxyError::ConnectionShare { .. }
+            | ProxyError::ShutdownCut => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::NotImplemented { .. } => StatusCode::NOT_IMPLEMENTED,
         }
     }
@@ -110,6 +124,7 @@ impl ProxyError {
             ProxyError::ClientBodyBroken => Refusal::ClientBodyBroken,
             ProxyError::RequestBodyTooLarge { .. }
             | ProxyError::UpstreamOverloaded { .. }
+            | ProxyError::ConnectionShare { .. }
             | ProxyError::BadTarget { .. }
             | ProxyError::NotImplemented { .. } => Refusal::Declined,
         }
@@ -127,7 +142,9 @@ impl ProxyError {
             | ProxyError::RequestBodyTooLarge { .. }
             | ProxyError::BadTarget { .. } => "invalid_request_error",
             ProxyError::RequestBodyIdle { .. } => "request_timeout",
-            ProxyError::UpstreamOverloaded { .. } => "upstream_overloaded",
+            ProxyError::UpstreamOverloaded { .. } | ProxyError::ConnectionShare { .. } => {
+                "upstream_overloaded"
+            }
             ProxyError::NotImplemented { .. } => "not_implemented",
             ProxyError::ShutdownCut => "shutting_down",
         }
@@ -148,7 +165,7 @@ impl ProxyError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if let ProxyError::UpstreamOverloaded { .. } = self {
+        if let ProxyError::UpstreamOverloaded { .. } | ProxyError::ConnectionShare { .. } = self {
             let retry = HeaderValue::from_static("1");
             response.headers_mut().insert(header::RETRY_AFTER, retry);
         }

@@ -150,6 +150,27 @@ pub fn strip(headers: &mut HeaderMap, next: NextHop, direction: Direction) {
     }
 }
 
+/// What an h2 request needs to become an HTTP/1.1 one beyond the hop-by-hop rules (RFC 9113 §8.2):
+/// h2 lets a client split `cookie` into several fields for compression, and HTTP/1.1 servers read one
+/// `Cookie` line (most keep only the first or the last of several), so the fields are joined, in order,
+/// with "; " (§8.2.3), in the place of the first. The other §8.2 rules need nothing here: h2 itself
+/// refuses connection-specific fields, `TE` other than `trailers` and values with CR, LF or NUL (§8.2.1,
+/// §8.2.2); `Host` is the upstream's, written by the proxy (§8.3.1); the body's framing is the hop's.
+pub fn join_cookies(headers: &mut HeaderMap) {
+    let mut cookies = headers.get_all(header::COOKIE).iter();
+    let (Some(first), Some(_)) = (cookies.next(), cookies.next()) else {
+        return;
+    };
+    let mut joined = first.as_bytes().to_vec();
+    for crumb in headers.get_all(header::COOKIE).iter().skip(1) {
+        joined.extend_from_slice(b"; ");
+        joined.extend_from_slice(crumb.as_bytes());
+    }
+    if let Ok(value) = HeaderValue::from_bytes(&joined) {
+        headers.insert(header::COOKIE, value);
+    }
+}
+
 /// Whether a request's transfer coding is one tokentap forwards: none, or exactly `chunked`. Any other
 /// (`gzip, chunked`) is answered `501`, as nginx does: the upstream would have to undo a coding few
 /// servers implement, and tokentap could not read the body's `model`.
@@ -259,6 +280,26 @@ fn ends_in_its_only_chunked(value: &HeaderValue) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn h2_cookie_fields_are_joined_in_order_in_the_place_of_the_first() {
+        let mut headers = HeaderMap::new();
+        headers.append(header::ACCEPT, HeaderValue::from_static("*/*"));
+        for crumb in ["a=1", "b=2", "c=3"] {
+            headers.append(header::COOKIE, HeaderValue::from_static(crumb));
+        }
+        headers.append(header::USER_AGENT, HeaderValue::from_static("x"));
+        join_cookies(&mut headers);
+        let cookies: Vec<_> = headers.get_all(header::COOKIE).iter().collect();
+        assert_eq!(cookies, ["a=1; b=2; c=3"]);
+        let names: Vec<_> = headers.keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["accept", "cookie", "user-agent"]);
+
+        let mut one = HeaderMap::new();
+        one.append(header::COOKIE, HeaderValue::from_static("a=1"));
+        join_cookies(&mut one);
+        assert_eq!(one[header::COOKIE], "a=1");
+    }
 
     fn map(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -31,6 +31,7 @@ use crate::decode::dialect;
 use crate::logging::repeated::RepeatedWarning;
 use crate::proxy::error::ProxyError;
 use crate::proxy::hop_by_hop::{self, Direction, NextHop};
+use crate::proxy::request_body::{self, HoldLimits};
 use crate::proxy::request_target::{self, Target, TargetError};
 use crate::proxy::upstream::{Upstream, UpstreamResponse};
 use crate::record::outcome::End;
@@ -60,9 +61,13 @@ struct Inner {
     idle: Duration,
     body_idle: Duration,
     max_body_bytes: u64,
+    /// What a request body may hold before it is sent.
+    hold: HoldLimits,
     /// One permit per upstream request in progress, `limits.max_upstream_connections` in all.
     upstream_slots: Arc<Semaphore>,
     max_upstream: usize,
+    /// `limits.max_upstream_per_connection`.
+    per_connection: usize,
     overloaded: Mutex<RepeatedWarning>,
     shutdown: Shutdown,
 }
@@ -87,17 +92,29 @@ impl Proxy {
                 idle: config.timeouts.idle,
                 body_idle: config.timeouts.request_body_idle,
                 max_body_bytes: config.limits.max_request_body_bytes,
+                hold: HoldLimits {
+                    per_request: config.limits.held_body_bytes(),
+                    all: Arc::new(Semaphore::new(
+                        usize::try_from(config.limits.max_held_request_bytes)
+                            .unwrap_or(usize::MAX)
+                            .min(Semaphore::MAX_PERMITS),
+                    )),
+                },
                 upstream_slots: Arc::new(Semaphore::new(config.limits.max_upstream_connections)),
                 max_upstream: config.limits.max_upstream_connections,
+                per_connection: config.limits.upstream_per_connection(),
                 overloaded: Mutex::default(),
                 shutdown,
             }),
         }
     }
 
+    /// Forwards one request. `share` is its client connection's share of the upstream slots
+    /// (`limits.max_upstream_per_connection`), for a connection that may carry several requests at once.
     pub async fn handle(
         self,
         request: Request<Incoming>,
+        share: Option<Arc<Semaphore>>,
     ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
         let arrive = Instant::now();
         let inner = &self.inner;
@@ -129,28 +146,56 @@ impl Proxy {
                 return Ok(refuse(&mut guard, &error));
             }
         };
+        let scan_bytes = inner.context.metering.model_scan_bytes;
+        let (body, leftover) = RequestTap::new(
+            body,
+            scan_bytes,
+            inner.max_body_bytes,
+            inner.body_idle,
+            slot.clone(),
+        );
+        // A small body is read whole before anything upstream is taken (see `request_body`).
+        let held = tokio::select! {
+            held = request_body::hold(body, &inner.hold) => held.map_err(|_| {
+                ProxyError::from_body(&slot, (inner.max_body_bytes, inner.body_idle))
+            }),
+            () = inner.shutdown.reached(Phase::Cut) => Err(ProxyError::ShutdownCut),
+        };
+        let body = match held {
+            Ok(body) => body,
+            Err(error) => {
+                tracing::warn!(%error, "request refused");
+                return Ok(refuse(&mut guard, &error));
+            }
+        };
         let Ok(permit) = inner.upstream_slots.clone().try_acquire_owned() else {
             inner.context.metrics.refusals.upstream_requests.inc();
             let error = ProxyError::UpstreamOverloaded {
                 limit: inner.max_upstream,
             };
-            let mut overloaded = inner
-                .overloaded
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if let Some(refused) = overloaded.occurred(arrive) {
-                tracing::warn!(%error, refused, "requests refused (this one and those since the last such line)");
+            return Ok(self.overloaded(&mut guard, arrive, &error));
+        };
+        // The connection's own share, once there is room upstream at all: a refusal is the connection's.
+        let share = match share.map(Semaphore::try_acquire_owned).transpose() {
+            Ok(share) => share,
+            Err(_) => {
+                inner.context.metrics.refusals.connection_share.inc();
+                let error = ProxyError::ConnectionShare {
+                    limit: inner.per_connection,
+                };
+                return Ok(self.overloaded(&mut guard, arrive, &error));
             }
-            drop(overloaded);
-            return Ok(refuse(&mut guard, &error));
         };
         if let Some(exchange) = guard.get_mut() {
-            exchange.hold(permit);
+            exchange.hold(permit, share);
         }
         let client_version = parts.version;
         parts.uri = origin_form(&inner.prefix, target.path_and_query());
         parts.version = Version::HTTP_11;
         hop_by_hop::strip(&mut parts.headers, NextHop::Http1, Direction::Request);
+        if client_version == Version::HTTP_2 {
+            hop_by_hop::join_cookies(&mut parts.headers);
+        }
         // In the client's `Host` line, so it keeps its place and case (`insert` replaces in place).
         match &inner.host {
             Some(host) => {
@@ -160,14 +205,6 @@ impl Proxy {
                 parts.headers.remove(header::HOST);
             }
         }
-        let scan_bytes = inner.context.metering.model_scan_bytes;
-        let (body, leftover) = RequestTap::new(
-            body,
-            scan_bytes,
-            inner.max_body_bytes,
-            inner.body_idle,
-            slot.clone(),
-        );
 
         let forward = inner.connections.send(Request::from_parts(parts, body));
         let answered = tokio::select! {
@@ -219,6 +256,32 @@ impl Proxy {
                 Ok(refuse(&mut guard, &error))
             }
         }
+    }
+}
+
+impl Proxy {
+    /// A new client connection's share of the upstream slots.
+    pub fn connection_share(&self) -> Arc<Semaphore> {
+        Arc::new(Semaphore::new(self.inner.per_connection))
+    }
+
+    /// The 503 of a request refused for want of an upstream slot, logged once per 10 s at most.
+    fn overloaded(
+        &self,
+        guard: &mut ExchangeGuard,
+        arrive: Instant,
+        error: &ProxyError,
+    ) -> Response<ProxyBody> {
+        let mut overloaded = self
+            .inner
+            .overloaded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(refused) = overloaded.occurred(arrive) {
+            tracing::warn!(%error, refused, "requests refused (this one and those since the last such line)");
+        }
+        drop(overloaded);
+        refuse(guard, error)
     }
 }
 

@@ -87,8 +87,9 @@ pub struct Exchange {
     in_flight: IntGauge,
     /// This request in [`ExchangeContext::requests`], until it finishes.
     counted: Option<Counted>,
-    /// One of `limits.max_upstream_connections`, held from forwarding until the exchange finishes.
-    upstream_permit: Option<OwnedSemaphorePermit>,
+    /// One of `limits.max_upstream_connections`, and one of its client connection's
+    /// `limits.max_upstream_per_connection`, held from forwarding until the exchange finishes.
+    upstream_permits: [Option<OwnedSemaphorePermit>; 2],
     /// The request's id and tenant, once its head was read.
     identity: Option<Identity>,
     /// Wall-clock arrival and the request's own gaps: only kept for a record (`request_log:`).
@@ -128,7 +129,7 @@ impl Exchange {
             series: None,
             counted,
             in_flight,
-            upstream_permit: None,
+            upstream_permits: [None, None],
             identity: None,
             recording,
         }
@@ -139,9 +140,10 @@ impl Exchange {
         self.identity = Some(self.context.identify.of(headers));
     }
 
-    /// Holds `permit` (an upstream connection slot) until the exchange finishes, however it ends.
-    pub fn hold(&mut self, permit: OwnedSemaphorePermit) {
-        self.upstream_permit = Some(permit);
+    /// Holds `permit` (an upstream slot) and `share` (one of its client connection's) until the exchange
+    /// finishes, however it ends.
+    pub fn hold(&mut self, permit: OwnedSemaphorePermit, share: Option<OwnedSemaphorePermit>) {
+        self.upstream_permits = [Some(permit), share];
     }
 
     /// The response head arrived. Successful responses of a known API are metered from here on.
@@ -255,7 +257,7 @@ impl Exchange {
     fn finish(mut self, end: End, now: Instant) {
         self.in_flight.dec();
         self.counted.take();
-        self.upstream_permit.take();
+        self.upstream_permits = [None, None];
         let terminal_event = self.ended;
         let seen = Seen {
             terminal_event: terminal_event.is_some(),

@@ -25,6 +25,9 @@ pub enum Step {
     Close,
     /// Abort the connection with a TCP reset (SO_LINGER 0), whatever state the response is in.
     Reset,
+    /// The script's last step: the connection waits this long for its next request, then closes (FIN),
+    /// as a server's keep-alive timer does. A request that has begun to arrive by then is served.
+    KeepAliveFor(Duration),
 }
 
 #[derive(Clone, Debug, Default)]
@@ -181,6 +184,8 @@ impl Socket for tokio_rustls::server::TlsStream<TcpStream> {
 /// How a script left the connection.
 enum After {
     KeepAlive,
+    /// Kept alive for this long without a request, then closed.
+    KeepAliveFor(Duration),
     Close,
     Reset,
 }
@@ -193,7 +198,18 @@ async fn serve_connection<S: Socket>(
 ) {
     let (mut rd, mut wr) = tokio::io::split(stream);
     let mut buf: Vec<u8> = Vec::new();
+    let mut idle_close: Option<Duration> = None;
     loop {
+        if let Some(idle) = idle_close.take() {
+            if buf.is_empty()
+                && tokio::time::timeout(idle, fill(&mut rd, &mut buf))
+                    .await
+                    .is_err()
+            {
+                let _ = wr.shutdown().await;
+                return;
+            }
+        }
         let Some(request) = read_request(&mut rd, &mut buf).await else {
             log.lock()
                 .expect("log")
@@ -224,6 +240,7 @@ async fn serve_connection<S: Socket>(
                     }
                     Step::Close => return After::Close,
                     Step::Reset => return After::Reset,
+                    Step::KeepAliveFor(idle) => return After::KeepAliveFor(idle),
                 }
             }
             After::KeepAlive
@@ -242,6 +259,7 @@ async fn serve_connection<S: Socket>(
         log.lock().expect("log").script_done_at = Some(Instant::now());
         match after {
             After::KeepAlive => continue,
+            After::KeepAliveFor(idle) => idle_close = Some(idle),
             After::Close => {
                 let _ = wr.shutdown().await;
                 return;

@@ -26,8 +26,8 @@ pub(super) struct Lease {
 
 impl Lease {
     /// Back to the pool if the connection is ready for another request now; otherwise it is closed.
-    pub(super) fn give_back(self, cx: &mut Context<'_>) {
-        self.pool.put(self.conn, cx);
+    pub(super) fn give_back(self) {
+        self.pool.put(self.conn);
     }
 }
 
@@ -52,9 +52,9 @@ impl UpstreamResponse {
     }
 
     /// The connection goes back to the pool now, if it can (a response with no body: nobody will poll it).
-    pub(super) fn give_back(&mut self, cx: &mut Context<'_>) {
+    pub(super) fn give_back(&mut self) {
         if let Some(lease) = self.lease.take() {
-            lease.give_back(cx);
+            lease.give_back();
         }
     }
 }
@@ -82,7 +82,7 @@ fn look(
         Poll::Ready(Some(Ok(_))) if !body.is_end_stream() => {}
         Poll::Ready(Some(Ok(_)) | None) => {
             if let Some(lease) = lease.take() {
-                lease.give_back(cx);
+                lease.give_back();
             }
         }
         _ => {}

@@ -1,44 +1,45 @@
 //! The connections that carry requests to the model server: keep-alive HTTP/1.1 connections in a pool
-//! of tokentap's own, TCP_NODELAY so a token is never held back by Nagle, a connect timeout, and rustls for
-//! `https://` upstreams with the system's roots or a configured CA bundle.
+//! of tokentap's own (`pool.rs`), opened by `connect.rs` (TCP_NODELAY, `timeouts.connect`, rustls for
+//! `https://` upstreams).
 //!
 //! A request's connection is driven by the request itself, not by a task of its own: its service future
 //! while the response head is awaited, then the response body as the client's side reads it
 //! ([`body::UpstreamResponse`], [`pool`]). A frame therefore goes from the upstream socket to the client
 //! socket in one wake-up of one task, and the frames that one read brought go out in one write.
+//!
+//! **Sending again.** A server may close a kept-alive connection at the very moment tokentap sends the
+//! next request on it (its idle timer fired as the request was on the wire). That request was never
+//! answered: the server closed the connection without reading it, or without a byte of reply. It is sent
+//! once more, on a new connection, when all of these hold: the connection was reused (a new connection
+//! that fails is the server's answer), not a single byte came back after the request went out, the
+//! failure is a close or a reset (not a timeout, not a malformed reply), and tokentap holds the whole
+//! body ([`Outgoing::replay`]). A request that was never written at all (the connection was found closed
+//! as it was handed over) is sent again whatever its body. Each is counted in
+//! `tokentap_upstream_requests_resent_total`.
 
 mod body;
+mod connect;
 mod pool;
 mod wake;
 
 pub use body::UpstreamResponse;
+pub use connect::TlsSetupError;
 use wake::{LookAgain, LOOK_AGAIN};
 
 use std::future::{poll_fn, Future};
-use std::path::Path;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
 
-use http::{Request, Response, Uri};
+use http::{Request, Response};
 use http_body::Body;
 use hyper::client::conn::http1;
 use hyper::client::conn::TrySendError;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
-use rustls::RootCertStore;
-use tower_service::Service;
+use hyper_util::rt::TokioIo;
 
 use crate::config::Config;
-use crate::tap::RequestTap;
-
-pub type UpstreamBody = RequestTap<hyper::body::Incoming>;
-
-/// How long an unused connection is kept for the next request.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+pub use crate::proxy::request_body::Outgoing;
+use crate::record::metrics::UpstreamCounters;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -60,122 +61,90 @@ impl UpstreamError {
     pub fn is_connect(&self) -> bool {
         matches!(self, UpstreamError::Connect(_))
     }
-}
 
-#[derive(Debug, thiserror::Error)]
-pub enum TlsSetupError {
-    #[error("reading CA bundle {path}: {reason}")]
-    CaFile { path: String, reason: String },
-    #[error("CA bundle {0} holds no usable certificate")]
-    NoCertificates(String),
-    #[error("no usable root certificates found on this system; set upstream_ca_file")]
-    NoSystemRoots,
-    #[error("TLS setup: {0}")]
-    Rustls(#[from] rustls::Error),
-}
-
-fn roots(ca_file: Option<&Path>) -> Result<RootCertStore, TlsSetupError> {
-    let mut roots = RootCertStore::empty();
-    match ca_file {
-        Some(path) => {
-            let shown = path.display().to_string();
-            let certs = CertificateDer::pem_file_iter(path)
-                .map_err(|e| TlsSetupError::CaFile {
-                    path: shown.clone(),
-                    reason: e.to_string(),
-                })?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| TlsSetupError::CaFile {
-                    path: shown.clone(),
-                    reason: e.to_string(),
-                })?;
-            let (added, _) = roots.add_parsable_certificates(certs);
-            if added == 0 {
-                return Err(TlsSetupError::NoCertificates(shown));
-            }
-        }
-        None => {
-            let found = rustls_native_certs::load_native_certs();
-            for err in &found.errors {
-                tracing::warn!(%err, "skipping unreadable system certificate");
-            }
-            let (added, _) = roots.add_parsable_certificates(found.certs);
-            if added == 0 {
-                return Err(TlsSetupError::NoSystemRoots);
-            }
+    /// A close or a reset of the connection, which a server that never got to the request causes: not a
+    /// reply it could not parse, nor anything of tokentap's own making.
+    fn is_close(&self) -> bool {
+        match self {
+            UpstreamError::Connect(_) => false,
+            UpstreamError::Closed => true,
+            UpstreamError::Http(e) => !e.is_parse() && !e.is_user() && !e.is_timeout(),
         }
     }
-    Ok(roots)
 }
 
 /// The upstream's connections: how to open one, and the idle ones.
 pub struct Upstream {
-    /// Scheme and authority to connect to (and the path prefix, which the service puts in each target).
-    base: Uri,
-    connector: HttpsConnector<HttpConnector>,
+    connector: connect::Connector,
     handshake: http1::Builder,
     pool: Arc<pool::Pool>,
+    counters: UpstreamCounters,
 }
 
 impl Upstream {
-    /// Loads TLS roots only when the upstream is `https://`. Starts the pool's sweep, so it must be called
-    /// on the runtime.
-    pub fn new(config: &Config) -> Result<Self, TlsSetupError> {
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(config.timeouts.connect));
-        http.set_keepalive(Some(Duration::from_secs(60)));
-
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let roots = if config.upstream.scheme_str() == Some("https") {
-            roots(config.upstream_ca_file.as_deref())?
-        } else {
-            RootCertStore::empty()
-        };
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
+    /// Loads TLS roots only when the upstream is `https://`. Starts the pool's watcher, so it must be
+    /// called on the runtime.
+    pub fn new(config: &Config, counters: UpstreamCounters) -> Result<Self, TlsSetupError> {
         // Header names are written in the case they came in, from the request's original case map, and
         // the response's are recorded for the client's side (see `net/server.rs`).
         let mut handshake = http1::Builder::new();
         handshake.preserve_header_case(true);
         Ok(Upstream {
-            base: config.upstream.clone(),
-            connector,
+            connector: connect::Connector::new(config)?,
             handshake,
             // Never more idle connections kept than may be in use at once
             // (limits.max_upstream_connections).
-            pool: pool::Pool::new(config.limits.max_upstream_connections, IDLE_TIMEOUT),
+            pool: pool::Pool::new(
+                config.limits.max_upstream_connections,
+                config.timeouts.upstream_idle,
+                counters.clone(),
+            ),
+            counters,
         })
     }
 
-    /// Sends `request`, whose URI is the request line's target (origin form: path and query), on an idle connection, or a new one, and waits for the response head. A request that could not be
-    /// written because the idle connection it was given had closed is sent again on a new connection;
-    /// one that was written is never sent twice.
+    /// Sends `request`, whose URI is the request line's target (origin form: path and query), on an
+    /// idle connection or a new one, and waits for the response head. A request that failed on a reused
+    /// connection the upstream closed without answering is sent once more on a new one (see the module's
+    /// documentation).
     pub async fn send(
         &self,
-        request: Request<UpstreamBody>,
+        request: Request<Outgoing>,
     ) -> Result<Response<UpstreamResponse>, UpstreamError> {
-        let idle = poll_fn(|cx| Poll::Ready(self.pool.take(cx))).await;
-        let (mut conn, reused) = match idle {
+        let (mut conn, reused) = match self.pool.take().await {
             Some(conn) => (conn, true),
             None => (self.connect().await?, false),
         };
+        // A copy to send again, only where it may be: a fresh connection never is.
+        let again = reused
+            .then(|| request.body().replay())
+            .flatten()
+            .map(|body| Request::from_parts(clone_head(&request), body));
+        let answered_before = conn.bytes_read();
         let wake = LookAgain::new();
         let response = match exchange(&mut conn, request, &wake).await {
             Ok(response) => response,
-            Err(Failed::NotSent(request, _)) if reused => {
+            Err(Failed::NotSent(request, error)) if reused => {
+                tracing::debug!(%error, "a reused upstream connection was closed before the request was written: sending it on a new one");
+                self.counters.resent.inc();
                 conn = self.connect().await?;
                 exchange(&mut conn, *request, &wake)
                     .await
                     .map_err(Failed::into_error)?
+            }
+            Err(Failed::Failed(error)) => {
+                let unanswered = conn.bytes_read() == answered_before && error.is_close();
+                match again {
+                    Some(request) if unanswered => {
+                        tracing::debug!(%error, "a reused upstream connection closed without answering: sending the request again");
+                        self.counters.resent.inc();
+                        conn = self.connect().await?;
+                        exchange(&mut conn, request, &wake)
+                            .await
+                            .map_err(Failed::into_error)?
+                    }
+                    _ => return Err(error),
+                }
             }
             Err(failed) => return Err(failed.into_error()),
         };
@@ -186,33 +155,38 @@ impl Upstream {
         let mut response = response.map(|body| UpstreamResponse::new(body, lease, wake));
         if response.body().is_end_stream() {
             // Nobody polls a body that is already over: the connection goes back now.
-            poll_fn(|cx| {
-                response.body_mut().give_back(cx);
-                Poll::Ready(())
-            })
-            .await;
+            response.body_mut().give_back();
         }
         Ok(response)
     }
 
     async fn connect(&self) -> Result<Box<pool::Conn>, UpstreamError> {
-        let mut connector = self.connector.clone();
-        poll_fn(|cx| connector.poll_ready(cx))
+        let stream = self
+            .connector
+            .connect()
             .await
             .map_err(UpstreamError::Connect)?;
-        let io = connector
-            .call(self.base.clone())
-            .await
-            .map_err(UpstreamError::Connect)?;
-        let (sender, driver) = self.handshake.handshake(io).await?;
-        Ok(Box::new(pool::Conn::new(sender, driver)))
+        let read = stream.read_count();
+        let (sender, driver) = self.handshake.handshake(TokioIo::new(stream)).await?;
+        Ok(Box::new(pool::Conn::new(sender, driver, read)))
     }
+}
+
+/// The request's head, copied for a second try (its body is copied by [`Outgoing::replay`]).
+fn clone_head(request: &Request<Outgoing>) -> http::request::Parts {
+    let mut copy = Request::new(());
+    *copy.method_mut() = request.method().clone();
+    *copy.uri_mut() = request.uri().clone();
+    *copy.version_mut() = request.version();
+    *copy.headers_mut() = request.headers().clone();
+    *copy.extensions_mut() = request.extensions().clone();
+    copy.into_parts().0
 }
 
 /// How sending a request on a connection failed.
 enum Failed {
     /// Not a byte of the request was written: the connection had closed. It may be sent again.
-    NotSent(Box<Request<UpstreamBody>>, hyper::Error),
+    NotSent(Box<Request<Outgoing>>, hyper::Error),
     Failed(UpstreamError),
 }
 
@@ -225,8 +199,8 @@ impl Failed {
     }
 }
 
-impl From<TrySendError<Request<UpstreamBody>>> for Failed {
-    fn from(mut failed: TrySendError<Request<UpstreamBody>>) -> Self {
+impl From<TrySendError<Request<Outgoing>>> for Failed {
+    fn from(mut failed: TrySendError<Request<Outgoing>>) -> Self {
         match failed.take_message() {
             Some(request) => Failed::NotSent(Box::new(request), failed.into_error()),
             None => Failed::Failed(UpstreamError::Http(failed.into_error())),
@@ -237,7 +211,7 @@ impl From<TrySendError<Request<UpstreamBody>>> for Failed {
 /// Sends the request on `conn` and drives the connection until the response head has come.
 async fn exchange(
     conn: &mut pool::Conn,
-    request: Request<UpstreamBody>,
+    request: Request<Outgoing>,
     wake: &LookAgain,
 ) -> Result<Response<hyper::body::Incoming>, Failed> {
     let mut answer = pin!(conn.sender.try_send_request(request));

@@ -25,6 +25,7 @@ mod forwarding;
 mod inside;
 mod labels;
 mod scrape;
+mod upstream;
 
 pub use bound::SeriesBound;
 pub use inside::Inside;
@@ -32,6 +33,7 @@ pub use labels::{
     status_label, status_labels, Lookup, ModelLabels, NO_TENANT, OTHER_MODEL, UNADMITTED_MODEL,
     UNKNOWN_MODEL,
 };
+pub use upstream::UpstreamCounters;
 
 pub struct Metrics {
     registry: Registry,
@@ -58,6 +60,8 @@ pub struct Metrics {
     /// The `tenant` label values, when `tenants:` is configured.
     pub tenants: Option<ModelLabels>,
     pub refusals: Refusals,
+    /// tokentap's own upstream connections.
+    pub upstream: UpstreamCounters,
     /// The request_log writer's counters, when `request_log:` is configured.
     pub records: Option<crate::logging::records::RecordCounters>,
     bound: SeriesBound,
@@ -79,6 +83,9 @@ pub struct Refusals {
     pub header_too_large: IntCounter,
     /// Requests answered 503 because `limits.max_upstream_connections` were in progress.
     pub upstream_requests: IntCounter,
+    /// Requests answered 503 because their client connection had `limits.max_upstream_per_connection`
+    /// upstream requests in progress.
+    pub connection_share: IntCounter,
 }
 
 impl Refusals {
@@ -104,6 +111,10 @@ impl Refusals {
             upstream_requests: counter(
                 "tokentap_upstream_requests_refused_total",
                 "Requests answered 503 because limits.max_upstream_connections upstream requests were in progress.",
+            )?,
+            connection_share: counter(
+                "tokentap_connection_share_refused_total",
+                "Requests answered 503 because their client connection already had limits.max_upstream_per_connection upstream requests in progress.",
             )?,
         })
     }
@@ -253,6 +264,7 @@ impl Metrics {
         registry.register(Box::new(in_flight.clone()))?;
         registry.register(Box::new(crate::logging::DroppedLinesCollector::new()?))?;
         let refusals = Refusals::register(&registry)?;
+        let upstream = UpstreamCounters::register(&registry)?;
         let records = match &config.request_log {
             Some(_) => Some(crate::logging::records::RecordCounters::register(
                 &registry,
@@ -340,6 +352,7 @@ impl Metrics {
             models,
             tenants,
             refusals,
+            upstream,
             records,
             bound,
             inside,
@@ -687,6 +700,6 @@ mod tests {
     fn the_default_limit_is_stated_in_the_readme() {
         let metrics = Metrics::new(&Config::default()).unwrap();
         // Adding a series family moves this figure: update README.md and docs/metrics.md with it.
-        assert_eq!(limit(&metrics), 337_490);
+        assert_eq!(limit(&metrics), 337_495);
     }
 }
