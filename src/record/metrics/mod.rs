@@ -21,7 +21,7 @@ use crate::config::{Config, SloKind};
 use crate::record::api::Api;
 
 mod bound;
-mod forwarding;
+pub mod forwarding;
 mod inside;
 mod labels;
 mod scrape;
