@@ -10,6 +10,7 @@
 //! and a line in [`detect`].
 
 mod anthropic;
+mod cursor;
 mod llamacpp;
 mod ollama;
 mod openai;
@@ -19,6 +20,7 @@ mod tgi;
 pub mod timings;
 
 #[doc(hidden)]
+pub use anthropic::anthropic_both_ways;
 pub use openai::{read_both_ways, Reading};
 
 use crate::decode::event::FramedEvent;
