@@ -363,7 +363,8 @@ mod through {
         addr
     }
 
-    pub fn start(contents: usize) -> Through {
+    /// tokentap in front of a scripted upstream, with `extra` YAML in its config, and a client.
+    pub fn start_with(contents: usize, extra: &str) -> Through {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -371,7 +372,7 @@ mod through {
         let (client, proxy) = runtime.block_on(async {
             let upstream = upstream(contents).await;
             let yaml = format!(
-                "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: http://{upstream}\n"
+                "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: http://{upstream}\n{extra}"
             );
             let config = tokentap::Config::from_yaml_str(&yaml).expect("config");
             let proxy = tokentap::start(&config).await.expect("start tokentap");
@@ -427,9 +428,21 @@ fn through_proxy_stream_64(bencher: Bencher) {
     through_proxy(bencher, 64);
 }
 
+/// The short request with its body streamed upstream as it arrives (`hold_request_body_bytes: 0`)
+/// instead of read whole first (the default): the difference from `through_proxy_short_request` is what
+/// holding a small body costs.
+#[divan::bench]
+fn through_proxy_short_request_body_streamed(bencher: Bencher) {
+    through_proxy_with(bencher, 8, "limits:\n  hold_request_body_bytes: 0\n");
+}
+
 /// Requests with `contents` content chunks through the proxy, after one to open the connections.
 fn through_proxy(bencher: Bencher, contents: usize) {
-    let mut through = through::start(contents);
+    through_proxy_with(bencher, contents, "");
+}
+
+fn through_proxy_with(bencher: Bencher, contents: usize, extra: &str) {
+    let mut through = through::start_with(contents, extra);
     through.request();
     bencher
         .counter(ItemsCount::new(1usize))

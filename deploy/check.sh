@@ -51,9 +51,11 @@ fi
 echo "-- Grafana dashboard is JSON"
 python3 -m json.tool deploy/grafana/tokentap-dashboard.json >/dev/null
 
-echo "-- Vector config that ships the request records (deploy/vector)"
+echo "-- Vector configs that ship the request records (deploy/vector: the reader with each sink)"
 if command -v vector >/dev/null 2>&1; then
-  vector validate --no-environment deploy/vector/tokentap-records.yaml
+  for sink in loki clickhouse; do
+    vector validate --no-environment deploy/vector/tokentap-records.yaml "deploy/vector/$sink.yaml"
+  done
 else
   echo "   (no vector binary here: yamllint below and tests/deploy.rs only)"
 fi

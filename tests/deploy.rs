@@ -504,20 +504,55 @@ fn compose_mounts_files_that_exist_and_the_image_matches_the_docs() {
     assert!(dockerfile.contains("USER 65532"));
 }
 
-/// deploy/vector: the Vector example reads the records' own field names (as a record serializes
-/// them), labels Loki streams only with fields of bounded values, and tails the path the config
-/// example names.
-#[test]
-fn the_vector_example_reads_record_fields_and_labels_only_bounded_ones() {
-    use tokentap::record::request_record::RequestRecord;
-    let config = yaml("deploy/vector/tokentap-records.yaml");
-    let record = serde_json::to_value(RequestRecord::default()).expect("record");
-    let fields: BTreeSet<String> = record
+/// Every field a record can carry, each set (a default record leaves the optional ones out).
+fn record_fields() -> BTreeSet<String> {
+    use tokentap::record::request_record::{RequestRecord, ServerRecord};
+    let record = RequestRecord {
+        tenant: Some(String::new()),
+        status: Some(200),
+        ttft_s: Some(0.0),
+        time_to_first_answer_s: Some(0.0),
+        reasoning_s: Some(0.0),
+        tpot_s: Some(0.0),
+        generation_s: Some(0.0),
+        output_tokens_per_s: Some(0.0),
+        output_tokens: Some(0),
+        output_tokens_source: Some(String::new()),
+        input_tokens: Some(0),
+        cached_input_tokens: Some(0),
+        reasoning_tokens: Some(0),
+        max_gap_s: Some(0.0),
+        itl_p50_s: Some(0.0),
+        itl_p99_s: Some(0.0),
+        slo_missed: vec![String::new()],
+        server: Some(ServerRecord::default()),
+        ttft_outside_server_s: Some(0.0),
+        gaps_s: Some(Vec::new()),
+        ..RequestRecord::default()
+    };
+    let record = serde_json::to_value(record).expect("record");
+    record
         .as_object()
         .map(|o| o.keys().cloned().collect())
-        .unwrap_or_default();
-    let sink = &config["sinks"]["loki"];
+        .unwrap_or_default()
+}
+
+/// deploy/vector: the reader parses the records' own field names (as a record serializes them) and
+/// tails the path the config example names; the Loki sink labels streams only with fields of bounded
+/// values; the ClickHouse sink writes the parsed records, without Loki's timestamp, to the table
+/// deploy/clickhouse/schema.sql creates.
+#[test]
+fn the_vector_example_reads_record_fields_and_labels_only_bounded_ones() {
+    let config = yaml("deploy/vector/tokentap-records.yaml");
+    assert!(
+        config["sinks"].is_null(),
+        "the sinks are files of their own"
+    );
+    let fields = record_fields();
+    let loki = yaml("deploy/vector/loki.yaml");
+    let sink = &loki["sinks"]["loki"];
     assert_eq!(str_of(&sink["type"]), "loki");
+    assert_eq!(str_of(&sink["inputs"][0]), "tokentap_parsed");
     let labels = sink["labels"].as_mapping().expect("labels");
     let bounded = ["model", "api", "outcome"];
     for (name, value) in labels {
@@ -554,4 +589,39 @@ fn the_vector_example_reads_record_fields_and_labels_only_bounded_ones() {
         example.contains(&format!("path: {path}")),
         "config/tokentap.yaml names {path}"
     );
+
+    let clickhouse = yaml("deploy/vector/clickhouse.yaml");
+    let sink = &clickhouse["sinks"]["clickhouse"];
+    assert_eq!(str_of(&sink["type"]), "clickhouse");
+    assert_eq!(str_of(&sink["inputs"][0]), "tokentap_parsed");
+    let table = format!("{}.{}", str_of(&sink["database"]), str_of(&sink["table"]));
+    assert_eq!(table, "tokentap.requests");
+    assert_eq!(
+        sink["skip_unknown_fields"], true,
+        "a new record field must not stop the shipping"
+    );
+    assert_eq!(sink["encoding"]["except_fields"][0], "timestamp");
+    assert!(read("deploy/clickhouse/schema.sql")
+        .contains(&format!("CREATE TABLE IF NOT EXISTS {table}")));
+}
+
+/// deploy/clickhouse/schema.sql has a column for every field of a record, named as the field, and
+/// nothing else (tests/clickhouse.rs runs its SQL).
+#[test]
+fn the_clickhouse_table_has_a_column_for_every_record_field() {
+    let schema = read("deploy/clickhouse/schema.sql");
+    let table = schema
+        .split("CREATE TABLE IF NOT EXISTS tokentap.requests")
+        .nth(1)
+        .and_then(|rest| rest.split("\nENGINE").next())
+        .expect("the table");
+    // A column is a line `    name Type...` at the first level of the parentheses.
+    let columns: BTreeSet<String> = table
+        .lines()
+        .filter(|line| line.starts_with("    ") && !line.starts_with("     "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|word| !word.starts_with("--"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(columns, record_fields());
 }

@@ -303,3 +303,41 @@ async fn a_get_with_a_chunked_body_reaches_the_upstream_with_its_body() {
     );
     assert_eq!(seen.body, b"hello");
 }
+
+/// An h2 client may send `cookie` as several fields (RFC 9113 §8.2.3); an HTTP/1.1 server reads one line
+/// (most keep only the first or the last of several). They reach the upstream joined with "; ", in order,
+/// where the first was. An HTTP/1.1 client's lines are left as they came.
+#[tokio::test]
+async fn an_h2_clients_cookie_fields_reach_the_upstream_as_one_line() {
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let h2: TestClient = h2_client();
+    let request = http::Request::get(format!("http://{}/v1/models", proxy.proxy_addr()))
+        .header("x-before", "1")
+        .header("cookie", "session=abc")
+        .header("cookie", "theme=dark")
+        .header("x-after", "2")
+        .header("cookie", "lang=en")
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    assert_eq!(send(&h2, request).await.status, 200);
+    let seen = &upstream.requests()[0];
+    assert_eq!(
+        seen.header("cookie"),
+        ["session=abc; theme=dark; lang=en"],
+        "{}",
+        seen.head
+    );
+    let names: Vec<&str> = seen
+        .head
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':').map(|(n, _)| n))
+        .filter(|n| n.starts_with("x-") || *n == "cookie")
+        .collect();
+    assert_eq!(names, ["x-before", "cookie", "x-after"]);
+
+    let raw = "GET /v1/models HTTP/1.1\r\nhost: x\r\ncookie: a=1\r\ncookie: b=2\r\n\r\n";
+    let _ = response_head(proxy.proxy_addr(), raw.as_bytes()).await;
+    assert_eq!(upstream.requests()[1].header("cookie"), ["a=1", "b=2"]);
+}

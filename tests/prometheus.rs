@@ -15,15 +15,10 @@
 
 mod support;
 
-use std::net::TcpListener as StdListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 use support::*;
 use tokentap::Running;
@@ -63,7 +58,7 @@ fn script(slow: bool) -> Vec<Step> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_recording_rules_report_the_p99_ttft_goodput_ratio_and_tokens_per_second_of_a_known_load(
 ) {
-    if !prometheus_installed() {
+    if !prometheus_installed("prometheus_recording_rules_*") {
         return;
     }
     let started = Instant::now();
@@ -77,7 +72,7 @@ async fn prometheus_recording_rules_report_the_p99_ttft_goodput_ratio_and_tokens
     let proxy = proxy(&upstream.url(), CONFIG).await;
 
     drive(&proxy).await; // priming: see the module comment
-    let mut prom = Prometheus::start(proxy.metrics_addr().port());
+    let mut prom = Prometheus::start(&[proxy.metrics_addr().port()]);
     prom.wait_until(
         "the first scrape has the priming load",
         "sum(tokentap_requests_total)",
@@ -227,183 +222,4 @@ async fn drive(proxy: &Running) {
         assert_eq!((got.status, got.end), (200, Ok(())));
     }
     settle(proxy).await;
-}
-
-/// True when `prometheus` runs; false (with a message) when it is not installed, unless CI requires it.
-fn prometheus_installed() -> bool {
-    match Command::new("prometheus").arg("--version").output() {
-        Ok(out) if out.status.success() => true,
-        Ok(out) => panic!("`prometheus --version` failed: {out:?}"),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            if std::env::var_os("TOKENTAP_REQUIRE_PROMETHEUS").is_some() {
-                panic!("TOKENTAP_REQUIRE_PROMETHEUS is set but `prometheus` is not on PATH");
-            }
-            eprintln!(
-                "SKIPPED prometheus_recording_rules_*: `prometheus` is not on PATH \
-                 (Debian: apt-get install prometheus; .ci/run does)"
-            );
-            false
-        }
-        Err(err) => panic!("running `prometheus --version`: {err}"),
-    }
-}
-
-/// A Prometheus server on 127.0.0.1 with its own temporary directory, killed and removed on drop.
-struct Prometheus {
-    child: Child,
-    dir: PathBuf,
-    addr: String,
-}
-
-impl Prometheus {
-    fn start(target_port: u16) -> Prometheus {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let dir = std::env::temp_dir().join(format!(
-            "tokentap-prometheus-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/rules");
-        let config = format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\n  - {}\n\
-             scrape_configs:\n  - job_name: tokentap\n    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n",
-            rules.join("tokentap-recording.yml").display(),
-            rules.join("tokentap-alerts.yml").display(),
-        );
-        std::fs::write(dir.join("prometheus.yml"), config).expect("write config");
-        // A free port: bind :0, read it, release it. Prometheus binds it a moment later.
-        let port = StdListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let log = std::fs::File::create(dir.join("prometheus.log")).expect("log file");
-        let child = Command::new("prometheus")
-            .arg(format!(
-                "--config.file={}",
-                dir.join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg("--log.level=warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log file"))
-            .stderr(log)
-            .spawn()
-            .expect("start prometheus");
-        Prometheus {
-            child,
-            dir,
-            addr: format!("127.0.0.1:{port}"),
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
-    }
-
-    async fn get(&self, path_and_query: &str) -> Value {
-        let request = http::Request::get(format!("http://{}{path_and_query}", self.addr))
-            .body(Full::new(Bytes::new()))
-            .expect("request");
-        let response = tokio::time::timeout(Duration::from_secs(5), client().request(request))
-            .await
-            .expect("prometheus answers within 5 s")
-            .expect("prometheus response");
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .expect("body")
-            .to_bytes();
-        serde_json::from_slice(&body).expect("prometheus JSON")
-    }
-
-    /// An instant query; the values of the vector it returns, with their labels.
-    async fn query(&self, expr: &str) -> Vec<(Value, f64)> {
-        let answer = self
-            .get(&format!("/api/v1/query?query={}", percent_encode(expr)))
-            .await;
-        assert_eq!(answer["status"], "success", "{expr}: {answer}");
-        answer["data"]["result"]
-            .as_array()
-            .expect("vector")
-            .iter()
-            .map(|s| {
-                let value = s["value"][1].as_str().expect("value").parse().expect("f64");
-                (s["metric"].clone(), value)
-            })
-            .collect()
-    }
-
-    /// A recorded per-model series: exactly one, labelled model="m" and nothing else.
-    async fn query_model(&self, record: &str) -> f64 {
-        let result = self.query(record).await;
-        assert_eq!(result.len(), 1, "{record}: {result:?}");
-        let (labels, value) = &result[0];
-        assert_eq!(
-            labels,
-            &serde_json::json!({"__name__": record, "model": "m"}),
-            "{record}: labels"
-        );
-        *value
-    }
-
-    /// Waits (at most 20 s) until `expr` returns one sample for which `done` holds.
-    async fn wait_until(&mut self, what: &str, expr: &str, done: impl Fn(f64) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut last = None;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("prometheus exited ({status}):\n{}", self.log());
-            }
-            if self.ready().await {
-                let result = self.query(expr).await;
-                if let [(_, value)] = result.as_slice() {
-                    if done(*value) {
-                        return;
-                    }
-                }
-                last = Some(result);
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        panic!(
-            "waited 20 s for {what} ({expr}); last answer {last:?}\nprometheus log:\n{}",
-            self.log()
-        );
-    }
-
-    async fn ready(&self) -> bool {
-        let request = http::Request::get(format!("http://{}/-/ready", self.addr))
-            .body(Full::new(Bytes::new()))
-            .expect("request");
-        matches!(
-            tokio::time::timeout(Duration::from_secs(2), client().request(request)).await,
-            Ok(Ok(response)) if response.status() == 200
-        )
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

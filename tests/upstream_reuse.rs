@@ -1,67 +1,299 @@
-//! tokentap never fails a request the upstream would have answered because of its own connection reuse:
-//! idle connections the upstream closed are noticed at once and never handed out, whatever their number.
+//! tokentap never fails a request the upstream would have answered because of its own connection reuse.
+//! Idle connections the upstream closed are noticed at once and never handed out, however many there are;
+//! tokentap closes its idle connections before a server's keep-alive would; and a request that a reused
+//! connection closed under, without a byte of answer, is sent once more on a new connection (and only
+//! then: never after a response byte, never for a new connection, never for a body it does not hold).
 
 mod support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::Full;
 use support::*;
+use tokentap::Running;
 
-/// Answers after `wait` (so a burst overlaps and opens one upstream connection per request), then closes
-/// the connection `close_after` later, as a server's keep-alive timer does.
-fn answer_then_close(wait: u64, close_after: u64) -> Vec<Step> {
+const RESENT: &str = "tokentap_upstream_requests_resent_total";
+const IDLE: &str = "tokentap_upstream_idle_connections";
+const CLOSED_BY_UPSTREAM: &str = "tokentap_upstream_idle_closed_by_upstream_total";
+const EXPIRED: &str = "tokentap_upstream_idle_expired_total";
+
+/// Answers after `wait` (so a burst overlaps and opens one upstream connection per request), then keeps
+/// the connection `keep_alive` for the next request, as a server's keep-alive timer does.
+fn answer_then_keep_alive(wait: Duration, keep_alive: Duration) -> Vec<Step> {
     vec![
-        Step::Sleep(ms(wait)),
+        Step::Sleep(wait),
         json_response(200, "OK", "{\"ok\":true}"),
-        Step::KeepAliveFor(ms(close_after)),
+        Step::KeepAliveFor(keep_alive),
     ]
 }
 
-async fn burst(proxy: &tokentap::Running, client: &TestClient, n: usize) -> Vec<u16> {
-    let mut tasks = Vec::new();
-    for _ in 0..n {
-        let (client, request) = (client.clone(), post(proxy, "/v1/models", ""));
-        tasks.push(tokio::spawn(async move {
-            let g = send(&client, request).await;
-            if g.status != 200 {
-                eprintln!("{}", String::from_utf8_lossy(&g.body));
-            }
-            g.status
-        }));
-    }
-    let mut statuses = Vec::new();
+/// `n` requests at once; the statuses, and the error bodies of those that failed.
+async fn burst(proxy: &Running, client: &TestClient, n: usize) -> (Vec<u16>, Vec<String>) {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let (client, request) = (client.clone(), post(proxy, "/v1/models", ""));
+            tokio::spawn(async move { send(&client, request).await })
+        })
+        .collect();
+    let (mut statuses, mut errors) = (Vec::new(), Vec::new());
     for task in tasks {
-        statuses.push(task.await.expect("request task"));
+        let got = task.await.expect("request task");
+        if got.status != 200 {
+            errors.push(String::from_utf8_lossy(&got.body).into_owned());
+        }
+        statuses.push(got.status);
     }
-    statuses
+    (statuses, errors)
 }
 
-/// The case of the issue: a burst leaves many idle connections, the upstream closes them all in the lull,
-/// and the next requests must each go out on a connection that is open.
-#[tokio::test]
-async fn after_a_burst_and_a_lull_no_closed_connection_is_handed_out() {
-    let upstream = Arc::new(upstream(|_| answer_then_close(1000, 300)).await);
+/// Scrapes until `name` reads `want` (bounded: 100 scrapes 20 ms apart); the last value read.
+async fn wait_for(proxy: &Running, name: &str, want: f64) -> f64 {
+    let mut last = f64::NAN;
+    for _ in 0..100 {
+        last = scrape(proxy).await.get(name, &[]);
+        if last == want {
+            break;
+        }
+        tokio::time::sleep(ms(20)).await;
+    }
+    last
+}
+
+/// A thousand idle connections, all closed by the upstream at once: tokentap notices every one within
+/// milliseconds (its own idle timeout is a minute, so only noticing the close can empty the pool), and
+/// the requests after them go out on new connections, none sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_idle_connections_the_upstream_closed_are_none_of_them_handed_out() {
+    const N: usize = 1000;
+    let upstream = upstream(|_| answer_then_keep_alive(ms(1500), ms(300))).await;
+    let proxy = proxy(&upstream.url(), "timeouts:\n  upstream_idle: 1m\n").await;
+    let client = client();
+    let (statuses, errors) = burst(&proxy, &client, N).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{errors:?}");
+    let opened = upstream.connection_count();
+    assert!(opened > 900, "the burst opened only {opened} connections");
+    // 300 ms after its answer the upstream closes each one; tokentap's pool must empty itself.
+    assert_eq!(
+        wait_for(&proxy, IDLE, 0.0).await,
+        0.0,
+        "closed idle connections stayed in the pool"
+    );
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get(CLOSED_BY_UPSTREAM, &[]), opened as f64);
+    assert_eq!(m.get(EXPIRED, &[]), 0.0);
+    for i in 0..20 {
+        let got = send(&client, post(&proxy, "/v1/models", "")).await;
+        assert_eq!(
+            got.status, 200,
+            "request {i} after the lull: {:?}",
+            got.body
+        );
+    }
+    let m = scrape(&proxy).await;
+    assert_eq!(
+        m.get(RESENT, &[]),
+        0.0,
+        "a closed connection was handed out"
+    );
+}
+
+/// The issue's case, with tokentap's default idle timeout: a burst of 300, a lull longer than the
+/// server's keep-alive, then requests. Every request is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_and_lulls_past_the_servers_keep_alive_fail_nothing() {
+    let upstream = upstream(|_| answer_then_keep_alive(ms(300), ms(500))).await;
     let proxy = proxy(&upstream.url(), "").await;
     let client = client();
-    let statuses = burst(&proxy, &client, 200).await;
-    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
-    assert!(
-        upstream.connection_count() > 150,
-        "{}",
-        upstream.connection_count()
-    );
-    // The lull: every idle connection has been closed by the upstream.
-    tokio::time::sleep(ms(1000)).await;
-    let mut failed = Vec::new();
-    for i in 0..5 {
-        let got = send(&client, post(&proxy, "/v1/models", "")).await;
-        if got.status != 200 {
-            failed.push((
-                i,
-                got.status,
-                String::from_utf8_lossy(&got.body).into_owned(),
-            ));
+    for round in 0..3 {
+        let (statuses, errors) = burst(&proxy, &client, 300).await;
+        assert!(
+            statuses.iter().all(|s| *s == 200),
+            "round {round}: {errors:?}"
+        );
+        tokio::time::sleep(ms(700)).await;
+        for i in 0..5 {
+            let got = send(&client, post(&proxy, "/v1/models", "")).await;
+            assert_eq!(got.status, 200, "round {round}, request {i} after the lull");
         }
     }
-    assert!(failed.is_empty(), "failed after the lull: {failed:?}");
+}
+
+/// A server that closes kept-alive connections after 2 s (gunicorn's default): tokentap's default idle
+/// timeout (1.5 s) closes them first, so requests 1.6–1.9 s apart each go out on a new connection and the
+/// server never closes one under a request.
+#[tokio::test(start_paused = true)]
+async fn the_default_idle_timeout_closes_before_a_two_second_keep_alive() {
+    let upstream = upstream(|_| answer_then_keep_alive(Duration::ZERO, ms(2000))).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let client = client();
+    for i in 0..4u64 {
+        let got = send(&client, post(&proxy, "/v1/models", "")).await;
+        assert_eq!(got.status, 200);
+        tokio::time::sleep(ms(1600 + 100 * i)).await;
+    }
+    let m = scrape(&proxy).await;
+    assert_eq!(upstream.connection_count(), 4);
+    assert_eq!(m.get(EXPIRED, &[]), 4.0);
+    assert_eq!(m.get(CLOSED_BY_UPSTREAM, &[]), 0.0);
+    assert_eq!(m.get(RESENT, &[]), 0.0);
+    // Within the idle timeout the connection is reused.
+    send(&client, post(&proxy, "/v1/models", "")).await;
+    tokio::time::sleep(ms(1000)).await;
+    send(&client, post(&proxy, "/v1/models", "")).await;
+    assert_eq!(upstream.connection_count(), 5);
+}
+
+/// Requests at the very edge of the server's keep-alive, with tokentap keeping connections longer (as it
+/// did before `timeouts.upstream_idle`): whether the close is noticed first or crosses the request, every
+/// request is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_at_the_edge_of_the_servers_keep_alive_are_all_answered() {
+    let upstream = upstream(|_| answer_then_keep_alive(Duration::ZERO, ms(200))).await;
+    let proxy = proxy(&upstream.url(), "timeouts:\n  upstream_idle: 1m\n").await;
+    let client = client();
+    let mut lcg = Lcg(21);
+    let mut failed = Vec::new();
+    for i in 0..40 {
+        let got = send(&client, post(&proxy, "/v1/models", "")).await;
+        if got.status != 200 {
+            failed.push((i, String::from_utf8_lossy(&got.body).into_owned()));
+        }
+        // 195 to 205 ms: around the upstream's 200 ms.
+        tokio::time::sleep(Duration::from_micros(195_000 + lcg.next(10_000) as u64)).await;
+    }
+    assert!(failed.is_empty(), "{failed:?}");
+}
+
+/// What the upstream does with the second request it gets (on the connection the first left open).
+#[derive(Clone, Copy, Debug)]
+enum Second {
+    Close,
+    Reset,
+    /// Part of a response head, then a close.
+    PartialHead,
+}
+
+/// An upstream that answers its first request and keeps the connection, meets the second with `second`,
+/// and answers every later one.
+fn closes_under_the_second(
+    second: Second,
+    answer: fn(&RecordedRequest) -> Vec<Step>,
+) -> impl Fn(&RecordedRequest) -> Vec<Step> + Send + Sync + 'static {
+    let seen = Arc::new(AtomicUsize::new(0));
+    move |request| match (seen.fetch_add(1, Ordering::SeqCst), second) {
+        (1, Second::Close) => vec![Step::Close],
+        (1, Second::Reset) => vec![Step::Reset],
+        (1, Second::PartialHead) => vec![Step::Raw(b"HTTP/1.1 200 OK\r\n".to_vec()), Step::Close],
+        _ => answer(request),
+    }
+}
+
+fn answer_any(request: &RecordedRequest) -> Vec<Step> {
+    if request.request_line().starts_with("GET") {
+        vec![json_response(200, "OK", "{\"data\":[]}")]
+    } else if String::from_utf8_lossy(&request.body).contains("\"stream\":true") {
+        ok_stream()
+    } else {
+        vec![json_response(200, "OK", "{\"choices\":[]}")]
+    }
+}
+
+fn get(proxy: &Running, path: &str) -> http::Request<Full<Bytes>> {
+    http::Request::get(format!("http://{}{path}", proxy.proxy_addr()))
+        .body(Full::new(Bytes::new()))
+        .expect("request")
+}
+
+fn json_post(proxy: &Running) -> http::Request<Full<Bytes>> {
+    post(
+        proxy,
+        "/v1/chat/completions",
+        r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
+    )
+}
+
+fn streamed_post(proxy: &Running) -> http::Request<Full<Bytes>> {
+    post(proxy, "/v1/chat/completions", &chat_request("m"))
+}
+
+/// A reused connection closed (FIN) or reset as the next request arrives, its idle timer firing at that
+/// moment: a streamed POST, a JSON POST and a GET are each answered, sent again once on a new connection,
+/// byte for byte as the first time, and counted.
+#[tokio::test]
+async fn a_reused_connection_closed_under_a_request_has_it_sent_again_and_answered() {
+    type Make = fn(&Running) -> http::Request<Full<Bytes>>;
+    let kinds: [(&str, Make); 3] = [
+        ("streamed POST", streamed_post),
+        ("JSON POST", json_post),
+        ("GET", |p| get(p, "/v1/models")),
+    ];
+    for second in [Second::Close, Second::Reset] {
+        for (kind, make) in kinds {
+            let what = format!("{kind}, {second:?}");
+            let upstream = upstream(closes_under_the_second(second, answer_any)).await;
+            let proxy = proxy(&upstream.url(), "timeouts:\n  upstream_idle: 1m\n").await;
+            let client = client();
+            let first = send(&client, make(&proxy)).await;
+            assert_eq!(first.status, 200, "{what}");
+            let again = send(&client, make(&proxy)).await;
+            assert_eq!(again.status, 200, "{what}: {:?}", again.body);
+            assert_eq!(again.body, first.body, "{what}");
+            let requests = upstream.requests();
+            assert_eq!(requests.len(), 3, "{what}");
+            assert_eq!(requests[1].raw_head, requests[2].raw_head, "{what}");
+            assert_eq!(requests[1].body, requests[2].body, "{what}");
+            assert_eq!(upstream.connection_count(), 2, "{what}");
+            settle(&proxy).await;
+            let m = scrape(&proxy).await;
+            assert_eq!(m.get(RESENT, &[]), 1.0, "{what}");
+            assert_eq!(
+                m.get("tokentap_requests_total", &[("status", "200")]),
+                2.0,
+                "{what}"
+            );
+        }
+    }
+}
+
+/// Once any byte of an answer came back, the request is the upstream's to have answered: it is never
+/// sent again, and the client gets the 502.
+#[tokio::test]
+async fn a_request_is_never_sent_again_after_a_response_byte() {
+    let upstream = upstream(closes_under_the_second(Second::PartialHead, answer_any)).await;
+    let proxy = proxy(&upstream.url(), "timeouts:\n  upstream_idle: 1m\n").await;
+    let client = client();
+    assert_eq!(send(&client, json_post(&proxy)).await.status, 200);
+    let got = send(&client, json_post(&proxy)).await;
+    assert_eq!(got.status, 502);
+    assert_eq!(upstream.requests().len(), 2, "the request was sent again");
+    assert_eq!(scrape(&proxy).await.get(RESENT, &[]), 0.0);
+}
+
+/// A new connection that closes without answering is the upstream's answer: not sent again.
+#[tokio::test]
+async fn a_request_on_a_new_connection_is_never_sent_again() {
+    let upstream = upstream(|_| vec![Step::Close]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let got = send(&client(), json_post(&proxy)).await;
+    assert_eq!(got.status, 502);
+    assert_eq!(upstream.requests().len(), 1);
+    assert_eq!(upstream.connection_count(), 1);
+    assert_eq!(scrape(&proxy).await.get(RESENT, &[]), 0.0);
+}
+
+/// A body tokentap does not hold (here it holds none) cannot be sent again once it was written.
+#[tokio::test]
+async fn a_request_whose_body_is_not_held_is_never_sent_again() {
+    let upstream = upstream(closes_under_the_second(Second::Close, answer_any)).await;
+    let yaml = "timeouts:\n  upstream_idle: 1m\nlimits:\n  hold_request_body_bytes: 0\n";
+    let proxy = proxy(&upstream.url(), yaml).await;
+    let client = client();
+    assert_eq!(send(&client, json_post(&proxy)).await.status, 200);
+    let got = send(&client, json_post(&proxy)).await;
+    assert_eq!(got.status, 502);
+    assert_eq!(upstream.requests().len(), 2);
+    assert_eq!(scrape(&proxy).await.get(RESENT, &[]), 0.0);
 }

@@ -10,8 +10,8 @@ listen: 127.0.0.1:18080
 upstream: https://api.example.com/openai/
 metrics_listen: '[::1]:19464'
 max_models: 7
-timeouts: {connect: 2.5s, response_headers: 1m, idle: 45s, client_header_read: 5s, client_idle: 90s, request_body_idle: 20s}
-limits: {max_request_header_bytes: 16KiB, max_request_body_bytes: 1MiB, max_connections: 50, max_upstream_connections: 40, max_concurrent_streams: 16}
+timeouts: {connect: 2.5s, response_headers: 1m, idle: 45s, client_header_read: 5s, client_idle: 90s, request_body_idle: 20s, upstream_idle: 4s}
+limits: {max_request_header_bytes: 16KiB, max_request_body_bytes: 1MiB, max_connections: 50, max_upstream_connections: 40, max_concurrent_streams: 16, max_upstream_per_connection: 8, hold_request_body_bytes: 256KiB, max_held_request_bytes: 16MiB}
 shutdown_grace: 2m
 metering: {max_event_bytes: 1MiB, model_scan_bytes: 65536}
 metrics: {model_idle: 10m}
@@ -69,7 +69,16 @@ fn full_example_parses_to_the_given_values() {
         [ms(60_000), ms(45_000), ms(5_000), ms(90_000)]
     );
     assert_eq!(Some(t.request_body_idle), ms(20_000));
+    assert_eq!(Some(t.upstream_idle), ms(4_000));
     let l = &c.limits;
+    assert_eq!(
+        (
+            l.upstream_per_connection(),
+            l.held_body_bytes(),
+            l.max_held_request_bytes
+        ),
+        (8, 256 << 10, 16 << 20)
+    );
     assert_eq!(
         (
             l.max_request_header_bytes,
@@ -141,7 +150,18 @@ fn empty_document_gives_the_defaults() {
         [ms(600_000), ms(600_000), ms(30_000), ms(660_000)]
     );
     assert_eq!(Some(t.request_body_idle), ms(60_000));
+    assert_eq!(Some(t.upstream_idle), ms(1_500));
     let l = &d.limits;
+    // A sixteenth of the upstream slots per connection; bodies up to 1 MiB held, 64 MiB for all.
+    assert_eq!(
+        (
+            l.max_upstream_per_connection,
+            l.upstream_per_connection(),
+            l.hold_request_body_bytes,
+            l.max_held_request_bytes
+        ),
+        (None, 64, 1 << 20, 64 << 20)
+    );
     assert_eq!(
         (
             l.max_request_header_bytes,
@@ -327,6 +347,12 @@ fn bad_values_give_errors_naming_the_key_and_the_value() {
         limits: {max_upstream_connections: 0} | limits.max_upstream_connections | 0
         limits: {max_upstream_connections: 2000000} | limits.max_upstream_connections | 2000000
         limits: {max_concurrent_streams: 0} | limits.max_concurrent_streams | 0
+        limits: {max_upstream_per_connection: 0} | limits.max_upstream_per_connection | 0
+        limits: {max_upstream_per_connection: 2000} | limits.max_upstream_per_connection | 2000
+        limits: {hold_request_body_bytes: 1 MB} | limits.hold_request_body_bytes | 1 MB
+        limits: {max_held_request_bytes: 512KiB} | limits.max_held_request_bytes | 524288
+        timeouts: {upstream_idle: 0s} | timeouts.upstream_idle | 0s
+        timeouts: {upstream_idle: 5} | timeouts.upstream_idle | 5
         shutdown_grace: 0s | shutdown_grace | 0s
         shutdown_grace: 30 | shutdown_grace | 30
         buckets: {ttft: [0.1, 0.5, 0.5]} | buckets.ttft[2] | 0.5

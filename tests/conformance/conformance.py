@@ -22,6 +22,7 @@ import traceback
 
 import aiperf_run
 import clients
+import reuse
 from servers import MODEL, Relay, Reused, Tokentap, Vllm, dechunk_response, scrape, settle
 
 # The bound asserted on "vLLM stops generating after the client left", in seconds. The issue asks for
@@ -359,6 +360,7 @@ def main():
         aiperf(suite, a.model_dir, os.path.join(a.out, "aiperf-c1"), 1, 8)
         aiperf(suite, a.model_dir, os.path.join(a.out, "aiperf-c4"), 4, 16)
         cancellation(suite)
+        reuse.connection_reuse(suite, a.tokentap, os.path.dirname(a.model_dir), a.out)
         relay = Relay(vllm.port)
         relayed = Tokentap(a.tokentap, relay.url, os.path.dirname(a.model_dir), a.out, name="tokentap-relayed")
         byte_identity(suite, relay, relayed)

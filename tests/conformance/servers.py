@@ -112,13 +112,13 @@ class Reused:
 
 
 class Tokentap(Process):
-    def __init__(self, binary, upstream, tokenizer_root, log_dir, name="tokentap"):
+    def __init__(self, binary, upstream, tokenizer_root, log_dir, name="tokentap", extra=""):
         self.port, self.metrics_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         config = os.path.join(log_dir, f"{name}.yaml")
         with open(config, "w") as f:
-            f.write(f"tokenizer_dirs: [{tokenizer_root}]\n")
+            f.write(f"tokenizer_dirs: [{tokenizer_root}]\n{extra}")
         argv = [
             binary, "--config", config, "--upstream", upstream,
             "--listen", f"127.0.0.1:{self.port}",

@@ -7,12 +7,14 @@
 //! - `raw`: raw bytes to the proxy port and the answer as bytes.
 //! - `chunked`: the one chunked-coding decoder (the upstream's reader and `raw::dechunk` use it).
 //! - `scrape`: `/metrics` read back as samples.
+//! - `prometheus`: a real Prometheus on loopback scraping tokentap, and PromQL queries to it.
 //! - `streams`: generated inputs (random cut points, proptest strategies).
 #![allow(dead_code)]
 
 mod binary;
 mod chunked;
 mod client;
+mod prometheus;
 mod proxy;
 mod raw;
 mod scrape;
@@ -25,6 +27,8 @@ mod upstream;
 pub use binary::*;
 #[allow(unused_imports)]
 pub use client::*;
+#[allow(unused_imports)]
+pub use prometheus::*;
 #[allow(unused_imports)]
 pub use proxy::*;
 #[allow(unused_imports)]

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod demo;
+mod fleet;
 mod top;
 
 use std::io::Write;
@@ -44,11 +45,17 @@ enum Command {
         #[arg(long, value_name = "DURATION")]
         duration: Option<String>,
     },
-    /// The live page's figures as a terminal table, redrawn every snapshot (reads /api/v1/live).
+    /// The live page's figures as a terminal table, redrawn every snapshot (reads /api/v1/live);
+    /// with --prometheus, the whole fleet's from Prometheus' recording rules.
     Top {
         /// tokentap's metrics port.
         #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9464")]
         url: String,
+        /// Read every replica at once through this Prometheus (its HTTP API and tokentap's recording
+        /// rules, deploy/prometheus/rules) instead of one tokentap's metrics port; the windows are
+        /// the rules' (5m, 1m for rates).
+        #[arg(long, value_name = "URL", conflicts_with_all = ["url", "window"])]
+        prometheus: Option<String>,
         /// The trailing window of the figures (e.g. "5m"); tokentap's ui.window when absent.
         #[arg(long, value_name = "DURATION")]
         window: Option<String>,
@@ -214,9 +221,21 @@ fn execute(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
-        Some(Command::Top { url, window, once }) => runtime()?
-            .block_on(top::run(url, window.as_deref(), *once))
-            .map_err(|e| e.to_string()),
+        Some(Command::Top {
+            url,
+            prometheus,
+            window,
+            once,
+        }) => runtime()?.block_on(async {
+            match prometheus {
+                Some(prometheus) => fleet::run(prometheus, *once)
+                    .await
+                    .map_err(|e| e.to_string()),
+                None => top::run(url, window.as_deref(), *once)
+                    .await
+                    .map_err(|e| e.to_string()),
+            }
+        }),
         Some(Command::Report(args)) => {
             let options = report_options(&cli, args)?;
             let (mut out, mut warn) = (std::io::stdout().lock(), std::io::stderr());

@@ -14,6 +14,10 @@
 //! and `anon` (every other anonymous mapping: thread stacks and allocations above glibc's mmap
 //! threshold), and the 1-minute load average.
 //!
+//! `--burst N` replaces the held streams with rounds of N streams at once and lulls of 2 to 8 s
+//! (`bursts.rs`); `--keep-alive-ms MS` makes the upstream close a connection idle that long, as a server's
+//! keep-alive does (`--burst 300 --keep-alive-ms 2000`: docs/soak.md's bursty run).
+//!
 //! `--config FILE` passes a config file to tokentap (the listen and upstream flags still win).
 //! `--env K=V` (repeatable) sets a variable for tokentap only, e.g.
 //! `GLIBC_TUNABLES=glibc.malloc.arena_max=1` or heaptrack's `LD_PRELOAD`. At the end tokentap gets
@@ -42,6 +46,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+mod bursts;
+
 struct Args {
     tokentap: String,
     streams: usize,
@@ -51,6 +57,10 @@ struct Args {
     env: Vec<(String, String)>,
     config: Option<String>,
     malloc_stats: bool,
+    /// `--burst N`: rounds of N streams at once, then a lull (bursts.rs), instead of N held open.
+    burst: Option<usize>,
+    /// `--keep-alive-ms MS`: the upstream closes a connection idle this long, as a server's keep-alive.
+    keep_alive: Option<Duration>,
 }
 
 fn args() -> Args {
@@ -63,6 +73,8 @@ fn args() -> Args {
         env: Vec::new(),
         config: None,
         malloc_stats: false,
+        burst: None,
+        keep_alive: None,
     };
     let mut argv: Vec<String> = std::env::args().skip(1).collect();
     if let Some(at) = argv.iter().position(|a| a == "--malloc-stats") {
@@ -79,6 +91,8 @@ fn args() -> Args {
             "--tokens" => a.tokens = number() as usize,
             "--gap-ms" => a.gap = Duration::from_millis(number()),
             "--config" => a.config = Some(value.to_owned()),
+            "--burst" => a.burst = Some(number() as usize),
+            "--keep-alive-ms" => a.keep_alive = Some(Duration::from_millis(number())),
             "--env" => match value.split_once('=') {
                 Some((k, v)) if !k.is_empty() => a.env.push((k.to_owned(), v.to_owned())),
                 _ => usage(value),
@@ -90,7 +104,7 @@ fn args() -> Args {
 }
 
 fn usage(bad: &str) -> ! {
-    eprintln!("soak: bad argument {bad}\nusage: soak [--tokentap PATH] [--streams N] [--duration SECS] [--tokens N] [--gap-ms MS] [--config FILE] [--env K=V]... [--malloc-stats]");
+    eprintln!("soak: bad argument {bad}\nusage: soak [--tokentap PATH] [--streams N] [--duration SECS] [--tokens N] [--gap-ms MS] [--config FILE] [--env K=V]... [--malloc-stats] [--burst N] [--keep-alive-ms MS]");
     std::process::exit(2)
 }
 
@@ -121,16 +135,18 @@ fn chunked(data: &str) -> Vec<u8> {
 }
 
 /// The scripted upstream: keep-alive HTTP/1.1, one stream per request. When `closing` turns true, idle
-/// connections are closed, so tokentap's pool lets go of them and its descriptors can be compared.
+/// connections are closed, so tokentap's pool lets go of them and its descriptors can be compared. With
+/// `keep_alive`, a connection idle that long is closed, as a server's keep-alive timer does.
 async fn upstream(
     listener: TcpListener,
     tokens: usize,
     gap: Duration,
+    keep_alive: Option<Duration>,
     closing: watch::Receiver<bool>,
 ) {
     while let Ok((stream, _)) = listener.accept().await {
         stream.set_nodelay(true).ok();
-        tokio::spawn(serve(stream, tokens, gap, closing.clone()));
+        tokio::spawn(serve(stream, tokens, gap, keep_alive, closing.clone()));
     }
 }
 
@@ -138,18 +154,21 @@ async fn serve(
     mut stream: TcpStream,
     tokens: usize,
     gap: Duration,
+    keep_alive: Option<Duration>,
     mut closing: watch::Receiver<bool>,
 ) {
     let mut buf = Vec::new();
     loop {
         if buf.is_empty() {
             let mut chunk = [0u8; 4096];
+            let idle = tokio::time::sleep(keep_alive.unwrap_or(Duration::MAX / 4));
             tokio::select! {
                 read = stream.read(&mut chunk) => match read {
                     Ok(0) | Err(_) => return,
                     Ok(n) => buf.extend_from_slice(&chunk[..n]),
                 },
                 _ = closing.wait_for(|c| *c) => return,
+                () = idle => return,
             }
         }
         // Read a head and its Content-Length body (tokentap forwards the client's request as it is).
@@ -222,43 +241,54 @@ async fn slot(
     tally: Arc<Tally>,
     deadline: Instant,
 ) {
-    let body = Bytes::from_static(br#"{"model":"soak","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true}}"#);
     while Instant::now() < deadline {
-        let request = http::Request::post(&url)
-            .header("content-type", "application/json")
-            .body(Full::new(body.clone()))
-            .expect("request");
-        tally.active.fetch_add(1, Relaxed);
-        let result = async {
-            let response = client.request(request).await.map_err(|e| e.to_string())?;
-            if response.status() != 200 {
-                return Err(format!("status {}", response.status()));
-            }
-            let mut body = response.into_body();
-            let mut got = Vec::with_capacity(expected.len());
-            while let Some(frame) = body.frame().await {
-                if let Ok(data) = frame.map_err(|e| e.to_string())?.into_data() {
-                    got.extend_from_slice(&data);
-                }
-            }
-            Ok(got)
+        if !one_stream(&client, &url, &expected, &tally).await {
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        .await;
-        tally.active.fetch_sub(1, Relaxed);
-        match result {
-            Ok(got) => {
-                tally.bytes.fetch_add(got.len() as u64, Relaxed);
-                tally.completed.fetch_add(1, Relaxed);
-                if got != *expected {
-                    tally.mismatched.fetch_add(1, Relaxed);
-                }
+    }
+}
+
+/// One stream through tokentap, tallied; false when it failed.
+async fn one_stream(client: &HttpClient, url: &str, expected: &[u8], tally: &Tally) -> bool {
+    let body = Bytes::from_static(br#"{"model":"soak","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true}}"#);
+    let request = http::Request::post(url)
+        .header("content-type", "application/json")
+        .body(Full::new(body))
+        .expect("request");
+    tally.active.fetch_add(1, Relaxed);
+    let result = async {
+        let response = client.request(request).await.map_err(|e| e.to_string())?;
+        if response.status() != 200 {
+            let status = response.status();
+            let body = response.into_body().collect().await.map(|b| b.to_bytes());
+            let body = String::from_utf8_lossy(&body.unwrap_or_default()).into_owned();
+            return Err(format!("status {status}: {body}"));
+        }
+        let mut body = response.into_body();
+        let mut got = Vec::with_capacity(expected.len());
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame.map_err(|e| e.to_string())?.into_data() {
+                got.extend_from_slice(&data);
             }
-            Err(err) => {
-                if tally.failed.fetch_add(1, Relaxed) < 5 {
-                    eprintln!("soak: a stream failed: {err}");
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(got)
+    }
+    .await;
+    tally.active.fetch_sub(1, Relaxed);
+    match result {
+        Ok(got) => {
+            tally.bytes.fetch_add(got.len() as u64, Relaxed);
+            tally.completed.fetch_add(1, Relaxed);
+            if got != *expected {
+                tally.mismatched.fetch_add(1, Relaxed);
             }
+            true
+        }
+        Err(err) => {
+            if tally.failed.fetch_add(1, Relaxed) < 5 {
+                eprintln!("soak: a stream failed: {err}");
+            }
+            false
         }
     }
 }
@@ -412,7 +442,13 @@ async fn main() {
         .expect("bind upstream");
     let upstream_addr = upstream_listener.local_addr().expect("addr");
     let (close_upstream, closing) = watch::channel(false);
-    tokio::spawn(upstream(upstream_listener, args.tokens, args.gap, closing));
+    tokio::spawn(upstream(
+        upstream_listener,
+        args.tokens,
+        args.gap,
+        args.keep_alive,
+        closing,
+    ));
     let (listen, metrics) = (free_port(), free_port());
     let child = Command::new(&args.tokentap)
         .args([
@@ -447,9 +483,13 @@ async fn main() {
     }
     let (rss_idle, fds_idle) = (rss_kib(pid), fds(pid));
     let m_idle = breakdown(pid);
+    let shape = match args.burst {
+        Some(burst) => format!("bursts of {burst} streams, lulls of 2-8 s,"),
+        None => format!("{} streams", args.streams),
+    };
     println!(
-        "soak: {} streams for {:?}, {} tokens {:?} apart per stream, tokentap pid {pid} ({})",
-        args.streams, args.duration, args.tokens, args.gap, args.tokentap
+        "soak: {shape} for {:?}, {} tokens {:?} apart per stream, upstream keep-alive {:?}, tokentap pid {pid} ({})",
+        args.duration, args.tokens, args.gap, args.keep_alive, args.tokentap
     );
     println!(
         "idle: RSS {rss_idle} KiB, {fds_idle} fds, brk {} KiB, {} arenas {} KiB, other anon {} KiB",
@@ -461,7 +501,18 @@ async fn main() {
     let t0 = Instant::now();
     let deadline = t0 + args.duration;
     let url = format!("http://{listen}/v1/chat/completions");
-    let slots: Vec<_> = (0..args.streams)
+    let bursts = args.burst.map(|burst| {
+        tokio::spawn(bursts::run(
+            client.clone(),
+            url.clone(),
+            expected.clone(),
+            tally.clone(),
+            deadline,
+            burst,
+            (pid, metrics),
+        ))
+    });
+    let slots: Vec<_> = (0..if bursts.is_some() { 0 } else { args.streams })
         .map(|_| {
             tokio::spawn(slot(
                 client.clone(),
@@ -509,12 +560,18 @@ async fn main() {
     }
     // Let the last streams end (each lasts tokens × gap), bounded.
     let drain = args.gap * (args.tokens as u32) + Duration::from_secs(30);
-    let _ = tokio::time::timeout(drain, async {
+    let fds_after_lulls = tokio::time::timeout(drain, async {
         for s in slots {
             let _ = s.await;
         }
+        match bursts {
+            Some(bursts) => bursts.await.ok(),
+            None => None,
+        }
     })
-    .await;
+    .await
+    .ok()
+    .flatten();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let text = scrape(&client, metrics).await;
     drop(client);
@@ -572,11 +629,13 @@ async fn main() {
         || itl != want_itl
         || in_flight != 0.0;
     println!("---");
-    println!(
-        "concurrent streams after ramp-up: min {held_min}, mean {} (target {}, sampled each second)",
-        held_sum / held_samples.max(1),
-        args.streams
-    );
+    if args.burst.is_none() {
+        println!(
+            "concurrent streams after ramp-up: min {held_min}, mean {} (target {}, sampled each second)",
+            held_sum / held_samples.max(1),
+            args.streams
+        );
+    }
     println!(
         "completed streams: {completed}, failed: {failed}, bytes received: {}",
         tally.bytes.load(Relaxed)
@@ -593,6 +652,9 @@ async fn main() {
         m_end.brk, m_end.arenas, m_end.arena_rss, m_end.arena_size, m_end.anon
     );
     println!("tokentap fds: idle {fds_idle}, peak {fds_max}, after {fds_end}");
+    if let Some(most) = fds_after_lulls {
+        println!("tokentap fds at the end of a lull, at most: {most}");
+    }
     drop(child);
     if mismatched > 0 || count_mismatch || failed > 0 {
         std::process::exit(1);

@@ -1,0 +1,206 @@
+//! deploy/kubernetes/sidecar.yaml finds the model's tokenizer: tokentap mounts, read-only, the volume
+//! the model server downloads the model into, and its embedded config's `tokenizer_dirs` points where
+//! the server's HuggingFace hub cache lands in that volume ($HF_HOME/hub), under the name the server
+//! serves. Then the proof: a scratch directory laid out as vLLM fills that volume (the hub layout,
+//! `refs/main` and a snapshot with a tokenizer.json), tokentap started in-process with the sidecar's
+//! own config (only its addresses, the upstream and the volume's place on this machine changed), and
+//! streams without usage for the served model get counted by that tokenizer, not by chunks.
+#![cfg(feature = "tokenizer")]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use serde_yaml::Value as Yaml;
+use support::*;
+
+const SIDECAR: &str = "deploy/kubernetes/sidecar.yaml";
+/// A tokenizer that splits words and punctuation (tests/tokenizer.rs).
+const WORDS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/tokenizer/words.json"
+);
+
+fn documents() -> Vec<Yaml> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(SIDECAR);
+    let text = std::fs::read_to_string(path).expect("sidecar.yaml");
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| serde::Deserialize::deserialize(doc).expect("a YAML document"))
+        .filter(|doc: &Yaml| !doc.is_null())
+        .collect()
+}
+
+fn str_of(v: &Yaml) -> &str {
+    v.as_str().unwrap_or_default()
+}
+
+/// Where `container` mounts `volume`, and whether read-only.
+fn mount(container: &Yaml, volume: &str) -> Option<(PathBuf, bool)> {
+    container["volumeMounts"]
+        .as_sequence()?
+        .iter()
+        .find(|m| m["name"] == volume)
+        .map(|m| {
+            (
+                PathBuf::from(str_of(&m["mountPath"])),
+                m["readOnly"] == true,
+            )
+        })
+}
+
+/// A stream without usage: 3 chunks carrying 7 tokens of the test tokenizer.
+fn stream() -> Vec<Step> {
+    let mut steps = vec![sse_head(), chunk(ROLE_CHUNK.as_bytes())];
+    for text in ["hello world", ", the quick", " brown fox"] {
+        steps.push(chunk(content_chunk(text).as_bytes()));
+    }
+    steps.push(chunk(DONE.as_bytes()));
+    steps.push(last_chunk());
+    steps
+}
+
+/// A scratch directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[tokio::test]
+async fn the_sidecar_counts_with_the_tokenizer_the_model_server_downloaded() {
+    let docs = documents();
+    let config_map = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap")
+        .expect("a ConfigMap");
+    let embedded = str_of(&config_map["data"]["tokentap.yaml"]);
+    let mut config = tokentap::Config::from_yaml_str(embedded).expect("the embedded config");
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("a Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let containers = pod["containers"].as_sequence().expect("containers");
+    let tokentap = containers
+        .iter()
+        .find(|c| c["name"] == "tokentap")
+        .expect("tokentap");
+    let server = containers
+        .iter()
+        .find(|c| c["name"] != "tokentap")
+        .expect("a model server");
+
+    // The volume both mount: the server writes it, tokentap only reads it.
+    let shared = pod["volumes"]
+        .as_sequence()
+        .expect("volumes")
+        .iter()
+        .map(|v| str_of(&v["name"]).to_owned())
+        .find(|name| mount(server, name).is_some() && mount(tokentap, name).is_some())
+        .expect("a volume the model server and tokentap both mount");
+    let (server_at, _) = mount(server, &shared).expect("server mount");
+    let (tokentap_at, read_only) = mount(tokentap, &shared).expect("tokentap mount");
+    assert!(
+        read_only,
+        "tokentap mounts the model server's {shared} read-only"
+    );
+
+    // The server's hub cache ($HF_HOME/hub), inside the volume, is a root tokentap searches.
+    let env = server["env"].as_sequence().expect("the server's env");
+    let hf_home = env
+        .iter()
+        .find(|e| e["name"] == "HF_HOME")
+        .map(|e| PathBuf::from(str_of(&e["value"])))
+        .expect("HF_HOME, so the cache lands in the volume");
+    let inside = hf_home
+        .join("hub")
+        .strip_prefix(&server_at)
+        .expect("HF_HOME lies in the shared volume")
+        .to_owned();
+    let roots = config.tokenizer_dirs.clone().expect("tokenizer_dirs");
+    assert!(
+        roots.contains(&tokentap_at.join(&inside)),
+        "{roots:?} lacks {}",
+        tokentap_at.join(&inside).display()
+    );
+
+    // The name the server serves: the hub id of `--model`, unless renamed (then `tokenizers:` maps it).
+    let args: Vec<&str> = server["args"]
+        .as_sequence()
+        .expect("args")
+        .iter()
+        .map(str_of)
+        .collect();
+    let after = |flag: &str| {
+        args.iter()
+            .position(|a| *a == flag)
+            .map(|i| args[i + 1].to_owned())
+    };
+    let repository = after("--model").expect("--model");
+    let served = after("--served-model-name").unwrap_or_else(|| repository.clone());
+    assert!(
+        served == repository || config.tokenizers.contains_key(&served),
+        "{served} is found under no root"
+    );
+
+    // The volume as vLLM fills it, here.
+    let volume =
+        Scratch(std::env::temp_dir().join(format!("tokentap-sidecar-{}", std::process::id())));
+    let repo = volume
+        .0
+        .join(&inside)
+        .join(format!("models--{}", repository.replace('/', "--")));
+    let snapshot = repo.join("snapshots/0a1b2c3");
+    std::fs::create_dir_all(&snapshot).expect("snapshot dir");
+    std::fs::copy(WORDS, snapshot.join("tokenizer.json")).expect("tokenizer.json");
+    std::fs::create_dir_all(repo.join("refs")).expect("refs");
+    std::fs::write(repo.join("refs/main"), "0a1b2c3").expect("refs/main");
+
+    let upstream = upstream(|_| stream()).await;
+    config.listen = "127.0.0.1:0".parse().expect("addr");
+    config.metrics_listen = "127.0.0.1:0".parse().expect("addr");
+    config.upstream = tokentap::config::parse_upstream(&upstream.url()).expect("upstream");
+    config.tokenizer_dirs = Some(
+        roots
+            .iter()
+            .map(|root| match root.strip_prefix(&tokentap_at) {
+                Ok(rest) => volume.0.join(rest),
+                Err(_) => root.clone(),
+            })
+            .collect(),
+    );
+    let proxy = tokentap::start(&config).await.expect("start tokentap");
+    let by = |source| [("model", served.as_str()), ("token_source", source)];
+    for round in 1..=200 {
+        let got = send(
+            &client(),
+            post(&proxy, "/v1/chat/completions", &chat_request(&served)),
+        )
+        .await;
+        assert_eq!((got.status, got.end), (200, Ok(())));
+        settle(&proxy).await;
+        let m = scrape(&proxy).await;
+        let counted = m.get("tokentap_output_token_source_total", &by("tokenizer"));
+        if counted > 0.0 {
+            let chunked = m.get("tokentap_output_token_source_total", &by("chunks"));
+            let tokens = m.get(
+                "tokentap_output_tokens_total",
+                &[("model", served.as_str())],
+            );
+            assert_eq!(
+                tokens,
+                7.0 * counted + 3.0 * chunked,
+                "exact counts once loaded"
+            );
+            return;
+        }
+        assert!(
+            round < 200,
+            "the tokenizer in {} never counted",
+            snapshot.display()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

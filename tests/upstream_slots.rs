@@ -1,0 +1,251 @@
+//! Who may hold tokentap's upstream slots (`limits.max_upstream_connections`). A request body is read
+//! whole before a slot is taken (up to `limits.hold_request_body_bytes`), so clients that upload slowly
+//! hold none; one client connection holds at most `limits.max_upstream_per_connection`, so a few h2
+//! connections cannot take every slot; and other clients are served meanwhile.
+
+mod support;
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame};
+use support::*;
+use tokio::sync::mpsc;
+
+const CHAT: &str = "/v1/chat/completions";
+
+/// A request body the test feeds by hand, to leave it unfinished on an h2 stream.
+struct Fed(mpsc::Receiver<Bytes>);
+
+impl Body for Fed {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|data| data.map(|d| Ok(Frame::data(d))))
+    }
+}
+
+fn slow_stream(hold: Duration) -> Vec<Step> {
+    vec![
+        sse_head(),
+        chunk(ROLE_CHUNK.as_bytes()),
+        Step::Sleep(hold),
+        chunk(content_chunk("late").as_bytes()),
+        chunk(DONE.as_bytes()),
+        last_chunk(),
+    ]
+}
+
+/// The slow-upload attack, scaled down: 4 h2 connections × 8 streams that each send one byte of body and
+/// stall, against 8 upstream slots. None of them takes a slot (their bodies are being held), so another
+/// client is served at once, and the upstream never sees the stalled requests.
+#[tokio::test]
+async fn h2_streams_that_upload_slowly_hold_no_upstream_slot() {
+    let upstream = upstream(|_| ok_stream()).await;
+    let yaml = "limits:\n  max_upstream_connections: 8\n  max_upstream_per_connection: 8\n";
+    let proxy = proxy(&upstream.url(), yaml).await;
+    let mut feeds = Vec::new();
+    let mut pending = Vec::new();
+    for _ in 0..4 {
+        let (sender, _conn) = open_h2::<Fed>(&proxy).await;
+        for _ in 0..8 {
+            let (feed, body) = mpsc::channel(1);
+            feed.send(Bytes::from_static(b"{")).await.expect("feed");
+            let request = http::Request::post(format!("http://{}{CHAT}", proxy.proxy_addr()))
+                .header("content-type", "application/json")
+                .body(Fed(body))
+                .expect("request");
+            let mut sender = sender.clone();
+            pending.push(tokio::spawn(
+                async move { sender.send_request(request).await },
+            ));
+            feeds.push(feed);
+        }
+    }
+    tokio::time::sleep(ms(300)).await;
+    for i in 0..10 {
+        let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+        assert_eq!(got.status, 200, "request {i} of another client");
+    }
+    assert_eq!(
+        upstream.requests().len(),
+        10,
+        "only the other client's requests"
+    );
+    assert_eq!(upstream.connection_count(), 1);
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get("tokentap_upstream_requests_refused_total", &[]), 0.0);
+    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 32.0);
+    drop(feeds);
+    for request in pending {
+        request.abort();
+    }
+}
+
+/// One h2 connection with ten streams waiting on slow answers gets its share of the upstream slots (3);
+/// the rest are answered 503 at once and counted, while another connection is served beside it.
+#[tokio::test]
+async fn one_h2_connection_gets_only_its_share_of_the_upstream_slots() {
+    let upstream = upstream(|request| {
+        if String::from_utf8_lossy(&request.body).contains("\"other\"") {
+            ok_stream()
+        } else {
+            slow_stream(ms(800))
+        }
+    })
+    .await;
+    let yaml = "limits:\n  max_upstream_connections: 20\n  max_upstream_per_connection: 3\n";
+    let proxy = proxy(&upstream.url(), yaml).await;
+    let (sender, _conn) = open_h2(&proxy).await;
+    let streams: Vec<_> = (0..10)
+        .map(|_| {
+            let mut sender = sender.clone();
+            let request = post(&proxy, CHAT, &chat_request("m"));
+            tokio::spawn(async move {
+                let response = sender.send_request(request).await.expect("head");
+                let status = response.status().as_u16();
+                let retry = response.headers().get("retry-after").cloned();
+                let body = http_body_util::BodyExt::collect(response.into_body())
+                    .await
+                    .map(|b| b.to_bytes())
+                    .unwrap_or_default();
+                (status, retry, body)
+            })
+        })
+        .collect();
+    tokio::time::sleep(ms(200)).await;
+    let other = send(&h2_client(), post(&proxy, CHAT, &chat_request("other"))).await;
+    assert_eq!(other.status, 200, "another connection is served");
+    let mut statuses = Vec::new();
+    for stream in streams {
+        let (status, retry, body) = stream.await.expect("task");
+        if status == 503 {
+            assert_eq!(retry.as_ref().map(|v| v.as_bytes()), Some(&b"1"[..]));
+            let json: serde_json::Value = serde_json::from_slice(&body).expect("JSON error");
+            assert_eq!(json["error"]["type"], "upstream_overloaded");
+            let message = json["error"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("limits.max_upstream_per_connection"),
+                "{message}"
+            );
+        }
+        statuses.push(status);
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 200, 503, 503, 503, 503, 503, 503, 503]);
+    assert_eq!(upstream.requests().len(), 4);
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get("tokentap_connection_share_refused_total", &[]), 7.0);
+    assert_eq!(m.get("tokentap_upstream_requests_refused_total", &[]), 0.0);
+    let refused = [("status", "503"), ("outcome", "ok")];
+    assert_eq!(m.get("tokentap_requests_total", &refused), 7.0);
+}
+
+/// A body larger than `limits.hold_request_body_bytes` streams (its first part held until the size is
+/// passed), and reaches the upstream whole and unchanged.
+#[tokio::test]
+async fn a_body_above_the_hold_size_streams_through_unchanged() {
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let proxy = proxy(
+        &upstream.url(),
+        "limits:\n  hold_request_body_bytes: 4KiB\n",
+    )
+    .await;
+    let big = format!(
+        "{{\"model\":\"m\",\"messages\":[{{\"role\":\"user\",\"content\":\"{}\"}}]}}",
+        "y".repeat(100_000)
+    );
+    let got = send(&client(), post(&proxy, CHAT, &big)).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(upstream.requests()[0].body, big.as_bytes());
+    let small = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+    assert_eq!(small.status, 200);
+    assert_eq!(upstream.requests()[1].body, chat_request("m").as_bytes());
+}
+
+/// When the held bytes of all requests together would pass `limits.max_held_request_bytes`, a body
+/// streams instead of waiting: it goes upstream as it arrives, and is answered.
+#[tokio::test]
+async fn a_body_beyond_the_held_bytes_budget_streams_instead() {
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let yaml = "limits:\n  hold_request_body_bytes: 2KiB\n  max_held_request_bytes: 2KiB\n";
+    let proxy = proxy(&upstream.url(), yaml).await;
+    // One h2 stream holds most of the budget with an unfinished body.
+    let (mut sender, _conn) = open_h2::<Fed>(&proxy).await;
+    let (feed, body) = mpsc::channel(1);
+    feed.send(Bytes::from(vec![b' '; 1500]))
+        .await
+        .expect("feed");
+    let request = http::Request::post(format!("http://{}{CHAT}", proxy.proxy_addr()))
+        .body(Fed(body))
+        .expect("request");
+    let parked = tokio::spawn(async move { sender.send_request(request).await });
+    tokio::time::sleep(ms(200)).await;
+    // Another request's 1,000 bytes do not fit what is left: its head goes upstream before its body ends.
+    let body = format!("{{\"model\":\"m\",\"pad\":\"{}\"}}", "z".repeat(1000));
+    let (first, rest) = body.as_bytes().split_at(600);
+    let mut stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST {CHAT} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(head.as_bytes()).await.expect("head");
+    stream.write_all(first).await.expect("first part");
+    let mut opened = false;
+    for _ in 0..50 {
+        opened = upstream.connection_count() == 1;
+        if opened {
+            break;
+        }
+        tokio::time::sleep(ms(20)).await;
+    }
+    assert!(opened, "the body was held though the budget had no room");
+    stream.write_all(rest).await.expect("the rest");
+    let mut answer = [0u8; 12];
+    stream.read_exact(&mut answer).await.expect("answer");
+    assert_eq!(&answer, b"HTTP/1.1 200");
+    assert_eq!(upstream.requests()[0].body, body.as_bytes());
+    drop(feed);
+    parked.abort();
+}
+
+/// A client that sends `Expect: 100-continue` waits for `100 Continue` before its body: tokentap, which
+/// reads the body whole first, sends it at once, and the request is answered.
+#[tokio::test]
+async fn a_client_waiting_for_100_continue_gets_it_and_is_answered() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let body = chat_request("m");
+    let mut stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST {CHAT} HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.expect("head");
+    let mut interim = [0u8; 25];
+    tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut interim))
+        .await
+        .expect("no 100 Continue")
+        .expect("read");
+    assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+    stream.write_all(body.as_bytes()).await.expect("body");
+    let mut answer = [0u8; 12];
+    stream.read_exact(&mut answer).await.expect("answer");
+    assert_eq!(&answer, b"HTTP/1.1 200");
+    assert_eq!(upstream.requests()[0].body, body.as_bytes());
+}
