@@ -1,5 +1,5 @@
 //! Micro-benchmarks of tokentap's per-chunk hot path, so a change that slows it shows up:
-//! the SSE framer, the OpenAI dialect decoder, the Anthropic one's per-token event, the response decoder (framer + dialect), the exchange (decoder +
+//! the SSE framer, the OpenAI dialect decoder, the Anthropic and Responses ones' per-token events, the response decoder (framer + dialect), the exchange (decoder +
 //! timeline + histogram observations), and a whole request through tokentap in-process (`through_proxy_*`:
 //! the client and upstream legs, forwarding, taps and metering). Every figure is per vLLM-shaped chunk of
 //! ~240 bytes unless the name says otherwise. Run with `cargo bench --bench hot_path`.
@@ -122,6 +122,23 @@ fn anthropic_dialect_per_event(bencher: Bencher, kind: &str) {
     let mut dialect = match detect("/v1/messages").1 {
         Some(dialect) => dialect,
         None => unreachable!("the messages path has a dialect"),
+    };
+    let (mut obs, mut choices) = (Observations::default(), Vec::new());
+    bencher.bench_local(|| {
+        choices.clear();
+        let mut output = EventOutput::new(None, &mut choices);
+        dialect.on_event(black_box(&event), &mut obs, &mut output)
+    });
+}
+
+/// The Responses API's per-token event, `response.output_text.delta`, as vLLM sends it.
+#[divan::bench]
+fn responses_dialect_per_event(bencher: Bencher) {
+    let data: &[u8] = br#"{"type":"response.output_text.delta","sequence_number":7,"item_id":"msg_a1b2c3","output_index":0,"content_index":0,"delta":" control","logprobs":[]}"#;
+    let event = FramedEvent::unnamed(data);
+    let mut dialect = match detect("/v1/responses").1 {
+        Some(dialect) => dialect,
+        None => unreachable!("the responses path has a dialect"),
     };
     let (mut obs, mut choices) = (Observations::default(), Vec::new());
     bencher.bench_local(|| {

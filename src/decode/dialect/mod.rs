@@ -22,6 +22,7 @@ pub mod timings;
 #[doc(hidden)]
 pub use anthropic::anthropic_both_ways;
 pub use openai::{read_both_ways, Reading};
+pub use responses::responses_both_ways;
 
 use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
