@@ -156,7 +156,7 @@ fn check_config_lists_each_tokenizer_it_found_for_which_model_and_where_it_looks
         format!("  tokenizer for model `llama`: {}", in_dir.display()),
         "tokenizer discovery under /nonexistent/tokenizers: not a directory (yet)".to_owned(),
     ];
-    let bound = "series bound: models 103 × apis 8 × statuses 22 × outcomes 4 = 72512 series of tokentap_requests_total alone; 337495 series in all";
+    let bound = "series bound: models 103 × apis 8 × statuses 22 × outcomes 4 = 72512 series of tokentap_requests_total alone; 337500 series in all";
     assert!(
         stdout.lines().nth(1).is_some_and(|l| l.starts_with(bound)),
         "{stdout}"
@@ -167,6 +167,29 @@ fn check_config_lists_each_tokenizer_it_found_for_which_model_and_where_it_looks
     assert!(ok, "{stderr}");
     assert!(stdout.ends_with("\ntokenizer discovery: off\n"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_config_refuses_a_short_or_documented_hash_key_and_says_how_to_make_one() {
+    // With a key anyone can read (the one the example showed), a six-digit token was found again
+    // from its tenant tag in 1.4 s.
+    for key in ["at least 16 bytes", "0123456789abcdef0123"] {
+        let yaml = format!("tenants: {{bearer_hash: true, hash_key: \"{key}\"}}\n");
+        let path = write_temp("hash-key.yaml", &yaml);
+        let out = tokentap()
+            .arg("check-config")
+            .arg(&path)
+            .output()
+            .expect("run");
+        assert!(!out.status.success(), "accepted {key:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("tenants.hash_key"), "{stderr}");
+        assert!(
+            stderr.contains("head -c 32 /dev/urandom | base64"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains(key), "the key is shown: {stderr}");
+    }
 }
 
 #[test]

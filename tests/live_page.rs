@@ -80,6 +80,21 @@ async fn the_metrics_port_serves_the_embedded_page_with_its_headers() {
         head.contains("content-security-policy: default-src 'none'"),
         "{head}"
     );
+    // Scripts run only by hash (no inline script anyone slips in can), and no other site may frame it.
+    let policy = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-security-policy: "))
+        .expect("a policy");
+    let script_src = policy
+        .split("; ")
+        .find_map(|d| d.strip_prefix("script-src "))
+        .expect("script-src");
+    assert!(
+        script_src.split(' ').all(|s| s.starts_with("'sha256-")),
+        "{policy}"
+    );
+    assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
+    assert!(head.contains("x-frame-options: deny"), "{head}");
     let html = String::from_utf8(body).expect("utf-8 page");
     assert!(html.contains("<title>tokentap live</title>"));
     assert!(html.contains("uPlot"), "uPlot is inlined");

@@ -430,12 +430,33 @@ async fn a_full_disk_is_counted_as_write_errors_and_never_fails_a_request() {
     assert_eq!(got.status, 200, "still serving");
 }
 
+/// What `tokentap tenant-tag --config` prints for `token` with the config `yaml`.
+fn tenant_tag(yaml: &str, token: &str) -> String {
+    use std::io::Write;
+    let config = temp_file("tenant-tag-config");
+    std::fs::write(&config, yaml).expect("config");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tokentap"))
+        .args(["tenant-tag", "--config"])
+        .arg(&config)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("tokentap tenant-tag");
+    let mut stdin = child.stdin.take().expect("stdin");
+    writeln!(stdin, "{token}").expect("token");
+    drop(stdin);
+    let out = child.wait_with_output().expect("output");
+    let _ = std::fs::remove_file(&config);
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 #[tokio::test]
 async fn a_bearer_tenant_is_a_keyed_hash_and_the_token_is_in_no_record_and_no_series() {
     let upstream = upstream(|_| stream_with_usage(ms(1), 2, ms(1))).await;
     let path = temp_file("records-bearer");
     let yaml = format!(
-        "max_models: 4\ntenants: {{bearer_hash: true, hash_key: a-key-of-sixteen-bytes, max: 4}}\nrequest_log: {{path: {}}}\n",
+        "max_models: 4\ntenants: {{bearer_hash: true, hash_key: \"Yx3Qm0v8pH2wN5rT7sK9dL4fJ6gB1cZ+aE0uI2oR8yA=\", max: 4}}\nrequest_log: {{path: {}}}\n",
         path.display()
     );
     let proxy = proxy(&upstream.url(), &yaml).await;
@@ -446,6 +467,8 @@ async fn a_bearer_tenant_is_a_keyed_hash_and_the_token_is_in_no_record_and_no_se
     let records = read_records(&path, 1);
     let tenant = records[0].tenant.clone().unwrap_or_default();
     assert!(tenant.starts_with("t-") && tenant.len() == 14, "{tenant}");
+    // `tokentap tenant-tag` gives an operator the same tag, for tenants.allow.
+    assert_eq!(tenant_tag(&yaml, token), tenant);
     let file = std::fs::read_to_string(&path).unwrap_or_default();
     let metrics = scrape(&proxy).await;
     for part in [token, "SECRET", "sk-live"] {

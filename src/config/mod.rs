@@ -6,7 +6,9 @@
 //! the upstream URL, socket addresses) and is re-exported here, so `config::parse_duration` and
 //! friends keep their paths; `yaml` is the only module that touches serde_yaml, turning a document
 //! into a [`Config`] with errors that name their key as a dotted path
-//! (`slo.models.llama-3.1-70b.ttft`). `config/tokentap.yaml` is the annotated example.
+//! (`slo.models.llama-3.1-70b.ttft`). Sections with checks of their own have their own file: `limits`
+//! (`timeouts:`, `limits:`), `admission` (`model_list:`), `records` (`request_log:`, `tenants:`), `ui`.
+//! `config/tokentap.yaml` is the annotated example.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,14 +16,20 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod admission;
+mod limits;
 mod records;
+mod ui;
 mod values;
 mod yaml;
 
 #[cfg(test)]
 mod tests;
 
+pub use admission::ModelList;
+pub use limits::{Limits, Timeouts};
 pub use records::{RecordPath, RequestLog, TenantFrom, Tenants};
+pub use ui::Ui;
 pub use values::{format_duration, parse_duration, parse_size, parse_upstream};
 
 use values::POSITIVE;
@@ -45,6 +53,8 @@ pub struct Config {
     pub upstream_ca_file: Option<PathBuf>,
     /// Distinct `model` label values before the rest count as `other`.
     pub max_models: usize,
+    /// Which names may take one of those places (`model_list:`).
+    pub model_list: ModelList,
     pub timeouts: Timeouts,
     pub limits: Limits,
     /// After SIGTERM/SIGINT, how long in-flight requests may run on before they are cut.
@@ -66,105 +76,6 @@ pub struct Config {
     pub ui: Ui,
 }
 
-/// The live page on the metrics port (`/` and `/api/v1/live`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Ui {
-    /// Serve the page and its JSON; `false`: both answer 404 and no snapshots are taken.
-    pub enabled: bool,
-    /// Time between two snapshots of the series.
-    pub interval: Duration,
-    /// How far back the page's history reaches (`history / interval` snapshots are kept).
-    pub history: Duration,
-    /// The trailing window the page's figures cover by default (`?window=` overrides it).
-    pub window: Duration,
-    /// Models kept in the history (the most requested ones), and as many (model, tenant) pairs.
-    pub max_models: usize,
-}
-
-impl Ui {
-    /// The most snapshots `history` may hold, whatever `interval`.
-    pub const MAX_POINTS: usize = 8640;
-    pub const MAX_MODELS: usize = 100;
-
-    /// Snapshots kept: `history / interval`, at least 2.
-    pub fn points(&self) -> usize {
-        let n = self.history.as_millis() / self.interval.as_millis().max(1);
-        usize::try_from(n)
-            .unwrap_or(Self::MAX_POINTS)
-            .clamp(2, Self::MAX_POINTS)
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        let interval = format_duration(self.interval);
-        if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&self.interval) {
-            let reason = "must be between 1s and 1m";
-            return Err(invalid("ui.interval", "duration", &interval, reason));
-        }
-        let history = format_duration(self.history);
-        let points = self.history.as_millis() / self.interval.as_millis();
-        if self.history < self.interval * 2 || points > Self::MAX_POINTS as u128 {
-            let reason = format!(
-                "must hold between 2 and {} snapshots of ui.interval ({interval})",
-                Self::MAX_POINTS
-            );
-            return Err(invalid("ui.history", "duration", &history, reason));
-        }
-        if self.window < self.interval || self.window > self.history {
-            let window = format_duration(self.window);
-            let reason =
-                format!("must be between ui.interval ({interval}) and ui.history ({history})");
-            return Err(invalid("ui.window", "duration", &window, reason));
-        }
-        if !(1..=Self::MAX_MODELS).contains(&self.max_models) {
-            let value = self.max_models.to_string();
-            let reason = "must be between 1 and 100";
-            return Err(invalid("ui.max_models", "value", &value, reason));
-        }
-        Ok(())
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Timeouts {
-    /// Upstream TCP connect.
-    pub connect: Duration,
-    /// From forwarding a request to the upstream's response head (connect included).
-    pub response_headers: Duration,
-    /// Longest wait for the next upstream body frame, counted from the head or the last frame.
-    pub idle: Duration,
-    /// A client's request head must be complete within this, counted from the connection's start
-    /// or from the first byte of a later request on a kept-alive connection (slowloris).
-    pub client_header_read: Duration,
-    /// A client connection with no request in progress is closed after this.
-    pub client_idle: Duration,
-    /// Longest wait for the next piece of a request body while it is forwarded (h1 and h2).
-    pub request_body_idle: Duration,
-    /// An upstream connection unused for this long is closed; set below the upstream's own keep-alive.
-    pub upstream_idle: Duration,
-}
-
-/// Bounds on what clients may send and how many may connect at once.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Limits {
-    /// Request line and headers (HTTP/1.1), or the header list size (h2); beyond it: 431.
-    pub max_request_header_bytes: usize,
-    /// Request body; beyond it: 413.
-    pub max_request_body_bytes: u64,
-    /// Client connections served at once; further ones are closed at once.
-    pub max_connections: usize,
-    /// Upstream requests in progress at once (h1 requests and h2 streams alike); beyond it: 503.
-    pub max_upstream_connections: usize,
-    /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS announced to each client connection.
-    pub max_concurrent_streams: u32,
-    /// Upstream requests one client connection may have in progress at once; `None`: the default
-    /// share of `max_upstream_connections` ([`Limits::upstream_per_connection`]).
-    pub max_upstream_per_connection: Option<usize>,
-    /// Request bodies up to this size are read whole before an upstream slot is taken; 0: none.
-    pub hold_request_body_bytes: u64,
-    /// The bytes all held request bodies may take together; a body that does not fit streams.
-    pub max_held_request_bytes: u64,
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct Metering {
     /// Bound on one SSE line/event; a longer one stops metering (never forwarding) of that stream.
@@ -182,6 +93,9 @@ pub struct MetricsOptions {
     /// The most series the configuration may allow (its computed series limit); above it tokentap
     /// refuses to start.
     pub max_series: u64,
+    /// The `Host` names the metrics port answers (lowercase, without a port); empty: any. `/healthz` and
+    /// `/readyz` answer every host.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// Histogram boundaries in seconds (`output_tokens_per_second`: tokens/s).
@@ -392,6 +306,7 @@ impl Default for Config {
             metrics_listen: SocketAddr::from(([0, 0, 0, 0], 9464)),
             upstream_ca_file: None,
             max_models: 100,
+            model_list: ModelList::default(),
             timeouts: Timeouts {
                 connect: Duration::from_secs(10),
                 response_headers: Duration::from_secs(600),
@@ -400,6 +315,7 @@ impl Default for Config {
                 client_idle: Duration::from_secs(660),
                 request_body_idle: Duration::from_secs(60),
                 upstream_idle: Duration::from_millis(1500),
+                metrics_send: Duration::from_secs(60),
             },
             limits: Limits {
                 max_request_header_bytes: 64 << 10,
@@ -410,6 +326,7 @@ impl Default for Config {
                 max_upstream_per_connection: None,
                 hold_request_body_bytes: 1 << 20,
                 max_held_request_bytes: 64 << 20,
+                max_metrics_connections: 64,
             },
             shutdown_grace: Duration::from_secs(30),
             metering: Metering {
@@ -419,6 +336,7 @@ impl Default for Config {
             metrics: MetricsOptions {
                 model_idle: Some(Duration::from_secs(3600)),
                 max_series: MetricsOptions::DEFAULT_MAX_SERIES,
+                allowed_hosts: Vec::new(),
             },
             buckets: Buckets::default(),
             slo: Slo::default(),
@@ -479,6 +397,7 @@ impl Config {
         if self.max_models == 0 {
             return Err(invalid("max_models", "value", "0", "must be at least 1"));
         }
+        self.model_list.validate()?;
         let t = &self.timeouts;
         positive("timeouts.connect", t.connect)?;
         positive("timeouts.response_headers", t.response_headers)?;
@@ -487,6 +406,7 @@ impl Config {
         positive("timeouts.client_idle", t.client_idle)?;
         positive("timeouts.request_body_idle", t.request_body_idle)?;
         positive("timeouts.upstream_idle", t.upstream_idle)?;
+        positive("timeouts.metrics_send", t.metrics_send)?;
         positive("shutdown_grace", self.shutdown_grace)?;
         self.limits.validate()?;
         self.ui.validate()?;
@@ -530,6 +450,9 @@ impl Config {
                 "must be at least 1",
             ));
         }
+        for (i, host) in self.metrics.allowed_hosts.iter().enumerate() {
+            check_host(&format!("metrics.allowed_hosts[{i}]"), host)?;
+        }
         if let Some(log) = &self.request_log {
             log.validate()?;
         }
@@ -569,83 +492,18 @@ impl Config {
     }
 }
 
-impl Limits {
-    /// Largest `max_request_header_bytes`: the HTTP/1.1 read buffer must hold the whole head.
-    pub const MAX_HEADER_BYTES: usize = 256 << 10;
-    /// Smallest `max_request_header_bytes`: hyper's minimum read buffer.
-    pub const MIN_HEADER_BYTES: usize = 8 << 10;
-    pub const MAX_CONNECTIONS: usize = 1_000_000;
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        let h = self.max_request_header_bytes;
-        if !(Self::MIN_HEADER_BYTES..=Self::MAX_HEADER_BYTES).contains(&h) {
-            let reason = "must be between 8KiB and 256KiB (8192 to 262144 bytes)";
-            let key = "limits.max_request_header_bytes";
-            return Err(invalid(key, "size", &h.to_string(), reason));
-        }
-        if self.max_request_body_bytes < 1 << 10 {
-            let (key, value) = (
-                "limits.max_request_body_bytes",
-                self.max_request_body_bytes.to_string(),
-            );
-            return Err(invalid(
-                key,
-                "size",
-                &value,
-                "must be at least 1KiB (1024 bytes)",
-            ));
-        }
-        if !(1..=Self::MAX_CONNECTIONS).contains(&self.max_connections) {
-            let (key, value) = ("limits.max_connections", self.max_connections.to_string());
-            return Err(invalid(
-                key,
-                "value",
-                &value,
-                "must be between 1 and 1000000",
-            ));
-        }
-        let upstream = self.max_upstream_connections;
-        if !(1..=Self::MAX_CONNECTIONS).contains(&upstream) {
-            let key = "limits.max_upstream_connections";
-            let reason = "must be between 1 and 1000000";
-            return Err(invalid(key, "value", &upstream.to_string(), reason));
-        }
-        if self.max_concurrent_streams == 0 {
-            let (key, reason) = ("limits.max_concurrent_streams", "must be at least 1");
-            return Err(invalid(key, "value", "0", reason));
-        }
-        if let Some(share) = self.max_upstream_per_connection {
-            if !(1..=upstream).contains(&share) {
-                let key = "limits.max_upstream_per_connection";
-                let reason =
-                    format!("must be between 1 and limits.max_upstream_connections ({upstream})");
-                return Err(invalid(key, "value", &share.to_string(), reason));
-            }
-        }
-        let (hold, held) = (self.hold_request_body_bytes, self.max_held_request_bytes);
-        if hold > 0 && held < hold {
-            let key = "limits.max_held_request_bytes";
-            let reason = format!(
-                "must be at least limits.hold_request_body_bytes ({hold} bytes), or no body of that size could be held"
-            );
-            return Err(invalid(key, "size", &held.to_string(), reason));
-        }
-        Ok(())
+/// A `Host` name as `metrics.allowed_hosts` lists it: a DNS name or an IP address, without a port.
+fn check_host(key: &str, host: &str) -> Result<(), ConfigError> {
+    let ip = host.trim_start_matches('[').trim_end_matches(']');
+    if ip.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(());
     }
-
-    /// Upstream requests one client connection may have in progress at once: the configured value, or a
-    /// sixteenth of `max_upstream_connections` (64 of the default 1,024), so that a few h2 connections
-    /// cannot take every slot.
-    pub fn upstream_per_connection(&self) -> usize {
-        self.max_upstream_per_connection
-            .unwrap_or((self.max_upstream_connections / 16).max(1))
+    let name = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_';
+    if host.is_empty() || host.len() > 253 || !host.chars().all(name) {
+        let reason = "must be a host name or an IP address, without a port (e.g. localhost, 10.0.0.5, tokentap.example.com)";
+        return Err(invalid(key, "host", host, reason));
     }
-
-    /// The largest body held whole: `hold_request_body_bytes`, never above `max_request_body_bytes`.
-    pub fn held_body_bytes(&self) -> u64 {
-        self.hold_request_body_bytes
-            .min(self.max_request_body_bytes)
-    }
+    Ok(())
 }
 
 fn positive(key: &str, d: Duration) -> Result<(), ConfigError> {

@@ -78,6 +78,9 @@ pub struct Tenants {
     /// The key of the bearer-token hash; `None`: a random key per process (labels change on restart).
     /// The per-tenant ceilings (`tenants.slo`) are in [`super::Slo::tenants`].
     pub hash_key: Option<String>,
+    /// The only tenant values that may take a place (with the `tenants.slo` names); empty: any value
+    /// the upstream answers 2xx.
+    pub allow: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,11 +100,25 @@ const CREDENTIAL_HEADERS: [&str; 5] = [
     "api-key",
 ];
 
+/// Keys shown as examples (in config/tokentap.yaml, the README, earlier releases): a key anyone can
+/// read is no key, and with it a short token is found again from its tag in seconds.
+const EXAMPLE_KEYS: [&str; 3] = [
+    "at least 16 bytes",
+    "PASTE-THE-OUTPUT-OF: head -c 32 /dev/urandom | base64",
+    "a-key-of-sixteen-bytes",
+];
+
+/// How to make a `hash_key`, in every refusal.
+const MAKE_A_KEY: &str =
+    "make one with `head -c 32 /dev/urandom | base64` (or `openssl rand -base64 32`)";
+
 impl Tenants {
     pub const DEFAULT_MAX: usize = 32;
     const MAX: usize = 10_000;
-    /// Shortest `hash_key`: 16 bytes.
-    const MIN_KEY: usize = 16;
+    /// Shortest `hash_key`: 32 bytes (base64 of 32 random bytes is 44).
+    const MIN_KEY: usize = 32;
+    /// Fewest distinct bytes in a `hash_key`: `aaaa…` or `0101…` is not random.
+    const MIN_DISTINCT: usize = 8;
 
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         if let TenantFrom::Header(name) = &self.from {
@@ -123,9 +140,33 @@ impl Tenants {
                 let reason = "only applies with `bearer_hash: true`";
                 return Err(invalid("tenants.hash_key", "key", "(not shown)", reason));
             }
+            let refuse = |why: &str| {
+                let reason = format!("{why}; {MAKE_A_KEY}");
+                Err(invalid("tenants.hash_key", "key", "(not shown)", reason))
+            };
+            if EXAMPLE_KEYS.contains(&key.trim()) {
+                return refuse("is the documented example, which anyone can read");
+            }
             if key.len() < Self::MIN_KEY {
-                let reason = format!("must be at least {} bytes long", Self::MIN_KEY);
-                return Err(invalid("tenants.hash_key", "key", "(not shown)", reason));
+                return refuse("must be at least 32 random bytes");
+            }
+            let distinct = key.bytes().collect::<std::collections::HashSet<u8>>().len();
+            if distinct < Self::MIN_DISTINCT {
+                return refuse("must be random bytes, not a pattern");
+            }
+        }
+        for (i, value) in self.allow.iter().enumerate() {
+            let key = format!("tenants.allow[{i}]");
+            if value.is_empty() || value.len() > 200 || value.chars().any(char::is_control) {
+                let reason = "must be a tenant value: 1 to 200 bytes, no control characters";
+                return Err(invalid(&key, "tenant", value, reason));
+            }
+            let tag = value.strip_prefix("t-").filter(|hex| {
+                hex.len() == 12 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            });
+            if self.from == TenantFrom::BearerHash && tag.is_none() {
+                let reason = "with bearer_hash, list tags as they appear in the records and on /metrics (`t-` and 12 hex digits); `tokentap tenant-tag --config FILE` prints a token's tag";
+                return Err(invalid(&key, "tenant", value, reason));
             }
         }
         Ok(())

@@ -13,7 +13,8 @@ use serde::Deserialize;
 
 use super::values::{address_at, duration_at, idle_at, parse_upstream, size_at};
 use super::{
-    invalid, Buckets, Ceilings, Config, ConfigError, RecordPath, RequestLog, TenantFrom, Tenants,
+    invalid, Buckets, Ceilings, Config, ConfigError, ModelList, RecordPath, RequestLog, TenantFrom,
+    Tenants,
 };
 
 /// Parses a YAML document into a [`Config`] (not yet validated); an empty (or comment-only)
@@ -109,6 +110,7 @@ struct RawConfig {
     metrics_listen: Option<Scalar>,
     upstream_ca_file: Option<PathBuf>,
     max_models: Option<usize>,
+    model_list: Option<RawModelList>,
     timeouts: Option<RawTimeouts>,
     limits: Option<RawLimits>,
     shutdown_grace: Option<Scalar>,
@@ -121,6 +123,15 @@ struct RawConfig {
     request_log: Option<RawRequestLog>,
     tenants: Option<RawTenants>,
     ui: Option<RawUi>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default, expecting = "a mapping")]
+struct RawModelList {
+    enabled: Option<bool>,
+    refresh: Option<Scalar>,
+    names: Option<Vec<String>>,
+    api_key_file: Option<PathBuf>,
 }
 
 #[derive(Deserialize, Default)]
@@ -139,6 +150,7 @@ struct RawTenants {
     bearer_hash: Option<bool>,
     hash_key: Option<String>,
     max: Option<usize>,
+    allow: Option<Vec<String>>,
     slo: Option<Models<RawCeilings>>,
 }
 
@@ -162,6 +174,7 @@ struct RawTimeouts {
     client_idle: Option<Scalar>,
     request_body_idle: Option<Scalar>,
     upstream_idle: Option<Scalar>,
+    metrics_send: Option<Scalar>,
 }
 
 #[derive(Deserialize, Default)]
@@ -175,6 +188,7 @@ struct RawLimits {
     max_upstream_per_connection: Option<usize>,
     hold_request_body_bytes: Option<Scalar>,
     max_held_request_bytes: Option<Scalar>,
+    max_metrics_connections: Option<usize>,
 }
 
 #[derive(Deserialize, Default)]
@@ -189,6 +203,7 @@ struct RawMetering {
 struct RawMetrics {
     model_idle: Option<Scalar>,
     max_series: Option<u64>,
+    allowed_hosts: Option<Vec<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -255,6 +270,18 @@ impl RawConfig {
         }
         c.upstream_ca_file = self.upstream_ca_file;
         c.max_models = self.max_models.unwrap_or(c.max_models);
+        if let Some(raw) = self.model_list {
+            let d = ModelList::default();
+            c.model_list = ModelList {
+                enabled: raw.enabled.unwrap_or(d.enabled),
+                refresh: match &raw.refresh {
+                    Some(s) => duration_at("model_list.refresh", &s.0)?,
+                    None => d.refresh,
+                },
+                names: raw.names.unwrap_or(d.names),
+                api_key_file: raw.api_key_file,
+            };
+        }
         let t = self.timeouts.unwrap_or_default();
         let timeouts = [
             (&t.connect, "connect", &mut c.timeouts.connect),
@@ -279,6 +306,11 @@ impl RawConfig {
                 &t.upstream_idle,
                 "upstream_idle",
                 &mut c.timeouts.upstream_idle,
+            ),
+            (
+                &t.metrics_send,
+                "metrics_send",
+                &mut c.timeouts.metrics_send,
             ),
         ];
         for (raw, key, slot) in timeouts {
@@ -310,6 +342,9 @@ impl RawConfig {
         if let Some(s) = &limits.max_held_request_bytes {
             l.max_held_request_bytes = size_at("limits.max_held_request_bytes", &s.0)? as u64;
         }
+        l.max_metrics_connections = limits
+            .max_metrics_connections
+            .unwrap_or(l.max_metrics_connections);
         if let Some(s) = &self.shutdown_grace {
             c.shutdown_grace = duration_at("shutdown_grace", &s.0)?;
         }
@@ -325,6 +360,9 @@ impl RawConfig {
             c.metrics.model_idle = idle_at("metrics.model_idle", &s.0)?;
         }
         c.metrics.max_series = metrics.max_series.unwrap_or(c.metrics.max_series);
+        if let Some(hosts) = metrics.allowed_hosts {
+            c.metrics.allowed_hosts = hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
+        }
         let (b, d) = (self.buckets.unwrap_or_default(), Buckets::default());
         c.buckets = Buckets {
             ttft: b.ttft.unwrap_or(d.ttft),
@@ -373,6 +411,7 @@ impl RawConfig {
                 from,
                 max: raw.max.unwrap_or(Tenants::DEFAULT_MAX),
                 hash_key: raw.hash_key,
+                allow: raw.allow.unwrap_or_default(),
             });
         }
         let ui = self.ui.unwrap_or_default();

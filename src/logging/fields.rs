@@ -310,9 +310,9 @@ mod tests {
         let r#type = "raw";
         tracing::info!(
             id = "3f2a9c1e-1b",
-            method = %"POST",
-            path = %"/v1/chat/completions",
-            model = %"m\u{1b}[31m",
+            method = "POST",
+            path = "/v1/chat/a\"b=c",
+            model = "m\u{1b}[31m x status=500 \u{2028}",
             api = "chat",
             status = %"200",
             outcome = "ok",

@@ -10,12 +10,23 @@
 //!
 //! A failed write (a full disk, EIO, a closed stdout) loses that record, is counted
 //! (`reason="write_error"`) and logged at most once per 10 s, and never stops anything: the file is
-//! reopened for the next record. [`RecordWriter::reopen`] (SIGHUP) makes the thread open the path
-//! again before its next write, which is what logrotate's `create` mode needs: after the rename the
-//! records go to the new file, with none lost or split between the two.
+//! reopened for the next record. The thread keeps its own buffer and counts the bytes each write took,
+//! so it knows which records reached the file whole (counted written), which did not start (counted
+//! lost) and which one a failure cut in the middle (counted lost too): the file then ends in a torn
+//! line, and the next record is written after a newline, so it starts a line of its own and a reader
+//! loses only the torn one. A file found not ending in a newline when it is opened (a crash, or
+//! another writer) is treated the same. [`RecordWriter::reopen`] (SIGHUP) makes the thread open the
+//! path again before its next write, which is what logrotate's `create` mode needs: after the rename
+//! the records go to the new file, with none lost or split between the two.
+//!
+//! The path is opened by the thread too, never by the caller: opening a FIFO no one reads, or a path
+//! on a hung mount, blocks, and it must block neither the start (the ports bind, SIGTERM works) nor a
+//! request. [`RecordWriter::start`] hands back an [`Opened`] the caller may wait on for a while: a path
+//! that cannot be opened (a missing directory, no permission) is still refused at start, and one still
+//! opening later holds only its records (queued, then dropped and counted), until it opens.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -88,34 +99,41 @@ pub struct RecordWriter {
 }
 
 impl RecordWriter {
-    /// Opens `target` (an error here stops tokentap from starting: a path it cannot write is a
-    /// configuration error) and starts the writer thread with a queue of `queue` lines.
-    pub fn start(target: Target, queue: usize, counters: RecordCounters) -> io::Result<Self> {
-        let out = Output::open(&target)?;
+    /// Starts the writer thread with a queue of `queue` lines; the thread opens `target` itself, and
+    /// the returned [`Opened`] says how that went.
+    pub fn start(
+        target: Target,
+        queue: usize,
+        counters: RecordCounters,
+    ) -> io::Result<(Self, Opened)> {
         let (sender, receiver) = mpsc::sync_channel(queue);
         let reopen = Arc::new(AtomicBool::new(false));
         let queued = Arc::new(AtomicUsize::new(0));
+        let (opened, open_result) = mpsc::sync_channel(1);
         let thread = Thread {
             queued: queued.clone(),
             target,
-            out: Some(out),
+            out: None,
             receiver,
             reopen: reopen.clone(),
             counters: counters.clone(),
             failed: RepeatedWarning::default(),
-            pending: 0,
+            buffer: Vec::with_capacity(BUFFER),
+            records: Vec::new(),
+            torn: false,
         };
         std::thread::Builder::new()
             .name("tokentap-records".into())
-            .spawn(move || thread.run())?;
-        Ok(RecordWriter {
+            .spawn(move || thread.run(opened))?;
+        let writer = RecordWriter {
             queue: sender,
             reopen,
             counters,
             full: Mutex::default(),
             queued,
             capacity: queue,
-        })
+        };
+        Ok((writer, Opened(open_result)))
     }
 
     /// Queues one record (a JSON object without its newline). Never waits: a full queue drops it.
@@ -176,16 +194,42 @@ impl RecordWriter {
     }
 }
 
+/// How the first open of the path went, as the writer thread reports it.
+pub struct Opened(Receiver<io::Result<()>>);
+
+impl Opened {
+    /// Waits at most `limit`: the open's result, or `None` while it is still blocked (a FIFO no one
+    /// reads, a hung mount).
+    pub fn wait(self, limit: Duration) -> Option<io::Result<()>> {
+        match self.0.recv_timeout(limit) {
+            Ok(result) => Some(result),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => {
+                Some(Err(io::Error::other("the request_log writer thread ended")))
+            }
+        }
+    }
+}
+
+/// Bytes buffered before a write; a record larger than this is written on its own.
+const BUFFER: usize = 64 << 10;
+
 enum Output {
-    Stdout(BufWriter<io::Stdout>),
-    File(BufWriter<File>),
+    Stdout(io::Stdout),
+    File(File),
 }
 
 impl Output {
-    fn open(target: &Target) -> io::Result<Output> {
+    /// Opens `target`; for a file, also whether its last byte is not a newline (its last line is
+    /// torn). `None` for stdout, which cannot be asked.
+    fn open(target: &Target) -> io::Result<(Output, Option<bool>)> {
         Ok(match target {
-            Target::Stdout => Output::Stdout(BufWriter::with_capacity(64 << 10, io::stdout())),
-            Target::File(path) => Output::File(BufWriter::with_capacity(64 << 10, append(path)?)),
+            Target::Stdout => (Output::Stdout(io::stdout()), None),
+            Target::File(path) => {
+                let file = append(path)?;
+                let torn = ends_mid_line(&file, path);
+                (Output::File(file), Some(torn))
+            }
         })
     }
 
@@ -197,8 +241,24 @@ impl Output {
     }
 }
 
+/// Opens `path` to append; for a FIFO this waits for a reader (on the writer thread).
 fn append(path: &Path) -> io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// Whether `opened` is a regular file whose last byte is not a newline. Anything else (a FIFO, a
+/// device, a file that cannot be read back) is taken to end a line.
+fn ends_mid_line(opened: &File, path: &Path) -> bool {
+    let regular = opened.metadata().is_ok_and(|m| m.is_file() && m.len() > 0);
+    if !regular {
+        return false;
+    }
+    let mut last = [0u8; 1];
+    let read = File::open(path).and_then(|mut file| {
+        file.seek(SeekFrom::End(-1))?;
+        file.read_exact(&mut last)
+    });
+    read.is_ok() && last[0] != b'\n'
 }
 
 struct Thread {
@@ -211,12 +271,30 @@ struct Thread {
     reopen: Arc<AtomicBool>,
     counters: RecordCounters,
     failed: RepeatedWarning,
-    /// Records in the buffer, counted written once a flush has handed them to the file.
-    pending: u64,
+    /// Records not yet written, each with its newline.
+    buffer: Vec<u8>,
+    /// Where each record in `buffer` ends.
+    records: Vec<usize>,
+    /// The output ends in the middle of a line: the next write starts with a newline.
+    torn: bool,
 }
 
 impl Thread {
-    fn run(mut self) {
+    fn run(mut self, opened: SyncSender<io::Result<()>>) {
+        let first = match Output::open(&self.target) {
+            Ok((out, torn)) => {
+                self.out = Some(out);
+                self.torn = torn.unwrap_or(false);
+                Ok(())
+            }
+            Err(error) => Err(error),
+        };
+        let refused = first.is_err();
+        let _ = opened.try_send(first);
+        if refused {
+            // The caller refuses to start; nothing will be sent.
+            return;
+        }
         while let Ok(message) = self.receiver.recv() {
             self.handle(message);
             // Drain what is queued before flushing, so a busy queue is written in large writes.
@@ -234,10 +312,14 @@ impl Thread {
             self.out = None;
         }
         match message {
-            Message::Line(mut line) => {
+            Message::Line(line) => {
                 self.queued.fetch_sub(1, Ordering::AcqRel);
-                line.push('\n');
-                self.write(line.as_bytes());
+                if !self.buffer.is_empty() && self.buffer.len() + line.len() >= BUFFER {
+                    self.flush();
+                }
+                self.buffer.extend_from_slice(line.as_bytes());
+                self.buffer.push(b'\n');
+                self.records.push(self.buffer.len());
             }
             Message::Wake => {
                 if self.out.is_none() {
@@ -253,8 +335,10 @@ impl Thread {
 
     fn open(&mut self) -> bool {
         match Output::open(&self.target) {
-            Ok(out) => {
+            Ok((out, torn)) => {
                 self.out = Some(out);
+                // A file says for itself (a new one after logrotate is whole); stdout cannot.
+                self.torn = torn.unwrap_or(self.torn);
                 true
             }
             Err(error) => {
@@ -264,43 +348,68 @@ impl Thread {
         }
     }
 
-    fn write(&mut self, line: &[u8]) {
+    /// Writes the buffered records; each one counted written once all its bytes are in the file, or
+    /// lost when a failure leaves it unwritten or cut.
+    fn flush(&mut self) {
+        if self.buffer.is_empty() {
+            return;
+        }
         if self.out.is_none() && !self.open() {
-            self.counters.write_error.inc();
+            self.counters.write_error.inc_by(self.records.len() as u64);
+            self.clear();
             return;
         }
         let Some(out) = self.out.as_mut() else {
             return;
         };
-        match out.writer().write_all(line) {
-            Ok(()) => self.pending += 1,
-            Err(error) => {
-                self.pending += 1;
-                self.lost("cannot write a request record", &error);
+        let writer = out.writer();
+        if self.torn {
+            match write_all(writer, b"\n") {
+                (_, None) => self.torn = false,
+                (_, Some(error)) => {
+                    let lost = self.records.len();
+                    self.counters.write_error.inc_by(lost as u64);
+                    self.lost("cannot write request records", &error);
+                    return;
+                }
             }
         }
+        let (written, error) = write_all(writer, &self.buffer);
+        let error = error.or_else(|| writer.flush().err());
+        let whole = self
+            .records
+            .iter()
+            .take_while(|&&end| end <= written)
+            .count();
+        self.counters.written.inc_by(whole as u64);
+        if let Some(error) = error {
+            // The record the failure cut leaves a torn line; it and those after it are lost.
+            self.torn = whole < self.records.len() && written > self.start_of(whole);
+            let lost = self.records.len() - whole;
+            self.counters.write_error.inc_by(lost as u64);
+            self.lost("cannot write request records", &error);
+            return;
+        }
+        self.clear();
     }
 
-    fn flush(&mut self) {
-        let Some(out) = self.out.as_mut() else {
-            return;
-        };
-        match out.writer().flush() {
-            Ok(()) => self
-                .counters
-                .written
-                .inc_by(std::mem::take(&mut self.pending)),
-            Err(error) => self.lost("cannot write request records", &error),
+    /// Where the `i`th buffered record starts.
+    fn start_of(&self, i: usize) -> usize {
+        match i {
+            0 => 0,
+            _ => self.records[i - 1],
         }
     }
 
-    /// A write failed: the records in the buffer are counted lost (some may have reached the file
-    /// in an earlier partial write: the count is an upper bound), and the handle is dropped, so the
-    /// next record opens the path again.
+    fn clear(&mut self) {
+        self.buffer.clear();
+        self.records.clear();
+    }
+
+    /// A write failed: the buffered records are gone (counted by the caller), and the handle is
+    /// dropped, so the next record opens the path again.
     fn lost(&mut self, what: &str, error: &io::Error) {
-        self.counters
-            .write_error
-            .inc_by(std::mem::take(&mut self.pending));
+        self.clear();
         self.failed(what, error);
         self.out = None;
     }
@@ -314,4 +423,18 @@ impl Thread {
             tracing::warn!(%error, path, times, "{what} (count since the last such line); records are dropped until it works again");
         }
     }
+}
+
+/// Writes `bytes` whole, or until an error: how many bytes were taken, and the error.
+fn write_all(writer: &mut dyn Write, bytes: &[u8]) -> (usize, Option<io::Error>) {
+    let mut written = 0;
+    while written < bytes.len() {
+        match writer.write(&bytes[written..]) {
+            Ok(0) => return (written, Some(io::ErrorKind::WriteZero.into())),
+            Ok(n) => written += n,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return (written, Some(error)),
+        }
+    }
+    (written, None)
 }

@@ -1,6 +1,14 @@
 //! The metrics port's endpoints, tokentap's own answers: `/metrics` (the Prometheus page), `/healthz`
 //! (the process is up), `/readyz` (503 once a shutdown has begun, so a load balancer stops sending), and,
 //! unless `ui.enabled` is false, the live page `/` and its JSON `/api/v1/live` (`ui/`).
+//!
+//! The port binds every interface by default, so what a client can hold here is bounded like the proxy
+//! port: at most `limits.max_metrics_connections` connections (one more is closed at once), each answer
+//! taken within `timeouts.metrics_send` once the client's socket is full (`client_conn.rs`), the pages
+//! and views in memory bounded however many ask (`record::metrics` and `record::live::views`), and, with
+//! `metrics.allowed_hosts`, only requests naming an expected `Host` answered (against DNS rebinding:
+//! a page elsewhere that resolves its own name to this address can then read nothing). Each refusal is
+//! counted in `tokentap_metrics_port_refused_total{reason}`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -12,41 +20,65 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use crate::config::Timeouts;
 use crate::logging::repeated::RepeatedWarning;
 use crate::net::client_conn::{accept, Activity, TimedIo, Tracked};
 use crate::net::ui;
 use crate::record::live::Live;
+use crate::record::metrics::MetricsPortRefusals;
 use crate::shutdown::{Phase, Shutdown};
 use crate::tap::exchange::ExchangeContext;
 
-/// The metrics port: no request limits (it serves only tokentap's own small answers), but the same
-/// client timers as the proxy port, so a slow or idle client cannot hold its sockets for ever.
-pub async fn serve_metrics(
-    listener: TcpListener,
-    context: Arc<ExchangeContext>,
-    shutdown: Shutdown,
-    timeouts: Timeouts,
-    live: Option<Arc<Live>>,
-) {
-    let mut failures = RepeatedWarning::default();
+/// What the metrics port serves and its bounds.
+pub struct MetricsPort {
+    pub context: Arc<ExchangeContext>,
+    pub shutdown: Shutdown,
+    pub live: Option<Arc<Live>>,
+    /// The client timers (`client_header_read`, `client_idle`) and `metrics_send`.
+    pub timeouts: Timeouts,
+    /// `limits.max_metrics_connections`.
+    pub max_connections: usize,
+    /// `metrics.allowed_hosts`, lowercase; empty: any `Host`.
+    pub allowed_hosts: Vec<String>,
+}
+
+/// The metrics port: no request limits (it serves only tokentap's own answers), the proxy port's client
+/// timers, a send timeout and a cap on connections.
+pub async fn serve_metrics(listener: TcpListener, port: MetricsPort) {
+    let port = Arc::new(port);
+    let refused = port.context.metrics.refusals.metrics_port.clone();
+    let slots = Arc::new(Semaphore::new(port.max_connections));
+    let (mut failures, mut refusals) = (RepeatedWarning::default(), RepeatedWarning::default());
     loop {
         let stream = accept(&listener, "metrics", &mut failures).await;
-        let context = context.clone();
-        let shutdown = shutdown.clone();
-        let live = live.clone();
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            refused.connections.inc();
+            if let Some(refused) = refusals.occurred(tokio::time::Instant::now()) {
+                let limit = port.max_connections;
+                tracing::warn!(limit, refused, "metrics-port connections closed at limits.max_metrics_connections (count since the last such line)");
+            }
+            drop(stream);
+            continue;
+        };
         let activity = Arc::new(Activity::default());
-        let (header_read, idle) = (timeouts.client_header_read, timeouts.client_idle);
-        let io = TokioIo::new(TimedIo::new(stream, activity.clone(), header_read, idle));
+        let t = &port.timeouts;
+        let io = TimedIo::new(
+            stream,
+            activity.clone(),
+            t.client_header_read,
+            t.client_idle,
+        )
+        .with_send_timeout(t.metrics_send, refused.send_timeouts.clone());
+        let io = TokioIo::new(io);
+        let port = port.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |request| {
+            let service = service_fn(|request| {
                 let in_progress = activity.begin();
-                let ready = shutdown.phase() == Phase::Serving;
-                let context = context.clone();
-                let live = live.clone();
+                let port = port.clone();
                 async move {
-                    let response = metrics_endpoint(&request, &context, ready, live.as_ref()).await;
+                    let response = port.endpoint(&request).await;
                     Ok::<_, Infallible>(response.map(|b| Tracked::new(b, in_progress)))
                 }
             });
@@ -56,59 +88,12 @@ pub async fn serve_metrics(
             if let Err(err) = conn.await {
                 tracing::debug!(%err, "metrics connection ended with an error");
             }
+            drop(permit);
         });
     }
 }
 
-async fn metrics_endpoint(
-    request: &Request<Incoming>,
-    context: &ExchangeContext,
-    ready: bool,
-    live: Option<&Arc<Live>>,
-) -> Response<Full<Bytes>> {
-    let path = request.uri().path();
-    if let (&Method::GET, Some(live)) = (request.method(), live) {
-        let answer = match path {
-            "/" => Some(ui::page_answer()),
-            "/api/v1/live" => Some(ui::live_answer(live, request.uri().query()).await),
-            _ => None,
-        };
-        if let Some(answer) = answer {
-            return ui_response(answer);
-        }
-    }
-    let not_found: &'static [u8] = match live {
-        Some(_) => b"not found: try /, /api/v1/live, /metrics, /healthz or /readyz\n",
-        None => b"not found: try /metrics, /healthz or /readyz\n",
-    };
-    let (status, content_type, body) = match (request.method(), path) {
-        (&Method::GET, "/metrics") => match context.metrics.scrape().await {
-            Some(page) => (
-                StatusCode::OK,
-                "text/plain; version=0.0.4; charset=utf-8",
-                page,
-            ),
-            None => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "text/plain",
-                Bytes::from_static(b"metrics unavailable: shutting down\n"),
-            ),
-        },
-        (&Method::GET, "/healthz") => (StatusCode::OK, "text/plain", Bytes::from_static(b"ok\n")),
-        (&Method::GET, "/readyz") if ready => {
-            (StatusCode::OK, "text/plain", Bytes::from_static(b"ready\n"))
-        }
-        (&Method::GET, "/readyz") => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain",
-            Bytes::from_static(b"shutting down\n"),
-        ),
-        _ => (
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            Bytes::from_static(not_found),
-        ),
-    };
+fn plain(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(body));
     *response.status_mut() = status;
     response
@@ -117,30 +102,117 @@ async fn metrics_endpoint(
     response
 }
 
-/// The live page's answers, with their cache policy; the page may run only its own inline code and
-/// fetch only from this port.
-fn ui_response(answer: ui::Answer) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(answer.body));
-    *response.status_mut() = answer.status;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(answer.content_type),
-    );
-    headers.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static(answer.cache_control),
-    );
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
-             connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'",
-        ),
-    );
-    response
+impl MetricsPort {
+    fn refused(&self) -> &MetricsPortRefusals {
+        &self.context.metrics.refusals.metrics_port
+    }
+
+    /// Whether `request` names a host this port answers: any without `metrics.allowed_hosts`.
+    fn host_allowed(&self, request: &Request<Incoming>) -> bool {
+        if self.allowed_hosts.is_empty() {
+            return true;
+        }
+        let named = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| request.uri().authority().map(|a| a.as_str()));
+        named.is_some_and(|host| {
+            let host = host_name(host).to_ascii_lowercase();
+            self.allowed_hosts
+                .iter()
+                .any(|allowed| allowed.trim_start_matches('[').trim_end_matches(']') == host)
+        })
+    }
+
+    async fn endpoint(&self, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+        let path = request.uri().path();
+        let get = request.method() == Method::GET;
+        let probe = matches!(path, "/healthz" | "/readyz");
+        if !probe && !self.host_allowed(request) {
+            self.refused().host.inc();
+            let body = "this Host is not in metrics.allowed_hosts\n";
+            return plain(
+                StatusCode::FORBIDDEN,
+                "text/plain",
+                Bytes::from_static(body.as_bytes()),
+            );
+        }
+        if let (true, Some(live)) = (get, &self.live) {
+            let answer = match path {
+                "/" => Some(ui::page_answer()),
+                "/api/v1/live" => {
+                    let answer = ui::live_answer(live, request.uri().query()).await;
+                    if answer.status == StatusCode::SERVICE_UNAVAILABLE && answer.busy {
+                        self.refused().live_busy.inc();
+                    }
+                    Some(answer)
+                }
+                _ => None,
+            };
+            if let Some(answer) = answer {
+                return ui::response(answer);
+            }
+        }
+        let not_found: &'static [u8] = match self.live {
+            Some(_) => b"not found: try /, /api/v1/live, /metrics, /healthz or /readyz\n",
+            None => b"not found: try /metrics, /healthz or /readyz\n",
+        };
+        let ready = self.shutdown.phase() == Phase::Serving;
+        let (status, content_type, body) = match (get, path) {
+            (true, "/metrics") => match self.context.metrics.scrape().await {
+                Some(page) => (
+                    StatusCode::OK,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    page,
+                ),
+                None => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    Bytes::from_static(b"metrics unavailable: shutting down\n"),
+                ),
+            },
+            (true, "/healthz") => (StatusCode::OK, "text/plain", Bytes::from_static(b"ok\n")),
+            (true, "/readyz") if ready => {
+                (StatusCode::OK, "text/plain", Bytes::from_static(b"ready\n"))
+            }
+            (true, "/readyz") => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                Bytes::from_static(b"shutting down\n"),
+            ),
+            _ => (
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                Bytes::from_static(not_found),
+            ),
+        };
+        plain(status, content_type, body)
+    }
+}
+
+/// The host of a `Host` value, without its port: `localhost:9464` → `localhost`, `[::1]:9464` → `::1`.
+fn host_name(value: &str) -> &str {
+    if let Some(v6) = value.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or(v6);
+    }
+    match value.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => value,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_name;
+
+    #[test]
+    fn a_host_is_compared_without_its_port() {
+        assert_eq!(host_name("localhost:9464"), "localhost");
+        assert_eq!(host_name("LocalHost"), "LocalHost");
+        assert_eq!(host_name("10.0.0.5:80"), "10.0.0.5");
+        assert_eq!(host_name("[::1]:9464"), "::1");
+        assert_eq!(host_name("[::1]"), "::1");
+        assert_eq!(host_name("evil.example:x"), "evil.example:x");
+    }
 }

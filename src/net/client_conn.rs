@@ -8,6 +8,13 @@
 //! progress, each held by an [`InProgress`] that lives in the response body ([`Tracked`]). A timeout
 //! reads as end of file, so hyper closes the connection as if the client had. [`accept`] takes the
 //! next connection off a listener, both ports'.
+//!
+//! On the metrics port the write side is timed too ([`TimedIo::with_send_timeout`]): a client that asks
+//! for a page and does not read it would otherwise hold the page, and its socket, until `client_idle`.
+//! From the moment a write finds the client's socket full, what hyper has to send must be taken within
+//! `timeouts.metrics_send`; else the write fails and hyper closes the connection. Unlike nginx's
+//! `send_timeout`, the clock is not reset by each bit of progress, so a client that reads a byte now and
+//! then cannot hold an answer either.
 
 use std::future::Future;
 use std::io;
@@ -96,6 +103,44 @@ pub struct TimedIo<T> {
     head_timeouts: Option<IntCounter>,
     /// The response frames waiting for a write, on the proxy port (`delay.rs`).
     frames: Option<Arc<FrameDelay>>,
+    send: Option<SendTimer>,
+}
+
+/// The write side's deadline: armed when a write finds the socket full, lifted when everything hyper
+/// wrote has been flushed.
+struct SendTimer {
+    limit: Duration,
+    armed: bool,
+    timer: Pin<Box<Sleep>>,
+    timeouts: IntCounter,
+}
+
+impl SendTimer {
+    /// `polled` is the socket's answer to a write; a write still blocked at the deadline fails.
+    fn check<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<R>>,
+    ) -> Poll<io::Result<R>> {
+        if !polled.is_pending() {
+            return polled;
+        }
+        if !self.armed {
+            self.armed = true;
+            self.timer.as_mut().reset(Instant::now() + self.limit);
+        }
+        match self.timer.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                self.timeouts.inc();
+                tracing::debug!("closing a metrics-port connection that did not take its answer");
+                Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the client did not take its answer within timeouts.metrics_send",
+                )))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
 }
 
 impl<T> TimedIo<T> {
@@ -121,6 +166,7 @@ impl<T> TimedIo<T> {
             seen: 0,
             timer: Box::pin(tokio::time::sleep_until(Instant::now() + header_read)),
             head_timeouts: None,
+            send: None,
             frames: None,
         }
     }
@@ -138,6 +184,18 @@ impl<T> TimedIo<T> {
                 frames.written();
             }
         }
+    }
+
+    /// Fails a write still blocked `limit` after the client's socket first filled (metrics port), and
+    /// counts it into `timeouts`.
+    pub fn with_send_timeout(mut self, limit: Duration, timeouts: IntCounter) -> Self {
+        self.send = Some(SendTimer {
+            limit,
+            armed: false,
+            timer: Box::pin(tokio::time::sleep_until(Instant::now() + limit)),
+            timeouts,
+        });
+        self
     }
 
     /// Counts each close for a request head not complete within `header_read` into `counter`.
@@ -209,11 +267,24 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
         this.wrote(&polled, buf.len());
-        polled
+        match &mut this.send {
+            Some(send) => send.check(cx, polled),
+            None => polled,
+        }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_flush(cx);
+        match &mut this.send {
+            // hyper flushes once it has written all it had: the answer has been taken.
+            Some(send) if matches!(polled, Poll::Ready(Ok(()))) => {
+                send.armed = false;
+                polled
+            }
+            Some(send) => send.check(cx, polled),
+            None => polled,
+        }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -230,7 +301,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
         if this.frames.is_some() {
             this.wrote(&polled, bufs.iter().map(|b| b.len()).sum());
         }
-        polled
+        match &mut this.send {
+            Some(send) => send.check(cx, polled),
+            None => polled,
+        }
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -413,6 +487,35 @@ mod tests {
         let (mut io, _client, _) = timed();
         let (_, ended) = read_to_timeout(&mut io).await;
         assert_eq!(ended - start, HEAD_READ);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_not_taken_within_the_send_timeout_fails_at_exactly_that_time() {
+        const SEND: Duration = Duration::from_secs(60);
+        let counter = IntCounter::new("send_timeouts", "test").expect("counter");
+        let (server, mut client) = tokio::io::duplex(64);
+        let activity = Arc::new(Activity::default());
+        let mut io = TimedIo::new(server, activity, HEAD_READ, IDLE)
+            .with_send_timeout(SEND, counter.clone());
+        // An answer the client takes, slowly but whole, within the limit: no timeout, and the clock is
+        // lifted by the flush that follows it.
+        let reader = tokio::spawn(async move {
+            let mut got = vec![0u8; 1024];
+            for piece in got.chunks_mut(64) {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                client.read_exact(piece).await.expect("read");
+            }
+            client
+        });
+        io.write_all(&[7u8; 1024]).await.expect("taken in 16 s");
+        io.flush().await.expect("flushed");
+        let _client = reader.await.expect("reader");
+        // The next answer is never read: its write fails SEND after the socket filled.
+        let start = Instant::now();
+        let failed = io.write_all(&[7u8; 1024]).await.expect_err("never taken");
+        assert_eq!(failed.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(Instant::now() - start, SEND);
+        assert_eq!(counter.get(), 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -29,9 +29,11 @@ use crate::config::{Config, Limits, RecordPath, Timeouts};
 use crate::decode::tokenizer::Tokenizers;
 use crate::logging::records::{RecordWriter, Target};
 use crate::logging::repeated::RepeatedWarning;
-use crate::net::admin::serve_metrics;
+use crate::net::admin::{serve_metrics, MetricsPort};
 use crate::net::client_conn::{accept, sniff, Activity, InProgress, Speaks, TimedIo, Tracked};
 use crate::net::delay::{Forwarding, FrameDelay};
+use crate::net::signals::{shutdown_signal, Hangups};
+use crate::proxy::models::ModelList;
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
 use crate::record::live::Live;
@@ -62,6 +64,8 @@ pub enum StartError {
     /// The configuration's series limit is above `metrics.max_series`; the message names the product.
     #[error("{0}")]
     SeriesBudget(String),
+    #[error("{0}")]
+    ModelList(#[from] crate::proxy::models::ModelListError),
 }
 
 /// A running tokentap. Dropping it stops the listeners (connections already open finish on their own).
@@ -77,6 +81,9 @@ pub struct Running {
     metrics_task: JoinHandle<()>,
     /// The live page's snapshots (`ui.enabled`).
     snapshot_task: Option<JoinHandle<()>>,
+    live: Option<Arc<Live>>,
+    /// The upstream's model list, fetched in the background (`model_list.enabled`).
+    model_list_task: Option<JoinHandle<()>>,
 }
 
 impl Running {
@@ -112,6 +119,14 @@ impl Running {
         }
     }
 
+    /// Takes a snapshot for the live page now, as each `ui.interval` does (for tests that need a history
+    /// without waiting for it). Nothing without `ui.enabled`.
+    pub fn snapshot_live(&self) {
+        if let Some(live) = &self.live {
+            live.snapshot(&self.context.metrics);
+        }
+    }
+
     /// The most series this process can export and the product of caps that makes it.
     pub fn series_bound(&self) -> String {
         self.context.metrics.bound().describe()
@@ -124,7 +139,10 @@ impl Running {
             task.abort();
         }
         self.metrics_task.abort();
-        if let Some(task) = &self.snapshot_task {
+        for task in [&self.snapshot_task, &self.model_list_task]
+            .into_iter()
+            .flatten()
+        {
             task.abort();
         }
     }
@@ -164,8 +182,12 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Start
         .map_err(|source| StartError::Bind { what, addr, source })
 }
 
+/// How long start waits for the request_log path to open before it serves without it: a path that
+/// cannot be opened is refused at start, one whose open blocks (a FIFO no one reads) is not waited for.
+const RECORDS_OPEN_WAIT: Duration = Duration::from_secs(1);
+
 /// Starts the request_log writer, when one is configured.
-fn records(config: &Config, metrics: &Metrics) -> Result<Option<Records>, StartError> {
+async fn records(config: &Config, metrics: &Metrics) -> Result<Option<Records>, StartError> {
     let (Some(log), Some(counters)) = (&config.request_log, &metrics.records) else {
         return Ok(None);
     };
@@ -173,8 +195,22 @@ fn records(config: &Config, metrics: &Metrics) -> Result<Option<Records>, StartE
         RecordPath::Stdout => (Target::Stdout, "-".to_owned()),
         RecordPath::File(path) => (Target::File(path.clone()), path.display().to_string()),
     };
-    let writer = RecordWriter::start(target, log.queue, counters.clone())
-        .map_err(|source| StartError::RequestLog { path, source })?;
+    let refused = |source| StartError::RequestLog {
+        path: path.clone(),
+        source,
+    };
+    let (writer, opened) =
+        RecordWriter::start(target, log.queue, counters.clone()).map_err(refused)?;
+    let waited = tokio::task::spawn_blocking(move || opened.wait(RECORDS_OPEN_WAIT)).await;
+    match waited {
+        Ok(Some(Err(source))) => return Err(refused(source)),
+        Ok(None) => tracing::warn!(
+            path,
+            "request_log.path is not open after 1s (a FIFO no one reads yet? a hung mount?): serving on; \
+             records wait in the queue, then are dropped and counted, until it opens"
+        ),
+        Ok(Some(Ok(()))) | Err(_) => {}
+    }
     Ok(Some(Records {
         writer: Arc::new(writer),
         gaps: log.gaps,
@@ -195,10 +231,14 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         tokenizers: Arc::new(Tokenizers::load(config)?),
         requests: Count::default(),
         identify: Identify::new(config.tenants.as_ref()),
-        records: records(config, &metrics)?,
+        records: records(config, &metrics).await?,
         metrics: Arc::new(metrics),
     });
     let connections = upstream::Upstream::new(config, context.metrics.upstream.clone())?;
+    let model_list = match config.model_list.enabled {
+        true => Some(ModelList::new(config, context.metrics.served.clone())?),
+        false => None,
+    };
     let shutdown = Shutdown::default();
     let proxy = Proxy::new(connections, config, context.clone(), shutdown.clone());
     let proxy_listener = bind("the proxy listener", config.listen).await?;
@@ -225,15 +265,20 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         live.snapshot(&context.metrics);
     }
     let proxy_task = tokio::spawn(serve.run(proxy_listener));
+    let model_list_task = model_list.map(|list| tokio::spawn(list.run()));
     let snapshot_task = live
         .clone()
         .map(|live| tokio::spawn(live.run(context.metrics.clone())));
     let metrics = serve_metrics(
         metrics_listener,
-        context.clone(),
-        shutdown.clone(),
-        config.timeouts.clone(),
-        live,
+        MetricsPort {
+            context: context.clone(),
+            shutdown: shutdown.clone(),
+            live: live.clone(),
+            timeouts: config.timeouts.clone(),
+            max_connections: config.limits.max_metrics_connections,
+            allowed_hosts: config.metrics.allowed_hosts.clone(),
+        },
     );
     Ok(Running {
         proxy_addr,
@@ -245,6 +290,8 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         proxy_task: Mutex::new(Some(proxy_task)),
         metrics_task: tokio::spawn(metrics),
         snapshot_task,
+        live,
+        model_list_task,
     })
 }
 
@@ -253,7 +300,11 @@ pub async fn run(config: &Config) -> Result<(), StartError> {
     let signalled = shutdown_signal();
     let hangups = Hangups::listen();
     let running = Arc::new(start(config).await?);
-    hangups.reopen(running.clone());
+    let reopening = running.clone();
+    hangups.reopen(move || {
+        reopening.reopen_records();
+        reopening.context.records.is_some()
+    });
     tracing::info!(
         listen = %running.proxy_addr(),
         upstream = %config.upstream,
@@ -281,106 +332,6 @@ pub async fn run(config: &Config) -> Result<(), StartError> {
         tokio::task::spawn_blocking(move || records.flush_records(Duration::from_secs(2))).await;
     tracing::info!(cut = drained.cut, "tokentap stopped");
     Ok(())
-}
-
-/// SIGHUP, taken over for the life of the process: its default action kills the process, and
-/// operators and logrotate send it by habit. It reopens the request_log file (logrotate's `create`
-/// mode) and never stops the proxy.
-pub struct Hangups {
-    #[cfg(unix)]
-    signal: Option<tokio::signal::unix::Signal>,
-}
-
-impl Hangups {
-    /// Takes SIGHUP over at once (before start, so an early hangup cannot kill the process).
-    pub fn listen() -> Self {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            match signal(SignalKind::hangup()) {
-                Ok(signal) => Hangups {
-                    signal: Some(signal),
-                },
-                Err(err) => {
-                    tracing::warn!(%err, "cannot listen for SIGHUP: a hangup will stop tokentap");
-                    Hangups { signal: None }
-                }
-            }
-        }
-        #[cfg(not(unix))]
-        Hangups {}
-    }
-
-    /// From now on, each SIGHUP reopens `running`'s request_log file and is logged.
-    pub fn reopen(self, running: Arc<Running>) {
-        #[cfg(unix)]
-        if let Some(mut hangups) = self.signal {
-            tokio::spawn(async move {
-                while hangups.recv().await.is_some() {
-                    match &running.context.records {
-                        Some(_) => {
-                            running.reopen_records();
-                            tracing::info!("SIGHUP received: request_log file reopened");
-                        }
-                        None => tracing::info!(
-                            "SIGHUP received: nothing to reopen (no request_log; the log is stderr)"
-                        ),
-                    }
-                }
-            });
-        }
-    }
-}
-
-/// SIGHUP taken over with nothing to reopen (the demo, which has no request_log).
-pub fn ignore_hangups() {
-    let hangups = Hangups::listen();
-    #[cfg(unix)]
-    if let Some(mut hangups) = hangups.signal {
-        tokio::spawn(async move {
-            while hangups.recv().await.is_some() {
-                tracing::info!("SIGHUP received: nothing to reopen (the log is stderr); ignored");
-            }
-        });
-    }
-}
-
-/// Registers for SIGTERM and SIGINT at once (a signal that arrives before the returned future is
-/// first polled is not lost, nor left to its default action of killing the process); the future
-/// completes at the first of them.
-pub fn shutdown_signal() -> impl Future<Output = ()> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (term, interrupt) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        );
-        async move {
-            match (term, interrupt) {
-                (Ok(mut term), Ok(mut interrupt)) => {
-                    tokio::select! {
-                        _ = term.recv() => {},
-                        _ = interrupt.recv() => {},
-                    }
-                }
-                (Ok(mut only), Err(err)) | (Err(err), Ok(mut only)) => {
-                    tracing::warn!(%err, "cannot listen for one of SIGTERM/SIGINT");
-                    only.recv().await;
-                }
-                (Err(err), Err(_)) => {
-                    tracing::warn!(%err, "cannot listen for SIGTERM/SIGINT; falling back to Ctrl-C");
-                    let _ = tokio::signal::ctrl_c().await;
-                }
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        async {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
 
 fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {

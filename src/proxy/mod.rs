@@ -1,8 +1,10 @@
 //! Forwarding: the per-request service, the request body held or streamed on its way up, the upstream
-//! client, hop-by-hop headers and the request target.
+//! client, hop-by-hop headers and the request target; beside them, the upstream's model list, fetched in
+//! the background.
 
 pub mod error;
 pub mod hop_by_hop;
+pub mod models;
 pub mod request_body;
 pub mod request_target;
 pub mod service;

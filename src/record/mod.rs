@@ -1,5 +1,6 @@
 //! Recording a request: its `api` label, its timeline, how it ended (its outcome), which token count to
-//! trust, its finished record (figures and SLO verdict, a pure function) and the metrics.
+//! trust, its finished record (figures and SLO verdict, a pure function) and the metrics, with the
+//! models the upstream serves deciding which names take a label.
 
 pub mod api;
 pub mod finished;
@@ -8,6 +9,7 @@ pub mod live;
 pub mod metrics;
 pub mod outcome;
 pub mod request_record;
+pub mod served;
 pub mod server;
 pub mod slo;
 pub mod timeline;

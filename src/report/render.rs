@@ -1,7 +1,12 @@
 //! The report as text: a terminal table (columns padded with spaces) or Markdown, one or two record
 //! sets (`--compare`: before, after and the change). Everything is drawn from [`SummaryJson`], so the
 //! text and `--format json` can never disagree.
+//!
+//! A record file is input like any other: a model name, tenant or id in it may hold escape sequences
+//! that set a terminal's title or clear it, or line separators. Every such value passes through
+//! [`printable`] before it is printed, and `|` is escaped in Markdown cells.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use crate::report::json::{Side, SlowestJson, Stats, SummaryJson};
@@ -35,6 +40,18 @@ impl Table {
         if self.rows.is_empty() {
             return;
         }
+        let cell = |text: &String| -> String {
+            let text = printable(text);
+            match style {
+                Style::Markdown => text.replace('|', "\\|"),
+                Style::Terminal => text.into_owned(),
+            }
+        };
+        let rows: Vec<Vec<String>> = self
+            .rows
+            .iter()
+            .map(|r| r.iter().map(cell).collect())
+            .collect();
         let columns = self.head.len();
         // A Markdown delimiter cell needs a dash beside its colon.
         let least = if style == Style::Markdown { 3 } else { 1 };
@@ -43,7 +60,7 @@ impl Table {
             .iter()
             .map(|h| h.chars().count().max(least))
             .collect();
-        for row in &self.rows {
+        for row in &rows {
             for (w, cell) in widths.iter_mut().zip(row) {
                 *w = (*w).max(cell.chars().count());
             }
@@ -78,7 +95,7 @@ impl Table {
             })
             .collect();
         line(&rule, out);
-        for row in &self.rows {
+        for row in &rows {
             line(row, out);
         }
         out.push('\n');
@@ -152,7 +169,35 @@ fn figures_shown(s: &SummaryJson) -> Vec<Figure> {
         .collect()
 }
 
+/// `text` with every character that would act on a terminal or break a line escaped as `\u{…}`:
+/// control characters (C0, DEL, C1: escape sequences begin with ESC or CSI), the line and paragraph
+/// separators U+2028 and U+2029, and the bidirectional controls that reorder what is shown.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    let acts = |c: char| {
+        c.is_control()
+            || matches!(
+                c,
+                '\u{2028}' | '\u{2029}' | '\u{061c}' | '\u{200e}' | '\u{200f}'
+            )
+            || ('\u{202a}'..='\u{202e}').contains(&c)
+            || ('\u{2066}'..='\u{2069}').contains(&c)
+    };
+    if !text.chars().any(acts) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if acts(c) {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 fn title(name: &str, style: Style, out: &mut String) {
+    let name = &printable(name);
     match style {
         Style::Markdown => {
             let _ = writeln!(out, "### {name}\n");
@@ -172,7 +217,7 @@ fn group_name(side: &Side, group: Option<&str>) -> String {
 
 fn span(s: &SummaryJson) -> String {
     match (&s.start, &s.end) {
-        (Some(a), Some(b)) => format!("{a} → {b}"),
+        (Some(a), Some(b)) => format!("{} → {}", printable(a), printable(b)),
         _ => "no records".into(),
     }
 }

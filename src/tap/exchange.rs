@@ -232,8 +232,8 @@ impl Exchange {
         self.marks.clear();
     }
 
-    /// Labels are resolved once: from the request's `model`, else the response's, else `unknown`. A name
-    /// not yet admitted takes a place only if the upstream answered 2xx (else it counts as `unadmitted`).
+    /// Labels are resolved once, from the request's `model` and the response's ([`Metrics::model_label`]
+    /// says which takes a place: one the upstream lists, else, when it lists nothing, one answered 2xx).
     fn series(&mut self) -> &Series {
         let context = &self.context;
         let request_model = &self.request_model;
@@ -245,8 +245,9 @@ impl Exchange {
             let response_model = decoder
                 .as_ref()
                 .and_then(|m| m.observations().model.as_deref());
-            let model = request_model.get().or(response_model);
-            let label = context.metrics.model_label(model, confirmed);
+            let label = context
+                .metrics
+                .model_label(request_model.get(), response_model, confirmed);
             let tenant = context.metrics.tenant_label(tenant, confirmed);
             context.metrics.series_of(label, tenant, api)
         })
@@ -348,11 +349,13 @@ impl Exchange {
         let status = record.status.as_ref().map_or("none", StatusCode::as_str);
         let streaming = record.streaming;
         let id = self.identity.as_ref().map_or("", |i| i.id.as_str());
+        // Every value a client chooses is a `&str`, written quoted and escaped (`Debug`), so none can
+        // add a key to the line or break it (control characters, U+2028/U+2029).
         tracing::info!(
             id,
-            method = %self.method,
-            path = %self.path,
-            model = %series.model,
+            method = self.method.as_str(),
+            path = self.path.as_str(),
+            model = &*series.model,
             api = self.api.as_str(),
             status = %status,
             outcome = record.outcome.as_str(),

@@ -120,6 +120,16 @@ fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
     (scheme.eq_ignore_ascii_case(b"bearer") && !token.is_empty()).then_some(token)
 }
 
+/// The tenant tag `tenants.bearer_hash` gives `token` under `key` (`tokentap tenant-tag`); `None` for
+/// an empty token.
+pub fn bearer_tag(key: &str, token: &str) -> Option<String> {
+    let token = token.trim();
+    if token.is_empty() {
+        return None;
+    }
+    hash(key.as_bytes(), token.as_bytes())
+}
+
 /// `None` only if HMAC refused the key, which it does for no length.
 fn hash(key: &[u8], token: &[u8]) -> Option<String> {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).ok()?;
@@ -152,6 +162,7 @@ mod tests {
             from,
             max: 4,
             hash_key: key.map(str::to_owned),
+            allow: Vec::new(),
         }
     }
 

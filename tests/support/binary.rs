@@ -27,20 +27,25 @@ pub fn start_binary(name: &str, yaml: &str, max_fds: Option<u32>) -> Process {
 
 /// As [`start_binary`], with its stdout given (`Stdio::piped()` and never read: a stalled reader).
 pub fn start_binary_with(name: &str, yaml: &str, max_fds: Option<u32>, stdout: Stdio) -> Process {
+    let setup = max_fds.map(|n| format!("ulimit -n {n}"));
+    start_binary_after(name, yaml, setup.as_deref(), stdout)
+}
+
+/// As [`start_binary`], exec'd by `bash` after the shell commands `setup` (limits, signal
+/// dispositions: `trap '' XFSZ; ulimit -S -f 8`), so the binary's pid is the shell's.
+pub fn start_binary_after(name: &str, yaml: &str, setup: Option<&str>, stdout: Stdio) -> Process {
     let dir = std::env::temp_dir().join(format!("tokentap-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let config = dir.join("tokentap.yaml");
+    let yaml = format!("{}{yaml}", super::proxy::without_model_list(yaml));
     std::fs::write(&config, yaml).expect("write config");
     let binary = env!("CARGO_BIN_EXE_tokentap");
-    let mut command = match max_fds {
-        Some(n) => {
-            let mut sh = Command::new("sh");
-            sh.args([
-                "-c",
-                &format!("ulimit -n {n} && exec \"$0\" --config \"$1\""),
-            ])
-            .arg(binary)
-            .arg(&config);
+    let mut command = match setup {
+        Some(setup) => {
+            let mut sh = Command::new("bash");
+            sh.args(["-c", &format!("{setup} && exec \"$0\" --config \"$1\"")])
+                .arg(binary)
+                .arg(&config);
             sh
         }
         None => {

@@ -118,3 +118,28 @@ pub fn post(proxy: &Running, path: &str, body: &str) -> http::Request<Full<Bytes
 pub fn chat_request(model: &str) -> String {
     format!("{{\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}],\"model\":\"{model}\",\"stream\":true}}")
 }
+
+/// Sends one streamed request to `/v1/chat/completions` for each of `n` model names
+/// (`adapter-000`…), 8 at a time; each must be answered 200 (so each name takes a label).
+pub async fn send_distinct_models(proxy: &Running, n: usize) {
+    let client = client();
+    let mut tasks = tokio::task::JoinSet::new();
+    for worker in 0..8 {
+        let client = client.clone();
+        let requests: Vec<_> = (worker..n)
+            .step_by(8)
+            .map(|i| {
+                let body = chat_request(&format!("adapter-{i:03}"));
+                post(proxy, "/v1/chat/completions", &body)
+            })
+            .collect();
+        tasks.spawn(async move {
+            for request in requests {
+                assert_eq!(send(&client, request).await.status, 200);
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("a worker");
+    }
+}

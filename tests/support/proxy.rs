@@ -6,13 +6,24 @@ use tokentap::{Config, Running};
 use super::script::ms;
 
 /// Starts tokentap in-process in front of `upstream_url`, both ports on 127.0.0.1:0, with extra YAML.
+/// The upstream's model list is not fetched unless `extra_yaml` has a `model_list:` of its own: the
+/// scripted upstreams answer every request with their script, and count them.
 pub async fn proxy(upstream_url: &str, extra_yaml: &str) -> Running {
     let yaml = format!(
-        "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: {upstream_url}\n{extra_yaml}"
+        "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: {upstream_url}\n{}{extra_yaml}",
+        without_model_list(extra_yaml)
     );
     let config = Config::from_yaml_str(&yaml).expect("test config");
     tokentap::start(&config).await.expect("start tokentap")
 }
+/// `model_list: {enabled: false}` unless `yaml` says otherwise.
+pub fn without_model_list(yaml: &str) -> &'static str {
+    match yaml.contains("model_list:") {
+        true => "",
+        false => "model_list: {enabled: false}\n",
+    }
+}
+
 /// Waits (bounded) until the proxy has no request in flight.
 pub async fn settle(proxy: &Running) {
     for _ in 0..200 {

@@ -59,3 +59,44 @@ pub fn dechunk(body: &[u8]) -> Option<Vec<u8>> {
         _ => None,
     }
 }
+
+/// A connection with a small receive buffer that asks for `target` and never reads: returned once the
+/// answer's status line has arrived (its page was encoded and is being sent), or after 60 s, with the
+/// status (0: none came).
+pub async fn ask_and_never_read(addr: SocketAddr, target: &str) -> (tokio::net::TcpStream, u16) {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let mut stream = socket.connect(addr).await.expect("connect");
+    let request = format!("GET {target} HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("ask");
+    let mut head = [0u8; 12];
+    let status = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match stream.peek(&mut head).await {
+                Ok(12) => return raw_status(&head),
+                Ok(0) | Err(_) => return 0,
+                Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
+    })
+    .await;
+    (stream, status.unwrap_or(0))
+}
+
+/// Reads what `stream` still has, until its end or an error, within `bound`; the byte count, and
+/// whether it ended (EOF or reset) within the bound.
+pub async fn drain(stream: &mut tokio::net::TcpStream, bound: Duration) -> (usize, bool) {
+    let mut total = 0;
+    let mut buf = vec![0u8; 64 << 10];
+    let ended = tokio::time::timeout(bound, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => total += n,
+            }
+        }
+    })
+    .await
+    .is_ok();
+    (total, ended)
+}

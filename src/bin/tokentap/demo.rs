@@ -124,8 +124,8 @@ pub async fn run(mut config: Config, duration: Option<Duration>) -> Result<(), D
         tokio::spawn(client_loop(shown(proxy), worker));
     }
     // Stops on Ctrl-C or SIGTERM (as `docker stop` sends), or after `duration`.
-    let signal = tokentap::net::server::shutdown_signal();
-    tokentap::net::server::ignore_hangups();
+    let signal = tokentap::net::signals::shutdown_signal();
+    tokentap::net::signals::ignore_hangups();
     match duration {
         Some(duration) => tokio::select! {
             _ = tokio::time::sleep(duration) => {},

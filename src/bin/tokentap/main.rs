@@ -62,6 +62,9 @@ enum Command {
         /// Print one table and exit.
         #[arg(long)]
         once: bool,
+        /// How long one whole answer (head and body) may take.
+        #[arg(long, value_name = "DURATION", default_value = "10s")]
+        timeout: String,
     },
     /// Summarise request records (`request_log:`) like aiperf summarises a benchmark: counts,
     /// throughputs, TTFT, ITL, TPOT, E2E, goodput and outcomes (docs/report.md).
@@ -71,6 +74,9 @@ enum Command {
         /// The YAML file to check.
         file: PathBuf,
     },
+    /// Print the tenant tag (`t-` and 12 hex digits) that --config's `tenants.bearer_hash` and
+    /// `tenants.hash_key` give the bearer token read from stdin, for `tenants.allow`.
+    TenantTag,
 }
 
 #[derive(clap::Args, Debug)]
@@ -221,21 +227,52 @@ fn execute(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
+        Some(Command::TenantTag) => {
+            let path = cli
+                .config
+                .as_ref()
+                .ok_or("tenant-tag: --config FILE is needed")?;
+            let config = Config::load(path).map_err(|e| e.to_string())?;
+            let key = match &config.tenants {
+                Some(t) if t.from == config::TenantFrom::BearerHash => t.hash_key.clone(),
+                _ => {
+                    return Err(format!(
+                        "tenant-tag: {} has no `tenants: {{bearer_hash: true}}`",
+                        path.display()
+                    ))
+                }
+            };
+            let key = key.ok_or_else(|| {
+                format!("tenant-tag: {} sets no tenants.hash_key: without one each process draws its own key, and a tag cannot be known beforehand", path.display())
+            })?;
+            let mut token = String::new();
+            std::io::stdin()
+                .read_line(&mut token)
+                .map_err(|e| format!("tenant-tag: reading the token from stdin: {e}"))?;
+            let tag = tokentap::tap::identity::bearer_tag(&key, token.trim())
+                .ok_or("tenant-tag: no token on stdin")?;
+            println!("{tag}");
+            Ok(())
+        }
         Some(Command::Top {
             url,
             prometheus,
             window,
             once,
-        }) => runtime()?.block_on(async {
-            match prometheus {
-                Some(prometheus) => fleet::run(prometheus, *once)
-                    .await
-                    .map_err(|e| e.to_string()),
-                None => top::run(url, window.as_deref(), *once)
-                    .await
-                    .map_err(|e| e.to_string()),
-            }
-        }),
+            timeout,
+        }) => {
+            let timeout = config::parse_duration(timeout).map_err(|e| format!("--timeout: {e}"))?;
+            runtime()?.block_on(async {
+                match prometheus {
+                    Some(prometheus) => fleet::run(prometheus, *once)
+                        .await
+                        .map_err(|e| e.to_string()),
+                    None => top::run(url, window.as_deref(), *once, timeout)
+                        .await
+                        .map_err(|e| e.to_string()),
+                }
+            })
+        }
         Some(Command::Report(args)) => {
             let options = report_options(&cli, args)?;
             let (mut out, mut warn) = (std::io::stdout().lock(), std::io::stderr());

@@ -1,16 +1,25 @@
 //! `tokentap top`: the live page's figures as a terminal table, for use over SSH. It reads the same
 //! JSON the page reads (`GET /api/v1/live` on the metrics port) every `ui.interval` and redraws; with
 //! `--once` it prints one table and exits (for scripts and tests).
+//!
+//! What it reads is input like any other: the whole answer (head and body) must come within `--timeout`
+//! and be at most [`MAX_BODY`] bytes, so neither a slow drip nor an endless body holds it, and every
+//! name it prints goes through [`printable`], so no escape sequence in a model name reaches the
+//! terminal.
 
 use std::fmt::Write as _;
 use std::io::Write;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokentap::record::live::view::{Entry, LiveView};
+use tokentap::report::render::printable;
+
+/// The largest answer read: the live view of the default configuration is a few MiB.
+const MAX_BODY: usize = 64 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TopError {
@@ -20,8 +29,14 @@ pub enum TopError {
     Fetch { url: String, error: String },
 }
 
-/// Shows the figures of the metrics port at `base` (e.g. `http://127.0.0.1:9464`).
-pub async fn run(base: &str, window: Option<&str>, once: bool) -> Result<(), TopError> {
+/// Shows the figures of the metrics port at `base` (e.g. `http://127.0.0.1:9464`); each answer must
+/// come whole within `timeout`.
+pub async fn run(
+    base: &str,
+    window: Option<&str>,
+    once: bool,
+    timeout: Duration,
+) -> Result<(), TopError> {
     let base = base.trim_end_matches('/');
     let mut url = format!("{base}/api/v1/live");
     if let Some(window) = window {
@@ -34,11 +49,11 @@ pub async fn run(base: &str, window: Option<&str>, once: bool) -> Result<(), Top
     }
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     loop {
-        let view = fetch(&client, &uri)
+        let view = fetch(&client, &uri, timeout)
             .await
             .map_err(|error| TopError::Fetch {
                 url: url.clone(),
-                error,
+                error: printable(&error).into_owned(),
             })?;
         let table = render(&view);
         let mut out = std::io::stdout().lock();
@@ -59,18 +74,31 @@ pub async fn run(base: &str, window: Option<&str>, once: bool) -> Result<(), Top
 
 type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>;
 
-async fn fetch(client: &HttpClient, uri: &http::Uri) -> Result<LiveView, String> {
-    let response = tokio::time::timeout(Duration::from_secs(10), client.get(uri.clone()))
+async fn fetch(
+    client: &HttpClient,
+    uri: &http::Uri,
+    timeout: Duration,
+) -> Result<LiveView, String> {
+    let whole = async {
+        let response = client.get(uri.clone()).await.map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), MAX_BODY)
+            .collect()
+            .await
+            .map_err(
+                |e| match e.downcast_ref::<http_body_util::LengthLimitError>() {
+                    Some(_) => format!(
+                        "the answer is over {} MiB: not tokentap's live view",
+                        MAX_BODY >> 20
+                    ),
+                    None => e.to_string(),
+                },
+            )?;
+        Ok::<_, String>((status, body.to_bytes()))
+    };
+    let (status, body) = tokio::time::timeout(timeout, whole)
         .await
-        .map_err(|_| "no answer within 10 s".to_owned())?
-        .map_err(|e| e.to_string())?;
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?;
-    let body = body.to_bytes();
+        .map_err(|_| format!("no whole answer within {timeout:?} (--timeout)"))??;
     if !status.is_success() {
         let text = String::from_utf8_lossy(&body);
         return Err(format!("{status}: {}", text.trim()));
@@ -130,8 +158,8 @@ fn row(e: &Entry) -> String {
     let c = &e.current;
     let q = |h: &str, p: &str| c.quantiles.get(h).and_then(|q| q.get(p)).copied().flatten();
     let mut name = match &e.tenant {
-        Some(t) => format!("{} · {t}", e.model),
-        None => e.model.clone(),
+        Some(t) => format!("{} · {}", printable(&e.model), printable(t)),
+        None => printable(&e.model).into_owned(),
     };
     if name.chars().count() > 28 {
         name = name.chars().take(27).collect::<String>() + "…";

@@ -23,6 +23,7 @@ mod pool;
 mod wake;
 
 pub use body::UpstreamResponse;
+pub(crate) use connect::roots;
 pub use connect::TlsSetupError;
 use wake::{LookAgain, LOOK_AGAIN};
 

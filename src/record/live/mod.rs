@@ -10,7 +10,8 @@
 //! `ui.history / ui.interval` snapshots, beside the process-wide figures (requests in flight, and the
 //! buckets of tokentap's own delay per frame). [`Ring::bytes_bound`] states the figure; docs/live.md has it
 //! for the defaults. [`view`] turns the ring into the JSON the page reads, with quantiles computed from
-//! bucket deltas as Prometheus does ([`quantile`]).
+//! bucket deltas as Prometheus does ([`quantile`]); [`views`] computes each view once, off the ring's
+//! lock, and bounds how many are held.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -24,6 +25,7 @@ use crate::record::metrics::Metrics;
 
 pub mod quantile;
 pub mod view;
+pub mod views;
 
 /// The latency histograms the page shows, in [`Counts::hist`] order.
 pub const HISTOGRAMS: [(&str, &str); 5] = [
@@ -94,10 +96,12 @@ pub struct Snapshot {
     pub series: BTreeMap<Key, Counts>,
 }
 
-/// The snapshots of the last `ui.history`, oldest first, and the histograms' bucket bounds.
+/// The snapshots of the last `ui.history`, oldest first, and the histograms' bucket bounds. A clone
+/// shares the snapshots: a view is computed from one, off the lock.
+#[derive(Clone)]
 pub struct Ring {
     pub bounds: [Vec<f64>; 5],
-    pub points: VecDeque<Snapshot>,
+    pub points: VecDeque<Arc<Snapshot>>,
     capacity: usize,
     max_keys: usize,
     /// Buckets (+Inf included) of one key's five histograms, from the configured boundaries.
@@ -137,7 +141,7 @@ impl Ring {
         if self.points.len() == self.capacity {
             self.points.pop_front();
         }
-        self.points.push_back(snapshot);
+        self.points.push_back(Arc::new(snapshot));
     }
 
     /// The most memory the counts can take: every snapshot full of keys, every histogram present.
@@ -155,9 +159,8 @@ pub struct Live {
     ring: Mutex<Ring>,
     pub ui: Ui,
     pub slo: crate::config::Slo,
-    /// The last JSON encoded, for its window and the snapshot it ends at: every page open at once asks
-    /// for the same view each interval, and all but the first get these bytes.
-    encoded: Mutex<Option<(Duration, u64, usize, bytes::Bytes)>>,
+    /// The views computing or held by connections ([`views`]).
+    views: Mutex<views::Views>,
 }
 
 impl Live {
@@ -166,25 +169,8 @@ impl Live {
             ring: Mutex::new(Ring::new(config)),
             ui: config.ui.clone(),
             slo: config.slo.clone(),
-            encoded: Mutex::new(None),
+            views: Mutex::default(),
         }
-    }
-
-    /// The JSON view over `window` (docs/live.md), encoded once per snapshot and window.
-    pub fn json(&self, window: Duration) -> Result<bytes::Bytes, serde_json::Error> {
-        let ring = self.ring();
-        let newest = ring.points.back().map_or(0, |p| p.unix_ms);
-        let key = (window, newest, ring.points.len());
-        let mut encoded = self.encoded.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((w, n, len, bytes)) = encoded.as_ref() {
-            if (*w, *n, *len) == key {
-                return Ok(bytes.clone());
-            }
-        }
-        let json = serde_json::to_vec(&view::view(&ring, &self.slo, self.ui.interval, window))?;
-        let bytes = bytes::Bytes::from(json);
-        *encoded = Some((key.0, key.1, key.2, bytes.clone()));
-        Ok(bytes)
     }
 
     pub fn ring(&self) -> MutexGuard<'_, Ring> {

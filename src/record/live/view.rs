@@ -100,7 +100,7 @@ pub struct Distribution {
 
 /// The view of `ring` with figures over trailing `window`s.
 pub fn view(ring: &Ring, slo: &Slo, interval: Duration, window: Duration) -> LiveView {
-    let points: Vec<&Snapshot> = ring.points.iter().collect();
+    let points: Vec<&Snapshot> = ring.points.iter().map(|p| &**p).collect();
     let starts: Vec<usize> = (0..points.len())
         .map(|i| window_start(&points, i, window))
         .collect();

@@ -97,8 +97,11 @@ impl Boundaries {
         let other_api = histogram(&self.e2e) * t + t + e2e_slo + requests;
         let known_apis = Api::ALL.len() - 1;
         let per_model = known_apis * known_api + other_api;
-        let fixed =
-            Api::ALL.len() + known_apis * SKIP_REASONS + unlabelled + if records { 2 } else { 0 };
+        let fixed = Api::ALL.len()
+            + known_apis * SKIP_REASONS
+            + super::METRICS_PORT_REASONS.len()
+            + unlabelled
+            + if records { 2 } else { 0 };
         let total = model_values.saturating_mul(per_model).saturating_add(fixed);
         SeriesBound {
             total: i64::try_from(total).unwrap_or(i64::MAX),

@@ -166,6 +166,11 @@ impl ModelLabels {
         Lookup::Label(label)
     }
 
+    /// Whether `name` has a place now.
+    pub fn holds(&self, name: &str) -> bool {
+        self.lock().contains_key(name)
+    }
+
     /// The label of a request that names nothing (`unknown` model, `none` tenant).
     pub fn none(&self) -> Arc<str> {
         self.unknown.clone()

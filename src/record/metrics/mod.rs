@@ -19,11 +19,13 @@ use prometheus::{
 
 use crate::config::{Config, SloKind};
 use crate::record::api::Api;
+use crate::record::served::ServedModels;
 
 mod bound;
 pub mod forwarding;
 mod inside;
 mod labels;
+mod refusals;
 mod scrape;
 mod upstream;
 
@@ -33,6 +35,7 @@ pub use labels::{
     status_label, status_labels, Lookup, ModelLabels, NO_TENANT, OTHER_MODEL, UNADMITTED_MODEL,
     UNKNOWN_MODEL,
 };
+pub use refusals::{MetricsPortRefusals, Refusals, METRICS_PORT_REASONS};
 pub use upstream::UpstreamCounters;
 
 pub struct Metrics {
@@ -57,6 +60,10 @@ pub struct Metrics {
     retired: IntCounter,
     scrapes: scrape::Coalesce,
     pub models: ModelLabels,
+    /// The names the upstream lists (and the configured ones): which model names may take a place.
+    pub served: Arc<ServedModels>,
+    /// `tenants.allow`: the only tenant values that may take a place; empty: any answered 2xx.
+    tenants_allowed: HashSet<String>,
     /// The `tenant` label values, when `tenants:` is configured.
     pub tenants: Option<ModelLabels>,
     pub refusals: Refusals,
@@ -69,55 +76,6 @@ pub struct Metrics {
     pub inside: Inside,
     /// `tokentap_forwarding_delay_seconds`: tokentap's own delay per forwarded frame (`forwarding.rs`).
     pub forwarding_delay: Histogram,
-}
-
-/// What tokentap's own limits turned away before a request could be counted, or instead of
-/// forwarding it. Unlabelled: nothing a client sends chooses a series here.
-#[derive(Clone)]
-pub struct Refusals {
-    /// Client connections closed at once because `limits.max_connections` were open.
-    pub connections: IntCounter,
-    /// Client connections closed because a request head was not complete in `client_header_read`.
-    pub head_timeouts: IntCounter,
-    /// HTTP/1.1 request heads hyper answered with 431 (or 414) because they were too large.
-    pub header_too_large: IntCounter,
-    /// Requests answered 503 because `limits.max_upstream_connections` were in progress.
-    pub upstream_requests: IntCounter,
-    /// Requests answered 503 because their client connection had `limits.max_upstream_per_connection`
-    /// upstream requests in progress.
-    pub connection_share: IntCounter,
-}
-
-impl Refusals {
-    fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let counter = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
-            let c = IntCounter::new(name, help)?;
-            registry.register(Box::new(c.clone()))?;
-            Ok(c)
-        };
-        Ok(Refusals {
-            connections: counter(
-                "tokentap_connections_refused_total",
-                "Client connections closed at once because limits.max_connections were open.",
-            )?,
-            head_timeouts: counter(
-                "tokentap_request_head_timeouts_total",
-                "Client connections closed because a request head was not complete within timeouts.client_header_read.",
-            )?,
-            header_too_large: counter(
-                "tokentap_request_header_too_large_total",
-                "HTTP/1.1 request heads answered 431 (or 414) for being too large or having over 100 headers.",
-            )?,
-            upstream_requests: counter(
-                "tokentap_upstream_requests_refused_total",
-                "Requests answered 503 because limits.max_upstream_connections upstream requests were in progress.",
-            )?,
-            connection_share: counter(
-                "tokentap_connection_share_refused_total",
-                "Requests answered 503 because their client connection already had limits.max_upstream_per_connection upstream requests in progress.",
-            )?,
-        })
-    }
 }
 
 /// One request's labelled children, resolved once.
@@ -281,11 +239,27 @@ impl Metrics {
             registry.register(Box::new(g.clone()))?;
             Ok(g)
         };
-        let models = ModelLabels::new(
-            config.max_models,
-            config.metrics.model_idle,
-            config.slo.models.keys().map(String::as_str),
-        );
+        let configured = || {
+            let slo = config.slo.models.keys().map(String::as_str);
+            slo.chain(config.model_list.names.iter().map(String::as_str))
+        };
+        let models = ModelLabels::new(config.max_models, config.metrics.model_idle, configured());
+        let listed = gauge(
+            "tokentap_upstream_models_listed",
+            "Model names in the upstream's last list (GET /v1/models or /api/tags): those names may take a model \
+             label; 0 (it lists nothing, or model_list.enabled is false): a name takes one on its first 2xx.",
+        )?;
+        let served = Arc::new(ServedModels::new(configured(), listed));
+        // With an allowlist, the tenants.slo names are allowed too (they have their own places anyway).
+        let tenants_allowed = match config.tenants.as_ref().filter(|t| !t.allow.is_empty()) {
+            Some(t) => t
+                .allow
+                .iter()
+                .chain(config.slo.tenants.keys())
+                .cloned()
+                .collect(),
+            None => HashSet::new(),
+        };
         let tenants = config.tenants.as_ref().map(|t| {
             let pinned = config.slo.tenants.keys().map(String::as_str);
             ModelLabels::for_tenants(t.max, config.metrics.model_idle, pinned)
@@ -350,6 +324,8 @@ impl Metrics {
             retired,
             scrapes: scrape::Coalesce::default(),
             models,
+            served,
+            tenants_allowed,
             tenants,
             refusals,
             upstream,
@@ -365,31 +341,71 @@ impl Metrics {
         &self.bound
     }
 
-    /// The `tenant` label for a request's tenant (`None`: it named none), `confirmed` when the upstream
-    /// answered 2xx; `None` when `tenants:` is not configured. Capped and admitted as the model is.
-    pub fn tenant_label(&self, tenant: Option<&str>, confirmed: bool) -> Option<Arc<str>> {
+    /// The `tenant` label for a request's tenant (`None`: it named none), `two_xx` when the upstream
+    /// answered 2xx; `None` when `tenants:` is not configured. Capped as the model is; with
+    /// `tenants.allow`, only those values (and the `tenants.slo` ones) take a place, else a value takes
+    /// one on its first 2xx.
+    pub fn tenant_label(&self, tenant: Option<&str>, two_xx: bool) -> Option<Arc<str>> {
         let tenants = self.tenants.as_ref()?;
-        Some(match tenants.lookup(tenant, confirmed) {
+        let admit = match self.tenants_allowed.is_empty() {
+            true => two_xx,
+            false => tenant.is_some_and(|t| self.tenants_allowed.contains(t)),
+        };
+        Some(match tenants.lookup(tenant, admit) {
             Lookup::Label(label) => label,
             Lookup::Full if self.retire_idle() == 0 => tenants.overflow(),
-            Lookup::Full => match tenants.lookup(tenant, confirmed) {
+            Lookup::Full => match tenants.lookup(tenant, admit) {
                 Lookup::Label(label) => label,
                 Lookup::Full => tenants.overflow(),
             },
         })
     }
 
-    /// The `model` label for a request's model name, `confirmed` when the upstream answered 2xx. When
-    /// every place is taken, names idle for `metrics.model_idle` are retired first.
-    pub fn model_label(&self, model: Option<&str>, confirmed: bool) -> Arc<str> {
-        match self.models.lookup(model, confirmed) {
+    /// The `model` label of a request that named `request` (its body's `model`) and whose response named
+    /// `response`, `two_xx` when the upstream answered 2xx. While the upstream lists its models, a name
+    /// it lists (or the configuration names) takes a place, the request's own name first, else the one
+    /// the response gives (the model that answered, when the client's name was an alias); any other is
+    /// `unadmitted`. An upstream that lists nothing admits a name with its first 2xx. When every place
+    /// is taken, names idle for `metrics.model_idle` are retired first.
+    pub fn model_label(
+        &self,
+        request: Option<&str>,
+        response: Option<&str>,
+        two_xx: bool,
+    ) -> Arc<str> {
+        let (model, admit) = self.admission(request, response, two_xx);
+        match self.models.lookup(model, admit) {
             Lookup::Label(label) => label,
             Lookup::Full if self.retire_idle() == 0 => self.models.overflow(),
-            Lookup::Full => match self.models.lookup(model, confirmed) {
+            Lookup::Full => match self.models.lookup(model, admit) {
                 Lookup::Label(label) => label,
                 Lookup::Full => self.models.overflow(),
             },
         }
+    }
+
+    /// Which name a request is counted under, and whether that name may take a place.
+    fn admission<'a>(
+        &self,
+        request: Option<&'a str>,
+        response: Option<&'a str>,
+        two_xx: bool,
+    ) -> (Option<&'a str>, bool) {
+        let named = request.filter(|n| !n.is_empty()).or(response);
+        if !self.served.has_list() {
+            return (named, two_xx);
+        }
+        if let Some(held) = request.filter(|n| self.models.holds(n)) {
+            return (Some(held), true);
+        }
+        let listed = [request, response].into_iter().flatten();
+        if let Some(listed) = listed.into_iter().find(|n| self.served.lists(n)) {
+            return (Some(listed), true);
+        }
+        if two_xx && named.is_some() {
+            self.served.want_refresh();
+        }
+        (named, false)
     }
 
     pub fn series(&self, model: Arc<str>, api: Api) -> Series {
@@ -564,7 +580,7 @@ mod tests {
         let names = [Some("a"), Some("b"), Some("c"), None, Some("bad\n")];
         for (name, confirmed) in names.iter().flat_map(|n| [(n, true), (n, false)]) {
             for (tenant, tenant_confirmed) in tenants.iter().flat_map(|t| [(t, true), (t, false)]) {
-                let label = metrics.model_label(*name, confirmed);
+                let label = metrics.model_label(*name, None, confirmed);
                 let tenant = metrics.tenant_label(*tenant, tenant_confirmed);
                 for api in Api::ALL {
                     let series = metrics.series_of(label.clone(), tenant.clone(), api);
@@ -700,6 +716,6 @@ mod tests {
     fn the_default_limit_is_stated_in_the_readme() {
         let metrics = Metrics::new(&Config::default()).unwrap();
         // Adding a series family moves this figure: update README.md and docs/metrics.md with it.
-        assert_eq!(limit(&metrics), 337_495);
+        assert_eq!(limit(&metrics), 337_500);
     }
 }

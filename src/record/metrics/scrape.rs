@@ -1,4 +1,5 @@
-//! Serving `/metrics` without taking time from the proxied requests.
+//! Serving `/metrics` without taking time from the proxied requests, and without a copy of the page per
+//! scraper.
 //!
 //! Gathering and encoding every series is CPU work that grows with the series count; done on an async
 //! worker it would delay every stream that worker also drives. So the page is encoded on the blocking
@@ -6,8 +7,16 @@
 //! scrapers at once cost one encoding, not sixteen. A scrape that arrives after an encoding finished
 //! starts a new one, so no page is older than the scrape that asked for it, less the time one encoding
 //! takes. Idle model labels are retired just before each encoding.
+//!
+//! A page stays in memory as long as some connection is still sending it: a client that asks and never
+//! reads holds its page until `timeouts.metrics_send` closes it. With a multi-LoRA deployment's 7 MiB
+//! page, forty such clients each holding a page of their own held 290 MiB. So the pages being sent are
+//! known (weakly: a page is freed when its last connection lets go), and while [`PAGES_HELD`] of them are
+//! still being sent, a new scrape gets the newest of them instead of an encoding of its own: whatever
+//! the scrapers do, at most that many pages (and the one being encoded) are in memory at once. Such a
+//! page is at most `timeouts.metrics_send` old, and only while clients hold pages unread.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use bytes::Bytes;
 use prometheus::core::Collector;
@@ -20,17 +29,40 @@ use super::Metrics;
 /// The gauge holding the current series count.
 pub const SERIES: &str = "tokentap_metrics_series";
 
+/// Distinct pages that may be held by connections still sending them before scrapes share the newest.
+pub const PAGES_HELD: usize = 2;
+
 type Page = watch::Receiver<Option<Bytes>>;
 
-/// The encoding in progress, if any; scrapes that find one share its page.
+/// One encoded page; every scrape that gets it shares these bytes.
+struct Encoded(Vec<u8>);
+
+/// The owner of a page's bytes in every [`Bytes`] handed out: the page is freed with the last of them.
+struct Shared(Arc<Encoded>);
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        &self.0 .0
+    }
+}
+
+/// The encoding in progress, if any, and the pages handed out that may still be being sent.
 #[derive(Default)]
 pub struct Coalesce {
-    running: Mutex<Option<Page>>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Scrapes that find one share its page.
+    running: Option<Page>,
+    /// Oldest first; a page no connection holds any more is gone and is pruned.
+    held: Vec<Weak<Encoded>>,
 }
 
 impl Coalesce {
-    fn lock(&self) -> MutexGuard<'_, Option<Page>> {
-        self.running
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -42,31 +74,43 @@ struct Running(Arc<Metrics>);
 
 impl Drop for Running {
     fn drop(&mut self) {
-        *self.0.scrapes.lock() = None;
+        self.0.scrapes.lock().running = None;
     }
 }
 
 impl Metrics {
     /// The text exposition of every series, encoded off the async workers and shared by concurrent
-    /// scrapes. `None` if the encoding could not run (the runtime is shutting down).
+    /// scrapes (and, while [`PAGES_HELD`] pages are still being sent, by later ones). `None` if the
+    /// encoding could not run (the runtime is shutting down).
     pub async fn scrape(self: &Arc<Self>) -> Option<Bytes> {
         let mut page = {
-            let mut running = self.scrapes.lock();
-            match running.as_ref() {
-                Some(page) => page.clone(),
-                None => {
-                    let (tx, page) = watch::channel(None);
-                    *running = Some(page.clone());
-                    let guard = Running(self.clone());
-                    tokio::task::spawn_blocking(move || {
-                        let body = guard.0.encode();
-                        // The next scrape starts a new encoding before this page is handed out, so
-                        // a scrape never gets a page encoded before it arrived and finished since.
-                        drop(guard);
-                        tx.send_replace(Some(body));
-                    });
-                    page
+            let mut state = self.scrapes.lock();
+            if let Some(page) = &state.running {
+                page.clone()
+            } else {
+                state.held.retain(|page| page.strong_count() > 0);
+                if state.held.len() >= PAGES_HELD {
+                    if let Some(newest) = state.held.last().and_then(Weak::upgrade) {
+                        return Some(Bytes::from_owner(Shared(newest)));
+                    }
                 }
+                let (tx, page) = watch::channel(None);
+                state.running = Some(page.clone());
+                let guard = Running(self.clone());
+                tokio::task::spawn_blocking(move || {
+                    let encoded = Arc::new(Encoded(guard.0.encode_page()));
+                    {
+                        // The next scrape starts a new encoding (or shares this page) before this page
+                        // is handed out, so a scrape never gets a page encoded before it arrived and
+                        // finished since.
+                        let mut state = guard.0.scrapes.lock();
+                        state.running = None;
+                        state.held.push(Arc::downgrade(&encoded));
+                    }
+                    drop(guard);
+                    tx.send_replace(Some(Bytes::from_owner(Shared(encoded))));
+                });
+                page
             }
         };
         let ready = page.wait_for(Option::is_some).await.ok()?;
@@ -76,6 +120,10 @@ impl Metrics {
     /// Retires idle model labels, then gathers and encodes every series, with the series count as of
     /// this very page.
     pub fn encode(&self) -> Bytes {
+        Bytes::from(self.encode_page())
+    }
+
+    fn encode_page(&self) -> Vec<u8> {
         self.retire_idle();
         self.encodes.inc();
         let mut families = self.registry.gather();
@@ -92,7 +140,7 @@ impl Metrics {
         if let Err(err) = TextEncoder::new().encode(&families, &mut out) {
             tracing::error!(%err, "encoding metrics failed");
         }
-        Bytes::from(out)
+        out
     }
 }
 
@@ -121,7 +169,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn scrapes_arriving_during_an_encoding_share_it_and_a_later_one_encodes_afresh() {
         let metrics = Arc::new(Metrics::new(&Config::default()).unwrap());
-        let label = metrics.model_label(Some("m"), true);
+        let label = metrics.model_label(Some("m"), None, true);
         metrics.series(label, Api::Chat).e2e.observe(0.5);
         let encodes = || metrics.encodes.get();
         let before = encodes();
@@ -157,10 +205,47 @@ mod tests {
             .contains("tokentap_metrics_encodes_total 2\n"));
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn while_two_pages_are_being_sent_a_scrape_shares_the_newest_instead_of_encoding() {
+        let metrics = Arc::new(Metrics::new(&Config::default()).unwrap());
+        let encodes = || metrics.encodes.get();
+        // The encoding thread lets go of its page a moment after handing it out.
+        let settle = || tokio::time::sleep(std::time::Duration::from_millis(20));
+        let first = metrics.scrape().await.expect("a page");
+        settle().await;
+        let second = metrics.scrape().await.expect("a page");
+        settle().await;
+        assert_eq!(
+            encodes(),
+            2,
+            "one page held: the next scrape encodes its own"
+        );
+        let third = metrics.scrape().await.expect("a page");
+        assert_eq!(
+            encodes(),
+            2,
+            "two pages held: the third scrape shares the newest"
+        );
+        assert_eq!(
+            (third.as_ptr(), third.len()),
+            (second.as_ptr(), second.len())
+        );
+        drop(first);
+        let fourth = metrics.scrape().await.expect("a page");
+        assert_eq!(encodes(), 3, "one of the two let go: a new encoding");
+        assert!(std::str::from_utf8(&fourth)
+            .unwrap()
+            .contains("tokentap_metrics_encodes_total 3\n"));
+        settle().await;
+        drop((second, third, fourth));
+        let _fresh = metrics.scrape().await.expect("a page");
+        assert_eq!(encodes(), 4);
+    }
+
     #[test]
     fn the_series_gauge_counts_every_sample_on_its_own_page() {
         let metrics = Metrics::new(&Config::default()).unwrap();
-        let label = metrics.model_label(Some("m"), true);
+        let label = metrics.model_label(Some("m"), None, true);
         metrics.series(label, Api::Chat);
         let page = metrics.encode();
         let text = std::str::from_utf8(&page).unwrap();

@@ -1,0 +1,138 @@
+//! `timeouts:` and `limits:`: how long a client or the upstream may take, and how much clients may
+//! hold at once, on both ports; with the bounds the values must keep.
+
+use std::time::Duration;
+
+use super::{invalid, ConfigError};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timeouts {
+    /// Upstream TCP connect.
+    pub connect: Duration,
+    /// From forwarding a request to the upstream's response head (connect included).
+    pub response_headers: Duration,
+    /// Longest wait for the next upstream body frame, counted from the head or the last frame.
+    pub idle: Duration,
+    /// A client's request head must be complete within this, counted from the connection's start
+    /// or from the first byte of a later request on a kept-alive connection (slowloris).
+    pub client_header_read: Duration,
+    /// A client connection with no request in progress is closed after this.
+    pub client_idle: Duration,
+    /// Longest wait for the next piece of a request body while it is forwarded (h1 and h2).
+    pub request_body_idle: Duration,
+    /// An upstream connection unused for this long is closed; set below the upstream's own keep-alive.
+    pub upstream_idle: Duration,
+    /// Metrics port: once a client stops taking an answer (its socket is full), the rest must be taken
+    /// within this, or the connection is closed.
+    pub metrics_send: Duration,
+}
+
+/// Bounds on what clients may send and how many may connect at once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Request line and headers (HTTP/1.1), or the header list size (h2); beyond it: 431.
+    pub max_request_header_bytes: usize,
+    /// Request body; beyond it: 413.
+    pub max_request_body_bytes: u64,
+    /// Client connections served at once; further ones are closed at once.
+    pub max_connections: usize,
+    /// Upstream requests in progress at once (h1 requests and h2 streams alike); beyond it: 503.
+    pub max_upstream_connections: usize,
+    /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS announced to each client connection.
+    pub max_concurrent_streams: u32,
+    /// Upstream requests one client connection may have in progress at once; `None`: the default
+    /// share of `max_upstream_connections` ([`Limits::upstream_per_connection`]).
+    pub max_upstream_per_connection: Option<usize>,
+    /// Request bodies up to this size are read whole before an upstream slot is taken; 0: none.
+    pub hold_request_body_bytes: u64,
+    /// The bytes all held request bodies may take together; a body that does not fit streams.
+    pub max_held_request_bytes: u64,
+    /// Connections served at once on the metrics port; further ones are closed at once.
+    pub max_metrics_connections: usize,
+}
+
+impl Limits {
+    /// Largest `max_request_header_bytes`: the HTTP/1.1 read buffer must hold the whole head.
+    pub const MAX_HEADER_BYTES: usize = 256 << 10;
+    /// Smallest `max_request_header_bytes`: hyper's minimum read buffer.
+    pub const MIN_HEADER_BYTES: usize = 8 << 10;
+    pub const MAX_CONNECTIONS: usize = 1_000_000;
+    pub const MAX_METRICS_CONNECTIONS: usize = 10_000;
+
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let h = self.max_request_header_bytes;
+        if !(Self::MIN_HEADER_BYTES..=Self::MAX_HEADER_BYTES).contains(&h) {
+            let reason = "must be between 8KiB and 256KiB (8192 to 262144 bytes)";
+            let key = "limits.max_request_header_bytes";
+            return Err(invalid(key, "size", &h.to_string(), reason));
+        }
+        if self.max_request_body_bytes < 1 << 10 {
+            let (key, value) = (
+                "limits.max_request_body_bytes",
+                self.max_request_body_bytes.to_string(),
+            );
+            return Err(invalid(
+                key,
+                "size",
+                &value,
+                "must be at least 1KiB (1024 bytes)",
+            ));
+        }
+        if !(1..=Self::MAX_CONNECTIONS).contains(&self.max_connections) {
+            let (key, value) = ("limits.max_connections", self.max_connections.to_string());
+            return Err(invalid(
+                key,
+                "value",
+                &value,
+                "must be between 1 and 1000000",
+            ));
+        }
+        let upstream = self.max_upstream_connections;
+        if !(1..=Self::MAX_CONNECTIONS).contains(&upstream) {
+            let key = "limits.max_upstream_connections";
+            let reason = "must be between 1 and 1000000";
+            return Err(invalid(key, "value", &upstream.to_string(), reason));
+        }
+        if self.max_concurrent_streams == 0 {
+            let (key, reason) = ("limits.max_concurrent_streams", "must be at least 1");
+            return Err(invalid(key, "value", "0", reason));
+        }
+        if let Some(share) = self.max_upstream_per_connection {
+            if !(1..=upstream).contains(&share) {
+                let key = "limits.max_upstream_per_connection";
+                let reason =
+                    format!("must be between 1 and limits.max_upstream_connections ({upstream})");
+                return Err(invalid(key, "value", &share.to_string(), reason));
+            }
+        }
+        let (hold, held) = (self.hold_request_body_bytes, self.max_held_request_bytes);
+        if hold > 0 && held < hold {
+            let key = "limits.max_held_request_bytes";
+            let reason = format!(
+                "must be at least limits.hold_request_body_bytes ({hold} bytes), or no body of that size could be held"
+            );
+            return Err(invalid(key, "size", &held.to_string(), reason));
+        }
+        let metrics = self.max_metrics_connections;
+        if !(1..=Self::MAX_METRICS_CONNECTIONS).contains(&metrics) {
+            let key = "limits.max_metrics_connections";
+            let reason = "must be between 1 and 10000";
+            return Err(invalid(key, "value", &metrics.to_string(), reason));
+        }
+        Ok(())
+    }
+
+    /// Upstream requests one client connection may have in progress at once: the configured value, or a
+    /// sixteenth of `max_upstream_connections` (64 of the default 1,024), so that a few h2 connections
+    /// cannot take every slot.
+    pub fn upstream_per_connection(&self) -> usize {
+        self.max_upstream_per_connection
+            .unwrap_or((self.max_upstream_connections / 16).max(1))
+    }
+
+    /// The largest body held whole: `hold_request_body_bytes`, never above `max_request_body_bytes`.
+    pub fn held_body_bytes(&self) -> u64 {
+        self.hold_request_body_bytes
+            .min(self.max_request_body_bytes)
+    }
+}
