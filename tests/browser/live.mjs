@@ -43,9 +43,21 @@ async function freePort() {
 }
 
 // The scripted upstream: /v1/chat/completions streams `tokens` chunks, the first after `ttft` ms, then one
-// every `gap` ms, a usage chunk and [DONE]; the plan rides in the request body.
+// every `gap` ms, a usage chunk and [DONE]; the plan rides in the request body. GET /v1/models lists the
+// two models, as a model server does (tokentap asks for the list in the background to admit model labels).
 function upstream() {
   const server = http.createServer((req, res) => {
+    if (req.method === "GET") {
+      req.resume();
+      if (req.url === "/v1/models") {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(JSON.stringify({ object: "list", data: Object.keys(MODELS).map((id) => ({ id, object: "model" })) }));
+      } else {
+        res.writeHead(404);
+        res.end();
+      }
+      return;
+    }
     let body = "";
     req.on("data", (c) => (body += c));
     req.on("end", async () => {
