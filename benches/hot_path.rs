@@ -1,5 +1,5 @@
 //! Micro-benchmarks of tokentap's per-chunk hot path, so a change that slows it shows up:
-//! the SSE framer, the OpenAI dialect decoder, the response decoder (framer + dialect), the exchange (decoder +
+//! the SSE framer, the OpenAI dialect decoder, the Anthropic and Responses ones' per-token events, the response decoder (framer + dialect), the exchange (decoder +
 //! timeline + histogram observations), and a whole request through tokentap in-process (`through_proxy_*`:
 //! the client and upstream legs, forwarding, taps and metering). Every figure is per vLLM-shaped chunk of
 //! ~240 bytes unless the name says otherwise. Run with `cargo bench --bench hot_path`.
@@ -103,6 +103,43 @@ fn framer_event_split_in_two_feeds(bencher: Bencher) {
 fn dialect_per_event(bencher: Bencher, chunk: &[u8]) {
     let event = FramedEvent::unnamed(event_data(chunk));
     let mut dialect = chat_dialect();
+    let (mut obs, mut choices) = (Observations::default(), Vec::new());
+    bencher.bench_local(|| {
+        choices.clear();
+        let mut output = EventOutput::new(None, &mut choices);
+        dialect.on_event(black_box(&event), &mut obs, &mut output)
+    });
+}
+
+/// Anthropic's per-token event, `content_block_delta`, as the Messages API sends it (text and thinking).
+#[divan::bench(args = ["text", "thinking"])]
+fn anthropic_dialect_per_event(bencher: Bencher, kind: &str) {
+    let data: &[u8] = match kind {
+        "thinking" => br#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":" the user"}}"#,
+        _ => br#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":" control"}}"#,
+    };
+    let event = FramedEvent::unnamed(data);
+    let mut dialect = match detect("/v1/messages").1 {
+        Some(dialect) => dialect,
+        None => unreachable!("the messages path has a dialect"),
+    };
+    let (mut obs, mut choices) = (Observations::default(), Vec::new());
+    bencher.bench_local(|| {
+        choices.clear();
+        let mut output = EventOutput::new(None, &mut choices);
+        dialect.on_event(black_box(&event), &mut obs, &mut output)
+    });
+}
+
+/// The Responses API's per-token event, `response.output_text.delta`, as vLLM sends it.
+#[divan::bench]
+fn responses_dialect_per_event(bencher: Bencher) {
+    let data: &[u8] = br#"{"type":"response.output_text.delta","sequence_number":7,"item_id":"msg_a1b2c3","output_index":0,"content_index":0,"delta":" control","logprobs":[]}"#;
+    let event = FramedEvent::unnamed(data);
+    let mut dialect = match detect("/v1/responses").1 {
+        Some(dialect) => dialect,
+        None => unreachable!("the responses path has a dialect"),
+    };
     let (mut obs, mut choices) = (Observations::default(), Vec::new());
     bencher.bench_local(|| {
         choices.clear();

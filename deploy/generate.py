@@ -279,7 +279,19 @@ def dashboard() -> dict:
             "tokentap_metering_skipped_total by reason: forwarded whole, token figures skipped.",
             [target("sum by (api, reason) (rate(tokentap_metering_skipped_total[$__rate_interval]))", "{{api}} {{reason}}")],
             "reqps",
-            {"h": 8, "w": 24, "x": 0, "y": 47},
+            {"h": 8, "w": 12, "x": 0, "y": 47},
+        ),
+        timeseries(
+            "tokentap's own delay per frame",
+            "What tokentap itself adds to each forwarded response frame, from the frame coming off the upstream "
+            "connection to the client write that took it (tokentap_forwarding_delay_seconds, all replicas; metering "
+            "included). Tens of microseconds when the proxy keeps up; it climbs when its CPU is short or clients read slowly.",
+            [
+                target("histogram_quantile(0.5, sum by (le) (rate(tokentap_forwarding_delay_seconds_bucket[$__rate_interval])))", "p50"),
+                target("histogram_quantile(0.99, sum by (le) (rate(tokentap_forwarding_delay_seconds_bucket[$__rate_interval])))", "p99", "B"),
+            ],
+            "s",
+            {"h": 8, "w": 12, "x": 12, "y": 47},
         ),
     ]
     panels.append(row("Inside the TTFT", 55))

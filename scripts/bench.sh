@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The end-to-end benchmark: tokentap vs a direct connection vs nginx, in one run, on loopback only.
-# Builds the release binary and the harness, installs Debian's nginx if it is missing, pins the scripted
+# The end-to-end benchmark: tokentap vs a direct connection vs nginx and HAProxy, in one run, on loopback only.
+# Builds the release binary and the harness, installs Debian's nginx and haproxy if missing, pins the scripted
 # upstream + load generator to one core and the proxy under test to another, and prints a Markdown table.
 #
 #   bash scripts/bench.sh                 # the full run (about 6 minutes), table on stdout
@@ -13,15 +13,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
-    echo "== installing nginx (Debian's package)" >&2
-    if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
-    else
-        sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
-    fi
+MISSING=()
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then MISSING+=(nginx-light); fi
+if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then MISSING+=(haproxy); fi
+if [ "${#MISSING[@]}" -gt 0 ]; then
+    echo "== installing ${MISSING[*]} (Debian's packages)" >&2
+    SUDO=()
+    if [ "$(id -u)" != 0 ]; then SUDO=(sudo); fi
+    "${SUDO[@]}" apt-get update -qq
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${MISSING[@]}" >/dev/null
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 
 echo "== building (release)" >&2
 cargo build --release --quiet
@@ -54,7 +57,7 @@ steal() { awk '/^cpu / {print $9}' /proc/stat; }
 started=$(date +%s)
 before=$(steal)
 status=0
-"${PIN[@]}" "$HARNESS" --tokentap target/release/tokentap --nginx "$NGINX" "${PROXY_CPU[@]}" "${OUT[@]}" "$@" || status=$?
+"${PIN[@]}" "$HARNESS" --tokentap target/release/tokentap --nginx "$NGINX" --haproxy "$HAPROXY" "${PROXY_CPU[@]}" "${OUT[@]}" "$@" || status=$?
 ticks=$(getconf CLK_TCK)
 echo "== steal during the run: $(( ($(steal) - before) / ticks )) s of CPU time over $(( $(date +%s) - started )) s ($(nproc) vCPUs); load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 exit "$status"

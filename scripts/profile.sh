@@ -7,6 +7,7 @@
 #   bash scripts/profile.sh sys  [BINARY]   # the same workloads, no profiler: read/write system calls and
 #                                           # context switches per request and per event (from /proc)
 #   bash scripts/profile.sh cpu nginx       # either of those through nginx (one process) instead
+#   bash scripts/profile.sh cpu haproxy     # or through HAProxy (one process, one thread)
 #   bash scripts/profile.sh heap [BINARY]   # heaptrack at 1,000 held-open streams: where the bytes are
 #   bash scripts/profile.sh rss  [BINARY]   # RSS per held-open stream at 1,000 streams (no profiler)
 #   bash scripts/profile.sh micro [HOT_PATH] # callgrind: instructions per iteration of every benches/hot_path.rs
@@ -55,8 +56,10 @@ PY2
     exit 0
 fi
 NGINX=""
-if [ "${2:-}" = nginx ]; then
-    NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+ANCHOR=""
+if [ "${2:-}" = nginx ] || [ "${2:-}" = haproxy ]; then
+    ANCHOR=$2
+    NGINX=$(command -v "$2" || echo "/usr/sbin/$2")
     set -- "$1"
 fi
 BINARY=$(readlink -f "${2:-target/release/tokentap}")
@@ -134,7 +137,7 @@ cpu | sys)
     PROG=${NGINX:-$BINARY}
     LABEL=$(basename "$PROG")
     if [ -n "$NGINX" ]; then
-        TARGET=(--tokentap "$BINARY" --nginx "$WRAP" --profile nginx)
+        TARGET=(--tokentap "$BINARY" "--$ANCHOR" "$WRAP" --profile "$ANCHOR")
     else
         TARGET=(--tokentap "$WRAP" --profile tokentap)
     fi

@@ -5,6 +5,8 @@
 
 #[path = "../benches/proxy/load.rs"]
 mod load;
+#[path = "../benches/proxy/ratios.rs"]
+mod ratios;
 #[path = "../benches/proxy/report.rs"]
 mod report;
 #[path = "../benches/proxy/stats.rs"]
@@ -65,7 +67,13 @@ async fn harness_streams_direct_and_through_tokentap_and_renders_a_table() {
         (Kind::Direct, upstream),
         (Kind::Tokentap, proxy.proxy_addr()),
     ] {
+        let before = target::scrape(proxy.metrics_addr()).await.expect("scrape");
         let run = run(kind, addr).await;
+        if kind == Kind::Tokentap {
+            let after = target::scrape(proxy.metrics_addr()).await.expect("scrape");
+            row.self_delay
+                .push(ratios::SelfDelay::between(&before, &after));
+        }
         assert_eq!(
             run.samples.errors,
             0,
@@ -95,6 +103,18 @@ async fn harness_streams_direct_and_through_tokentap_and_renders_a_table() {
     let table = report.render();
     println!("{table}");
     assert!(table.contains("| direct |") && table.contains("| tokentap |"));
+    // tokentap's own delay histogram observed every frame it forwarded, and is set beside the wire's.
+    let own = table
+        .lines()
+        .skip_while(|l| !l.starts_with("### tokentap's own delay per frame"))
+        .find(|l| l.starts_with("| 4 |"))
+        .expect("a self-delay row for the 4-stream load");
+    let frames: f64 = own
+        .split('|')
+        .nth(2)
+        .and_then(|c| c.trim().parse().ok())
+        .unwrap_or_default();
+    assert!(frames > 0.0, "{own}");
 }
 
 #[test]

@@ -244,6 +244,7 @@ fn dashboard_is_importable_and_has_the_promised_panels() {
         "SLO violations by kind",
         "In flight by API",
         "Outcomes",
+        "tokentap's own delay per frame",
     ] {
         assert!(titles.contains(&wanted), "no panel {wanted:?}");
     }
@@ -251,6 +252,7 @@ fn dashboard_is_importable_and_has_the_promised_panels() {
     for (place, expr) in dashboard_queries() {
         let has_model_label = !expr.contains("tokentap_requests_in_flight")
             && !expr.contains("metering_skipped")
+            && !expr.contains("forwarding_delay")
             && !expr.contains("goodput_ratio:target")
             && place.starts_with("panel");
         assert_eq!(

@@ -1,14 +1,14 @@
 //! The end-to-end benchmark: what tokentap adds to a token stream, side by side with a direct connection
-//! and with nginx, in one run on one machine.
+//! and with nginx and HAProxy, in one run on one machine.
 //!
 //! This process is the scripted upstream ([`upstream`]) and the load generator ([`load`]) on one core;
 //! tokentap and nginx run as separate processes pinned to the other core ([`target`]). Each measurement
 //! is repeated, alternating the targets, and the figures are pooled; the report ([`report`]) is a Markdown
 //! table on stdout. `scripts/bench.sh` builds everything, pins the cores and runs it.
 //!
-//! Usage: `proxy --tokentap PATH [--nginx PATH] [--baseline PATH] [--proxy-cpu N] [--reps N] [--quick] [--out FILE]
+//! Usage: `proxy --tokentap PATH [--nginx PATH] [--haproxy PATH] [--baseline PATH] [--proxy-cpu N] [--reps N] [--quick] [--out FILE]
 //! [--only latency,sweep,requests,memory] [--memory-steps 100,1000] [--logs on|off] [--baseline-records stalled]
-//! [--profile tokentap|nginx [--profile-secs S]]`
+//! [--profile tokentap|nginx|haproxy [--profile-secs S]]`
 //!
 //! `--logs off` runs tokentap without its per-request log line (`RUST_LOG=warn`) and nginx without its
 //! access log; by default both log each request (nginx's access log buffered), so the figures say what
@@ -20,6 +20,8 @@
 
 mod load;
 mod profile;
+mod ratios;
+mod relay;
 mod report;
 mod stats;
 mod target;
@@ -60,6 +62,7 @@ impl Args {
 fn parse_args() -> Result<Args, String> {
     let mut tokentap = None;
     let mut nginx = None;
+    let mut haproxy = None;
     let mut baseline = None;
     let mut proxy_cpu = None;
     let mut reps = 3;
@@ -77,6 +80,7 @@ fn parse_args() -> Result<Args, String> {
         match arg.as_str() {
             "--tokentap" => tokentap = Some(PathBuf::from(value("--tokentap")?)),
             "--nginx" => nginx = Some(PathBuf::from(value("--nginx")?)),
+            "--haproxy" => haproxy = Some(PathBuf::from(value("--haproxy")?)),
             "--baseline" => baseline = Some(PathBuf::from(value("--baseline")?)),
             "--proxy-cpu" => {
                 proxy_cpu = Some(value("--proxy-cpu")?.parse().map_err(|e| format!("{e}"))?)
@@ -98,7 +102,8 @@ fn parse_args() -> Result<Args, String> {
                 profile = Some(match value("--profile")?.as_str() {
                     "tokentap" => Kind::Tokentap,
                     "nginx" => Kind::Nginx,
-                    other => return Err(format!("--profile {other}: tokentap or nginx")),
+                    "haproxy" => Kind::Haproxy,
+                    other => return Err(format!("--profile {other}: tokentap, nginx or haproxy")),
                 })
             }
             "--profile-secs" => {
@@ -132,6 +137,7 @@ fn parse_args() -> Result<Args, String> {
             tokentap,
             baseline,
             nginx,
+            haproxy,
             proxy_cpu,
             dir,
             nginx_single: profile == Some(Kind::Nginx),
@@ -149,6 +155,12 @@ fn parse_args() -> Result<Args, String> {
 }
 
 fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    if let [_, flag, listen, upstream, ..] = argv.as_slice() {
+        if flag == "--relay" {
+            return relay::main(listen, upstream);
+        }
+    }
     let args = match parse_args() {
         Ok(args) => args,
         Err(e) => {
@@ -201,10 +213,7 @@ fn main() -> ExitCode {
 /// `--profile`: one proxy, the fixed workloads of [`profile`], then the proxy is stopped (SIGTERM).
 async fn profile_one(args: &Args, kind: Kind) -> Result<(), String> {
     let upstream = upstream::spawn().await.map_err(|e| e.to_string())?;
-    let mut proxy = match kind {
-        Kind::Nginx => target::start_nginx(&args.setup, upstream)?,
-        other => target::start_tokentap(&args.setup, upstream, other)?,
-    };
+    let mut proxy = target::start(&args.setup, upstream, kind)?;
     proxy.ready().await?;
     profile::run(proxy.addr, args.profile_secs).await
 }
@@ -214,7 +223,10 @@ struct Targets {
     upstream: SocketAddr,
     tokentap: Proxy,
     nginx: Option<Proxy>,
+    haproxy: Option<Proxy>,
     baseline: Option<Proxy>,
+    /// The null relay, measured in the latency phase only.
+    relay: Option<Proxy>,
 }
 
 impl Targets {
@@ -222,6 +234,9 @@ impl Targets {
         let mut kinds = vec![Kind::Direct, Kind::Tokentap];
         if self.nginx.is_some() {
             kinds.push(Kind::Nginx);
+        }
+        if self.haproxy.is_some() {
+            kinds.push(Kind::Haproxy);
         }
         if self.baseline.is_some() {
             kinds.push(Kind::Baseline);
@@ -234,7 +249,9 @@ impl Targets {
             Kind::Direct => self.upstream,
             Kind::Tokentap => self.tokentap.addr,
             Kind::Nginx => self.nginx.as_ref().map_or(self.upstream, |n| n.addr),
+            Kind::Haproxy => self.haproxy.as_ref().map_or(self.upstream, |n| n.addr),
             Kind::Baseline => self.baseline.as_ref().map_or(self.upstream, |n| n.addr),
+            Kind::Relay => self.relay.as_ref().map_or(self.upstream, |n| n.addr),
         }
     }
 
@@ -243,7 +260,9 @@ impl Targets {
             Kind::Direct => None,
             Kind::Tokentap => Some(&self.tokentap),
             Kind::Nginx => self.nginx.as_ref(),
+            Kind::Haproxy => self.haproxy.as_ref(),
             Kind::Baseline => self.baseline.as_ref(),
+            Kind::Relay => self.relay.as_ref(),
         }
     }
 }
@@ -311,20 +330,30 @@ async fn bench(args: &Args) -> Result<Report, String> {
     if let Some(b) = baseline.as_mut() {
         b.ready().await?;
     }
-    let mut nginx = match &args.setup.nginx {
-        Some(_) => Some(target::start_nginx(&args.setup, upstream)?),
-        None => None,
+    let anchor = |path: &Option<PathBuf>, kind| match path {
+        Some(_) => target::start(&args.setup, upstream, kind).map(Some),
+        None => Ok(None),
     };
-    if let Some(n) = nginx.as_mut() {
-        n.ready().await?;
+    let mut nginx = anchor(&args.setup.nginx, Kind::Nginx)?;
+    let mut haproxy = anchor(&args.setup.haproxy, Kind::Haproxy)?;
+    let mut relay = Some(target::start(&args.setup, upstream, Kind::Relay)?);
+    for proxy in [nginx.as_mut(), haproxy.as_mut(), relay.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        proxy.ready().await?;
     }
     let targets = Targets {
         upstream,
         tokentap,
         nginx,
+        haproxy,
         baseline,
+        relay,
     };
     let kinds = targets.kinds();
+    let mut latency_kinds = kinds.clone();
+    latency_kinds.push(Kind::Relay);
     let mut report = Report::new(args.reps, args.setup.proxy_cpu.is_some());
     let secs = |full: f64, small: f64| Duration::from_secs_f64(if quick { small } else { full });
 
@@ -352,20 +381,24 @@ async fn bench(args: &Args) -> Result<Report, String> {
         let mut row = LatencyRow::new(users, script);
         let mut accuracy = Accuracy::default();
         for rep in 0..args.reps {
-            for kind in rotated(&kinds, rep) {
+            for kind in rotated(&latency_kinds, rep) {
                 progress(&format!(
                     "latency K={users} rep {} {}",
                     rep + 1,
                     kind.name()
                 ));
-                let before = match (highest, kind, targets.tokentap.metrics) {
-                    (true, Kind::Tokentap, Some(m)) => target::scrape(m).await.ok(),
+                let before = match (kind, targets.tokentap.metrics) {
+                    (Kind::Tokentap, Some(m)) => target::scrape(m).await.ok(),
                     _ => None,
                 };
                 let run = measure(&targets, kind, spec).await;
                 if let (Some(before), Some(m)) = (before, targets.tokentap.metrics) {
                     if let Ok(after) = target::scrape(m).await {
-                        accuracy.add(&before, &after, &run.samples);
+                        if highest {
+                            accuracy.add(&before, &after, &run.samples);
+                        }
+                        row.self_delay
+                            .push(ratios::SelfDelay::between(&before, &after));
                     }
                 }
                 row.add(run);
@@ -443,6 +476,9 @@ async fn bench(args: &Args) -> Result<Report, String> {
     if args.runs("memory") && args.setup.nginx.is_some() {
         proxies.push(Kind::Nginx);
     }
+    if args.runs("memory") && args.setup.haproxy.is_some() {
+        proxies.push(Kind::Haproxy);
+    }
     if args.runs("memory") && args.setup.baseline.is_some() {
         proxies.push(Kind::Baseline);
     }
@@ -461,10 +497,7 @@ async fn memory(
     kind: Kind,
     steps: &[usize],
 ) -> Result<MemoryRow, String> {
-    let mut proxy = match kind {
-        Kind::Nginx => target::start_nginx(setup, upstream)?,
-        other => target::start_tokentap(setup, upstream, other)?,
-    };
+    let mut proxy = target::start(setup, upstream, kind)?;
     proxy.ready().await?;
     let warm = load::Spec {
         target: proxy.addr,

@@ -1,6 +1,7 @@
 //! Pools the repeated runs and renders the Markdown report: added latency per chunk and to TTFT, CPU per
-//! million chunks, the chunks/s sweep, requests/s, memory per open stream, tokentap/nginx ratios, and
-//! how tokentap's own histograms compare with what the clients saw.
+//! million chunks, the chunks/s sweep, requests/s, memory per open stream, tokentap's ratios to each
+//! anchor (nginx, HAProxy), and how tokentap's own histograms compare with what the clients saw (the
+//! target ratios and the self-measured delay are rendered by `ratios.rs`).
 
 use std::fmt::Write;
 
@@ -29,11 +30,13 @@ pub struct LatencyRow {
     pub users: usize,
     pub script: Script,
     pub runs: Vec<Run>,
+    /// tokentap's `tokentap_forwarding_delay_seconds` over each of its runs (scraped before and after).
+    pub self_delay: Vec<crate::ratios::SelfDelay>,
 }
 
 /// A target's runs of one load, pooled.
-struct Pooled {
-    samples: Samples,
+pub struct Pooled {
+    pub samples: Samples,
     events: u64,
     window_s: f64,
     cpu_wall_s: f64,
@@ -42,22 +45,22 @@ struct Pooled {
 }
 
 impl Pooled {
-    fn events_per_s(&self) -> f64 {
+    pub fn events_per_s(&self) -> f64 {
         self.events as f64 / self.window_s
     }
-    fn proxy_util(&self) -> f64 {
+    pub fn proxy_util(&self) -> f64 {
         self.proxy_cpu_s / self.cpu_wall_s
     }
     fn load_util(&self) -> f64 {
         self.load_cpu_s / self.cpu_wall_s
     }
     /// Proxy CPU seconds per million events, over the measuring window.
-    fn cpu_per_million(&self) -> f64 {
+    pub fn cpu_per_million(&self) -> f64 {
         self.proxy_util() * self.window_s / self.events.max(1) as f64 * 1e6
     }
 }
 
-fn p(samples: &[u64], q: f64) -> Option<f64> {
+pub fn p(samples: &[u64], q: f64) -> Option<f64> {
     let mut v = samples.to_vec();
     percentile(&mut v, q).map(|ns| ns as f64 / 1e3)
 }
@@ -68,6 +71,7 @@ impl LatencyRow {
             users,
             script,
             runs: Vec::new(),
+            self_delay: Vec::new(),
         }
     }
 
@@ -86,7 +90,7 @@ impl LatencyRow {
         kinds
     }
 
-    fn pooled(&self, kind: Kind) -> Option<Pooled> {
+    pub fn pooled(&self, kind: Kind) -> Option<Pooled> {
         let runs: Vec<&Run> = self.runs.iter().filter(|r| r.kind == kind).collect();
         if runs.is_empty() {
             return None;
@@ -113,7 +117,7 @@ impl LatencyRow {
     }
 
     /// Per repetition, `q`-percentile of chunk latency minus the direct run's of the same repetition.
-    fn added_per_rep(&self, kind: Kind, q: f64) -> Vec<f64> {
+    pub fn added_per_rep(&self, kind: Kind, q: f64) -> Vec<f64> {
         let direct: Vec<&Run> = self
             .runs
             .iter()
@@ -159,6 +163,14 @@ impl Accuracy {
         self.ttft_ns.extend(&samples.ttft_ns);
         self.itl_ns.extend(&samples.itl_ns);
         self.ttft_path_ns.extend(&samples.ttft_path_ns);
+    }
+}
+
+impl MemoryRow {
+    /// (RSS − idle RSS) / streams at the step of `streams`, KiB.
+    pub fn per_stream_kib(&self, streams: usize) -> Option<f64> {
+        let &(k, _, rss) = self.steps.iter().find(|s| s.0 == streams)?;
+        Some(rss.saturating_sub(self.idle_rss) as f64 / k as f64 / 1024.0)
     }
 }
 
@@ -222,6 +234,7 @@ impl Report {
             self.reps,
             if self.pinned { "pinned to its own core, upstream + load generator to the other" } else { "not pinned" }
         );
+        crate::ratios::render(&mut o, self);
         for row in &self.latency {
             self.render_latency(&mut o, row);
         }
@@ -299,12 +312,16 @@ impl Report {
         }
         let _ = writeln!(o);
         for kind in [Kind::Tokentap, Kind::Baseline] {
-            if let (Some(t), Some(n)) = (added.get(&(kind as u8)), added.get(&(Kind::Nginx as u8)))
-            {
+            for anchor in [Kind::Nginx, Kind::Haproxy] {
+                let (Some(t), Some(n)) = (added.get(&(kind as u8)), added.get(&(anchor as u8)))
+                else {
+                    continue;
+                };
                 let _ = writeln!(
                     o,
-                    "{}/nginx: added p50 {}, added p99 {}, added p99.9 {}, CPU per chunk {}.\n",
+                    "{}/{}: added p50 {}, added p99 {}, added p99.9 {}, CPU per chunk {}.\n",
                     kind.name(),
+                    anchor.name(),
                     ratio(t.0[0], n.0[0]),
                     ratio(t.0[1], n.0[1]),
                     ratio(t.0[2], n.0[2]),
@@ -312,7 +329,13 @@ impl Report {
                 );
             }
         }
-        for kind in [Kind::Tokentap, Kind::Baseline, Kind::Nginx] {
+        for kind in [
+            Kind::Tokentap,
+            Kind::Baseline,
+            Kind::Nginx,
+            Kind::Haproxy,
+            Kind::Relay,
+        ] {
             let p50 = row.added_per_rep(kind, 0.5);
             let p99 = row.added_per_rep(kind, 0.99);
             if !p50.is_empty() {
@@ -388,7 +411,13 @@ impl Report {
             }
         }
         let _ = writeln!(o);
-        for kind in [Kind::Direct, Kind::Tokentap, Kind::Baseline, Kind::Nginx] {
+        for kind in [
+            Kind::Direct,
+            Kind::Tokentap,
+            Kind::Baseline,
+            Kind::Nginx,
+            Kind::Haproxy,
+        ] {
             if let Some((users, rate, capacity)) = best.get(&(kind as u8)) {
                 let _ = writeln!(
                     o,
@@ -434,7 +463,7 @@ impl Report {
         let warm_errors: u64 = self.memory.iter().map(|m| m.errors).sum();
         let _ = writeln!(
             o,
-            "\nnginx RSS is its master plus its worker. Errors during the warm-up requests: {warm_errors}.\n"
+            "\nnginx RSS is its master plus its worker; HAProxy's its one process. Errors during the warm-up requests: {warm_errors}.\n"
         );
     }
 }

@@ -1,7 +1,8 @@
 //! The proxies under test, each a separate process pinned to its own core with `taskset`: tokentap (the
-//! release binary, with a config written to a temp dir) and nginx (Debian's, with its own prefix and
-//! config: `proxy_buffering off`, HTTP/1.1 and keep-alive to the upstream). CPU time and resident memory
-//! are read from `/proc`, for nginx summed over the master and its workers.
+//! release binary, with a config written to a temp dir), nginx (Debian's, with its own prefix and
+//! config: `proxy_buffering off`, HTTP/1.1 and keep-alive to the upstream) and HAProxy (Debian's, one
+//! process and one thread, `option http-no-delay`, keep-alive to the upstream), the two anchors. CPU time
+//! and resident memory are read from `/proc`, for nginx summed over the master and its workers.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -16,8 +17,11 @@ pub enum Kind {
     Direct,
     Tokentap,
     Nginx,
+    Haproxy,
     /// A second tokentap binary (`--baseline`), for before/after comparisons in one run.
     Baseline,
+    /// The null relay (`relay.rs`): the floor of what a proxy in a separate process adds.
+    Relay,
 }
 
 impl Kind {
@@ -26,7 +30,9 @@ impl Kind {
             Kind::Direct => "direct",
             Kind::Tokentap => "tokentap",
             Kind::Nginx => "nginx",
+            Kind::Haproxy => "haproxy",
             Kind::Baseline => "baseline",
+            Kind::Relay => "relay",
         }
     }
 }
@@ -37,6 +43,7 @@ pub struct Setup {
     pub tokentap: PathBuf,
     pub baseline: Option<PathBuf>,
     pub nginx: Option<PathBuf>,
+    pub haproxy: Option<PathBuf>,
     pub proxy_cpu: Option<u32>,
     pub dir: PathBuf,
     /// nginx without its master process (`master_process off`): one process serves, so a profiler
@@ -225,6 +232,82 @@ http {{
         child,
         _stalled_stdout: None,
     })
+}
+
+/// HAProxy as a plain streaming reverse proxy: one process, one thread (as nginx has one worker),
+/// `option http-no-delay` (no wait to merge small writes: every chunk leaves as it comes), keep-alive to
+/// the upstream (`http-reuse always`). With logs on, its HTTP log line goes to a file through stdout.
+/// `maxconn` 9,000: HAProxy refuses to start unless the descriptor limit holds two per connection (this
+/// machine's hard limit is 20,000), and the memory phase's 5,000 streams fit under it.
+pub fn start_haproxy(setup: &Setup, upstream: SocketAddr) -> Result<Proxy, String> {
+    let Some(haproxy) = &setup.haproxy else {
+        return Err("no haproxy".into());
+    };
+    let addr = free_port().map_err(|e| e.to_string())?;
+    let dir = setup.dir.join("haproxy");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let log = if setup.logs {
+        "  log stdout format raw local0\n"
+    } else {
+        ""
+    };
+    let conf = format!(
+        "global\n  maxconn 9000\n  nbthread 1\n{log}\ndefaults\n  mode http\n  log global\n  option httplog\n  \
+         option http-no-delay\n  http-reuse always\n  timeout connect 5s\n  timeout client 600s\n  \
+         timeout server 600s\n  maxconn 9000\n\nfrontend bench\n  bind {addr}\n  default_backend model\n\n\
+         backend model\n  server model {upstream} maxconn 9000\n"
+    );
+    let conf_path = dir.join("haproxy.cfg");
+    std::fs::write(&conf_path, conf).map_err(|e| e.to_string())?;
+    let log = std::fs::File::create(dir.join("haproxy.log")).map_err(|e| e.to_string())?;
+    let child = pinned(setup, haproxy)
+        .arg("-db")
+        .arg("-f")
+        .arg(&conf_path)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", haproxy.display()))?;
+    Ok(Proxy {
+        kind: Kind::Haproxy,
+        addr,
+        metrics: None,
+        child,
+        _stalled_stdout: None,
+    })
+}
+
+/// The null relay: this very binary, run again as `--relay LISTEN UPSTREAM` (`relay.rs`).
+pub fn start_relay(setup: &Setup, upstream: SocketAddr) -> Result<Proxy, String> {
+    let addr = free_port().map_err(|e| e.to_string())?;
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let child = pinned(setup, &me)
+        .arg("--relay")
+        .arg(addr.to_string())
+        .arg(upstream.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("starting the relay: {e}"))?;
+    Ok(Proxy {
+        kind: Kind::Relay,
+        addr,
+        metrics: None,
+        child,
+        _stalled_stdout: None,
+    })
+}
+
+/// Starts the proxy of `kind` (not [`Kind::Direct`]).
+pub fn start(setup: &Setup, upstream: SocketAddr, kind: Kind) -> Result<Proxy, String> {
+    match kind {
+        Kind::Nginx => start_nginx(setup, upstream),
+        Kind::Haproxy => start_haproxy(setup, upstream),
+        Kind::Relay => start_relay(setup, upstream),
+        other => start_tokentap(setup, upstream, other),
+    }
 }
 
 impl Proxy {

@@ -33,6 +33,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, Sleep};
 
 use crate::logging::repeated::RepeatedWarning;
+use crate::net::delay::FrameDelay;
 
 /// The HTTP/2 connection preface: its clients are timed by `client_idle` only (h2 has its own
 /// flow control and stream limits against slow senders).
@@ -100,6 +101,8 @@ pub struct TimedIo<T> {
     seen: usize,
     timer: Pin<Box<Sleep>>,
     head_timeouts: Option<IntCounter>,
+    /// The response frames waiting for a write, on the proxy port (`delay.rs`).
+    frames: Option<Arc<FrameDelay>>,
     send: Option<SendTimer>,
 }
 
@@ -164,6 +167,22 @@ impl<T> TimedIo<T> {
             timer: Box::pin(tokio::time::sleep_until(Instant::now() + header_read)),
             head_timeouts: None,
             send: None,
+            frames: None,
+        }
+    }
+
+    /// Observes the delay of the response frames in `frames` at each write that takes all it is offered.
+    pub fn timing_frames(mut self, frames: Arc<FrameDelay>) -> Self {
+        self.frames = Some(frames);
+        self
+    }
+
+    /// After a write: a write that took all of the `offered` bytes carried every frame handed over before it.
+    fn wrote(&self, polled: &Poll<io::Result<usize>>, offered: usize) {
+        if let (Some(frames), Poll::Ready(Ok(n))) = (&self.frames, polled) {
+            if *n == offered {
+                frames.written();
+            }
         }
     }
 
@@ -247,6 +266,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.wrote(&polled, buf.len());
         match &mut this.send {
             Some(send) => send.check(cx, polled),
             None => polled,
@@ -278,6 +298,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if this.frames.is_some() {
+            this.wrote(&polled, bufs.iter().map(|b| b.len()).sum());
+        }
         match &mut this.send {
             Some(send) => send.check(cx, polled),
             None => polled,
@@ -552,5 +575,64 @@ mod tests {
             IDLE,
             "idle counted from the request's end"
         );
+    }
+
+    /// Data frames that came off the upstream at `at`.
+    struct Upstream {
+        frames: Vec<Bytes>,
+        at: Instant,
+    }
+
+    impl Body for Upstream {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            let this = self.get_mut();
+            Poll::Ready((!this.frames.is_empty()).then(|| Ok(Frame::data(this.frames.remove(0)))))
+        }
+    }
+
+    impl crate::tap::ReadAt for Upstream {
+        fn read_at(&self) -> Option<Instant> {
+            Some(self.at)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_frame_is_observed_at_the_write_that_took_all_it_was_offered_from_its_upstream_instant(
+    ) {
+        use crate::net::delay::{Forwarding, FrameDelay};
+        use http_body_util::BodyExt;
+
+        let histogram = prometheus::Histogram::with_opts(prometheus::HistogramOpts::new("h", "h"));
+        let Ok(histogram) = histogram else {
+            panic!("a histogram");
+        };
+        let frames = FrameDelay::new(histogram.clone());
+        let (server, mut client) = tokio::io::duplex(8);
+        let mut io = TimedIo::new(server, Arc::new(Activity::default()), HEAD_READ, IDLE)
+            .timing_frames(frames.clone());
+        let at = Instant::now();
+        let two = vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")];
+        let mut body = Forwarding::new(Upstream { frames: two, at }, frames);
+        while body.frame().await.is_some() {}
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        // Only 8 of the 12 bytes fit: the frames wait for the write that takes the rest.
+        let wrote = io.write(b"hello world!").await.unwrap_or_default();
+        assert_eq!((wrote, histogram.get_sample_count()), (8, 0));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let mut read = [0u8; 8];
+        client.read_exact(&mut read).await.unwrap_or_default();
+        let wrote = io.write(b"d!!!").await.unwrap_or_default();
+        assert_eq!((wrote, histogram.get_sample_count()), (4, 2));
+        assert!((histogram.get_sample_sum() - 2.0 * 0.005).abs() < 1e-9);
+        // A write with no frame waiting observes nothing.
+        client.read_exact(&mut read[..4]).await.unwrap_or_default();
+        io.write_all(b"more").await.unwrap_or_default();
+        assert_eq!(histogram.get_sample_count(), 2);
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod client_conn;
+pub mod delay;
 pub mod server;
 pub mod signals;
 pub mod ui;

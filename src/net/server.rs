@@ -31,6 +31,7 @@ use crate::logging::records::{RecordWriter, Target};
 use crate::logging::repeated::RepeatedWarning;
 use crate::net::admin::{serve_metrics, MetricsPort};
 use crate::net::client_conn::{accept, sniff, Activity, InProgress, Speaks, TimedIo, Tracked};
+use crate::net::delay::{Forwarding, FrameDelay};
 use crate::net::signals::{shutdown_signal, Hangups};
 use crate::proxy::models::ModelList;
 use crate::proxy::upstream;
@@ -258,6 +259,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         slots: Arc::new(Semaphore::new(config.limits.max_connections)),
         max_connections: config.limits.max_connections,
         refused: context.metrics.refusals.clone(),
+        forwarding_delay: context.metrics.forwarding_delay.clone(),
         connections: connections.clone(),
         builders: Builders::new(connection_builder(&config.limits)),
         timeouts: config.timeouts.clone(),
@@ -372,17 +374,19 @@ fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
 /// for the connection's whole life (and an h2 stream's task holds it inline for the stream's), so the
 /// forwarding future, ~5 KiB and done once the response head is back, goes in a box of its own: one
 /// allocation per request, freed at the head, instead of its size held per open connection.
+/// Each data frame of the body is noted in `frames` on its way into hyper (`delay.rs`).
 fn respond<F, B>(
     handled: F,
     in_progress: InProgress,
-) -> impl Future<Output = Result<Response<Tracked<B>>, Infallible>>
+    frames: Arc<FrameDelay>,
+) -> impl Future<Output = Result<Response<Tracked<Forwarding<B>>>, Infallible>>
 where
     F: Future<Output = Result<Response<B>, Infallible>>,
 {
     let handled = Box::pin(handled);
     async move {
         let response = handled.await?;
-        Ok(response.map(|body| Tracked::new(body, in_progress)))
+        Ok(response.map(|body| Tracked::new(Forwarding::new(body, frames), in_progress)))
     }
 }
 
@@ -412,6 +416,8 @@ struct ServeProxy {
     max_connections: usize,
     /// The counters of `tokentap_connections_refused_total` and its kin.
     refused: Refusals,
+    /// `tokentap_forwarding_delay_seconds`.
+    forwarding_delay: prometheus::Histogram,
     /// Connections being served.
     /// Counts each client connection as open, however its task ends.
     connections: Count,
@@ -447,8 +453,10 @@ impl ServeProxy {
     async fn serve(&self, stream: tokio::net::TcpStream) {
         let activity = Arc::new(Activity::default());
         let (header_read, idle) = (self.timeouts.client_header_read, self.timeouts.client_idle);
+        let frames = FrameDelay::new(self.forwarding_delay.clone());
         let io = TimedIo::new(stream, activity.clone(), header_read, idle)
-            .counting_head_timeouts(self.refused.head_timeouts.clone());
+            .counting_head_timeouts(self.refused.head_timeouts.clone())
+            .timing_frames(frames.clone());
         let mut draining = self.shutdown.reached(Phase::Draining);
         let speaks = tokio::select! {
             // The head's deadline: a silent connection is given up on when its timer closes it.
@@ -468,7 +476,8 @@ impl ServeProxy {
         let share = (!matches!(speaks, Speaks::Http1)).then(|| proxy.connection_share());
         let service = service_fn(move |request| {
             let in_progress = activity.begin();
-            respond(proxy.clone().handle(request, share.clone()), in_progress)
+            let handled = proxy.clone().handle(request, share.clone());
+            respond(handled, in_progress, frames.clone())
         });
         let conn = builder.serve_connection(io, service);
         tokio::pin!(conn);
@@ -506,7 +515,11 @@ mod tests {
         };
         assert!(std::mem::size_of_val(&heavy) > 4096);
         let activity = Arc::new(Activity::default());
-        let slot = respond(heavy, activity.begin());
+        let histogram = prometheus::Histogram::with_opts(prometheus::HistogramOpts::new("h", "h"));
+        let Ok(histogram) = histogram else {
+            panic!("a histogram");
+        };
+        let slot = respond(heavy, activity.begin(), FrameDelay::new(histogram));
         assert!(
             std::mem::size_of_val(&slot) <= 64,
             "{}",

@@ -5,6 +5,9 @@
 //! cut: the upstream sent nothing for `timeouts.idle`, or a shutdown's grace period ran out. A cut is
 //! passed on as an error, so the client's stream breaks instead of ending as if it were complete, and
 //! the upstream body is dropped with this one, closing its connection.
+//!
+//! The instant a data frame came off the upstream connection is kept until the next one ([`ReadAt`]), so
+//! the client's side can tell how long tokentap held it (`net/delay.rs`) without reading the clock again.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,6 +16,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::{Either, Full};
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
@@ -39,6 +43,36 @@ pin_project! {
         idle: IdleTimer,
         shutdown_cut: Pin<Box<dyn Future<Output = ()> + Send>>,
         cut: bool,
+        read_at: Option<Instant>,
+    }
+}
+
+/// A response body that can say when the data frame it last returned came off the upstream connection.
+pub trait ReadAt {
+    /// The instant the last data frame `poll_frame` returned came off the upstream connection; `None` for a
+    /// body tokentap made itself, or before its first data frame.
+    fn read_at(&self) -> Option<Instant>;
+}
+
+impl<B> ReadAt for ResponseTap<B> {
+    fn read_at(&self) -> Option<Instant> {
+        self.read_at
+    }
+}
+
+impl<L: ReadAt, R: ReadAt> ReadAt for Either<L, R> {
+    fn read_at(&self) -> Option<Instant> {
+        match self {
+            Either::Left(body) => body.read_at(),
+            Either::Right(body) => body.read_at(),
+        }
+    }
+}
+
+/// tokentap's own answers (a refusal, an error page): nothing came from the upstream.
+impl ReadAt for Full<Bytes> {
+    fn read_at(&self) -> Option<Instant> {
+        None
     }
 }
 
@@ -56,6 +90,7 @@ impl<B> ResponseTap<B> {
             idle: IdleTimer::new(idle),
             shutdown_cut: Box::pin(shutdown_cut),
             cut: false,
+            read_at: None,
         }
     }
 }
@@ -81,10 +116,11 @@ where
             this.idle.restart(now);
             match &polled {
                 Some(Ok(frame)) => {
-                    if let (Some(data), Some(exchange)) =
-                        (frame.data_ref(), this.exchange.get_mut())
-                    {
-                        exchange.on_data(data, now);
+                    if let Some(data) = frame.data_ref() {
+                        *this.read_at = Some(now);
+                        if let Some(exchange) = this.exchange.get_mut() {
+                            exchange.on_data(data, now);
+                        }
                     }
                     if this.inner.is_end_stream() {
                         this.exchange.finish(End::Complete);

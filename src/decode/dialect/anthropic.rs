@@ -20,6 +20,14 @@
 //! Reasoning: `thinking_delta`; every other output delta (text, tool input, compaction summary) is
 //! answer. Cached prompt tokens: `cache_read_input_tokens` (the last cumulative value; summed over the
 //! passes when `iterations` lists them). Anthropic reports no timings of its own.
+//!
+//! The per-token event, `content_block_delta`, is read by a scanner of its own ([`scan`]) without
+//! serde_json; every other event, and any delta the scanner is not sure to read as serde_json does, is
+//! read by serde_json (`differential.rs` holds the two equal).
+
+#[cfg(test)]
+mod differential;
+mod scan;
 
 use std::borrow::Cow;
 
@@ -58,7 +66,7 @@ struct Message<'a> {
     usage: Option<Usage>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct Delta<'a> {
     #[serde(borrow, default)]
     text: Text<'a>,
@@ -141,7 +149,48 @@ impl Dialect for Anthropic {
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {
-        let Ok(event) = serde_json::from_slice::<Event<'_>>(event.data) else {
+        if let Some(delta) = scan::content_block_delta(event.data) {
+            return delta.map_or(EventKind::Other, |delta| on_delta(&delta, text));
+        }
+        self.read_by_serde(event.data, obs, text)
+    }
+
+    fn body_fields(&self) -> &'static [&'static str] {
+        &["model", "usage"]
+    }
+
+    fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
+        obs.model(fields.string("model").as_deref());
+        if let Some(usage) = fields.value::<Usage>("usage") {
+            self.usage(&usage, true, obs);
+        }
+    }
+}
+
+/// The output a `content_block_delta`'s delta carries, the same whichever reading made it.
+fn on_delta(delta: &Delta<'_>, text: &mut EventOutput<'_>) -> EventKind {
+    let mut output = EventKind::Other;
+    if let Some(thinking) = delta.thinking.non_empty() {
+        text.push_reasoning(thinking);
+        output = EventKind::Output;
+    }
+    let answer = [&delta.text, &delta.partial_json, &delta.content];
+    for part in answer.into_iter().filter_map(Text::non_empty) {
+        text.answer();
+        text.push(part);
+        output = EventKind::Output;
+    }
+    output
+}
+
+impl Anthropic {
+    fn read_by_serde(
+        &mut self,
+        data: &[u8],
+        obs: &mut Observations,
+        text: &mut EventOutput<'_>,
+    ) -> EventKind {
+        let Ok(event) = serde_json::from_slice::<Event<'_>>(data) else {
             return EventKind::Malformed;
         };
         match event.kind.as_deref().unwrap_or_default() {
@@ -165,37 +214,31 @@ impl Dialect for Anthropic {
                 obs.ended = true;
                 EventKind::Other
             }
-            "content_block_delta" => {
-                let Some(delta) = &event.delta else {
-                    return EventKind::Other;
-                };
-                let mut output = EventKind::Other;
-                if let Some(thinking) = delta.thinking.non_empty() {
-                    text.push_reasoning(thinking);
-                    output = EventKind::Output;
-                }
-                let answer = [&delta.text, &delta.partial_json, &delta.content];
-                for part in answer.into_iter().filter_map(Text::non_empty) {
-                    text.answer();
-                    text.push(part);
-                    output = EventKind::Output;
-                }
-                output
-            }
+            "content_block_delta" => event
+                .delta
+                .as_ref()
+                .map_or(EventKind::Other, |delta| on_delta(delta, text)),
             _ => EventKind::Other,
         }
     }
+}
 
-    fn body_fields(&self) -> &'static [&'static str] {
-        &["model", "usage"]
-    }
-
-    fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
-        obs.model(fields.string("model").as_deref());
-        if let Some(usage) = fields.value::<Usage>("usage") {
-            self.usage(&usage, true, obs);
-        }
-    }
+/// How the scanner ([`scan`], `None` when it left the event to serde_json) and serde_json read one
+/// event, from the same observations, with the text copied or not: for the differential tests and the
+/// `anthropic_scan` fuzz target.
+#[doc(hidden)]
+pub fn anthropic_both_ways(
+    data: &[u8],
+    before: &Observations,
+    with_text: bool,
+) -> (Option<super::Reading>, Option<super::Reading>) {
+    let fast = super::openai::reading(before, with_text, |_, out| {
+        scan::content_block_delta(data).map(|d| d.map_or(EventKind::Other, |d| on_delta(&d, out)))
+    });
+    let serde = super::openai::reading(before, with_text, |obs, out| {
+        Some(Anthropic::default().read_by_serde(data, obs, out))
+    });
+    (fast, serde)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! and a line in [`detect`].
 
 mod anthropic;
+mod cursor;
 mod llamacpp;
 mod ollama;
 mod openai;
@@ -19,7 +20,9 @@ mod tgi;
 pub mod timings;
 
 #[doc(hidden)]
+pub use anthropic::anthropic_both_ways;
 pub use openai::{read_both_ways, Reading};
+pub use responses::responses_both_ways;
 
 use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;

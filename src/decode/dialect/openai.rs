@@ -20,7 +20,6 @@
 //! first to [`scan`], which reads the same fields in one pass without serde_json or allocation and hands
 //! back any chunk it is not sure to read exactly as serde_json does; `differential.rs` holds the two equal.
 
-mod cursor;
 mod scan;
 
 use std::borrow::Cow;
@@ -349,7 +348,7 @@ pub fn read_both_ways(
     (fast, serde)
 }
 
-fn reading(
+pub(super) fn reading(
     before: &Observations,
     with_text: bool,
     read: impl FnOnce(&mut Observations, &mut EventOutput<'_>) -> Option<EventKind>,

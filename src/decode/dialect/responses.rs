@@ -16,6 +16,14 @@
 //! `response.reasoning*.delta`); every other output delta is answer. Cached prompt tokens:
 //! `usage.input_tokens_details.cached_tokens`. The server's timings: vLLM's `metrics` object on the
 //! `response` (`--enable-per-request-metrics`).
+//!
+//! The per-token events (`response.*.delta`) are read by a scanner of their own ([`scan`]) without
+//! serde_json; the lifecycle events, and any delta the scanner is not sure to read as serde_json does, are
+//! read by serde_json (`differential.rs` holds the two equal).
+
+#[cfg(test)]
+mod differential;
+mod scan;
 
 use std::borrow::Cow;
 
@@ -93,43 +101,10 @@ impl Dialect for Responses {
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {
-        let Ok(event) = serde_json::from_slice::<Event<'_>>(event.data) else {
-            return EventKind::Malformed;
-        };
-        if let Some(response) = &event.response {
-            obs.model(response.model.0.as_deref());
-            if let Some(usage) = &response.usage {
-                record_usage(usage, obs);
-            }
-            if let Some(metrics) = &response.metrics {
-                obs.server.merge(metrics.timings());
-            }
+        if let Some(fast) = scan::delta_event(event.data) {
+            return on_delta(&fast.kind, &fast.delta, text);
         }
-        let kind = event.kind.as_deref().unwrap_or_default();
-        if matches!(
-            kind,
-            "response.completed" | "response.incomplete" | "response.failed"
-        ) {
-            obs.ended = true;
-        }
-        match kind {
-            "error" | "response.failed" => EventKind::Error,
-            _ if kind.ends_with(".delta") => match event.delta.non_empty() {
-                Some(delta) => {
-                    if kind.starts_with("response.reasoning") {
-                        text.push_reasoning(delta);
-                    } else {
-                        text.answer();
-                        if kind != "response.audio.delta" {
-                            text.push(delta); // audio deltas are base64 bytes, not text
-                        }
-                    }
-                    EventKind::Output
-                }
-                None => EventKind::Other,
-            },
-            _ => EventKind::Other,
-        }
+        read_by_serde(event.data, obs, text)
     }
 
     fn body_fields(&self) -> &'static [&'static str] {
@@ -145,6 +120,69 @@ impl Dialect for Responses {
             obs.server.merge(metrics.timings());
         }
     }
+}
+
+/// The output of a `response.*.delta` event, the same whichever reading made it.
+fn on_delta(kind: &str, delta: &Text<'_>, text: &mut EventOutput<'_>) -> EventKind {
+    match delta.non_empty() {
+        Some(delta) => {
+            if kind.starts_with("response.reasoning") {
+                text.push_reasoning(delta);
+            } else {
+                text.answer();
+                if kind != "response.audio.delta" {
+                    text.push(delta); // audio deltas are base64 bytes, not text
+                }
+            }
+            EventKind::Output
+        }
+        None => EventKind::Other,
+    }
+}
+
+fn read_by_serde(data: &[u8], obs: &mut Observations, text: &mut EventOutput<'_>) -> EventKind {
+    let Ok(event) = serde_json::from_slice::<Event<'_>>(data) else {
+        return EventKind::Malformed;
+    };
+    if let Some(response) = &event.response {
+        obs.model(response.model.0.as_deref());
+        if let Some(usage) = &response.usage {
+            record_usage(usage, obs);
+        }
+        if let Some(metrics) = &response.metrics {
+            obs.server.merge(metrics.timings());
+        }
+    }
+    let kind = event.kind.as_deref().unwrap_or_default();
+    if matches!(
+        kind,
+        "response.completed" | "response.incomplete" | "response.failed"
+    ) {
+        obs.ended = true;
+    }
+    match kind {
+        "error" | "response.failed" => EventKind::Error,
+        _ if kind.ends_with(".delta") => on_delta(kind, &event.delta, text),
+        _ => EventKind::Other,
+    }
+}
+
+/// How the scanner ([`scan`], `None` when it left the event to serde_json) and serde_json read one
+/// event, from the same observations, with the text copied or not: for the differential tests and the
+/// `responses_scan` fuzz target.
+#[doc(hidden)]
+pub fn responses_both_ways(
+    data: &[u8],
+    before: &Observations,
+    with_text: bool,
+) -> (Option<super::Reading>, Option<super::Reading>) {
+    let fast = super::openai::reading(before, with_text, |_, out| {
+        scan::delta_event(data).map(|e| on_delta(&e.kind, &e.delta, out))
+    });
+    let serde = super::openai::reading(before, with_text, |obs, out| {
+        Some(read_by_serde(data, obs, out))
+    });
+    (fast, serde)
 }
 
 #[cfg(test)]

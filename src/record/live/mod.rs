@@ -7,7 +7,8 @@
 //! kept (the most requested ones; the rest are left out of the page, never out of `/metrics`), each a
 //! [`Counts`] of one `u64` per histogram bucket (+Inf included), 13 counters and the sum and count of six
 //! histograms (the parts of a TTFT, shown as means), in each of
-//! `ui.history / ui.interval` snapshots. [`Ring::bytes_bound`] states the figure; docs/live.md has it
+//! `ui.history / ui.interval` snapshots, beside the process-wide figures (requests in flight, and the
+//! buckets of tokentap's own delay per frame). [`Ring::bytes_bound`] states the figure; docs/live.md has it
 //! for the defaults. [`view`] turns the ring into the JSON the page reads, with quantiles computed from
 //! bucket deltas as Prometheus does ([`quantile`]); [`views`] computes each view once, off the ring's
 //! lock, and bounds how many are held.
@@ -54,6 +55,7 @@ const VIOLATIONS: &str = "tokentap_slo_violations_total";
 const INPUT_TOKENS: &str = "tokentap_input_tokens_total";
 const OUTPUT_TOKENS: &str = "tokentap_output_tokens_total";
 const IN_FLIGHT: &str = "tokentap_requests_in_flight";
+use crate::record::metrics::forwarding::NAME as FORWARDING_DELAY;
 
 /// Which series a [`Counts`] sums: one model (every API and tenant), or one model's one tenant.
 pub type Key = (String, Option<String>);
@@ -88,6 +90,9 @@ pub struct Snapshot {
     pub unix_ms: u64,
     pub at: Instant,
     pub in_flight: i64,
+    /// `tokentap_forwarding_delay_seconds`: cumulative counts per bound of its fixed buckets, then the
+    /// total (empty before it is found).
+    pub forwarding_delay: Vec<u64>,
     pub series: BTreeMap<Key, Counts>,
 }
 
@@ -144,7 +149,8 @@ impl Ring {
         let seen: usize = self.bounds.iter().map(|b| b.len() + 1).sum();
         let buckets = seen.max(self.buckets_per_key);
         let per_key = std::mem::size_of::<Counts>() + buckets * 8 + 64;
-        self.capacity * 2 * self.max_keys * per_key
+        let process_wide = (crate::record::metrics::forwarding::BUCKETS.len() + 1) * 8;
+        self.capacity * (2 * self.max_keys * per_key + process_wide)
     }
 }
 
@@ -210,8 +216,17 @@ pub fn take(families: &[MetricFamily], max_keys: usize) -> (Snapshot, Bounds) {
     let mut all: BTreeMap<Key, Counts> = BTreeMap::new();
     let mut bounds: Bounds = Default::default();
     let mut in_flight = 0i64;
+    let mut forwarding_delay = Vec::new();
     for family in families {
         let name = family.name();
+        if name == FORWARDING_DELAY {
+            for metric in family.get_metric() {
+                let h = metric.get_histogram();
+                let cumulative = h.get_bucket().iter().map(|b| b.cumulative_count());
+                forwarding_delay = cumulative.chain([h.get_sample_count()]).collect();
+            }
+            continue;
+        }
         if name == IN_FLIGHT {
             let sum: f64 = family
                 .get_metric()
@@ -303,6 +318,7 @@ pub fn take(families: &[MetricFamily], max_keys: usize) -> (Snapshot, Bounds) {
         unix_ms: 0,
         at: Instant::now(),
         in_flight,
+        forwarding_delay,
         series,
     };
     (snapshot, bounds)

@@ -307,3 +307,37 @@ async fn a_view_is_encoded_afresh_once_a_new_snapshot_is_taken() {
     let view: LiveView = serde_json::from_slice(&after).unwrap();
     assert_eq!(view.models[0].current.requests, 1);
 }
+
+#[test]
+fn tokentap_own_delay_per_frame_is_shown_over_the_window_as_histogram_quantile_computes_it() {
+    let registry = Registry::new();
+    let delay = crate::record::metrics::forwarding::register(&registry).unwrap();
+    let mut ring = Ring::new(&ui(5, 60, 10));
+    let start = Instant::now();
+    ring.push(&registry.gather(), start, 0);
+    // 10 frames at 12 µs, then 10 at 45 µs: the window's p50 lies in (10, 15] µs at its top edge.
+    for _ in 0..10 {
+        delay.observe(0.000_012);
+    }
+    ring.push(&registry.gather(), start + Duration::from_secs(5), 5_000);
+    for _ in 0..10 {
+        delay.observe(0.000_045);
+    }
+    ring.push(&registry.gather(), start + Duration::from_secs(10), 10_000);
+    let v: LiveView = view(
+        &ring,
+        &slo(),
+        Duration::from_secs(5),
+        Duration::from_secs(10),
+    );
+    let p50 = &v.forwarding_delay["p50"];
+    assert_eq!(p50.len(), 3);
+    assert_eq!(p50[0], None, "no earlier snapshot");
+    let close =
+        |a: Option<f64>, b: f64| assert!((a.unwrap_or(f64::NAN) - b).abs() < 1e-12, "{a:?} != {b}");
+    // Over 0..5 s all ten at 12 µs: rank 5 of 10 in (10, 15] µs.
+    close(p50[1], 0.000_010 + 0.000_005 * 0.5);
+    // Over 0..10 s twenty frames: rank 10 is the tenth in (10, 15] µs, its top edge.
+    close(p50[2], 0.000_015);
+    close(v.forwarding_delay["p99"][2], 0.000_04 + 0.000_01 * 0.98);
+}

@@ -27,6 +27,10 @@ pub struct LiveView {
     pub time: Vec<f64>,
     /// Requests in flight at each point, all models.
     pub in_flight: Vec<f64>,
+    /// tokentap's own delay per forwarded frame (`tokentap_forwarding_delay_seconds`) over the window
+    /// ending at each point, seconds: `p50`, `p90`, `p99`.
+    #[serde(default)]
+    pub forwarding_delay: BTreeMap<String, Vec<Option<f64>>>,
     pub models: Vec<Entry>,
     /// Per (model, tenant) when a `tenant` label is configured; else empty.
     pub tenants: Vec<Entry>,
@@ -134,9 +138,28 @@ pub fn view(ring: &Ring, slo: &Slo, interval: Duration, window: Duration) -> Liv
         window_seconds: window.as_secs_f64(),
         time: points.iter().map(|p| p.unix_ms as f64 / 1000.0).collect(),
         in_flight: points.iter().map(|p| p.in_flight as f64).collect(),
+        forwarding_delay: forwarding_delay(&points, &starts),
         models: models.iter().map(|(k, _)| entry(k)).collect(),
         tenants: tenants.iter().map(|(k, _)| entry(k)).collect(),
     }
+}
+
+/// The quantiles of tokentap's own delay per frame over the window ending at each point.
+fn forwarding_delay(points: &[&Snapshot], starts: &[usize]) -> BTreeMap<String, Vec<Option<f64>>> {
+    let bounds = &crate::record::metrics::forwarding::BUCKETS;
+    QUANTILES
+        .iter()
+        .map(|(label, q)| {
+            let values = starts.iter().enumerate().map(|(i, &start)| {
+                let (now, then) = (&points[i].forwarding_delay, &points[start].forwarding_delay);
+                let window = delta(now, (start != i).then_some(then.as_slice()));
+                (start != i)
+                    .then(|| histogram_quantile(*q, bounds, &window))
+                    .flatten()
+            });
+            (label.to_string(), values.collect())
+        })
+        .collect()
 }
 
 /// The oldest point not older than `window` before point `i` (`i` itself when there is none).

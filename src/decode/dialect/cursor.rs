@@ -1,7 +1,8 @@
-//! A checked position in one JSON event: the readers the OpenAI chunk scanner is built of (strings,
-//! keys, integers, literals, objects, arrays, and any value skipped), each checking its bytes as
-//! serde_json checks them and returning `None` wherever serde_json might read them otherwise, so the
-//! scanner hands the event to serde_json. Nothing here allocates; nothing panics.
+//! A checked position in one JSON event: the readers the dialects' fast scanners are built of (OpenAI's
+//! chunks, Anthropic's deltas: strings, keys, integers, literals, objects, arrays, and any value
+//! skipped), each checking its bytes as serde_json checks them and returning `None` wherever serde_json
+//! might read them otherwise, so the scanner hands the event to serde_json. Nothing here allocates;
+//! nothing panics.
 
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
 #![deny(clippy::expect_used)]

@@ -1,0 +1,217 @@
+//! The figures issue 25's targets are stated in, as ratios of tokentap to each anchor (nginx, HAProxy)
+//! measured in the same run, and tokentap's own delay histogram (`tokentap_forwarding_delay_seconds`)
+//! beside the delay the wire shows it adds (its chunk latency minus the direct path's).
+//!
+//! - CPU per chunk: proxy CPU seconds per million chunks at each latency load (100 and 1,000 streams).
+//! - Moderate p99: chunk latency p99 at the lighter latency load (100 streams), not the added figure.
+//! - CPU per short request: the requests/s phase's CPU µs per request.
+//! - Saturation throughput: chunks/s delivered at the sweep's heaviest step.
+//! - Memory per held-open stream at 1,000 streams (the target is absolute: 20 KiB).
+
+use std::fmt::Write;
+
+use crate::report::{p, LatencyRow, Report};
+use crate::stats::{buckets, delta, histogram_quantile};
+use crate::target::Kind;
+
+pub const DELAY: &str = "tokentap_forwarding_delay_seconds";
+
+/// What `tokentap_forwarding_delay_seconds` gained over one run.
+pub struct SelfDelay {
+    buckets: Vec<(f64, f64)>,
+    sum: f64,
+    count: f64,
+}
+
+fn sample(exposition: &str, name: &str) -> f64 {
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+impl SelfDelay {
+    pub fn between(before: &str, after: &str) -> Self {
+        let (sum, count) = (format!("{DELAY}_sum"), format!("{DELAY}_count"));
+        SelfDelay {
+            buckets: delta(&buckets(after, DELAY), &buckets(before, DELAY)),
+            sum: sample(after, &sum) - sample(before, &sum),
+            count: sample(after, &count) - sample(before, &count),
+        }
+    }
+}
+
+const ANCHORS: [Kind; 2] = [Kind::Nginx, Kind::Haproxy];
+
+fn row(
+    o: &mut String,
+    figure: &str,
+    target: &str,
+    value: impl Fn(Kind) -> Option<f64>,
+    unit: &str,
+) {
+    let t = value(Kind::Tokentap);
+    let mut cells = vec![match t {
+        Some(t) => format!("{t:.1}{unit}"),
+        None => "–".into(),
+    }];
+    for anchor in ANCHORS {
+        cells.push(match value(anchor) {
+            Some(a) => format!("{a:.1}{unit}"),
+            None => "–".into(),
+        });
+    }
+    for anchor in ANCHORS {
+        cells.push(match (t, value(anchor)) {
+            (Some(t), Some(a)) if a > 0.0 => format!("**{:.2}×**", t / a),
+            _ => "–".into(),
+        });
+    }
+    let _ = writeln!(o, "| {figure} | {target} | {} |", cells.join(" | "));
+}
+
+fn mean_us(v: &[u64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64 / 1e3)
+}
+
+pub fn render(o: &mut String, report: &Report) {
+    let _ = writeln!(
+        o,
+        "### Ratios against the targets (tokentap / anchor, this run)\n"
+    );
+    let _ = writeln!(
+        o,
+        "| figure | target | tokentap | nginx | haproxy | / nginx | / haproxy |"
+    );
+    let _ = writeln!(o, "|---|---|--:|--:|--:|--:|--:|");
+    for row_ in &report.latency {
+        let users = row_.users;
+        row(
+            o,
+            &format!("CPU µs per chunk, {users} streams"),
+            "≤ 1.1×",
+            |k| Some(row_.pooled(k)?.cpu_per_million()),
+            "",
+        );
+    }
+    if let Some(moderate) = report.latency.first() {
+        let users = moderate.users;
+        row(
+            o,
+            &format!("chunk p99 µs, {users} streams"),
+            "≤ 1.1×",
+            |k| p(&moderate.pooled(k)?.samples.chunk_ns, 0.99),
+            "",
+        );
+    }
+    if let Some(requests) = &report.requests {
+        let events = f64::from(requests.script.tokens + 3);
+        row(
+            o,
+            "CPU µs per short request",
+            "≤ 1.25×",
+            |k| {
+                let pool = requests.pooled(k)?;
+                let rps = pool.events_per_s() / events;
+                Some(pool.proxy_util() / rps * 1e6)
+            },
+            "",
+        );
+    }
+    if let Some(heaviest) = report.sweep.last() {
+        let users = heaviest.users;
+        row(
+            o,
+            &format!("chunks/s delivered, {users} streams"),
+            "≥ 1×",
+            |k| Some(heaviest.pooled(k)?.events_per_s()),
+            "",
+        );
+    }
+    row(
+        o,
+        "memory per held-open stream, 1,000 streams (KiB)",
+        "≤ 20 KiB",
+        |k| {
+            report
+                .memory
+                .iter()
+                .find(|m| m.kind == k)?
+                .per_stream_kib(1000)
+        },
+        "",
+    );
+    let _ = writeln!(o);
+    render_self_delay(o, &report.latency);
+}
+
+/// tokentap's histogram of its own delay against the wire's added delay, per latency load.
+fn render_self_delay(o: &mut String, rows: &[LatencyRow]) {
+    if rows.iter().all(|r| r.self_delay.is_empty()) {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "### tokentap's own delay per frame (its histogram) against the wire\n"
+    );
+    let _ = writeln!(o, "| streams | frames observed | self p50 (interpolated) | wire added p50 | null relay added p50 | wire beyond the relay p50 | self − wire beyond the relay | self − wire | self mean | wire added mean | wire beyond the relay, mean |");
+    let _ = writeln!(o, "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for row in rows.iter().filter(|r| !r.self_delay.is_empty()) {
+        let mut pooled: Vec<(f64, f64)> = Vec::new();
+        let (mut sum, mut count) = (0.0, 0.0);
+        for run in &row.self_delay {
+            if pooled.is_empty() {
+                pooled.clone_from(&run.buckets);
+            } else {
+                for (p, r) in pooled.iter_mut().zip(&run.buckets) {
+                    p.1 += r.1;
+                }
+            }
+            sum += run.sum;
+            count += run.count;
+        }
+        let self_p50 = histogram_quantile(0.5, &pooled).map(|s| s * 1e6);
+        let self_mean = (count > 0.0).then(|| sum / count * 1e6);
+        let chunks = |k: Kind| row.pooled(k).map(|k| k.samples.chunk_ns);
+        let (tc, dc, rc) = (
+            chunks(Kind::Tokentap),
+            chunks(Kind::Direct),
+            chunks(Kind::Relay),
+        );
+        let added = |t: &Option<Vec<u64>>, stat: &dyn Fn(&[u64]) -> Option<f64>| {
+            Some(stat(t.as_ref()?)? - stat(dc.as_ref()?)?)
+        };
+        let median = |v: &[u64]| p(v, 0.5);
+        let (wire_p50, relay_p50) = (added(&tc, &median), added(&rc, &median));
+        let beyond_p50 = wire_p50.zip(relay_p50).map(|(w, r)| w - r);
+        let wire_mean = added(&tc, &mean_us);
+        let beyond_mean = wire_mean.zip(added(&rc, &mean_us)).map(|(w, r)| w - r);
+        let f = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0} µs"));
+        let diff = |a: Option<f64>, b: Option<f64>| {
+            a.zip(b)
+                .map_or("–".into(), |(a, b)| format!("{:+.0} µs", a - b))
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {count:.0} | {} | {} | {} | {} | **{}** | {} | {} | {} | {} |",
+            row.users,
+            f(self_p50),
+            f(wire_p50),
+            f(relay_p50),
+            f(beyond_p50),
+            diff(self_p50, beyond_p50),
+            diff(self_p50, wire_p50),
+            f(self_mean),
+            f(wire_mean),
+            f(beyond_mean),
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nself: from the frame coming off the upstream connection to the return of the client write that took it \
+         (every frame: role, content, usage, `[DONE]`); wire: tokentap's chunk latency minus the direct path's \
+         (content chunks), which also holds what any proxy in a separate process adds before doing anything (the \
+         second loopback hop, the kernel waking the proxy on its core and the client on its own): the null \
+         relay's added delay (`relay.rs`). Wire beyond the relay = tokentap's added p50 − the relay's.\n"
+    );
+}

@@ -1,0 +1,159 @@
+//! The fast `content_block_delta` scanner held to serde_json: every Anthropic fixture event, hand-written
+//! deltas of every shape the dialect reads, and mutations of them (bytes inserted, deleted and replaced,
+//! values swapped for other types, escapes, duplicate keys, deep nesting) must be read the same both ways,
+//! with and without the text; and every fixture delta must take the fast path.
+
+use proptest::prelude::*;
+
+use crate::decode::dialect::{anthropic_both_ways, Observations};
+
+const FIXTURES: &[&str] = &[
+    include_str!("../../../../tests/fixtures/anthropic/messages-stream.sse"),
+    include_str!("../../../../tests/fixtures/vllm/messages-stream.sse"),
+];
+
+/// Deltas the fixtures may lack: thinking, tool input, compaction, signatures, citations, escapes,
+/// whitespace, members in another order, nulls.
+const SHAPES: &[&str] = &[
+    r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me think"}}"#,
+    r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"city\": \"Pa"}}"#,
+    r#"{"type":"content_block_delta","index":0,"delta":{"type":"compaction_delta","content":"Summary"}}"#,
+    r#"{"type":"content_block_delta","index":0,"delta":{"type":"compaction_delta","content":null}}"#,
+    r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQBCgIYAhIM"}}"#,
+    r#"{"type":"content_block_delta","index":0,"delta":{"type":"citations_delta","citation":{"type":"char_location","cited_text":"x","document_index":0}}}"#,
+    r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"line\nnext \"q\" \\ \t \u263a \ud83d\ude00"}}"#,
+    r#"{"index":0,"delta":{"text":"order","type":"text_delta"},"type":"content_block_delta"}"#,
+    r#"{"type":"content_block_delta","index":0,"delta":null}"#,
+    r#"{"type":"content_block_delta","index":0}"#,
+    r#"{"type":"content_block_delta","delta":{"text":"","thinking":"","partial_json":"","content":""}}"#,
+    r#"{"type":"content_block_delta","delta":{"text":{"nested":[1,2,{"a":null}]},"thinking":true}}"#,
+    " { \"type\" : \"content_block_delta\" , \"delta\" : { \"text\" : \"sp\" } } ",
+    r#"{"type":"content_block_d\u0065lta","delta":{"text":"escaped type"}}"#,
+    r#"{"type":"message_start","message":{"model":"claude","usage":{"input_tokens":3,"output_tokens":1}}}"#,
+    r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}"#,
+    r#"{"type":"ping"}"#,
+    r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+];
+
+/// What mutations splice in: other types, odd numbers, escapes, duplicate keys, deep nesting.
+const SNIPPETS: &[&str] = &[
+    "null",
+    "true",
+    "0",
+    "1.5",
+    "-1",
+    "1e400",
+    "\"\"",
+    "\"x\"",
+    "\"\\u00e9\"",
+    "\"\\ud800\"",
+    "[]",
+    "{}",
+    "[1,{\"text\":\"a\"}]",
+    "\"text\":\"dup\",",
+    "\"delta\":{\"text\":\"dup\"},",
+    "\"type\":\"content_block_delta\",",
+    "\"t\\u0065xt\":\"escaped key\",",
+    "\"message\":null,",
+    "\"usage\":{\"output_tokens\":1},",
+    "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+    "\u{0}",
+    "\u{7f}",
+    "é",
+];
+
+/// Every event of the fixtures: the `data:` lines' payloads.
+fn fixture_events() -> Vec<&'static str> {
+    FIXTURES
+        .iter()
+        .flat_map(|f| f.lines())
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|d| d.starts_with('{'))
+        .collect()
+}
+
+fn same_both_ways(event: &[u8]) {
+    for with_text in [false, true] {
+        let (fast, serde) = anthropic_both_ways(event, &Observations::default(), with_text);
+        if let Some(fast) = fast {
+            assert_eq!(
+                Some(fast),
+                serde,
+                "{:?} (text {with_text})",
+                String::from_utf8_lossy(event)
+            );
+        }
+    }
+}
+
+#[test]
+fn every_fixture_delta_takes_the_fast_path_and_every_event_reads_as_serde_json_reads_it() {
+    let events = fixture_events();
+    let deltas = events
+        .iter()
+        .filter(|e| e.contains("\"content_block_delta\""))
+        .count();
+    assert!(deltas >= 10, "the fixtures hold deltas: {deltas}");
+    for event in events.iter().chain(SHAPES) {
+        same_both_ways(event.as_bytes());
+        let (fast, _) = anthropic_both_ways(event.as_bytes(), &Observations::default(), true);
+        // Every delta, its type spelled with an escape or not; no other event.
+        let delta = event.contains("\"content_block_d");
+        assert_eq!(fast.is_some(), delta, "{event}");
+    }
+}
+
+fn mutated() -> impl Strategy<Value = Vec<u8>> {
+    let base: Vec<&'static str> = fixture_events()
+        .into_iter()
+        .chain(SHAPES.iter().copied())
+        .collect();
+    (
+        proptest::sample::select(base),
+        proptest::collection::vec(
+            (
+                0usize..400,
+                0u8..4,
+                proptest::sample::select(SNIPPETS),
+                any::<u8>(),
+            ),
+            1..4,
+        ),
+    )
+        .prop_map(|(event, edits)| {
+            let mut bytes = event.as_bytes().to_vec();
+            for (at, op, snippet, byte) in edits {
+                let at = at % (bytes.len() + 1);
+                match op {
+                    0 => {
+                        bytes.splice(at..at, snippet.bytes());
+                    }
+                    1 if at < bytes.len() => {
+                        bytes.remove(at);
+                    }
+                    2 if at < bytes.len() => bytes[at] = byte,
+                    _ => {
+                        // Replace the value after the next colon with the snippet.
+                        if let Some(colon) = bytes[at..].iter().position(|&b| b == b':') {
+                            let start = at + colon + 1;
+                            let end = bytes[start..]
+                                .iter()
+                                .position(|&b| b == b',' || b == b'}')
+                                .map_or(bytes.len(), |e| start + e);
+                            bytes.splice(start..end, snippet.bytes());
+                        }
+                    }
+                }
+            }
+            bytes
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+    #[test]
+    fn any_mutation_of_an_event_reads_as_serde_json_reads_it(event in mutated()) {
+        same_both_ways(&event);
+    }
+}

@@ -1,0 +1,156 @@
+//! The fast `response.*.delta` scanner held to serde_json: every Responses fixture event, hand-written
+//! events of every shape the dialect reads, and mutations of them (bytes inserted, deleted and replaced,
+//! values swapped for other types, escapes, duplicate keys, deep nesting) must be read the same both ways,
+//! with and without the text; and every fixture delta must take the fast path.
+
+use proptest::prelude::*;
+
+use crate::decode::dialect::{responses_both_ways, Observations};
+
+const FIXTURES: &[&str] = &[
+    include_str!("../../../../tests/fixtures/responses/responses-stream.sse"),
+    include_str!("../../../../tests/fixtures/vllm/responses-stream.sse"),
+];
+
+/// Events the fixtures may lack: reasoning text and summaries, refusals, tool arguments, audio, empty
+/// and odd deltas, escapes, whitespace, members in another order, the lifecycle events.
+const SHAPES: &[&str] = &[
+    r#"{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hi","sequence_number":4}"#,
+    r#"{"type":"response.reasoning_text.delta","item_id":"rs_1","output_index":0,"content_index":0,"delta":"Let me think"}"#,
+    r#"{"type":"response.reasoning_summary_text.delta","item_id":"rs_1","output_index":0,"summary_index":0,"delta":"Sum"}"#,
+    r#"{"type":"response.refusal.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"I can't"}"#,
+    r#"{"type":"response.function_call_arguments.delta","item_id":"fc_1","output_index":1,"delta":"{\"city\": \"Pa"}"#,
+    r#"{"type":"response.audio.delta","delta":"UklGRg=="}"#,
+    r#"{"type":"response.output_text.delta","delta":""}"#,
+    r#"{"type":"response.output_text.delta","delta":null}"#,
+    r#"{"type":"response.output_text.delta","delta":{"nested":[1,{"a":true}]}}"#,
+    r#"{"type":"response.output_text.delta"}"#,
+    r#"{"delta":"order","sequence_number":9,"type":"response.output_text.delta"}"#,
+    r#"{"type":"response.output_text.delta","delta":"line\nnext \"q\" \\ \u263a \ud83d\ude00"}"#,
+    r#"{"type":"response.output_text.d\u0065lta","delta":"escaped type"}"#,
+    " { \"type\" : \"response.output_text.delta\" , \"delta\" : \"sp\" } ",
+    r#"{"type":"response.created","response":{"id":"r","model":"m","usage":null}}"#,
+    r#"{"type":"response.completed","response":{"model":"m","usage":{"input_tokens":3,"output_tokens":5,"output_tokens_details":{"reasoning_tokens":2}}}}"#,
+    r#"{"type":"response.output_item.added","output_index":0,"item":{"type":"message","content":[]}}"#,
+    r#"{"type":"error","code":"server_error","message":"boom"}"#,
+];
+
+/// What mutations splice in: other types, odd numbers, escapes, duplicate keys, deep nesting.
+const SNIPPETS: &[&str] = &[
+    "null",
+    "true",
+    "0",
+    "1.5",
+    "-1",
+    "1e400",
+    "\"\"",
+    "\"x\"",
+    "\"\\u00e9\"",
+    "\"\\ud800\"",
+    "[]",
+    "{}",
+    "[1,{\"text\":\"a\"}]",
+    "\"text\":\"dup\",",
+    "\"delta\":\"dup\",",
+    "\"type\":\"response.output_text.delta\",",
+    "\"d\\u0065lta\":\"escaped key\",",
+    "\"response\":null,",
+    "\"response\":{\"usage\":{\"output_tokens\":1}},",
+    "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+    "\u{0}",
+    "\u{7f}",
+    "é",
+];
+
+/// Every event of the fixtures: the `data:` lines' payloads.
+fn fixture_events() -> Vec<&'static str> {
+    FIXTURES
+        .iter()
+        .flat_map(|f| f.lines())
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|d| d.starts_with('{'))
+        .collect()
+}
+
+fn same_both_ways(event: &[u8]) {
+    for with_text in [false, true] {
+        let (fast, serde) = responses_both_ways(event, &Observations::default(), with_text);
+        if let Some(fast) = fast {
+            assert_eq!(
+                Some(fast),
+                serde,
+                "{:?} (text {with_text})",
+                String::from_utf8_lossy(event)
+            );
+        }
+    }
+}
+
+#[test]
+fn every_fixture_delta_takes_the_fast_path_and_every_event_reads_as_serde_json_reads_it() {
+    let events = fixture_events();
+    let deltas = events.iter().filter(|e| e.contains(".delta\"")).count();
+    assert!(deltas >= 10, "the fixtures hold deltas: {deltas}");
+    for event in events.iter().chain(SHAPES) {
+        same_both_ways(event.as_bytes());
+        let (fast, _) = responses_both_ways(event.as_bytes(), &Observations::default(), true);
+        // Every delta event, its type spelled with an escape or not; no other event.
+        let delta = event.contains(".delta\"") || event.contains(".d\\u0065lta\"");
+        assert_eq!(fast.is_some(), delta, "{event}");
+    }
+}
+
+fn mutated() -> impl Strategy<Value = Vec<u8>> {
+    let base: Vec<&'static str> = fixture_events()
+        .into_iter()
+        .chain(SHAPES.iter().copied())
+        .collect();
+    (
+        proptest::sample::select(base),
+        proptest::collection::vec(
+            (
+                0usize..400,
+                0u8..4,
+                proptest::sample::select(SNIPPETS),
+                any::<u8>(),
+            ),
+            1..4,
+        ),
+    )
+        .prop_map(|(event, edits)| {
+            let mut bytes = event.as_bytes().to_vec();
+            for (at, op, snippet, byte) in edits {
+                let at = at % (bytes.len() + 1);
+                match op {
+                    0 => {
+                        bytes.splice(at..at, snippet.bytes());
+                    }
+                    1 if at < bytes.len() => {
+                        bytes.remove(at);
+                    }
+                    2 if at < bytes.len() => bytes[at] = byte,
+                    _ => {
+                        // Replace the value after the next colon with the snippet.
+                        if let Some(colon) = bytes[at..].iter().position(|&b| b == b':') {
+                            let start = at + colon + 1;
+                            let end = bytes[start..]
+                                .iter()
+                                .position(|&b| b == b',' || b == b'}')
+                                .map_or(bytes.len(), |e| start + e);
+                            bytes.splice(start..end, snippet.bytes());
+                        }
+                    }
+                }
+            }
+            bytes
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+    #[test]
+    fn any_mutation_of_an_event_reads_as_serde_json_reads_it(event in mutated()) {
+        same_both_ways(&event);
+    }
+}

@@ -1,0 +1,108 @@
+//! tokentap's own delay per forwarded frame, measured where it ends: at the client socket.
+//!
+//! A response frame's clock starts when it comes off the upstream connection (the response tap keeps that
+//! instant: [`ReadAt`]) and stops when the client write that took its last byte returns. [`Forwarding`]
+//! wraps the response body on its way into hyper and notes each data frame's start in the connection's
+//! [`FrameDelay`]; the client socket (`TimedIo` in `client_conn.rs`) reads the clock once per
+//! write that took everything it was offered, and observes every noted frame into
+//! `tokentap_forwarding_delay_seconds`. hyper writes what it has been handed in order and polls the body for
+//! more only while it can buffer it, so the frames noted before such a write are the ones it carried. A
+//! write that took only part of what it was offered (the client's socket is full) observes nothing: the
+//! frames wait for the write that takes the rest, so a slow client's backpressure shows as delay, as it
+//! does on the wire.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use prometheus::Histogram;
+use tokio::time::Instant;
+
+use crate::tap::ReadAt;
+
+/// At most this many frames wait for a write on one connection; beyond them a frame goes unobserved.
+/// hyper's HTTP/1 side holds at most 16 buffers before it stops polling the body; an h2 connection with
+/// many streams may hold more.
+const MAX_WAITING: usize = 64;
+
+/// One client connection's frames handed to hyper and not yet written, by the instant each came off the
+/// upstream.
+pub struct FrameDelay {
+    waiting: Mutex<Vec<Instant>>,
+    histogram: Histogram,
+}
+
+impl FrameDelay {
+    pub fn new(histogram: Histogram) -> Arc<Self> {
+        Arc::new(FrameDelay {
+            waiting: Mutex::new(Vec::new()),
+            histogram,
+        })
+    }
+
+    fn handed(&self, read_at: Instant) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        if waiting.len() < MAX_WAITING {
+            waiting.push(read_at);
+        }
+    }
+
+    /// A write took everything it was offered: every frame handed over before it is on its way.
+    pub fn written(&self) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        if waiting.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        for read_at in waiting.drain(..) {
+            self.histogram
+                .observe(now.saturating_duration_since(read_at).as_secs_f64());
+        }
+    }
+}
+
+pin_project! {
+    /// A response body on its way into hyper: each data frame's upstream instant is noted in the
+    /// connection's [`FrameDelay`]. The frame itself passes unchanged.
+    pub struct Forwarding<B> {
+        #[pin]
+        inner: B,
+        delay: Arc<FrameDelay>,
+    }
+}
+
+impl<B> Forwarding<B> {
+    pub fn new(inner: B, delay: Arc<FrameDelay>) -> Self {
+        Forwarding { inner, delay }
+    }
+}
+
+impl<B: Body<Data = Bytes> + ReadAt> Body for Forwarding<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let mut this = self.project();
+        let polled = this.inner.as_mut().poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let (true, Some(read_at)) = (frame.is_data(), this.inner.read_at()) {
+                this.delay.handed(read_at);
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
