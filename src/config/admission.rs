@@ -7,14 +7,18 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{format_duration, invalid, ConfigError};
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, PartialEq)]
+use super::{format_duration, invalid, values, ConfigError};
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ModelList {
     /// Ask the upstream for its list; `false`: admission on a 2xx answer (and `names`) only.
     pub enabled: bool,
     /// Time between two fetches of the list (sooner while the upstream has not answered one, and when a
     /// name it does not list gets a 2xx).
+    #[serde(with = "values::duration")]
     pub refresh: Duration,
     /// Names admitted as if the upstream listed them; like `slo.models`, each always has its own label.
     pub names: Vec<String>,

@@ -3,36 +3,51 @@
 
 use std::time::Duration;
 
-use super::{invalid, ConfigError};
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, PartialEq)]
+use super::{invalid, values, ConfigError};
+
+/// Every timeout is a duration above zero (`values::duration`).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Timeouts {
     /// Upstream TCP connect.
+    #[serde(with = "values::duration")]
     pub connect: Duration,
     /// From forwarding a request to the upstream's response head (connect included).
+    #[serde(with = "values::duration")]
     pub response_headers: Duration,
     /// Longest wait for the next upstream body frame, counted from the head or the last frame.
+    #[serde(with = "values::duration")]
     pub idle: Duration,
     /// A client's request head must be complete within this, counted from the connection's start
     /// or from the first byte of a later request on a kept-alive connection (slowloris).
+    #[serde(with = "values::duration")]
     pub client_header_read: Duration,
     /// A client connection with no request in progress is closed after this.
+    #[serde(with = "values::duration")]
     pub client_idle: Duration,
     /// Longest wait for the next piece of a request body while it is forwarded (h1 and h2).
+    #[serde(with = "values::duration")]
     pub request_body_idle: Duration,
     /// An upstream connection unused for this long is closed; set below the upstream's own keep-alive.
+    #[serde(with = "values::duration")]
     pub upstream_idle: Duration,
     /// Metrics port: once a client stops taking an answer (its socket is full), the rest must be taken
     /// within this, or the connection is closed.
+    #[serde(with = "values::duration")]
     pub metrics_send: Duration,
 }
 
 /// Bounds on what clients may send and how many may connect at once.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Request line and headers (HTTP/1.1), or the header list size (h2); beyond it: 431.
+    #[serde(with = "values::size")]
     pub max_request_header_bytes: usize,
     /// Request body; beyond it: 413.
+    #[serde(with = "values::size")]
     pub max_request_body_bytes: u64,
     /// Client connections served at once; further ones are closed at once.
     pub max_connections: usize,
@@ -44,11 +59,44 @@ pub struct Limits {
     /// share of `max_upstream_connections` ([`Limits::upstream_per_connection`]).
     pub max_upstream_per_connection: Option<usize>,
     /// Request bodies up to this size are read whole before an upstream slot is taken; 0: none.
+    #[serde(with = "values::size")]
     pub hold_request_body_bytes: u64,
     /// The bytes all held request bodies may take together; a body that does not fit streams.
+    #[serde(with = "values::size")]
     pub max_held_request_bytes: u64,
     /// Connections served at once on the metrics port; further ones are closed at once.
     pub max_metrics_connections: usize,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(10),
+            response_headers: Duration::from_secs(600),
+            idle: Duration::from_secs(600),
+            client_header_read: Duration::from_secs(30),
+            client_idle: Duration::from_secs(660),
+            request_body_idle: Duration::from_secs(60),
+            upstream_idle: Duration::from_millis(1500),
+            metrics_send: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_request_header_bytes: 64 << 10,
+            max_request_body_bytes: 64 << 20,
+            max_connections: 10_000,
+            max_upstream_connections: 1024,
+            max_concurrent_streams: 128,
+            max_upstream_per_connection: None,
+            hold_request_body_bytes: 1 << 20,
+            max_held_request_bytes: 64 << 20,
+            max_metrics_connections: 64,
+        }
+    }
 }
 
 impl Limits {

@@ -1,24 +1,28 @@
-//! tokentap's configuration (every key is listed in config/tokentap.yaml and the README): the types the
-//! rest of the proxy reads, their documented defaults, loading a file, and the semantic checks in
+//! tokentap's configuration (every key is in docs/configuration.md, which a test holds to the types):
+//! the types the rest of the proxy reads, their defaults, loading a file, and the semantic checks in
 //! [`Config::validate`].
 //!
-//! The work is split by job: `values` parses and formats the value syntaxes (durations, sizes,
-//! the upstream URL, socket addresses) and is re-exported here, so `config::parse_duration` and
-//! friends keep their paths; `yaml` is the only module that touches serde_yaml, turning a document
-//! into a [`Config`] with errors that name their key as a dotted path
-//! (`slo.models.llama-3.1-70b.ttft`). Sections with checks of their own have their own file: `limits`
-//! (`timeouts:`, `limits:`), `admission` (`model_list:`), `records` (`request_log:`, `tenants:`), `ui`.
-//! `config/tokentap.yaml` is the annotated example.
+//! Each key is declared once, as a field of its type: the types derive `Deserialize` themselves
+//! (`deny_unknown_fields`, defaults from their [`Default`]), with the value syntaxes (durations, sizes,
+//! the upstream URL, socket addresses) as serde helpers in `values`, which also parses and formats
+//! them and is re-exported here. `section` reads a section so that a key written without a value takes
+//! its default; `yaml` is the only module that touches serde_yaml, and names the key of an error as a
+//! dotted path (`slo.models.llama-3.1-70b.ttft`). Sections with checks of their own have their own
+//! file: `limits` (`timeouts:`, `limits:`), `admission` (`model_list:`), `records` (`request_log:`,
+//! `tenants:`), `slo` (the SLO kinds and `slo:`), `ui`. `config/tokentap.yaml` is the annotated example.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 mod admission;
 mod limits;
 mod records;
+mod section;
+mod slo;
 mod ui;
 mod values;
 mod yaml;
@@ -29,9 +33,11 @@ mod tests;
 pub use admission::ModelList;
 pub use limits::{Limits, Timeouts};
 pub use records::{RecordPath, RequestLog, TenantFrom, Tenants};
+pub use slo::{ByKind, Ceilings, Slo, SloKind};
 pub use ui::Ui;
 pub use values::{format_duration, parse_duration, parse_size, parse_upstream};
 
+use section::{named, optional_section, section};
 use values::POSITIVE;
 
 /// Whether this binary was built with the `tokenizer` cargo feature: without it, `tokenizers` and
@@ -43,63 +49,86 @@ pub const WITHOUT_TOKENIZER_FEATURE: &str = "this tokentap was built without the
      feature; rebuild it with its default features (`cargo build --release`)";
 
 /// The whole configuration. [`Default`] gives the documented defaults.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
+    #[serde(with = "values::address")]
     pub listen: SocketAddr,
     /// Normalised by [`parse_upstream`]: path "/" or a prefix without trailing '/'.
+    #[serde(with = "values::upstream")]
     pub upstream: http::Uri,
+    #[serde(with = "values::address")]
     pub metrics_listen: SocketAddr,
     /// PEM bundle that replaces the system roots for an https upstream.
     pub upstream_ca_file: Option<PathBuf>,
     /// Distinct `model` label values before the rest count as `other`.
     pub max_models: usize,
     /// Which names may take one of those places (`model_list:`).
+    #[serde(deserialize_with = "section")]
     pub model_list: ModelList,
+    #[serde(deserialize_with = "section")]
     pub timeouts: Timeouts,
+    #[serde(deserialize_with = "section")]
     pub limits: Limits,
     /// After SIGTERM/SIGINT, how long in-flight requests may run on before they are cut.
+    #[serde(with = "values::duration")]
     pub shutdown_grace: Duration,
+    #[serde(deserialize_with = "section")]
     pub metering: Metering,
+    #[serde(deserialize_with = "section")]
     pub metrics: MetricsOptions,
+    #[serde(deserialize_with = "section")]
     pub buckets: Buckets,
+    #[serde(deserialize_with = "section")]
     pub slo: Slo,
     /// A local HuggingFace `tokenizer.json` per model name, to count output tokens when the server
     /// reports no usage (needs the `tokenizer` cargo feature).
+    #[serde(deserialize_with = "named")]
     pub tokenizers: BTreeMap<String, PathBuf>,
     /// Search roots where a served model's tokenizer.json is discovered by its name; `None`: the
     /// HuggingFace hub cache of the environment; empty: discovery off.
     pub tokenizer_dirs: Option<Vec<PathBuf>>,
     /// One JSON record per finished request (`request_log:`); `None`: off.
+    #[serde(deserialize_with = "optional_section")]
     pub request_log: Option<RequestLog>,
     /// The `tenant` label (`tenants:`); `None`: no such label.
+    #[serde(deserialize_with = "optional_section")]
     pub tenants: Option<Tenants>,
+    #[serde(deserialize_with = "section")]
     pub ui: Ui,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Metering {
     /// Bound on one SSE line/event; a longer one stops metering (never forwarding) of that stream.
+    #[serde(with = "values::size")]
     pub max_event_bytes: usize,
     /// How far into a request body to look for `"model"`.
+    #[serde(with = "values::size")]
     pub model_scan_bytes: usize,
 }
 
 /// How the exported series are kept bounded over time.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct MetricsOptions {
     /// A `model` label value with no request for this long is removed from every family and frees its
     /// place under `max_models`; `None`: never.
+    #[serde(with = "values::idle")]
     pub model_idle: Option<Duration>,
     /// The most series the configuration may allow (its computed series limit); above it tokentap
     /// refuses to start.
     pub max_series: u64,
     /// The `Host` names the metrics port answers (lowercase, without a port); empty: any. `/healthz` and
     /// `/readyz` answer every host.
+    #[serde(deserialize_with = "values::lowercase")]
     pub allowed_hosts: Vec<String>,
 }
 
 /// Histogram boundaries in seconds (`output_tokens_per_second`: tokens/s).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Buckets {
     pub ttft: Vec<f64>,
     /// Inter-token latency and max inter-token gap.
@@ -108,35 +137,6 @@ pub struct Buckets {
     /// E2E latency and token generation time.
     pub e2e: Vec<f64>,
     pub output_tokens_per_second: Vec<f64>,
-}
-
-/// One set of SLO ceilings; `None` = not applied.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Ceilings {
-    pub ttft: Option<Duration>,
-    pub tpot: Option<Duration>,
-    pub itl: Option<Duration>,
-    pub e2e: Option<Duration>,
-    /// The time to the first answer-bearing output (reasoning excluded) of a stream.
-    pub time_to_first_answer: Option<Duration>,
-}
-
-/// Default ceilings (directly under `slo:` in YAML), per-model overrides (`slo.models`) and
-/// per-tenant overrides (`tenants.slo`).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Slo {
-    pub default: Ceilings,
-    pub models: BTreeMap<String, Ceilings>,
-    pub tenants: BTreeMap<String, Ceilings>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SloKind {
-    Ttft,
-    Tpot,
-    Itl,
-    E2e,
-    TimeToFirstAnswer,
 }
 
 /// Each error's Display is complete on its own (it already includes any I/O cause).
@@ -173,86 +173,6 @@ fn invalid(key: &str, what: &'static str, value: &str, reason: impl Into<String>
         what,
         value,
         reason,
-    }
-}
-
-impl SloKind {
-    pub const ALL: [SloKind; 5] = [
-        SloKind::Ttft,
-        SloKind::Tpot,
-        SloKind::Itl,
-        SloKind::E2e,
-        SloKind::TimeToFirstAnswer,
-    ];
-
-    /// The YAML key and the `slo` label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SloKind::Ttft => "ttft",
-            SloKind::Tpot => "tpot",
-            SloKind::Itl => "itl",
-            SloKind::E2e => "e2e",
-            SloKind::TimeToFirstAnswer => "time_to_first_answer",
-        }
-    }
-}
-
-impl fmt::Display for SloKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Ceilings {
-    /// These ceilings with each one `overrides` sets replacing its own.
-    fn under(mut self, overrides: Option<&Ceilings>) -> Ceilings {
-        if let Some(o) = overrides {
-            self.ttft = o.ttft.or(self.ttft);
-            self.tpot = o.tpot.or(self.tpot);
-            self.itl = o.itl.or(self.itl);
-            self.e2e = o.e2e.or(self.e2e);
-            self.time_to_first_answer = o.time_to_first_answer.or(self.time_to_first_answer);
-        }
-        self
-    }
-
-    pub fn get(&self, kind: SloKind) -> Option<Duration> {
-        match kind {
-            SloKind::Ttft => self.ttft,
-            SloKind::Tpot => self.tpot,
-            SloKind::Itl => self.itl,
-            SloKind::E2e => self.e2e,
-            SloKind::TimeToFirstAnswer => self.time_to_first_answer,
-        }
-    }
-}
-
-impl Slo {
-    /// A model's overrides merged field by field over the default; other models get the default.
-    pub fn ceilings_for(&self, model: &str) -> Ceilings {
-        self.default.under(self.models.get(model))
-    }
-
-    /// The ceilings of a request of `model` from `tenant` (its label value): the tenant's overrides
-    /// merged field by field over the model's, which are merged over the default. A tenant's ceiling
-    /// wins over its model's: the tenant's contract is what its requests are judged by.
-    pub fn ceilings_for_request(&self, model: &str, tenant: Option<&str>) -> Ceilings {
-        let tenant = tenant.and_then(|t| self.tenants.get(t));
-        self.ceilings_for(model).under(tenant)
-    }
-
-    /// Every configured ceiling of `kind` (default, models and tenants) in seconds, sorted,
-    /// deduplicated.
-    pub fn boundaries(&self, kind: SloKind) -> Vec<f64> {
-        let all = std::iter::once(&self.default)
-            .chain(self.models.values())
-            .chain(self.tenants.values());
-        let mut v: Vec<f64> = all
-            .filter_map(|c| Some(c.get(kind)?.as_secs_f64()))
-            .collect();
-        v.sort_by(f64::total_cmp);
-        v.dedup();
-        v
     }
 }
 
@@ -307,50 +227,37 @@ impl Default for Config {
             upstream_ca_file: None,
             max_models: 100,
             model_list: ModelList::default(),
-            timeouts: Timeouts {
-                connect: Duration::from_secs(10),
-                response_headers: Duration::from_secs(600),
-                idle: Duration::from_secs(600),
-                client_header_read: Duration::from_secs(30),
-                client_idle: Duration::from_secs(660),
-                request_body_idle: Duration::from_secs(60),
-                upstream_idle: Duration::from_millis(1500),
-                metrics_send: Duration::from_secs(60),
-            },
-            limits: Limits {
-                max_request_header_bytes: 64 << 10,
-                max_request_body_bytes: 64 << 20,
-                max_connections: 10_000,
-                max_upstream_connections: 1024,
-                max_concurrent_streams: 128,
-                max_upstream_per_connection: None,
-                hold_request_body_bytes: 1 << 20,
-                max_held_request_bytes: 64 << 20,
-                max_metrics_connections: 64,
-            },
+            timeouts: Timeouts::default(),
+            limits: Limits::default(),
             shutdown_grace: Duration::from_secs(30),
-            metering: Metering {
-                max_event_bytes: 256 << 10,
-                model_scan_bytes: 8 << 20,
-            },
-            metrics: MetricsOptions {
-                model_idle: Some(Duration::from_secs(3600)),
-                max_series: MetricsOptions::DEFAULT_MAX_SERIES,
-                allowed_hosts: Vec::new(),
-            },
+            metering: Metering::default(),
+            metrics: MetricsOptions::default(),
             buckets: Buckets::default(),
             slo: Slo::default(),
             tokenizers: BTreeMap::new(),
             tokenizer_dirs: None,
             request_log: None,
             tenants: None,
-            ui: Ui {
-                enabled: true,
-                interval: Duration::from_secs(5),
-                history: Duration::from_secs(30 * 60),
-                window: Duration::from_secs(60),
-                max_models: 10,
-            },
+            ui: Ui::default(),
+        }
+    }
+}
+
+impl Default for Metering {
+    fn default() -> Self {
+        Metering {
+            max_event_bytes: 256 << 10,
+            model_scan_bytes: 8 << 20,
+        }
+    }
+}
+
+impl Default for MetricsOptions {
+    fn default() -> Self {
+        MetricsOptions {
+            model_idle: Some(Duration::from_secs(3600)),
+            max_series: MetricsOptions::DEFAULT_MAX_SERIES,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -386,6 +293,8 @@ impl Config {
 
     /// Every semantic check; run it again after command-line overrides.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        // Values set in code (flags, tests) pass the file's syntax too: a zero timeout, say.
+        yaml::reread(self)?;
         if self.listen == self.metrics_listen && self.listen.port() != 0 {
             let (value, reason) = (self.metrics_listen.to_string(), "must differ from listen");
             return Err(invalid("metrics_listen", "address", &value, reason));
@@ -398,16 +307,6 @@ impl Config {
             return Err(invalid("max_models", "value", "0", "must be at least 1"));
         }
         self.model_list.validate()?;
-        let t = &self.timeouts;
-        positive("timeouts.connect", t.connect)?;
-        positive("timeouts.response_headers", t.response_headers)?;
-        positive("timeouts.idle", t.idle)?;
-        positive("timeouts.client_header_read", t.client_header_read)?;
-        positive("timeouts.client_idle", t.client_idle)?;
-        positive("timeouts.request_body_idle", t.request_body_idle)?;
-        positive("timeouts.upstream_idle", t.upstream_idle)?;
-        positive("timeouts.metrics_send", t.metrics_send)?;
-        positive("shutdown_grace", self.shutdown_grace)?;
         self.limits.validate()?;
         self.ui.validate()?;
         let m = &self.metering;
@@ -436,8 +335,8 @@ impl Config {
                     .map(|(n, c)| (format!("tenants.slo.{n}"), c)),
             );
         for (prefix, ceilings) in std::iter::once(("slo".into(), &self.slo.default)).chain(models) {
-            for kind in SloKind::ALL {
-                if let Some(d) = ceilings.get(kind) {
+            for (kind, ceiling) in ceilings.iter() {
+                if let Some(d) = *ceiling {
                     positive(&format!("{prefix}.{kind}"), d)?;
                 }
             }
@@ -506,7 +405,7 @@ fn check_host(key: &str, host: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn positive(key: &str, d: Duration) -> Result<(), ConfigError> {
+pub(super) fn positive(key: &str, d: Duration) -> Result<(), ConfigError> {
     if d.is_zero() {
         return Err(invalid(key, "duration", &format_duration(d), POSITIVE));
     }

@@ -3,13 +3,19 @@
 //! defaults and checks. Both are absent by default: without them tokentap does no per-request work for
 //! them and exports exactly the series it did before.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::{invalid, ConfigError};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::section::named;
+use super::{invalid, values, Ceilings, ConfigError};
 
 /// `request_log:`: where the records go and what they hold.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct RequestLog {
+    /// Required: the default (an empty path) is refused by [`Config::validate`](super::Config::validate).
     pub path: RecordPath,
     /// Every gap of a stream (`gaps_s`), up to `max_gaps`.
     pub gaps: bool,
@@ -26,6 +32,38 @@ pub enum RecordPath {
     Stdout,
     /// A file, appended to and reopened on SIGHUP (logrotate's `create` mode).
     File(PathBuf),
+}
+
+impl Default for RecordPath {
+    fn default() -> Self {
+        RecordPath::File(PathBuf::new())
+    }
+}
+
+/// `-`, else a file path.
+impl<'de> Deserialize<'de> for RecordPath {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let path = PathBuf::deserialize(d)?;
+        Ok(match path.as_os_str() == "-" {
+            true => RecordPath::Stdout,
+            false => RecordPath::File(path),
+        })
+    }
+}
+
+impl Serialize for RecordPath {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RecordPath::Stdout => s.serialize_str("-"),
+            RecordPath::File(path) => path.serialize(s),
+        }
+    }
+}
+
+impl Default for RequestLog {
+    fn default() -> Self {
+        RequestLog::new(RecordPath::default())
+    }
 }
 
 impl RequestLog {
@@ -47,7 +85,7 @@ impl RequestLog {
         if let RecordPath::File(path) = &self.path {
             let shown = path.display().to_string();
             if shown.is_empty() {
-                let reason = "must be a file path, or \"-\" for standard output";
+                let reason = "request_log needs a `path`: a file, or \"-\" for standard output";
                 return Err(invalid("request_log.path", "path", "", reason));
             }
             if path.is_dir() {
@@ -69,18 +107,40 @@ impl RequestLog {
     }
 }
 
-/// `tenants:`: where a request's tenant comes from and the cap on the label.
-#[derive(Debug, Clone, PartialEq)]
+/// `tenants:`: where a request's tenant comes from ([`Tenants::source`]: `header` or `bearer_hash`,
+/// exactly one) and the cap on the label.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Tenants {
-    pub from: TenantFrom,
+    /// The request header whose value is the tenant (lowercase name).
+    #[serde(deserialize_with = "values::lowercase")]
+    pub header: Option<String>,
+    /// The tenant is a short keyed hash of the `Authorization: Bearer` token.
+    pub bearer_hash: bool,
+    /// The key of the bearer-token hash; `None`: a random key per process (labels change on restart).
+    pub hash_key: Option<String>,
     /// Distinct `tenant` label values before the rest count as `other`.
     pub max: usize,
-    /// The key of the bearer-token hash; `None`: a random key per process (labels change on restart).
-    /// The per-tenant ceilings (`tenants.slo`) are in [`super::Slo::tenants`].
-    pub hash_key: Option<String>,
     /// The only tenant values that may take a place (with the `tenants.slo` names); empty: any value
     /// the upstream answers 2xx.
     pub allow: Vec<String>,
+    /// Per-tenant ceilings as written; reading a config copies them to [`super::Slo::tenants`], where
+    /// every judge reads them.
+    #[serde(deserialize_with = "named")]
+    pub slo: BTreeMap<String, Ceilings>,
+}
+
+impl Default for Tenants {
+    fn default() -> Self {
+        Tenants {
+            header: None,
+            bearer_hash: false,
+            hash_key: None,
+            max: Tenants::DEFAULT_MAX,
+            allow: Vec::new(),
+            slo: BTreeMap::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,8 +180,28 @@ impl Tenants {
     /// Fewest distinct bytes in a `hash_key`: `aaaa…` or `0101…` is not random.
     const MIN_DISTINCT: usize = 8;
 
+    /// Where the tenant comes from (as validated: `header` or `bearer_hash`, not both).
+    pub fn source(&self) -> TenantFrom {
+        match &self.header {
+            Some(name) if !self.bearer_hash => TenantFrom::Header(name.clone()),
+            _ => TenantFrom::BearerHash,
+        }
+    }
+
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if let TenantFrom::Header(name) = &self.from {
+        match (&self.header, self.bearer_hash) {
+            (Some(header), true) => {
+                let reason = "set either `header` or `bearer_hash: true`, not both";
+                return Err(invalid("tenants.header", "value", header, reason));
+            }
+            (None, false) => {
+                let reason =
+                    "say where the tenant comes from: `header: x-tenant-id` or `bearer_hash: true`";
+                return Err(invalid("tenants", "value", "{}", reason));
+            }
+            _ => {}
+        }
+        if let TenantFrom::Header(name) = &self.source() {
             let reason = "must be a header name such as x-tenant-id";
             if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
                 return Err(invalid("tenants.header", "header name", name, reason));
@@ -136,7 +216,7 @@ impl Tenants {
             return Err(invalid("tenants.max", "value", &value, reason));
         }
         if let Some(key) = &self.hash_key {
-            if self.from != TenantFrom::BearerHash {
+            if !self.bearer_hash {
                 let reason = "only applies with `bearer_hash: true`";
                 return Err(invalid("tenants.hash_key", "key", "(not shown)", reason));
             }
@@ -164,7 +244,7 @@ impl Tenants {
             let tag = value.strip_prefix("t-").filter(|hex| {
                 hex.len() == 12 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
             });
-            if self.from == TenantFrom::BearerHash && tag.is_none() {
+            if self.bearer_hash && tag.is_none() {
                 let reason = "with bearer_hash, list tags as they appear in the records and on /metrics (`t-` and 12 hex digits); `tokentap tenant-tag --config FILE` prints a token's tag";
                 return Err(invalid(&key, "tenant", value, reason));
             }

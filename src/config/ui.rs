@@ -2,21 +2,39 @@
 
 use std::time::Duration;
 
-use super::{format_duration, invalid, ConfigError};
+use serde::{Deserialize, Serialize};
+
+use super::{format_duration, invalid, values, ConfigError};
 
 /// The live page on the metrics port (`/` and `/api/v1/live`).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Ui {
     /// Serve the page and its JSON; `false`: both answer 404 and no snapshots are taken.
     pub enabled: bool,
     /// Time between two snapshots of the series.
+    #[serde(with = "values::duration")]
     pub interval: Duration,
     /// How far back the page's history reaches (`history / interval` snapshots are kept).
+    #[serde(with = "values::duration")]
     pub history: Duration,
     /// The trailing window the page's figures cover by default (`?window=` overrides it).
+    #[serde(with = "values::duration")]
     pub window: Duration,
     /// Models kept in the history (the most requested ones), and as many (model, tenant) pairs.
     pub max_models: usize,
+}
+
+impl Default for Ui {
+    fn default() -> Self {
+        Ui {
+            enabled: true,
+            interval: Duration::from_secs(5),
+            history: Duration::from_secs(30 * 60),
+            window: Duration::from_secs(60),
+            max_models: 10,
+        }
+    }
 }
 
 impl Ui {

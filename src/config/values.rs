@@ -1,10 +1,16 @@
 //! The value syntaxes of the configuration, parsed and formatted in one place so the YAML file,
 //! the command line and error messages all agree: durations ("250ms"), sizes ("256KiB"), the
-//! upstream URL and socket addresses. Nothing here knows about YAML; the `*_at` functions take the
-//! key a value was found under, so their errors name it.
+//! upstream URL and socket addresses; and the serde helpers that read and write them in a config
+//! type's field (`#[serde(with = "values::duration")]`). Nothing here knows about YAML: a value's
+//! error names the value, and the key it was found under is added from the error's path.
 
+use std::cell::RefCell;
+use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::{ser, Deserialize, Serializer};
 
 use super::{invalid, ConfigError};
 
@@ -142,40 +148,192 @@ pub fn parse_size(text: &str) -> Result<u64, &'static str> {
     bytes.ok_or(TOO_LARGE)
 }
 
-/// A duration found under `key`; it must be greater than zero.
-pub(super) fn duration_at(key: &str, text: &str) -> Result<Duration, ConfigError> {
-    match parse_duration(text) {
-        Ok(d) if d.is_zero() => Err(invalid(key, "duration", text, POSITIVE)),
-        parsed => parsed.map_err(|reason| invalid(key, "duration", text, reason)),
+/// A value refused by its syntax, whole. serde hands an error on as text only, and the YAML parser adds
+/// its position to that text, which a value's error does without (`{key}: invalid {what} {value:?}:
+/// {reason}`): so the helpers below leave it here too, and `yaml` takes it after a failed parse, with
+/// the key from the error's path.
+#[derive(Debug)]
+pub(super) struct Refused {
+    pub what: &'static str,
+    pub value: String,
+    pub reason: String,
+}
+
+thread_local! {
+    static REFUSED: RefCell<Option<Refused>> = const { RefCell::new(None) };
+}
+
+fn refuse<E: de::Error>(what: &'static str, value: &str, reason: impl Into<String>) -> E {
+    let (value, reason) = (value.to_owned(), reason.into());
+    let error = E::custom(format_args!("invalid {what} {value:?}: {reason}"));
+    REFUSED.with(|r| {
+        r.replace(Some(Refused {
+            what,
+            value,
+            reason,
+        }))
+    });
+    error
+}
+
+/// The value refused on this thread since the last call, if one was.
+pub(super) fn take_refused() -> Option<Refused> {
+    REFUSED.with(|r| r.take())
+}
+
+/// A string or number kept as text, so its syntax can name the value (and say e.g. that `0.5` lacks
+/// a unit). Other types are refused by the parser, with path and position.
+struct Scalar(String);
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or a number")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_owned()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar(format!("{v:?}"))) // "1000.0", never taken for whole bytes
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
-/// An optional idle period found under `key`: a duration, or `never` (also `0s`) for none.
-pub(super) fn idle_at(key: &str, text: &str) -> Result<Option<Duration>, ConfigError> {
-    if text == "never" {
-        return Ok(None);
-    }
-    match parse_duration(text) {
-        Ok(d) if d.is_zero() => Ok(None),
-        Ok(d) => Ok(Some(d)),
-        Err(reason) => {
-            let reason = format!("{reason}, or \"never\"");
-            Err(invalid(key, "duration", text, reason))
+/// `#[serde(with)]` for a duration greater than zero ("250ms").
+pub(super) mod duration {
+    use super::*;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let Scalar(text) = Scalar::deserialize(d)?;
+        match parse_duration(&text) {
+            Ok(d) if d.is_zero() => Err(refuse("duration", &text, POSITIVE)),
+            Ok(d) => Ok(d),
+            Err(reason) => Err(refuse("duration", &text, reason)),
         }
     }
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_duration(*d))
+    }
 }
 
-/// A size in bytes found under `key`.
-pub(super) fn size_at(key: &str, text: &str) -> Result<usize, ConfigError> {
-    let bytes = parse_size(text).map_err(|reason| invalid(key, "size", text, reason))?;
-    usize::try_from(bytes).map_err(|_| invalid(key, "size", text, TOO_LARGE))
+/// `#[serde(with)]` for an optional idle period: a duration, or `never` (also `0s`) for none.
+pub(super) mod idle {
+    use super::*;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let Scalar(text) = Scalar::deserialize(d)?;
+        if text == "never" {
+            return Ok(None);
+        }
+        match parse_duration(&text) {
+            Ok(d) => Ok(Some(d).filter(|d| !d.is_zero())),
+            Err(reason) => Err(refuse("duration", &text, format!("{reason}, or \"never\""))),
+        }
+    }
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&d.map_or_else(|| "never".to_owned(), format_duration))
+    }
 }
 
-/// A socket address (`IP:PORT`, no host names) found under `key`.
-pub(super) fn address_at(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
-    let reason = "expected IP:PORT, e.g. \"0.0.0.0:8080\" or \"[::]:8080\" (no host names)";
-    let addr = text.parse();
-    addr.map_err(|_| invalid(key, "address", text, reason))
+/// `#[serde(with)]` for a size in bytes ("256KiB"), as `usize` or `u64`.
+pub(super) mod size {
+    use super::*;
+
+    pub fn deserialize<'de, D, T>(d: D) -> Result<T, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: TryFrom<u64>,
+    {
+        let Scalar(text) = Scalar::deserialize(d)?;
+        let bytes = parse_size(&text).map_err(|reason| refuse("size", &text, reason))?;
+        T::try_from(bytes).map_err(|_| refuse("size", &text, TOO_LARGE))
+    }
+
+    pub fn serialize<S, T>(bytes: &T, s: S) -> Result<S::Ok, S::Error>
+    where
+        S: Serializer,
+        T: Copy + TryInto<u64>,
+    {
+        let bytes = (*bytes)
+            .try_into()
+            .map_err(|_| ser::Error::custom(TOO_LARGE))?;
+        s.serialize_u64(bytes)
+    }
+}
+
+/// `#[serde(with)]` for a socket address (`IP:PORT`, no host names).
+pub(super) mod address {
+    use super::*;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+        let Scalar(text) = Scalar::deserialize(d)?;
+        let reason = "expected IP:PORT, e.g. \"0.0.0.0:8080\" or \"[::]:8080\" (no host names)";
+        text.parse().map_err(|_| refuse("address", &text, reason))
+    }
+
+    pub fn serialize<S: Serializer>(addr: &SocketAddr, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(addr)
+    }
+}
+
+/// `#[serde(with)]` for the upstream URL ([`parse_upstream`]).
+pub(super) mod upstream {
+    use super::*;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<http::Uri, D::Error> {
+        let Scalar(text) = Scalar::deserialize(d)?;
+        parse_upstream(&text).map_err(|error| match error {
+            ConfigError::Invalid {
+                what,
+                value,
+                reason,
+                ..
+            } => refuse(what, &value, reason),
+            other => de::Error::custom(other),
+        })
+    }
+
+    pub fn serialize<S: Serializer>(uri: &http::Uri, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(uri)
+    }
+}
+
+/// `#[serde(deserialize_with)]` for names compared without case (header and host names): lowercase.
+pub(super) fn lowercase<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Lowercase,
+{
+    Ok(T::deserialize(d)?.lowercase())
+}
+
+pub(super) trait Lowercase {
+    fn lowercase(self) -> Self;
+}
+
+impl Lowercase for Option<String> {
+    fn lowercase(self) -> Self {
+        self.map(|s| s.to_ascii_lowercase())
+    }
+}
+
+impl Lowercase for Vec<String> {
+    fn lowercase(self) -> Self {
+        self.iter().map(|s| s.to_ascii_lowercase()).collect()
+    }
 }
 
 #[cfg(test)]

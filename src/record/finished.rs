@@ -2,10 +2,9 @@
 //! status to a [`FinishedRecord`] holding every figure, the token count and its source, and the SLO
 //! verdict. No clock, no metrics, no log: the exchange writes the record out (`tap::exchange`).
 //!
-//! The rules decided here: which token count is believed ([`output_tokens`]); which figures exist (the
-//! stream figures only for a stream metered to its end); and for a request that did not end `ok`, that
-//! TTFT and the largest gap are lower bounds of what it had already waited, so a ceiling it had already
-//! exceeded is counted as missed (the time to first answer likewise).
+//! The rules decided here: which token count is believed ([`output_tokens`]) and which figures exist
+//! (the stream figures only for a stream metered to its end). What each ceiling is judged on, a request
+//! that broke off included, is `record::slo`'s, which `tokentap report` shares.
 
 use http::StatusCode;
 use tokio::time::Instant;
@@ -13,7 +12,7 @@ use tokio::time::Instant;
 use crate::config::Ceilings;
 use crate::record::outcome::{End, Outcome};
 use crate::record::server::ServerTimings;
-use crate::record::slo::{judge, Verdict};
+use crate::record::slo::{judge, judged, Ending, Judged, Verdict};
 use crate::record::timeline::{Figures, Timeline};
 use crate::record::tokens::{output_tokens, Offered, TokenSource};
 
@@ -85,9 +84,8 @@ pub struct FinishedRecord {
     pub cached_input_tokens: Option<u64>,
     /// The server's own timings, where it reports them.
     pub server: ServerTimings,
-    /// What the SLO ceilings were judged on: `figures` with the stream figures only for a stream, and
-    /// for a request that did not end `ok`, TTFT and the largest gap as lower bounds and no TPOT.
-    pub judged: Figures,
+    /// What each SLO ceiling was judged on ([`crate::record::slo::judged_figure`]).
+    pub judged: Judged,
     pub verdict: Verdict,
 }
 
@@ -129,28 +127,15 @@ pub fn conclude(
         output_tokens(offered, || r.tokenizer_count)
     });
     let figures = timeline.figures(end, counted.map_or(0, |c| c.0));
-    let stream = |d: Option<std::time::Duration>| d.filter(|_| streaming);
-    let judged = if outcome == Outcome::Ok {
-        Figures {
-            ttft: stream(figures.ttft),
-            time_to_first_answer: stream(figures.time_to_first_answer),
-            tpot: stream(figures.tpot),
-            max_gap: stream(figures.max_gap),
-            ..figures
-        }
-    } else {
-        // Lower bounds of what the request had already waited when it broke off.
-        let open_gap = timeline
+    let ending = Ending {
+        streaming,
+        ok: outcome == Outcome::Ok,
+        // The gap still open when the request broke off.
+        open_gap: timeline
             .last()
-            .map(|last| end.saturating_duration_since(last));
-        Figures {
-            ttft: stream(figures.ttft.or(Some(figures.e2e))),
-            time_to_first_answer: stream(figures.time_to_first_answer.or(Some(figures.e2e))),
-            tpot: None,
-            max_gap: stream(figures.max_gap.max(open_gap)),
-            ..figures
-        }
+            .map(|last| end.saturating_duration_since(last)),
     };
+    let judged = judged(&figures, &ending);
     let succeeded = outcome == Outcome::Ok && status.is_some_and(|s| s.is_success());
     FinishedRecord {
         outcome,
@@ -233,7 +218,7 @@ mod tests {
         assert_eq!(record.figures.e2e, ms(300));
         // (300 - 100) / (3 - 1)
         assert_eq!(record.figures.tpot, Some(ms(100)));
-        assert_eq!(record.judged.max_gap, Some(ms(50)));
+        assert_eq!(record.judged[SloKind::Itl], Some(ms(50)));
         assert!(record.verdict.goodput);
         assert_eq!(record.slo(), "met");
     }
@@ -255,10 +240,7 @@ mod tests {
             server,
             ..stream_report(Some(3))
         };
-        let ceilings = Ceilings {
-            time_to_first_answer: Some(ms(300)),
-            ..Ceilings::default()
-        };
+        let ceilings = Ceilings::default().with(SloKind::TimeToFirstAnswer, ms(300));
         let record = conclude(Some(&report), &tl, Outcome::Ok, t0 + ms(500), OK, &ceilings);
         assert_eq!(record.figures.ttft, Some(ms(100)));
         assert_eq!(record.figures.time_to_first_answer, Some(ms(400)));
@@ -312,14 +294,11 @@ mod tests {
             reasoning_events: 2,
             ..DecoderReport::default()
         };
-        let ceilings = Ceilings {
-            time_to_first_answer: Some(ms(500)),
-            ..Ceilings::default()
-        };
+        let ceilings = Ceilings::default().with(SloKind::TimeToFirstAnswer, ms(500));
         let end = t0 + ms(900);
         let record = conclude(Some(&report), &tl, Outcome::Cancelled, end, OK, &ceilings);
         assert_eq!(record.figures.time_to_first_answer, None);
-        assert_eq!(record.judged.time_to_first_answer, Some(ms(900)));
+        assert_eq!(record.judged[SloKind::TimeToFirstAnswer], Some(ms(900)));
         assert_eq!(record.verdict.missed, vec![SloKind::TimeToFirstAnswer]);
         // Ended ok with reasoning only: no answer to judge, the ceiling is met.
         let record = conclude(Some(&report), &tl, Outcome::Ok, end, OK, &ceilings);
@@ -391,18 +370,16 @@ mod tests {
             streaming: true,
             ..DecoderReport::default()
         };
-        let ceilings = Ceilings {
-            ttft: Some(ms(500)),
-            itl: Some(ms(100)),
-            ..Ceilings::default()
-        };
+        let ceilings = Ceilings::default()
+            .with(SloKind::Ttft, ms(500))
+            .with(SloKind::Itl, ms(100));
         let end = t0 + ms(800);
         let record = conclude(Some(&report), &tl, Outcome::Cancelled, end, OK, &ceilings);
         assert_eq!(record.output_tokens, Some(0));
         assert_eq!(record.token_source, Some(TokenSource::Chunks));
-        assert_eq!(record.judged.ttft, Some(ms(800)));
-        assert_eq!(record.judged.max_gap, None);
-        assert_eq!(record.judged.tpot, None);
+        assert_eq!(record.judged[SloKind::Ttft], Some(ms(800)));
+        assert_eq!(record.judged[SloKind::Itl], None);
+        assert_eq!(record.judged[SloKind::Tpot], None);
         assert_eq!(record.verdict.missed, vec![SloKind::Ttft]);
         assert!(!record.verdict.goodput);
         assert_eq!(record.slo(), "cancelled;missed:ttft");
@@ -416,17 +393,19 @@ mod tests {
             streaming: true,
             ..DecoderReport::default()
         };
-        let ceilings = Ceilings {
-            ttft: Some(ms(500)),
-            tpot: Some(ms(1)),
-            itl: Some(ms(200)),
-            ..Ceilings::default()
-        };
+        let ceilings = Ceilings::default()
+            .with(SloKind::Ttft, ms(500))
+            .with(SloKind::Tpot, ms(1))
+            .with(SloKind::Itl, ms(200));
         let end = t0 + ms(1_150);
         let record = conclude(Some(&report), &tl, Outcome::Timeout, end, OK, &ceilings);
-        assert_eq!(record.judged.ttft, Some(ms(100)));
-        assert_eq!(record.judged.max_gap, Some(ms(1_000)));
-        assert_eq!(record.judged.tpot, None, "no TPOT for a request cut short");
+        assert_eq!(record.judged[SloKind::Ttft], Some(ms(100)));
+        assert_eq!(record.judged[SloKind::Itl], Some(ms(1_000)));
+        assert_eq!(
+            record.judged[SloKind::Tpot],
+            None,
+            "no TPOT for a request cut short"
+        );
         assert_eq!(record.verdict.missed, vec![SloKind::Itl]);
         assert_eq!(record.slo(), "timeout;missed:itl");
     }
@@ -476,8 +455,8 @@ mod tests {
         assert!(!record.streaming);
         assert_eq!(record.output_tokens, None);
         assert_eq!(record.token_source, None);
-        assert_eq!(record.judged.ttft, None);
-        assert_eq!(record.judged.e2e, ms(5));
+        assert_eq!(record.judged[SloKind::Ttft], None);
+        assert_eq!(record.judged[SloKind::E2e], Some(ms(5)));
         assert!(!record.verdict.goodput);
         assert_eq!(record.slo(), "not_2xx");
     }
@@ -490,15 +469,12 @@ mod tests {
             skipped: Some(SkipReason::MalformedEvent),
             ..stream_report(Some(2))
         };
-        let ceilings = Ceilings {
-            itl: Some(ms(100)),
-            ..Ceilings::default()
-        };
+        let ceilings = Ceilings::default().with(SloKind::Itl, ms(100));
         let record = conclude(Some(&report), &tl, Outcome::Ok, t0 + ms(900), OK, &ceilings);
         assert!(!record.streaming);
         assert_eq!(record.skipped, Some(SkipReason::MalformedEvent));
         assert_eq!((record.output_tokens, record.input_tokens), (None, None));
-        assert_eq!(record.judged.max_gap, None);
+        assert_eq!(record.judged[SloKind::Itl], None);
         assert!(record.verdict.goodput);
     }
 
@@ -510,14 +486,11 @@ mod tests {
             usage_output_tokens: Some(12),
             ..DecoderReport::default()
         };
-        let ceilings = Ceilings {
-            e2e: Some(ms(100)),
-            ..Ceilings::default()
-        };
+        let ceilings = Ceilings::default().with(SloKind::E2e, ms(100));
         let record = conclude(Some(&report), &tl, Outcome::Ok, t0 + ms(250), OK, &ceilings);
         assert_eq!(record.output_tokens, Some(12));
         assert_eq!(record.token_source, Some(TokenSource::Usage));
-        assert_eq!(record.judged.ttft, None);
+        assert_eq!(record.judged[SloKind::Ttft], None);
         assert_eq!(record.verdict.missed, vec![SloKind::E2e]);
         assert_eq!(record.slo(), "missed:e2e");
     }

@@ -16,6 +16,8 @@ use time::{Date, OffsetDateTime};
 use crate::record::finished::FinishedRecord;
 use crate::record::gaps::GapSummary;
 use crate::record::server::outside;
+use crate::record::slo::Ending;
+use crate::record::timeline::Figures;
 
 /// The `v` field of every record.
 pub const RECORD_VERSION: u32 = 1;
@@ -166,6 +168,32 @@ impl RequestRecord {
             gaps_s: gaps.listed,
         }
     }
+
+    /// The figures the SLO ceilings are judged on, read back from the record (the inverse of [`of`]
+    /// for them), so `tokentap report` judges a record as the proxy judged the request.
+    ///
+    /// [`of`]: RequestRecord::of
+    pub fn figures(&self) -> Figures {
+        let secs = |v: Option<f64>| v.and_then(|v| Duration::try_from_secs_f64(v).ok());
+        Figures {
+            e2e: secs(Some(self.e2e_s)).unwrap_or_default(),
+            ttft: secs(self.ttft_s),
+            time_to_first_answer: secs(self.time_to_first_answer_s),
+            tpot: secs(self.tpot_s),
+            max_gap: secs(self.max_gap_s),
+            ..Figures::default()
+        }
+    }
+
+    /// How the request ended, as judging goes. The gap still open when a request broke off is not in
+    /// the record, so an ITL ceiling it missed only on that gap shows as met.
+    pub fn ending(&self) -> Ending {
+        Ending {
+            streaming: self.stream,
+            ok: self.outcome == "ok",
+            open_gap: None,
+        }
+    }
 }
 
 /// `t` as RFC 3339 in UTC with microseconds (`2026-12-03T09:00:42.123456Z`). A time before 1970
@@ -209,7 +237,7 @@ mod tests {
 
     #[test]
     fn a_stream_record_carries_its_figures_tokens_verdict_and_the_servers_timings() {
-        use crate::config::Ceilings;
+        use crate::config::{Ceilings, SloKind};
         use crate::record::finished::{conclude, DecoderReport};
         use crate::record::outcome::Outcome;
         use crate::record::server::ServerTimings;
@@ -235,10 +263,7 @@ mod tests {
             },
             ..DecoderReport::default()
         };
-        let ceilings = Ceilings {
-            ttft: Some(ms(50)),
-            ..Ceilings::default()
-        };
+        let ceilings = Ceilings::default().with(SloKind::Ttft, ms(50));
         let ok = Some(http::StatusCode::OK);
         let finished = conclude(
             Some(&report),

@@ -1,18 +1,55 @@
-//! SLO verdicts (the `slo:` config keys; docs/metrics.md explains goodput): which ceilings a finished
-//! request missed, and whether it counts as goodput.
+//! SLO verdicts (the `slo:` config keys; docs/metrics.md explains goodput): what each ceiling is judged
+//! on, which ceilings a finished request missed, and whether it counts as goodput. The proxy
+//! (`record::finished`) and `tokentap report` (from a record) both judge here.
 //!
 //! A ceiling is missed when the measured value is above it (a value equal to the ceiling meets it, matching
 //! the histogram's `le` bucket). A ceiling whose figure does not exist for the request (TPOT or ITL with fewer
 //! than two tokens, TTFT of a non-streaming response, the time to first answer of a stream that ended
-//! `ok` with reasoning only) is met. The request is judged on the timeline's
-//! [`Figures`]; for a request that failed or was cancelled, `record::finished` passes them with lower
-//! bounds (the time already waited), so a ceiling already exceeded is still counted as missed, and such
-//! a request is never goodput.
+//! `ok` with reasoning only) is met. For a request that failed or was cancelled, a wait still open when
+//! it broke off counts with its lower bound (the time already waited), so a ceiling already exceeded is
+//! still counted as missed, and such a request is never goodput.
 
 use std::time::Duration;
 
-use crate::config::{Ceilings, SloKind};
+use crate::config::{ByKind, Ceilings, SloKind};
 use crate::record::timeline::Figures;
+
+/// How a request ended, as far as judging it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ending {
+    /// A stream metered to its end: the stream figures apply.
+    pub streaming: bool,
+    /// It ended `ok`.
+    pub ok: bool,
+    /// For a request that did not end `ok`: the gap still open when it broke off, where known.
+    pub open_gap: Option<Duration>,
+}
+
+/// What each ceiling is judged on, by kind (`None`: does not apply, met).
+pub type Judged = ByKind<Option<Duration>>;
+
+/// The figure a ceiling of `kind` is judged on: for a request that did not end `ok`, a wait not yet
+/// over counts with the time already waited (its E2E), TPOT not at all, and the largest gap with the
+/// one still open. A new SLO kind is an arm here.
+pub fn judged_figure(kind: SloKind, figures: &Figures, end: &Ending) -> Option<Duration> {
+    let stream = |d: Option<Duration>| d.filter(|_| end.streaming);
+    let waited = |d: Option<Duration>| match end.ok {
+        true => stream(d),
+        false => stream(d.or(Some(figures.e2e))),
+    };
+    match kind {
+        SloKind::Ttft => waited(figures.ttft),
+        SloKind::TimeToFirstAnswer => waited(figures.time_to_first_answer),
+        SloKind::Tpot => stream(figures.tpot.filter(|_| end.ok)),
+        SloKind::Itl => stream(figures.max_gap.max(end.open_gap.filter(|_| !end.ok))),
+        SloKind::E2e => Some(figures.e2e),
+    }
+}
+
+/// Every kind's [`judged_figure`].
+pub fn judged(figures: &Figures, end: &Ending) -> Judged {
+    ByKind::from_fn(|kind| judged_figure(kind, figures, end))
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Verdict {
@@ -42,23 +79,12 @@ impl Verdict {
     }
 }
 
-/// The figure a ceiling of `kind` is judged on: ITL is judged on the largest gap.
-fn figure(figures: &Figures, kind: SloKind) -> Option<Duration> {
-    match kind {
-        SloKind::Ttft => figures.ttft,
-        SloKind::Tpot => figures.tpot,
-        SloKind::Itl => figures.max_gap,
-        SloKind::E2e => Some(figures.e2e),
-        SloKind::TimeToFirstAnswer => figures.time_to_first_answer,
-    }
-}
-
-/// Judges a request on `figures` (a figure that is `None` does not apply and meets its ceiling).
-/// `succeeded`: outcome ok and a 2xx status.
-pub fn judge(ceilings: &Ceilings, figures: &Figures, succeeded: bool) -> Verdict {
+/// Judges a request on what it is [`judged`] on (a figure that is `None` does not apply and meets its
+/// ceiling). `succeeded`: outcome ok and a 2xx status.
+pub fn judge(ceilings: &Ceilings, judged: &Judged, succeeded: bool) -> Verdict {
     let missed: Vec<SloKind> = SloKind::ALL
         .into_iter()
-        .filter(|&kind| match (ceilings.get(kind), figure(figures, kind)) {
+        .filter(|&kind| match (ceilings[kind], judged[kind]) {
             (Some(ceiling), Some(value)) => value > ceiling,
             _ => false,
         })
@@ -76,13 +102,17 @@ mod tests {
     }
 
     fn ceilings() -> Ceilings {
-        Ceilings {
-            ttft: ms(500),
-            tpot: ms(50),
-            itl: ms(250),
-            e2e: ms(10_000),
-            time_to_first_answer: ms(5_000),
-        }
+        ByKind([ms(500), ms(50), ms(250), ms(10_000), ms(5_000)])
+    }
+
+    /// Judges a stream that ended `ok`: its figures as they are.
+    fn judge(ceilings: &Ceilings, figures: &Figures, succeeded: bool) -> Verdict {
+        let end = Ending {
+            streaming: true,
+            ok: true,
+            open_gap: None,
+        };
+        super::judge(ceilings, &judged(figures, &end), succeeded)
     }
 
     #[test]

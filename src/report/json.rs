@@ -231,8 +231,8 @@ pub fn side<'a>(report: &Report, input: &'a InputStats) -> Side<'a> {
 /// `{"ttft_s": 0.3, …}`: the ceilings that are set.
 fn limits(ceilings: &Ceilings) -> serde_json::Map<String, serde_json::Value> {
     let mut limits = serde_json::Map::new();
-    for kind in crate::config::SloKind::ALL {
-        if let Some(limit) = ceilings.get(kind) {
+    for (kind, ceiling) in ceilings.iter() {
+        if let Some(limit) = ceiling {
             limits.insert(format!("{kind}_s"), limit.as_secs_f64().into());
         }
     }

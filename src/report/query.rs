@@ -2,8 +2,6 @@
 //! `--until`: RFC 3339, or a duration back from now such as `1h`), the grouping (`--by`) and the
 //! what-if ceilings (`--slo ttft=300ms,tpot=40ms`). Times are seconds since the Unix epoch, UTC.
 
-use std::time::Duration;
-
 use crate::config::{parse_duration, Ceilings, Slo, SloKind};
 pub use crate::record::request_record::parse_rfc3339;
 use crate::record::request_record::RequestRecord;
@@ -97,30 +95,26 @@ pub fn parse_slo(text: &str) -> Result<Slo, String> {
 
 /// The ceilings of `--slo`, the same keys as the `slo:` config.
 pub fn parse_ceilings(text: &str) -> Result<Ceilings, String> {
-    let keys: Vec<&str> = SloKind::ALL.iter().map(|k| k.as_str()).collect();
     let mut ceilings = Ceilings::default();
     for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let bad = |reason: String| format!("--slo: invalid ceiling {item:?}: {reason}");
         let (key, value) = item
             .split_once('=')
             .ok_or_else(|| bad("expected KEY=DURATION, e.g. ttft=300ms".into()))?;
-        let kind = SloKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == key)
-            .ok_or_else(|| {
-                bad(format!(
-                    "unknown ceiling {key:?}: expected one of {}",
-                    keys.join(", ")
-                ))
-            })?;
+        let kind = SloKind::from_key(key).ok_or_else(|| {
+            bad(format!(
+                "unknown ceiling {key:?}: expected one of {}",
+                SloKind::KEYS.join(", ")
+            ))
+        })?;
         let ceiling = match parse_duration(value) {
             Ok(d) if d.is_zero() => return Err(bad("must be greater than zero".into())),
             Ok(d) => d,
             Err(reason) => return Err(bad(reason.into())),
         };
-        set(&mut ceilings, kind, ceiling);
+        ceilings[kind] = Some(ceiling);
     }
-    if SloKind::ALL.iter().all(|&k| ceilings.get(k).is_none()) {
+    if ceilings.is_empty() {
         return Err(format!(
             "--slo: no ceiling in {text:?}: expected e.g. ttft=300ms,tpot=40ms"
         ));
@@ -128,19 +122,10 @@ pub fn parse_ceilings(text: &str) -> Result<Ceilings, String> {
     Ok(ceilings)
 }
 
-fn set(ceilings: &mut Ceilings, kind: SloKind, ceiling: Duration) {
-    let slot = match kind {
-        SloKind::Ttft => &mut ceilings.ttft,
-        SloKind::Tpot => &mut ceilings.tpot,
-        SloKind::Itl => &mut ceilings.itl,
-        SloKind::E2e => &mut ceilings.e2e,
-        SloKind::TimeToFirstAnswer => &mut ceilings.time_to_first_answer,
-    };
-    *slot = Some(ceiling);
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -182,9 +167,9 @@ mod tests {
     #[test]
     fn slo_flag_names_the_bad_item() {
         let c = parse_ceilings("ttft=300ms, itl=1s").unwrap();
-        assert_eq!(c.ttft, Some(Duration::from_millis(300)));
-        assert_eq!(c.itl, Some(Duration::from_secs(1)));
-        assert_eq!(c.tpot, None);
+        assert_eq!(c[SloKind::Ttft], Some(Duration::from_millis(300)));
+        assert_eq!(c[SloKind::Itl], Some(Duration::from_secs(1)));
+        assert_eq!(c[SloKind::Tpot], None);
         let err = parse_ceilings("ttft=300ms,ttfx=2s").unwrap_err();
         assert_eq!(
             err,

@@ -8,12 +8,10 @@
 //! requests that ended `ok`, like the E2E and TPOT histograms.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use crate::config::{Slo, SloKind};
 use crate::record::request_record::RequestRecord;
-use crate::record::slo::judge;
-use crate::record::timeline::Figures;
+use crate::record::slo::{judge, judged};
 use crate::report::query::{parse_rfc3339, By};
 use crate::report::sketch::Sketch;
 use crate::report::slowest::{SlowBy, Slowest};
@@ -156,36 +154,6 @@ pub struct Summary {
     pub outcomes: BTreeMap<(String, String), u64>,
 }
 
-fn seconds(value: Option<f64>) -> Option<Duration> {
-    value.and_then(|v| Duration::try_from_secs_f64(v).ok())
-}
-
-/// What the proxy judged a request on, rebuilt from its record the way `record::finished` builds it:
-/// the stream figures only for a stream, and for a request that did not end `ok` no TPOT and at least
-/// its E2E as TTFT and as time to first answer. (Such a request is never goodput; its open gap is not
-/// in the record, so an ITL ceiling it missed only on that gap shows as met.)
-pub fn judged(record: &RequestRecord) -> Figures {
-    let stream = |v: Option<f64>| seconds(v.filter(|_| record.stream));
-    let e2e = seconds(Some(record.e2e_s)).unwrap_or_default();
-    let ok = record.outcome == "ok";
-    Figures {
-        e2e,
-        ttft: if ok {
-            stream(record.ttft_s)
-        } else {
-            stream(record.ttft_s.or(Some(record.e2e_s)))
-        },
-        time_to_first_answer: if ok {
-            stream(record.time_to_first_answer_s)
-        } else {
-            stream(record.time_to_first_answer_s.or(Some(record.e2e_s)))
-        },
-        tpot: stream(record.tpot_s.filter(|_| ok)),
-        max_gap: stream(record.max_gap_s),
-        ..Figures::default()
-    }
-}
-
 impl Summary {
     pub fn sketch(&self, figure: Figure) -> &Sketch {
         &self.sketches[figure as usize]
@@ -251,7 +219,11 @@ impl Summary {
                 let tenant = record.tenant.as_deref();
                 let ceilings = &slo.ceilings_for_request(&record.model, tenant);
                 let succeeded = ok && record.status.is_some_and(|s| (200..300).contains(&s));
-                let verdict = judge(ceilings, &judged(record), succeeded);
+                let verdict = judge(
+                    ceilings,
+                    &judged(&record.figures(), &record.ending()),
+                    succeeded,
+                );
                 self.good += u64::from(verdict.goodput);
                 for kind in verdict.missed {
                     count(&mut self.missed, &kind.as_str().to_owned(), || {
@@ -272,8 +244,8 @@ impl Summary {
                 .filter_map(|k| {
                     let all: Vec<f64> = slo.boundaries(k);
                     let overrides = slo.models.values().chain(slo.tenants.values());
-                    let overridden = overrides.into_iter().any(|m| m.get(k).is_some());
-                    let limit = match (slo.default.get(k), overridden) {
+                    let overridden = overrides.into_iter().any(|m| m[k].is_some());
+                    let limit = match (slo.default[k], overridden) {
                         (Some(d), false) => Limit::Seconds(d.as_secs_f64()),
                         _ if all.is_empty() => return None,
                         _ => Limit::PerModel,
@@ -283,7 +255,7 @@ impl Summary {
                 .collect(),
             Verdicts::Recorded => {
                 let mut names: Vec<&String> = self.missed.keys().collect();
-                let order = |n: &str| SloKind::ALL.iter().position(|k| k.as_str() == n);
+                let order = |n: &str| SloKind::from_key(n).map(|k| k as usize);
                 names.sort_by_key(|n| (order(n).unwrap_or(usize::MAX), n.to_string()));
                 names
                     .into_iter()

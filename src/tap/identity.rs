@@ -54,7 +54,7 @@ fn random_u64(salt: u64) -> u64 {
 impl Identify {
     /// Without `tenants`, no tenant is read.
     pub fn new(tenants: Option<&Tenants>) -> Self {
-        let tenant = tenants.map(|t| match &t.from {
+        let tenant = tenants.map(|t| match t.source() {
             TenantFrom::Header(name) => match http::HeaderName::from_bytes(name.as_bytes()) {
                 Ok(name) => TenantSource::Header(name),
                 // Validated in config; an impossible name reads no tenant.
@@ -158,11 +158,16 @@ mod tests {
     }
 
     fn tenants(from: TenantFrom, key: Option<&str>) -> Tenants {
+        let (header, bearer_hash) = match from {
+            TenantFrom::Header(name) => (Some(name), false),
+            TenantFrom::BearerHash => (None, true),
+        };
         Tenants {
-            from,
+            header,
+            bearer_hash,
             max: 4,
             hash_key: key.map(str::to_owned),
-            allow: Vec::new(),
+            ..Tenants::default()
         }
     }
 

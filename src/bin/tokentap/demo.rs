@@ -23,7 +23,7 @@ use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use tokentap::config::{Ceilings, Config};
+use tokentap::config::{Ceilings, Config, SloKind};
 
 /// The models the demo server pretends to serve: name, base TTFT, base inter-token gap.
 const MODELS: [(&str, Duration, Duration); 2] = [
@@ -61,19 +61,14 @@ const WORDS: [&str; 16] = [
 /// The demo's config: defaults plus SLO ceilings that some demo requests miss, so goodput is interesting.
 pub fn default_config() -> Config {
     let mut config = Config::default();
-    config.slo.default = Ceilings {
-        ttft: Some(Duration::from_millis(500)),
-        tpot: Some(Duration::from_millis(50)),
-        itl: Some(Duration::from_millis(250)),
-        e2e: Some(Duration::from_secs(20)),
-        ..Ceilings::default()
-    };
+    config.slo.default = Ceilings::default()
+        .with(SloKind::Ttft, Duration::from_millis(500))
+        .with(SloKind::Tpot, Duration::from_millis(50))
+        .with(SloKind::Itl, Duration::from_millis(250))
+        .with(SloKind::E2e, Duration::from_secs(20));
     config.slo.models.insert(
         "demo-qwen-32b".to_owned(),
-        Ceilings {
-            ttft: Some(Duration::from_secs(1)),
-            ..Ceilings::default()
-        },
+        Ceilings::default().with(SloKind::Ttft, Duration::from_secs(1)),
     );
     // The demo's models exist nowhere on disk (its server sends usage): no tokenizer to look for.
     config.tokenizer_dirs = Some(Vec::new());

@@ -234,7 +234,7 @@ fn execute(cli: Cli) -> Result<(), String> {
                 .ok_or("tenant-tag: --config FILE is needed")?;
             let config = Config::load(path).map_err(|e| e.to_string())?;
             let key = match &config.tenants {
-                Some(t) if t.from == config::TenantFrom::BearerHash => t.hash_key.clone(),
+                Some(t) if t.bearer_hash => t.hash_key.clone(),
                 _ => {
                     return Err(format!(
                         "tenant-tag: {} has no `tenants: {{bearer_hash: true}}`",

@@ -5,7 +5,7 @@ use tokio::time::Instant;
 
 use super::view::{view, LiveView};
 use super::*;
-use crate::config::{Ceilings, Config, Slo};
+use crate::config::{ByKind, Ceilings, Config, Slo, SloKind};
 
 /// A registry with the families the page reads, labelled as tokentap labels them.
 struct Fake {
@@ -77,10 +77,7 @@ fn ui(interval: u64, history: u64, max_models: usize) -> Config {
 
 fn slo() -> Slo {
     Slo {
-        default: Ceilings {
-            ttft: Some(Duration::from_millis(500)),
-            ..Ceilings::default()
-        },
+        default: Ceilings::default().with(SloKind::Ttft, Duration::from_millis(500)),
         ..Slo::default()
     }
 }
@@ -216,13 +213,13 @@ fn the_json_shape_round_trips_and_the_documented_example_parses() {
     );
     // Every ceiling set, as in the documented example (attainment has one key per ceiling).
     let slo = Slo {
-        default: Ceilings {
-            ttft: Some(Duration::from_millis(500)),
-            tpot: Some(Duration::from_millis(50)),
-            itl: Some(Duration::from_millis(250)),
-            e2e: Some(Duration::from_secs(20)),
-            time_to_first_answer: Some(Duration::from_secs(1)),
-        },
+        default: ByKind([
+            Some(Duration::from_millis(500)),
+            Some(Duration::from_millis(50)),
+            Some(Duration::from_millis(250)),
+            Some(Duration::from_secs(20)),
+            Some(Duration::from_secs(1)),
+        ]),
         ..Slo::default()
     };
     let v = view(&ring, &slo, Duration::from_secs(5), Duration::from_secs(60));

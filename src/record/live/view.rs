@@ -120,7 +120,7 @@ pub fn view(ring: &Ring, slo: &Slo, interval: Duration, window: Duration) -> Liv
         let c = slo.ceilings_for_request(&key.0, key.1.as_deref());
         let ceilings = SloKind::ALL
             .iter()
-            .map(|&k| (k.as_str().to_owned(), c.get(k).map(|d| d.as_secs_f64())))
+            .map(|&k| (k.as_str().to_owned(), c[k].map(|d| d.as_secs_f64())))
             .collect();
         Entry {
             model: key.0.clone(),
@@ -191,7 +191,7 @@ fn figures(ring: &Ring, slo: &Slo, key: &Key, then: &Snapshot, now: &Snapshot) -
     let attainment = SloKind::ALL
         .iter()
         .enumerate()
-        .filter(|(_, k)| ceilings.get(**k).is_some())
+        .filter(|(_, k)| ceilings[**k].is_some())
         .map(|(i, k)| {
             let missed = match t {
                 Some(t) if n.violations[i] >= t.violations[i] => n.violations[i] - t.violations[i],
