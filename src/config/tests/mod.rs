@@ -6,6 +6,7 @@ use super::values::DURATION_SYNTAX;
 use super::*;
 
 mod hostile;
+mod reference;
 mod slo;
 
 const FULL: &str = "
