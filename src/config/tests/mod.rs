@@ -344,6 +344,14 @@ fn validate_catches_values_set_in_code() {
     };
     let msg = c.validate().unwrap_err().to_string();
     assert!(msg.starts_with("upstream: invalid upstream URL"));
+    let mut c = Config::default();
+    c.timeouts.upstream_idle = Duration::ZERO;
+    let msg = c.validate().unwrap_err().to_string();
+    let want = "timeouts.upstream_idle: invalid duration \"0s\": must be greater than zero";
+    assert_eq!(
+        msg, want,
+        "a zero set in code is refused like one in a file"
+    );
     let path = std::env::temp_dir().join(format!("tokentap-ca-{}.pem", std::process::id()));
     std::fs::write(&path, "-----BEGIN CERTIFICATE-----\n").unwrap();
     let c = Config {
