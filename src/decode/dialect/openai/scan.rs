@@ -1,5 +1,5 @@
 //! The OpenAI chunk read without serde_json: every chunk of every OpenAI-compatible stream passes here,
-//! and deserialising it was the largest single cost per chunk of the whole proxy (docs/benchmark.md).
+//! and deserialising it was the largest single cost per chunk of the whole proxy (docs/lab/benchmark.md).
 //!
 //! [`scan`] reads the fields the serde structs of the parent module read, from the event's text in one
 //! pass, allocating nothing (strings are borrowed as they stand between their quotes; escapes are decoded
