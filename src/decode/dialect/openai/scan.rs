@@ -334,6 +334,10 @@ impl Delta<'_> {
         non_empty(&self.reasoning_content) || non_empty(&self.reasoning)
     }
 
+    pub fn carries_tool_call(&self) -> bool {
+        self.tool_calls.is_some_and(|calls| calls.len > 0) || self.function_call.is_some()
+    }
+
     pub fn carries_answer(&self) -> bool {
         non_empty(&self.content)
             || non_empty(&self.refusal)
