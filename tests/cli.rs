@@ -376,3 +376,46 @@ fn ui_false_on_the_command_line_turns_the_live_page_off() {
     let _ = child.wait();
     assert!(page.starts_with("HTTP/1.1 404"), "{page}");
 }
+
+/// Each subcommand takes its own options only: `report --help` offers no proxy flag, the proxy's
+/// `--help` no report flag, and a proxy flag given to a subcommand (before or after it) is a usage error.
+#[test]
+fn each_subcommand_lists_and_takes_only_its_own_options() {
+    let help = |args: &[&str]| {
+        let out = tokentap().args(args).arg("--help").output().expect("run");
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let proxy_only = ["--listen", "--metrics-listen", "--upstream", "--ui"];
+    for sub in ["report", "top", "check-config", "tenant-tag"] {
+        let text = help(&[sub]);
+        for flag in proxy_only {
+            assert!(
+                !text.contains(flag),
+                "`{sub} --help` offers {flag}:\n{text}"
+            );
+        }
+    }
+    let demo = help(&["demo"]);
+    assert!(
+        demo.contains("--listen") && demo.contains("--duration"),
+        "{demo}"
+    );
+    assert!(
+        !demo.contains("--upstream"),
+        "the demo has its own upstream:\n{demo}"
+    );
+    let proxy = help(&[]);
+    for flag in proxy_only {
+        assert!(proxy.contains(flag), "{flag} missing from --help:\n{proxy}");
+    }
+    assert!(!proxy.contains("--slowest"), "{proxy}");
+    for args in [
+        &["report", "x.jsonl", "--listen", "127.0.0.1:1"][..],
+        &["--listen", "127.0.0.1:1", "report", "x.jsonl"],
+        &["check-config", "x.yaml", "--upstream", "http://x"],
+    ] {
+        let out = tokentap().args(args).output().expect("run");
+        assert_eq!(out.status.code(), Some(2), "{args:?} is a usage error");
+    }
+}

@@ -1,7 +1,7 @@
 //! tokentap's own delay per forwarded frame (`tokentap_forwarding_delay_seconds`): one observation for
 //! every data frame that came from the upstream and was written to the client, over HTTP/1.1 and h2, and
 //! none for an answer tokentap made itself. What the figures are worth against the wire is the benchmark's
-//! job (docs/benchmark.md); here only what is counted.
+//! job (docs/lab/benchmark.md); here only what is counted.
 
 mod support;
 

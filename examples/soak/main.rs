@@ -16,7 +16,7 @@
 //!
 //! `--burst N` replaces the held streams with rounds of N streams at once and lulls of 2 to 8 s
 //! (`bursts.rs`); `--keep-alive-ms MS` makes the upstream close a connection idle that long, as a server's
-//! keep-alive does (`--burst 300 --keep-alive-ms 2000`: docs/soak.md's bursty run).
+//! keep-alive does (`--burst 300 --keep-alive-ms 2000`: docs/lab/soak.md's bursty run).
 //!
 //! `--config FILE` passes a config file to tokentap (the listen and upstream flags still win).
 //! `--env K=V` (repeatable) sets a variable for tokentap only, e.g.

@@ -82,6 +82,8 @@ struct Reading {
     answered: bool,
     /// Reasoning passed before the first answer.
     reasoning_first: bool,
+    /// An event that starts or continues a call of the client's tools has passed.
+    tool_called: bool,
     /// Output events that carried reasoning.
     reasoning_events: u64,
 }
@@ -108,6 +110,9 @@ impl Reading {
         let kind = self.dialect.on_event(event, &mut self.obs, &mut output);
         let channels = output.channels();
         self.text.after_event(self.obs.model.as_deref());
+        if channels.tool_call && matches!(kind, EventKind::Output | EventKind::Other) {
+            self.tool_called = true;
+        }
         if kind == EventKind::Output {
             if channels.reasoning {
                 self.reasoning_events += 1;
@@ -159,6 +164,7 @@ impl ResponseDecoder {
                 choices: Vec::new(),
                 answered: false,
                 reasoning_first: false,
+                tool_called: false,
                 reasoning_events: 0,
             },
         }
@@ -280,6 +286,12 @@ impl ResponseDecoder {
     pub fn reasoning_first(&self) -> bool {
         self.reading.reasoning_first
     }
+
+    /// A call of the client's tools has started: the first event of one has passed (a tool-call delta,
+    /// or a tool-use block's or item's start, which names the tool before its arguments stream).
+    pub fn tool_called(&self) -> bool {
+        self.reading.tool_called
+    }
 }
 
 #[cfg(test)]
@@ -345,6 +357,70 @@ mod tests {
         feed(&mut decoder, answer);
         feed(&mut decoder, reasoning);
         assert!(decoder.answered() && !decoder.reasoning_first());
+    }
+
+    /// Each API's stream that calls a tool, in the shape its servers send: the decoder says a tool call
+    /// has started at the event that starts it, not before (text or reasoning first), and never in a
+    /// stream without one.
+    #[test]
+    fn the_decoder_knows_when_a_tool_call_starts_in_every_dialect() {
+        let cases: [(&str, Format, &[&str], &str); 4] = [
+            (
+                "/v1/chat/completions",
+                Format::Sse,
+                &[
+                    r#"data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+                    r#"data: {"choices":[{"index":0,"delta":{"reasoning_content":"need weather"}}]}"#,
+                ],
+                r#"data: {"choices":[{"index":0,"delta":{"tool_calls":[{"id":"chatcmpl-tool-1","type":"function","index":0,"function":{"name":"get_weather","arguments":""}}]}}]}"#,
+            ),
+            (
+                "/v1/responses",
+                Format::Sse,
+                &[
+                    r#"event: response.created
+data: {"type":"response.created","response":{"id":"resp_1","status":"in_progress"}}"#,
+                    r#"event: response.output_text.delta
+data: {"type":"response.output_text.delta","output_index":0,"delta":"Let me check."}"#,
+                ],
+                r#"event: response.output_item.added
+data: {"type":"response.output_item.added","output_index":1,"item":{"type":"function_call","id":"fc_1","call_id":"call_1","name":"get_weather","arguments":""}}"#,
+            ),
+            (
+                "/v1/messages",
+                Format::Sse,
+                &[
+                    r#"event: message_start
+data: {"type":"message_start","message":{"model":"claude","usage":{"input_tokens":10,"output_tokens":1}}}"#,
+                    r#"event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Checking."}}"#,
+                ],
+                r#"event: content_block_start
+data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{}}}"#,
+            ),
+            (
+                "/api/chat",
+                Format::Ndjson,
+                &[
+                    r#"{"model":"m","message":{"role":"assistant","content":"","thinking":"hm"},"done":false}"#,
+                ],
+                r#"{"model":"m","message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"get_weather","arguments":{"city":"Paris"}}}]},"done":false}"#,
+            ),
+        ];
+        for (path, format, before, call) in cases {
+            let separator = if format == Format::Ndjson {
+                "\n"
+            } else {
+                "\n\n"
+            };
+            let mut decoder = decoder_for(path, format);
+            for event in before {
+                feed(&mut decoder, format!("{event}{separator}").as_bytes());
+                assert!(!decoder.tool_called(), "{path}: before the call: {event}");
+            }
+            feed(&mut decoder, format!("{call}{separator}").as_bytes());
+            assert!(decoder.tool_called(), "{path}: {call}");
+        }
     }
 
     #[test]

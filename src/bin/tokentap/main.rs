@@ -15,36 +15,62 @@ use tokentap::config::{self, Config};
 
 /// A transparent measuring reverse proxy for LLM inference servers: forwards every byte unchanged and
 /// exports TTFT, ITL, TPOT, E2E and SLO goodput on a Prometheus endpoint.
+///
+/// Without a subcommand it runs the proxy; each subcommand takes only its own options (`tokentap
+/// SUBCOMMAND --help`).
 #[derive(Parser, Debug)]
-#[command(name = "tokentap", version)]
+#[command(name = "tokentap", version, args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    #[command(flatten)]
+    proxy: ProxyArgs,
+}
+
+/// What the proxy (and the demo's proxy) is told on the command line; flags override the config file.
+#[derive(clap::Args, Debug, Default)]
+struct ProxyArgs {
     /// YAML config file (see config/tokentap.yaml); flags override it.
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Address the proxy listens on [default: 0.0.0.0:8080].
-    #[arg(long, global = true, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
     /// The inference server to forward to, http:// or https:// [default: http://127.0.0.1:8000].
     #[arg(long, value_name = "URL")]
     upstream: Option<String>,
     /// Address of the /metrics, /healthz and /readyz endpoints and the live page [default: 0.0.0.0:9464].
-    #[arg(long, global = true, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
     /// Serve the live page (/ and /api/v1/live) on the metrics port: true or false [default: true].
-    #[arg(long, global = true, value_name = "BOOL")]
+    #[arg(long, value_name = "BOOL")]
+    ui: Option<bool>,
+}
+
+/// The demo's options: its own model server stands in for `--upstream`.
+#[derive(clap::Args, Debug)]
+struct DemoArgs {
+    /// Stop after this long (e.g. "30s", "5m"); runs until Ctrl-C when absent.
+    #[arg(long, value_name = "DURATION")]
+    duration: Option<String>,
+    /// YAML config file; the demo's own settings when absent.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address the proxy listens on [default: 0.0.0.0:8080].
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// Address of the metrics port and the live page [default: 0.0.0.0:9464].
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
+    /// Serve the live page: true or false [default: true].
+    #[arg(long, value_name = "BOOL")]
     ui: Option<bool>,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Start an embedded OpenAI-compatible model server, tokentap in front of it, and a trickle of traffic.
-    Demo {
-        /// Stop after this long (e.g. "30s", "5m"); runs until Ctrl-C when absent.
-        #[arg(long, value_name = "DURATION")]
-        duration: Option<String>,
-    },
+    Demo(DemoArgs),
     /// The live page's figures as a terminal table, redrawn every snapshot (reads /api/v1/live);
     /// with --prometheus, the whole fleet's from Prometheus' recording rules.
     Top {
@@ -74,13 +100,20 @@ enum Command {
         /// The YAML file to check.
         file: PathBuf,
     },
-    /// Print the tenant tag (`t-` and 12 hex digits) that --config's `tenants.bearer_hash` and
+    /// Print the tenant tag (`t-` and 12 hex digits) that the config's `tenants.bearer_hash` and
     /// `tenants.hash_key` give the bearer token read from stdin, for `tenants.allow`.
-    TenantTag,
+    TenantTag {
+        /// The YAML config file with `tenants: {bearer_hash: true, hash_key: …}`.
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+    },
 }
 
 #[derive(clap::Args, Debug)]
 struct ReportArgs {
+    /// Judge with this config's `slo:` ceilings, per-model overrides included (`--slo` wins).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Record files, plain or gzipped; - for stdin. With --compare, the "before" set.
     #[arg(value_name = "FILE", required = true)]
     files: Vec<String>,
@@ -118,12 +151,9 @@ struct ReportArgs {
 }
 
 /// The report's options; `--config` gives its `slo:` as the ceilings to judge by (`--slo` wins).
-fn report_options(cli: &Cli, args: &ReportArgs) -> Result<tokentap::report::Options, String> {
+fn report_options(args: &ReportArgs) -> Result<tokentap::report::Options, String> {
     use tokentap::report::{query, Format, Options};
-    if cli.listen.is_some() || cli.metrics_listen.is_some() || cli.upstream.is_some() {
-        return Err("report: --listen, --metrics-listen and --upstream are for the proxy".into());
-    }
-    let slo = match (&args.slo, &cli.config) {
+    let slo = match (&args.slo, &args.config) {
         (Some(text), _) => Some(query::parse_slo(text)?),
         (None, Some(path)) => Some(Config::load(path).map_err(|e| e.to_string())?.slo),
         (None, None) => None,
@@ -170,23 +200,23 @@ fn main() -> ExitCode {
     }
 }
 
-fn load(cli: &Cli, demo: bool) -> Result<Config, String> {
-    let mut config = match &cli.config {
+/// The config file (or `fallback` without one) with the command line's overrides, validated.
+fn load(proxy: &ProxyArgs, fallback: fn() -> Config) -> Result<Config, String> {
+    let mut config = match &proxy.config {
         Some(path) => Config::load(path).map_err(|e| e.to_string())?,
-        None if demo => demo::default_config(),
-        None => Config::default(),
+        None => fallback(),
     };
-    if let Some(listen) = cli.listen {
+    if let Some(listen) = proxy.listen {
         config.listen = listen;
     }
-    if let Some(upstream) = &cli.upstream {
+    if let Some(upstream) = &proxy.upstream {
         config.upstream =
             config::parse_upstream(upstream).map_err(|e| format!("--upstream: {e}"))?;
     }
-    if let Some(metrics_listen) = cli.metrics_listen {
+    if let Some(metrics_listen) = proxy.metrics_listen {
         config.metrics_listen = metrics_listen;
     }
-    if let Some(ui) = cli.ui {
+    if let Some(ui) = proxy.ui {
         config.ui.enabled = ui;
     }
     config.validate().map_err(|e| e.to_string())?;
@@ -227,11 +257,7 @@ fn execute(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
-        Some(Command::TenantTag) => {
-            let path = cli
-                .config
-                .as_ref()
-                .ok_or("tenant-tag: --config FILE is needed")?;
+        Some(Command::TenantTag { config: path }) => {
             let config = Config::load(path).map_err(|e| e.to_string())?;
             let key = match &config.tenants {
                 Some(t) if t.bearer_hash => t.hash_key.clone(),
@@ -274,22 +300,30 @@ fn execute(cli: Cli) -> Result<(), String> {
             })
         }
         Some(Command::Report(args)) => {
-            let options = report_options(&cli, args)?;
+            let options = report_options(args)?;
             let (mut out, mut warn) = (std::io::stdout().lock(), std::io::stderr());
             tokentap::report::run(&options, &mut out, &mut warn)
         }
-        Some(Command::Demo { duration }) => {
-            let duration = duration
+        Some(Command::Demo(demo)) => {
+            let duration = demo
+                .duration
                 .as_deref()
                 .map(|d| config::parse_duration(d).map_err(|e| format!("--duration: {e}")))
                 .transpose()?;
-            let config = load(&cli, true)?;
+            let proxy = ProxyArgs {
+                config: demo.config.clone(),
+                listen: demo.listen,
+                upstream: None,
+                metrics_listen: demo.metrics_listen,
+                ui: demo.ui,
+            };
+            let config = load(&proxy, demo::default_config)?;
             runtime()?
                 .block_on(demo::run(config, duration))
                 .map_err(|e| e.to_string())
         }
         None => {
-            let config = load(&cli, false)?;
+            let config = load(&cli.proxy, Config::default)?;
             runtime()?
                 .block_on(tokentap::run(&config))
                 .map_err(|e| e.to_string())

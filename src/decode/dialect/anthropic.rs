@@ -56,6 +56,15 @@ struct Event<'a> {
     delta: Option<Delta<'a>>,
     #[serde(default)]
     usage: Option<Usage>,
+    /// `content_block_start`'s block, whose type says whether a call of the client's tools starts.
+    #[serde(borrow, default)]
+    content_block: Option<Block<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Block<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -218,6 +227,15 @@ impl Anthropic {
                 .delta
                 .as_ref()
                 .map_or(EventKind::Other, |delta| on_delta(delta, text)),
+            "content_block_start" => {
+                // A `tool_use` block (one of the client's tools, not a `server_tool_use` the server runs
+                // itself) names the tool before its input streams: not a token, but the call's start.
+                let block = event.content_block.as_ref().and_then(|b| b.kind.as_deref());
+                if block == Some("tool_use") {
+                    text.tool_call();
+                }
+                EventKind::Other
+            }
             _ => EventKind::Other,
         }
     }
@@ -265,6 +283,28 @@ mod tests {
         assert_eq!(channels(tool), ANSWER);
         let signature = r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQB"}}"#;
         assert_eq!(channels(signature), None);
+    }
+
+    #[test]
+    fn a_tool_use_block_starts_a_tool_call_and_a_server_tool_does_not() {
+        use crate::decode::dialect::marks_tool_call;
+        let start = |block: &str| {
+            format!(
+                r#"{{"type":"content_block_start","index":1,"content_block":{{"type":"{block}","id":"toolu_01","name":"get_weather","input":{{}}}}}}"#
+            )
+        };
+        assert!(marks_tool_call(
+            &mut Anthropic::default(),
+            &start("tool_use")
+        ));
+        for other in ["server_tool_use", "text", "thinking"] {
+            assert!(
+                !marks_tool_call(&mut Anthropic::default(), &start(other)),
+                "{other}"
+            );
+        }
+        let (kind, _, _) = classify(&start("tool_use"));
+        assert_eq!(kind, EventKind::Other, "the block's start is not a token");
     }
 
     #[test]

@@ -110,12 +110,31 @@ fn channels_of(dialect: &mut dyn Dialect, data: &str) -> Option<Channels> {
 const REASONING: Option<Channels> = Some(Channels {
     reasoning: true,
     answer: false,
+    tool_call: false,
 });
 #[cfg(test)]
 const ANSWER: Option<Channels> = Some(Channels {
     reasoning: false,
     answer: true,
+    tool_call: false,
 });
+/// An answer that is part of a tool call.
+#[cfg(test)]
+const TOOL: Option<Channels> = Some(Channels {
+    reasoning: false,
+    answer: true,
+    tool_call: true,
+});
+
+/// Whether the event marked a tool call, whatever its kind, for the dialects' tests.
+#[cfg(test)]
+fn marks_tool_call(dialect: &mut dyn Dialect, data: &str) -> bool {
+    let (mut obs, mut choices) = (Observations::default(), Vec::new());
+    let event = FramedEvent::unnamed(data.as_bytes());
+    let mut output = EventOutput::new(None, &mut choices);
+    dialect.on_event(&event, &mut obs, &mut output);
+    output.channels().tool_call
+}
 
 /// [`classify_with`], also returning the choices the event advanced.
 #[cfg(test)]
@@ -160,13 +179,17 @@ pub struct EventOutput<'a> {
     reasoning: bool,
     /// The event carried answer output (text, refusal, tool call).
     answer: bool,
+    /// The event was part of a tool call (see [`EventOutput::tool_call`]).
+    tool_call: bool,
 }
 
-/// Whether an output-bearing event's output was reasoning, answer or both.
+/// Whether an output-bearing event's output was reasoning, answer or both, and whether the event was
+/// part of a tool call (which may be so of an event that is not a token: a tool-use block's start).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Channels {
     pub reasoning: bool,
     pub answer: bool,
+    pub tool_call: bool,
 }
 
 /// Choices beyond this index share the last slot: a client's `n` must not grow per-stream state.
@@ -180,6 +203,7 @@ impl<'a> EventOutput<'a> {
             current: 0,
             reasoning: false,
             answer: false,
+            tool_call: false,
         }
     }
 
@@ -195,6 +219,15 @@ impl<'a> EventOutput<'a> {
         self.answer = true;
     }
 
+    /// The event starts or continues a tool call: OpenAI chat's `tool_calls`/`function_call` deltas,
+    /// Responses' function-call and custom-tool items and their argument deltas, Anthropic's `tool_use`
+    /// blocks and their `input_json_delta`, Ollama's `tool_calls`. The first such event is when an agent
+    /// learns it has something to do (`t_tool`). A block's or item's start names the tool without being
+    /// a token, so it may mark a tool call on an event that is not output.
+    pub fn tool_call(&mut self) {
+        self.tool_call = true;
+    }
+
     /// Whether a tokenizer wants the text: without one, [`EventOutput::push`] does nothing, so a
     /// dialect need not decode the text it would push.
     pub fn wants_text(&self) -> bool {
@@ -206,6 +239,7 @@ impl<'a> EventOutput<'a> {
         Channels {
             reasoning: self.reasoning,
             answer: self.answer || !self.reasoning,
+            tool_call: self.tool_call,
         }
     }
 

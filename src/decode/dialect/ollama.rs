@@ -115,6 +115,7 @@ impl Dialect for Ollama {
             .unwrap_or_default();
         if !calls.is_empty() {
             text.answer();
+            text.tool_call();
             let names = calls.iter().filter_map(|c| c.function.as_ref());
             names
                 .filter_map(|f| f.name.non_empty())
@@ -204,7 +205,7 @@ mod tests {
 
     #[test]
     fn thinking_is_reasoning_and_text_or_tool_calls_are_answer() {
-        use crate::decode::dialect::{channels_of, ANSWER, REASONING};
+        use crate::decode::dialect::{channels_of, ANSWER, REASONING, TOOL};
         let thinking = r#"{"model":"m","message":{"role":"assistant","content":"","thinking":"hm"},"done":false}"#;
         assert_eq!(channels_of(&mut Ollama, thinking), REASONING);
         let generate = r#"{"model":"m","response":"","thinking":"so","done":false}"#;
@@ -212,7 +213,7 @@ mod tests {
         let text = r#"{"model":"m","response":"The","done":false}"#;
         assert_eq!(channels_of(&mut Ollama, text), ANSWER);
         let tool = r#"{"model":"m","message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":{}}}]},"done":false}"#;
-        assert_eq!(channels_of(&mut Ollama, tool), ANSWER);
+        assert_eq!(channels_of(&mut Ollama, tool), TOOL);
     }
 
     #[test]

@@ -139,6 +139,14 @@ impl Delta<'_> {
         non_empty(&self.reasoning_content) || non_empty(&self.reasoning)
     }
 
+    /// A `tool_calls` entry or a `function_call`.
+    fn carries_tool_call(&self) -> bool {
+        self.tool_calls
+            .as_ref()
+            .is_some_and(|calls| !calls.is_empty())
+            || self.function_call.is_some()
+    }
+
     /// Text, a refusal or a tool call: anything a user of a UI that hides reasoning sees.
     fn carries_answer(&self) -> bool {
         non_empty(&self.content)
@@ -187,6 +195,9 @@ impl Choice<'_> {
         }
         if self.delta.as_ref().is_some_and(Delta::carries_answer) || non_empty(&self.text) {
             output.answer();
+        }
+        if self.delta.as_ref().is_some_and(Delta::carries_tool_call) {
+            output.tool_call();
         }
     }
 
@@ -299,6 +310,9 @@ fn read_fast(
             || choice.text.is_some_and(|t| !t.is_empty())
         {
             output.answer();
+        }
+        if delta.is_some_and(scan::Delta::carries_tool_call) {
+            output.tool_call();
         }
         if output.wants_text() {
             copy_scanned_text(choice, output);
@@ -436,7 +450,7 @@ mod tests {
 
     #[test]
     fn reasoning_fields_are_reasoning_and_everything_else_is_answer() {
-        use crate::decode::dialect::{Channels, ANSWER, REASONING};
+        use crate::decode::dialect::{Channels, ANSWER, REASONING, TOOL};
         let reasoning =
             r#"{"choices":[{"index":0,"delta":{"reasoning_content":"hm","content":null}}]}"#;
         assert_eq!(channels(reasoning), REASONING);
@@ -447,16 +461,23 @@ mod tests {
         for answer in [
             r#"{"choices":[{"delta":{"content":"a","reasoning_content":""}}]}"#,
             r#"{"choices":[{"delta":{"refusal":"no"}}]}"#,
-            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"f"}}]}}]}"#,
-            r#"{"choices":[{"delta":{"function_call":{"arguments":"{"}}}]}"#,
             r#"{"choices":[{"text":"t","index":0}]}"#,
         ] {
             assert_eq!(channels(answer), ANSWER, "{answer}");
+        }
+        // A tool call (vLLM's first one names the function with empty arguments) is answer, and a call.
+        for call in [
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"f"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"chatcmpl-tool-1","type":"function","index":0,"function":{"name":"get_weather","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"delta":{"function_call":{"arguments":"{"}}}]}"#,
+        ] {
+            assert_eq!(channels(call), TOOL, "{call}");
         }
         let both = r#"{"choices":[{"delta":{"reasoning_content":"r","content":"c"}}]}"#;
         let both_channels = Channels {
             reasoning: true,
             answer: true,
+            tool_call: false,
         };
         assert_eq!(channels(both), Some(both_channels));
         assert_eq!(

@@ -46,7 +46,23 @@ struct Event<'a> {
     delta: Text<'a>,
     #[serde(borrow, default)]
     response: Option<Response<'a>>,
+    /// `response.output_item.added`'s item, whose type says whether a tool call starts.
+    #[serde(borrow, default)]
+    item: Option<Item<'a>>,
 }
+
+#[derive(Deserialize)]
+struct Item<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+}
+
+/// The output items and delta events of a call to one of the client's tools: what an agent acts on.
+const TOOL_ITEMS: [&str; 2] = ["function_call", "custom_tool_call"];
+const TOOL_DELTAS: [&str; 2] = [
+    "response.function_call_arguments.delta",
+    "response.custom_tool_call_input.delta",
+];
 
 #[derive(Deserialize)]
 struct Response<'a> {
@@ -130,6 +146,9 @@ fn on_delta(kind: &str, delta: &Text<'_>, text: &mut EventOutput<'_>) -> EventKi
                 text.push_reasoning(delta);
             } else {
                 text.answer();
+                if TOOL_DELTAS.contains(&kind) {
+                    text.tool_call();
+                }
                 if kind != "response.audio.delta" {
                     text.push(delta); // audio deltas are base64 bytes, not text
                 }
@@ -159,6 +178,11 @@ fn read_by_serde(data: &[u8], obs: &mut Observations, text: &mut EventOutput<'_>
         "response.completed" | "response.incomplete" | "response.failed"
     ) {
         obs.ended = true;
+    }
+    let item = event.item.as_ref().and_then(|i| i.kind.as_deref());
+    if kind == "response.output_item.added" && item.is_some_and(|i| TOOL_ITEMS.contains(&i)) {
+        // The call's item names the tool before its arguments stream: not a token, but the call's start.
+        text.tool_call();
     }
     match kind {
         "error" | "response.failed" => EventKind::Error,
@@ -195,7 +219,7 @@ mod tests {
 
     #[test]
     fn reasoning_deltas_are_reasoning_and_text_refusal_or_arguments_are_answer() {
-        use crate::decode::dialect::{channels_of, ANSWER, REASONING};
+        use crate::decode::dialect::{channels_of, ANSWER, REASONING, TOOL};
         let delta = |kind: &str| format!(r#"{{"type":"{kind}","output_index":0,"delta":"ab"}}"#);
         for kind in [
             "response.reasoning_text.delta",
@@ -207,14 +231,31 @@ mod tests {
                 "{kind}"
             );
         }
+        for kind in ["response.output_text.delta", "response.refusal.delta"] {
+            assert_eq!(channels_of(&mut Responses, &delta(kind)), ANSWER, "{kind}");
+        }
         for kind in [
-            "response.output_text.delta",
-            "response.refusal.delta",
             "response.function_call_arguments.delta",
             "response.custom_tool_call_input.delta",
         ] {
-            assert_eq!(channels_of(&mut Responses, &delta(kind)), ANSWER, "{kind}");
+            assert_eq!(channels_of(&mut Responses, &delta(kind)), TOOL, "{kind}");
         }
+    }
+
+    #[test]
+    fn a_function_call_item_starts_a_tool_call_before_its_arguments() {
+        use crate::decode::dialect::marks_tool_call;
+        let added = |item: &str| {
+            format!(
+                r#"{{"type":"response.output_item.added","output_index":1,"item":{{"type":"{item}","id":"fc_1","call_id":"call_1","name":"get_weather","arguments":""}}}}"#
+            )
+        };
+        assert!(marks_tool_call(&mut Responses, &added("function_call")));
+        assert!(marks_tool_call(&mut Responses, &added("custom_tool_call")));
+        assert!(!marks_tool_call(&mut Responses, &added("message")));
+        assert!(!marks_tool_call(&mut Responses, &added("reasoning")));
+        let (kind, _, _) = classify(&added("function_call"));
+        assert_eq!(kind, EventKind::Other, "the item is not a token");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The OpenAI chunk read without serde_json: every chunk of every OpenAI-compatible stream passes here,
-//! and deserialising it was the largest single cost per chunk of the whole proxy (docs/benchmark.md).
+//! and deserialising it was the largest single cost per chunk of the whole proxy (docs/lab/benchmark.md).
 //!
 //! [`scan`] reads the fields the serde structs of the parent module read, from the event's text in one
 //! pass, allocating nothing (strings are borrowed as they stand between their quotes; escapes are decoded
@@ -332,6 +332,10 @@ fn non_empty(s: &Option<Str<'_>>) -> bool {
 impl Delta<'_> {
     pub fn carries_reasoning(&self) -> bool {
         non_empty(&self.reasoning_content) || non_empty(&self.reasoning)
+    }
+
+    pub fn carries_tool_call(&self) -> bool {
+        self.tool_calls.is_some_and(|calls| calls.len > 0) || self.function_call.is_some()
     }
 
     pub fn carries_answer(&self) -> bool {
