@@ -1,13 +1,21 @@
 //! The reference page (docs/configuration.md) and the annotated example (config/tokentap.yaml) held to
 //! the code: every key the types take is in both, neither names a key the types refuse, and each
-//! default the page states is the code's, compared as parsed values. The keys come from the types
-//! themselves (their serialized form), not from a list here.
+//! default the page states is the code's, compared as parsed values (and so is each default
+//! docs/operations.md repeats). The keys come from the types themselves (their serialized form), not
+//! from a list here.
 
 use serde_json::Value;
 
 use super::*;
 
-const PAGE: &str = include_str!("../../../docs/configuration.md");
+const PAGE: (&str, &str) = (
+    "docs/configuration.md",
+    include_str!("../../../docs/configuration.md"),
+);
+const OPERATIONS: (&str, &str) = (
+    "docs/operations.md",
+    include_str!("../../../docs/operations.md"),
+);
 const EXAMPLE: &str = include_str!("../../../config/tokentap.yaml");
 
 /// Turns on the sections that are off by default and puts one entry in each map keyed by a name, so
@@ -89,9 +97,9 @@ enum Stated {
     Words(String),
 }
 
-/// Every row of every table on the page whose columns include `key` and `default`: its keys (a cell
+/// Every row of every table on a page whose columns include `key` and `default`: its keys (a cell
 /// may list siblings as `` `slo.ttft`, `.tpot` ``), what it says of their default, its line.
-fn page_rows() -> Vec<(Vec<String>, Stated, usize)> {
+fn page_rows((name, page): (&str, &str)) -> Vec<(Vec<String>, Stated, usize)> {
     let cells = |line: &str| -> Vec<String> {
         let line = line.trim().trim_start_matches('|').trim_end_matches('|');
         let mut cells = vec![String::new()];
@@ -115,7 +123,7 @@ fn page_rows() -> Vec<(Vec<String>, Stated, usize)> {
     let mut rows = Vec::new();
     let mut columns: Option<(usize, usize)> = None;
     let mut previous_in_table = false;
-    for (n, line) in PAGE.lines().enumerate() {
+    for (n, line) in page.lines().enumerate() {
         let in_table = line.trim_start().starts_with('|');
         if in_table && !previous_in_table {
             let header = cells(line);
@@ -128,7 +136,7 @@ fn page_rows() -> Vec<(Vec<String>, Stated, usize)> {
                 let rest: String = row[key].split('`').step_by(2).collect();
                 assert!(
                     rest.chars().all(|c| c == ',' || c == ' '),
-                    "docs/configuration.md:{}: a key cell lists keys only",
+                    "{name}:{}: a key cell lists keys only",
                     n + 1
                 );
                 let first = listed[0].clone();
@@ -155,7 +163,7 @@ fn page_rows() -> Vec<(Vec<String>, Stated, usize)> {
 #[test]
 fn the_reference_page_lists_every_key_once_with_the_codes_default() {
     let keys = keys();
-    let rows = page_rows();
+    let rows = page_rows(PAGE);
     let listed: Vec<&String> = rows.iter().flat_map(|(keys, ..)| keys).collect();
     for key in &keys {
         let times = listed.iter().filter(|k| **k == key).count();
@@ -164,12 +172,24 @@ fn the_reference_page_lists_every_key_once_with_the_codes_default() {
             "docs/configuration.md lists `{key}` {times} times"
         );
     }
-    for (row_keys, stated, line) in &rows {
+    check_defaults(PAGE.0, &rows, &keys);
+}
+
+#[test]
+fn the_defaults_the_operations_page_repeats_are_the_codes() {
+    let rows = page_rows(OPERATIONS);
+    assert!(
+        rows.len() > 10,
+        "docs/operations.md shows the timeouts and limits"
+    );
+    check_defaults(OPERATIONS.0, &rows, &keys());
+}
+
+/// Each row's keys are keys, and what it states of their default is the code's default.
+fn check_defaults(page: &str, rows: &[(Vec<String>, Stated, usize)], keys: &[String]) {
+    for (row_keys, stated, line) in rows {
         for key in row_keys {
-            assert!(
-                keys.contains(key),
-                "docs/configuration.md:{line}: `{key}` is no key"
-            );
+            assert!(keys.contains(key), "{page}:{line}: `{key}` is no key");
             let default = serialized(&document(key, None));
             let default = at(&default, key);
             match stated {
@@ -178,7 +198,7 @@ fn the_reference_page_lists_every_key_once_with_the_codes_default() {
                     assert_eq!(
                         at(&written, key),
                         default,
-                        "docs/configuration.md:{line}: `{key}` defaults to {default:?}, not `{value}`"
+                        "{page}:{line}: `{key}` defaults to {default:?}, not `{value}`"
                     );
                 }
                 Stated::Words(words) => {
@@ -191,8 +211,8 @@ fn the_reference_page_lists_every_key_once_with_the_codes_default() {
                     };
                     assert!(
                         nothing,
-                        "docs/configuration.md:{line}: `{key}` defaults to {default:?}, which the page \
-                         must write in backticks, not as {words:?}"
+                        "{page}:{line}: `{key}` defaults to {default:?}, which the page must write \
+                         in backticks, not as {words:?}"
                     );
                 }
             }
