@@ -1,4 +1,4 @@
-//! tokentap's configuration (every key is listed in config/tokentap.yaml and the README): the types the
+//! tokentap's configuration (every key is listed in config/tokentap.yaml and docs/configuration.md): the types the
 //! rest of the proxy reads, their documented defaults, loading a file, and the semantic checks in
 //! [`Config::validate`].
 //!
