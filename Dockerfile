@@ -11,7 +11,7 @@
 # Tokenizers: the build has the default `tokenizer` feature; tokentap looks for served models'
 # tokenizer.json in the HuggingFace hub cache, here /home/nonroot/.cache/huggingface/hub (the nonroot
 # user's home): mount the model server's cache there read-only, or set HF_HOME / HF_HUB_CACHE, or list
-# model directories under tokenizer_dirs in the config (README: "How tokentap finds tokenizers").
+# model directories under tokenizer_dirs in the config (docs/tokenizers.md).
 # Health: the runtime image has no shell or curl, so there is no HEALTHCHECK instruction; probe
 # GET /healthz on port 9464 from outside (Kubernetes httpGet probes: deploy/kubernetes/).
 

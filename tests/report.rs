@@ -4,7 +4,7 @@
 //! ceilings, grouping and its cap, the time window, gzip told by its magic bytes, malformed lines and
 //! other schema versions skipped and counted (or refused with `--strict`), `--compare`, `--slowest`,
 //! a config's ceilings (per model and tenant), the sketch past 1,000 values, the JSON shape, the
-//! command line itself, and the README's sample.
+//! command line itself, and docs/report.md's sample.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -677,13 +677,13 @@ fn proxy_flags_and_a_second_stdin_are_refused() {
 }
 
 #[test]
-fn the_readme_sample_is_the_real_output_on_the_fixture() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let after = readme
+fn the_documented_sample_is_the_real_output_on_the_fixture() {
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/report.md")).unwrap();
+    let after = page
         .split("`tokentap report tests/fixtures/records/day.jsonl`")
         .nth(1)
-        .expect("the README shows the fixture's report");
+        .expect("docs/report.md shows the fixture's report");
     let sample = after
         .split("```text\n")
         .nth(1)

@@ -185,7 +185,7 @@ impl ModelList {
                 }
                 Fetched::Nothing(why) => {
                     if said != why {
-                        tracing::warn!(%why, "the upstream lists no models: a model name takes a label on its first 2xx answer (see model_list in the README)");
+                        tracing::warn!(%why, "the upstream lists no models: a model name takes a label on its first 2xx answer (docs/metrics.md: which model names take a label)");
                         said = why;
                     }
                     self.served.set(Vec::new());

@@ -267,7 +267,7 @@ impl Metrics {
         let limit = gauge(
             bound::LIMIT,
             "The most series this process can ever export, from max_models, tenants.max, the API, status and outcome \
-             sets and the bucket counts (README: series bound).",
+             sets and the bucket counts (docs/metrics.md: the series bound).",
         )?;
         let series_count = gauge(
             scrape::SERIES,
@@ -713,9 +713,9 @@ mod tests {
     }
 
     #[test]
-    fn the_default_limit_is_stated_in_the_readme() {
+    fn the_default_limit_is_the_one_docs_metrics_states() {
         let metrics = Metrics::new(&Config::default()).unwrap();
-        // Adding a series family moves this figure: update README.md and docs/metrics.md with it.
+        // Adding a series family moves this figure: update docs/metrics.md (the series bound) with it.
         assert_eq!(limit(&metrics), 337_500);
     }
 }
