@@ -215,9 +215,34 @@ async fn a_chunked_request_keeps_its_transfer_encoding_and_te_trailers_in_place(
             "Transfer-Encoding: chunked",
             "TE: trailers",
             "X-After: 1",
+            // RFC 9110 §10.1.4: whoever sends `TE` names it in `Connection`, for this hop as for the last
+            // (in the case the client wrote the name).
+            "Connection: TE",
         ]
     );
     assert_eq!(seen.body, b"hello");
+}
+
+/// An h2 client sends `te: trailers` with no `Connection` (h2 has none); over HTTP/1.1 it needs one, so
+/// the upstream gets `Connection: TE` beside it. A request without `TE` gets no `Connection` line.
+#[tokio::test]
+async fn an_h2_clients_te_trailers_reaches_the_upstream_named_in_connection() {
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let h2: TestClient = h2_client();
+    let request = http::Request::get(format!("http://{}/v1/models", proxy.proxy_addr()))
+        .header("te", "trailers")
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    assert_eq!(send(&h2, request).await.status, 200);
+    let plain = http::Request::get(format!("http://{}/v1/models", proxy.proxy_addr()))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    assert_eq!(send(&h2, plain).await.status, 200);
+    let seen = upstream.requests();
+    assert_eq!(seen[0].header("te"), ["trailers"], "{}", seen[0].head);
+    assert_eq!(seen[0].header("connection"), ["TE"], "{}", seen[0].head);
+    assert!(seen[1].header("connection").is_empty(), "{}", seen[1].head);
 }
 
 #[tokio::test]

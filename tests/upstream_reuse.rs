@@ -75,11 +75,21 @@ async fn a_thousand_idle_connections_the_upstream_closed_are_none_of_them_handed
     assert!(statuses.iter().all(|s| *s == 200), "{errors:?}");
     let opened = upstream.connection_count();
     assert!(opened > 900, "the burst opened only {opened} connections");
-    // 300 ms after its answer the upstream closes each one; tokentap's pool must empty itself.
+    // 300 ms after its answer the upstream closes each one; tokentap's pool must empty itself within
+    // milliseconds of the last close, where the next look at the idle timeout would be a minute away.
+    let answered = std::time::Instant::now();
     assert_eq!(
         wait_for(&proxy, IDLE, 0.0).await,
         0.0,
         "closed idle connections stayed in the pool"
+    );
+    let emptied = answered.elapsed();
+    eprintln!(
+        "pool empty {emptied:?} after the last answer (the upstream closes 300 ms after each)"
+    );
+    assert!(
+        emptied < ms(300 + 500),
+        "the pool took {emptied:?} to notice closes that came 300 ms after the last answer"
     );
     let m = scrape(&proxy).await;
     assert_eq!(m.get(CLOSED_BY_UPSTREAM, &[]), opened as f64);
@@ -295,5 +305,48 @@ async fn a_request_whose_body_is_not_held_is_never_sent_again() {
     let got = send(&client, json_post(&proxy)).await;
     assert_eq!(got.status, 502);
     assert_eq!(upstream.requests().len(), 2);
+    assert_eq!(scrape(&proxy).await.get(RESENT, &[]), 0.0);
+}
+
+/// A request sent again that fails again is the upstream's answer: it is not tried a third time, the
+/// client gets the 502, and the one resend is counted.
+#[tokio::test]
+async fn a_request_whose_resend_fails_too_is_not_sent_a_third_time() {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let upstream = upstream(move |request| match seen.fetch_add(1, Ordering::SeqCst) {
+        1 | 2 => vec![Step::Close],
+        _ => answer_any(request),
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "timeouts:\n  upstream_idle: 1m\n").await;
+    let client = client();
+    assert_eq!(send(&client, json_post(&proxy)).await.status, 200);
+    let got = send(&client, json_post(&proxy)).await;
+    assert_eq!(got.status, 502, "{:?}", got.body);
+    assert_eq!(upstream.requests().len(), 3, "sent more than twice");
+    assert_eq!(upstream.connection_count(), 2);
+    assert_eq!(scrape(&proxy).await.get(RESENT, &[]), 1.0);
+    // The next request is answered on a new connection.
+    assert_eq!(send(&client, json_post(&proxy)).await.status, 200);
+}
+
+/// An idle connection the upstream aborts with a reset (RST, not FIN) is noticed as promptly as a close,
+/// and the next request goes out on a new connection, not sent again.
+#[tokio::test]
+async fn an_idle_connection_the_upstream_resets_is_dropped_and_never_handed_out() {
+    let upstream = upstream(|_| {
+        vec![
+            json_response(200, "OK", "{\"ok\":true}"),
+            Step::KeepAliveThenReset(ms(100)),
+        ]
+    })
+    .await;
+    let proxy = proxy(&upstream.url(), "timeouts:\n  upstream_idle: 1m\n").await;
+    let client = client();
+    assert_eq!(send(&client, get(&proxy, "/v1/models")).await.status, 200);
+    assert_eq!(wait_for(&proxy, CLOSED_BY_UPSTREAM, 1.0).await, 1.0);
+    assert_eq!(scrape(&proxy).await.get(IDLE, &[]), 0.0);
+    assert_eq!(send(&client, get(&proxy, "/v1/models")).await.status, 200);
+    assert_eq!(upstream.connection_count(), 2);
     assert_eq!(scrape(&proxy).await.get(RESENT, &[]), 0.0);
 }

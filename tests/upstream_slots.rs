@@ -249,3 +249,45 @@ async fn a_client_waiting_for_100_continue_gets_it_and_is_answered() {
     assert_eq!(&answer, b"HTTP/1.1 200");
     assert_eq!(upstream.requests()[0].body, body.as_bytes());
 }
+
+/// Holding a body moves nothing in the timeline: TTFT starts when the request head arrives, so a body
+/// that takes 300 ms to come is 300 ms of the client's wait for its first token, and the request's E2E
+/// holds it too.
+#[tokio::test]
+async fn ttft_starts_at_the_head_while_the_body_is_held() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = upstream(|_| ok_stream()).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let body = chat_request("m");
+    let mut stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST {CHAT} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.expect("head");
+    tokio::time::sleep(ms(300)).await;
+    assert!(
+        upstream.requests().is_empty(),
+        "the request went upstream before its body was whole"
+    );
+    stream.write_all(body.as_bytes()).await.expect("body");
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer))
+        .await
+        .expect("answer within 5 s")
+        .expect("read");
+    assert_eq!(raw_status(&answer), 200);
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    let ttft = "tokentap_time_to_first_token_seconds";
+    assert_eq!(m.get(&format!("{ttft}_count"), &[]), 1.0);
+    let seconds = m.get(&format!("{ttft}_sum"), &[]);
+    assert!(
+        seconds >= 0.3,
+        "TTFT {seconds} s left out the body's 300 ms"
+    );
+    assert!(m.get("tokentap_e2e_request_latency_seconds_sum", &[]) >= 0.3);
+}

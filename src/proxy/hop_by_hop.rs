@@ -61,9 +61,10 @@ impl NextHop {
 }
 
 /// Removes the hop-by-hop headers (and, in a response, every header the `Connection` header names),
-/// keeping the order of the rest. `TE: trailers` survives on requests, in its place, even when `Connection` names `TE` (as RFC
-/// 9110 §10.1.4 asks of a client that sends `TE`): it is how a client says it accepts trailers, which
-/// are forwarded. A message that came with `Transfer-Encoding` was framed by it, so any `Content-Length`
+/// keeping the order of the rest. `TE: trailers` survives on requests, in its place, even when
+/// `Connection` names `TE`: it is how a client says it accepts trailers, which are forwarded. A request
+/// that keeps it and goes out over HTTP/1.1 ends with `Connection: TE`, as RFC 9110 §10.1.4 asks of
+/// every sender of `TE` (an h2 client sends no `Connection` at all). A message that came with `Transfer-Encoding` was framed by it, so any `Content-Length`
 /// beside it is dropped (RFC 9112 §6.3: an intermediary must remove it before forwarding); left in place,
 /// it would frame the re-encoded body for the next hop with a length the body does not have. Of the
 /// transfer codings only `chunked` is undone; any other (`gzip, chunked`) stays named, since the bytes
@@ -147,6 +148,11 @@ pub fn strip(headers: &mut HeaderMap, next: NextHop, direction: Direction) {
             }
             Keep::None => {}
         }
+    }
+    // `TE` applies to one connection only, so whoever sends it names it in `Connection` too (RFC 9110
+    // §10.1.4): a next hop that does not know it then drops it instead of passing it on.
+    if te_trailers && direction == Direction::Request && next == NextHop::Http1 {
+        headers.append(header::CONNECTION, HeaderValue::from_static("TE"));
     }
 }
 
@@ -465,6 +471,7 @@ mod tests {
                 ("x-forwarded-for", "10.0.0.1"),
                 ("te", "trailers"),
                 ("proxy-authorization", "Basic eA=="),
+                ("connection", "TE"),
             ]
         );
         let mut h = map(&sent);

@@ -28,6 +28,8 @@ pub enum Step {
     /// The script's last step: the connection waits this long for its next request, then closes (FIN),
     /// as a server's keep-alive timer does. A request that has begun to arrive by then is served.
     KeepAliveFor(Duration),
+    /// As `KeepAliveFor`, but the idle connection is aborted with a TCP reset instead of closed.
+    KeepAliveThenReset(Duration),
 }
 
 #[derive(Clone, Debug, Default)]
@@ -184,8 +186,8 @@ impl Socket for tokio_rustls::server::TlsStream<TcpStream> {
 /// How a script left the connection.
 enum After {
     KeepAlive,
-    /// Kept alive for this long without a request, then closed.
-    KeepAliveFor(Duration),
+    /// Kept alive for this long without a request, then closed (or reset, when `true`).
+    KeepAliveFor(Duration, bool),
     Close,
     Reset,
 }
@@ -198,15 +200,19 @@ async fn serve_connection<S: Socket>(
 ) {
     let (mut rd, mut wr) = tokio::io::split(stream);
     let mut buf: Vec<u8> = Vec::new();
-    let mut idle_close: Option<Duration> = None;
+    let mut idle_close: Option<(Duration, bool)> = None;
     loop {
-        if let Some(idle) = idle_close.take() {
+        if let Some((idle, reset)) = idle_close.take() {
             if buf.is_empty()
                 && tokio::time::timeout(idle, fill(&mut rd, &mut buf))
                     .await
                     .is_err()
             {
-                let _ = wr.shutdown().await;
+                if reset {
+                    rd.unsplit(wr).tcp().set_zero_linger().ok();
+                } else {
+                    let _ = wr.shutdown().await;
+                }
                 return;
             }
         }
@@ -240,7 +246,8 @@ async fn serve_connection<S: Socket>(
                     }
                     Step::Close => return After::Close,
                     Step::Reset => return After::Reset,
-                    Step::KeepAliveFor(idle) => return After::KeepAliveFor(idle),
+                    Step::KeepAliveFor(idle) => return After::KeepAliveFor(idle, false),
+                    Step::KeepAliveThenReset(idle) => return After::KeepAliveFor(idle, true),
                 }
             }
             After::KeepAlive
@@ -259,7 +266,7 @@ async fn serve_connection<S: Socket>(
         log.lock().expect("log").script_done_at = Some(Instant::now());
         match after {
             After::KeepAlive => continue,
-            After::KeepAliveFor(idle) => idle_close = Some(idle),
+            After::KeepAliveFor(idle, reset) => idle_close = Some((idle, reset)),
             After::Close => {
                 let _ = wr.shutdown().await;
                 return;
