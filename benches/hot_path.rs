@@ -235,6 +235,7 @@ fn exchange_context() -> Arc<ExchangeContext> {
         requests: Default::default(),
         identify: tokentap::tap::identity::Identify::new(None),
         records: None,
+        conversations: None,
     })
 }
 
@@ -317,6 +318,8 @@ mod through {
         pub runtime: Runtime,
         client: SendRequest<Full<Bytes>>,
         _proxy: tokentap::Running,
+        /// The request body sent each time.
+        pub body: Bytes,
     }
 
     /// The upstream's answer: a chunked SSE response whose events go out one write each.
@@ -407,17 +410,19 @@ mod through {
             runtime,
             client,
             _proxy: proxy,
+            body: Bytes::from_static(
+                br#"{"model":"tiny-llama","stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+            ),
         }
     }
 
     impl Through {
         /// One request through the proxy; returns the bytes of the body the client got.
         pub fn request(&mut self) -> usize {
-            let body = r#"{"model":"tiny-llama","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
             let request = http::Request::post("/v1/chat/completions")
                 .header("host", "bench")
                 .header("content-type", "application/json")
-                .body(Full::new(Bytes::from_static(body.as_bytes())))
+                .body(Full::new(self.body.clone()))
                 .expect("request");
             let client = &mut self.client;
             self.runtime.block_on(async {
@@ -451,6 +456,71 @@ fn through_proxy_stream_64(bencher: Bencher) {
 #[divan::bench]
 fn through_proxy_short_request_body_streamed(bencher: Bencher) {
     through_proxy_with(bencher, 8, "limits:\n  hold_request_body_bytes: 0\n");
+}
+
+/// A chat request whose history is about `bytes` long: turns of a user question and an answer, as an
+/// agent's later turn sends them.
+fn history(bytes: usize) -> String {
+    let mut messages =
+        vec![serde_json::json!({"role": "system", "content": "You are a careful agent."})];
+    let mut size = 0;
+    let mut i = 0;
+    while size < bytes {
+        let text = format!(
+            "Step {i}: {}",
+            "look at the file and say what it does; ".repeat(8)
+        );
+        size += text.len() + 40;
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        messages.push(serde_json::json!({"role": role, "content": text}));
+        i += 1;
+    }
+    serde_json::json!({"model": "tiny-llama", "stream": true, "messages": messages}).to_string()
+}
+
+fn prompt_bytes(size: &str) -> usize {
+    match size {
+        "1MB" => 1 << 20,
+        _ => 2 << 10,
+    }
+}
+
+/// Reading a request's message list as digests (decode/messages.rs), what recognising its conversation
+/// adds to each request, per request: a 2 KB history and a 1 MB one.
+#[divan::bench(args = ["2KB", "1MB"])]
+fn conversation_read(bencher: Bencher, size: &str) {
+    let body = history(prompt_bytes(size));
+    bencher.counter(BytesCount::new(body.len())).bench(|| {
+        tokentap::decode::messages::read(
+            tokentap::record::api::Api::Chat,
+            black_box(body.as_bytes()),
+        )
+    });
+}
+
+/// The short request with a 2 KB or 1 MB history through the whole proxy, conversations recognised
+/// (the default): against [`through_proxy_prompt_no_conversations`], the cost in place.
+#[divan::bench(args = ["2KB", "1MB"])]
+fn through_proxy_prompt(bencher: Bencher, size: &str) {
+    through_proxy_body(bencher, size, "");
+}
+
+/// The same with `conversations: {max_turns: 0}`.
+#[divan::bench(args = ["2KB", "1MB"])]
+fn through_proxy_prompt_no_conversations(bencher: Bencher, size: &str) {
+    through_proxy_body(bencher, size, "conversations: {max_turns: 0}\n");
+}
+
+fn through_proxy_body(bencher: Bencher, size: &str, extra: &str) {
+    let mut through = through::start_with(
+        8,
+        &format!("limits: {{hold_request_body_bytes: 2MiB}}\n{extra}"),
+    );
+    through.body = bytes::Bytes::from(history(prompt_bytes(size)));
+    through.request();
+    bencher
+        .counter(ItemsCount::new(1usize))
+        .bench_local(|| through.request());
 }
 
 /// Requests with `contents` content chunks through the proxy, after one to open the connections.

@@ -199,7 +199,7 @@ def dashboard() -> dict:
         ),
         timeseries(
             "SLO violations by kind",
-            "Requests per second that missed each ceiling (ttft, tpot, itl = longest gap, e2e, time_to_first_answer). "
+            "Requests per second that missed each ceiling (ttft, tpot, itl = longest gap, e2e, time_to_first_answer, time_to_first_tool_call). "
             "One request can miss several.",
             [target(f"sum by (model, slo) (rate(tokentap_slo_violations_total{{{SEL}}}[$__rate_interval]))", "{{model}} {{slo}}")],
             "reqps",
@@ -342,14 +342,46 @@ def dashboard() -> dict:
             {"h": 8, "w": 12, "x": 12, "y": 64},
         ),
     ]
+    panels.append(row("Agents", 72))
+    panels += [
+        timeseries(
+            "Time to first tool call p50 / p90 / p99 by model",
+            "Request arrival to the chunk that starts the stream's first tool call: how long an agent waits before it "
+            "can act, over the streams that called a tool (recording rules "
+            "tokentap_time_to_first_tool_call_seconds:pNN_rate5m).",
+            [
+                target(f"model:tokentap_time_to_first_tool_call_seconds:{q}_rate5m{{{SEL}}}", f"{{{{model}}}} {q}", ref)
+                for q, ref in zip(["p50", "p90", "p99"], "ABC")
+            ],
+            "s",
+            {"h": 8, "w": 12, "x": 0, "y": 73},
+        ),
+        timeseries(
+            "Turns that called a tool, and late calls",
+            "Share of streamed requests that called a tool, and of those the share whose first call missed the "
+            "time_to_first_tool_call ceiling (model:tokentap_slo_violations_time_to_first_tool_call:ratio_rate5m).",
+            [
+                target(
+                    f"sum by (model) (rate(tokentap_time_to_first_tool_call_seconds_count{{{SEL}}}[$__rate_interval])) "
+                    f"/ sum by (model) (rate(tokentap_time_to_first_token_seconds_count{{{SEL}}}[$__rate_interval]))",
+                    "{{model}} called a tool",
+                ),
+                target(f"model:tokentap_slo_violations_time_to_first_tool_call:ratio_rate5m{{{SEL}}}", "{{model}} late call", "B"),
+            ],
+            "percentunit",
+            {"h": 8, "w": 12, "x": 12, "y": 73},
+            min=0,
+            max=1,
+        ),
+    ]
     # One row of heatmaps per selected model (Grafana repeats the row for each value of $model).
-    distributions = row("Distributions: $model", 72)
+    distributions = row("Distributions: $model", 81)
     distributions["repeat"] = "model"
     panels.append(distributions)
     panels += [
-        heatmap("TTFT heatmap: $model", ttft, "tokentap_time_to_first_token_seconds", {"h": 8, "w": 8, "x": 0, "y": 73}),
-        heatmap("ITL heatmap: $model", itl, "tokentap_inter_token_latency_seconds", {"h": 8, "w": 8, "x": 8, "y": 73}),
-        heatmap("TPOT heatmap: $model", tpot, "tokentap_time_per_output_token_seconds", {"h": 8, "w": 8, "x": 16, "y": 73}),
+        heatmap("TTFT heatmap: $model", ttft, "tokentap_time_to_first_token_seconds", {"h": 8, "w": 8, "x": 0, "y": 82}),
+        heatmap("ITL heatmap: $model", itl, "tokentap_inter_token_latency_seconds", {"h": 8, "w": 8, "x": 8, "y": 82}),
+        heatmap("TPOT heatmap: $model", tpot, "tokentap_time_per_output_token_seconds", {"h": 8, "w": 8, "x": 16, "y": 82}),
     ]
     for i, panel in enumerate(panels, start=1):
         panel["id"] = i

@@ -13,8 +13,13 @@
 //!
 //! Leaves every stage may use: [`config`], [`logging`] and [`shutdown`] (the phases from serving
 //! through draining to cutting what outlives the grace period).
+//!
+//! Tools beside the path, which may use every stage and are used by none: [`app`] assembles the stages
+//! into a running tokentap and shuts it down ([`start`], [`run`], [`Running`]); [`report`] sums up
+//! request record files (`tokentap report`).
 #![forbid(unsafe_code)]
 
+pub mod app;
 pub mod config;
 pub mod decode;
 pub mod logging;
@@ -25,6 +30,6 @@ pub mod report;
 pub mod shutdown;
 pub mod tap;
 
+pub use app::{run, start, Running, StartError};
 pub use config::Config;
-pub use net::server::{run, start, Running, StartError};
 pub use shutdown::Drained;

@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use support::*;
+use tokentap::record::metrics::family;
 use tokentap::Running;
 
 const CHAT: &str = "/v1/chat/completions";
@@ -94,7 +95,7 @@ async fn a_junk_flood_against_an_upstream_that_answers_anything_leaves_the_real_
     }
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    let models = label_values(&m, "tokentap_requests_total");
+    let models = label_values(&m, family::REQUESTS.name);
     println!(
         "model labels after 300 junk names: {} values: {models:?}",
         models.len()
@@ -104,9 +105,9 @@ async fn a_junk_flood_against_an_upstream_that_answers_anything_leaves_the_real_
         .into();
     assert_eq!(models, want);
     let real = [("model", "real-model"), ("status", "200")];
-    assert_eq!(m.get("tokentap_requests_total", &real), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &real), 1.0);
     assert_eq!(
-        m.get("tokentap_requests_total", &[("model", "unadmitted")]),
+        m.get(family::REQUESTS.name, &[("model", "unadmitted")]),
         300.0
     );
 }
@@ -142,8 +143,8 @@ async fn an_upstream_that_lists_nothing_admits_a_name_on_its_first_2xx() {
     }
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_upstream_models_listed", &[]), 0.0);
-    let models = label_values(&m, "tokentap_requests_total");
+    assert_eq!(m.get(family::MODELS_LISTED.name, &[]), 0.0);
+    let models = label_values(&m, family::REQUESTS.name);
     assert_eq!(models, ["served", "unadmitted"].map(str::to_owned).into());
 }
 
@@ -175,7 +176,7 @@ async fn ollamas_tags_are_read_and_a_name_without_its_latest_tag_is_the_listed_m
     }
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    let models = label_values(&m, "tokentap_requests_total");
+    let models = label_values(&m, family::REQUESTS.name);
     assert_eq!(models, ["llama3", "unadmitted"].map(str::to_owned).into());
 }
 
@@ -195,7 +196,7 @@ async fn a_client_alias_is_counted_as_the_listed_model_that_answered() {
     assert_eq!(got.status, 200);
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    let models = label_values(&m, "tokentap_requests_total");
+    let models = label_values(&m, family::REQUESTS.name);
     assert_eq!(models, ["real-model"].map(str::to_owned).into());
 }
 
@@ -239,9 +240,9 @@ async fn the_list_is_asked_under_the_prefix_with_the_configured_token_and_asked_
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let adapter = [("model", "new-adapter")];
-    assert_eq!(m.get("tokentap_requests_total", &adapter), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &adapter), 1.0);
     assert_eq!(
-        m.get("tokentap_requests_total", &[("model", "unadmitted")]),
+        m.get(family::REQUESTS.name, &[("model", "unadmitted")]),
         1.0
     );
     let _ = std::fs::remove_file(&token_file);
@@ -282,7 +283,7 @@ async fn with_an_allowlist_made_up_tenants_take_no_place_whatever_the_upstream_a
         );
         settle(&proxy).await;
         let m = scrape(&proxy).await;
-        let tenants = values_of(&m, "tokentap_requests_total", "tenant");
+        let tenants = values_of(&m, family::REQUESTS.name, "tenant");
         println!("allowlist {allow:?}: {} tenant values", tenants.len());
         match allow {
             // Without one, 16 made-up tokens took all 16 places and the real customer is `other`.
@@ -326,4 +327,32 @@ async fn the_list_of_an_https_upstream_is_read_with_the_proxys_tls_settings() {
     let yaml = format!("model_list: {{enabled: true}}\nupstream_ca_file: {TLS_DIR}/ca.pem\n");
     let proxy = proxy(&url, &yaml).await;
     listed(&proxy, 2.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_in_the_config_takes_its_place_beside_the_listed_ones() {
+    // The upstream lists real-model and real-lora; the config names a third model the list omits (an
+    // alias a router resolves, say). It takes its label; junk still does not.
+    let upstream = upstream(answers_anything).await;
+    let yaml = "model_list: {enabled: true, names: [configured-model]}\n";
+    let proxy = proxy(&upstream.url(), yaml).await;
+    listed(&proxy, 2.0).await;
+    let client = client();
+    for name in ["configured-model", "real-model", "junk-1", "junk-2"] {
+        let got = send(&client, post(&proxy, CHAT, &chat_request(name))).await;
+        assert_eq!((got.status, got.end), (200, Ok(())), "{name}");
+    }
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    let models = label_values(&m, family::REQUESTS.name);
+    let want: BTreeSet<String> = ["configured-model", "real-model", "unadmitted"]
+        .map(str::to_owned)
+        .into();
+    assert_eq!(models, want);
+    let configured = [("model", "configured-model"), ("status", "200")];
+    assert_eq!(m.get(family::REQUESTS.name, &configured), 1.0);
+    assert_eq!(
+        m.get(family::REQUESTS.name, &[("model", "unadmitted")]),
+        2.0
+    );
 }

@@ -1,10 +1,12 @@
 //! The folder tree is the data path, and imports only run down it: a module may use its own stage, a
 //! later stage or a leaf, never an earlier stage, and no two rooms import each other (directly or round
 //! a circle). Stages, in path order: `net` → `proxy` → `tap` → `decode` → `record`; leaves (`config`,
-//! `error`, `logging`) use only leaves; tools beside the proxy (`report`) may use any stage or leaf and
-//! are used by none. A room is a file or folder directly inside a stage folder
-//! (`decode/response.rs`, `decode/dialect/`) or a leaf. Imports are read as text: every `crate::` path
-//! outside comments, `use crate::{a, b::c}` groups included. `docs/architecture.md` explains the rule.
+//! `logging`, `shutdown`) use only leaves; tools beside the path (`app`, which assembles every stage
+//! into a running tokentap, and `report`) may use any stage or leaf and are used by none. A room is a
+//! file or folder directly inside a stage or tool folder (`decode/response.rs`, `decode/dialect/`,
+//! `app/start.rs`) or a leaf. Imports are read as text: every `crate::` path and every `super::` path
+//! (resolved against the module it is written in, inline `mod tests { … }` included) outside comments
+//! and string literals, `use crate::{a, b::c}` groups included. `docs/architecture.md` explains the rule.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -12,9 +14,9 @@ use std::path::{Path, PathBuf};
 
 /// The stages in path order; a module may import only from its own position or a later one.
 const STAGES: &[&str] = &["net", "proxy", "tap", "decode", "record"];
-/// Tools beside the proxy (`tokentap report`): before every stage, so they may use any stage or leaf
-/// and nothing on the data path may use them.
-const TOOLS: &[&str] = &["report"];
+/// Tools beside the path (`app`: startup and shutdown; `report`: `tokentap report`): before every
+/// stage, so they may use any stage or leaf, and nothing but the crate root and the binary uses them.
+const TOOLS: &[&str] = &["app", "report"];
 /// Modules at the bottom: they may import only each other.
 const LEAVES: &[&str] = &["config", "logging", "shutdown"];
 
@@ -57,33 +59,157 @@ fn module_of(file: &Path, src: &Path) -> Vec<String> {
     segments
 }
 
-/// Every module path a source text names after `crate::`, comments left out: `crate::a::b::C` gives
-/// `["a", "b", "C"]`, `crate::{a::b, c}` gives `["a", "b"]` and `["c"]`.
-fn crate_paths(text: &str) -> Vec<Vec<String>> {
-    let code: String = text
-        .lines()
-        .map(|line| line.split("//").next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let mut paths = Vec::new();
-    let mut rest = code.as_str();
-    while let Some(at) = rest.find("crate::") {
-        let before = rest[..at].chars().next_back();
-        rest = &rest[at + "crate::".len()..];
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
-            continue; // `tokentap_crate::` or the like: not this crate.
+/// A source text as code: comments (line, block and doc) removed, and the insides of string, byte
+/// string, raw string and character literals blanked, so every brace and path left is the code's own.
+fn code_of(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut code = String::with_capacity(text.len());
+    let mut at = 0;
+    // Whether the identifier-like run before `at` is empty or only `b` (`br"…"`).
+    let raw_may_open = |at: usize| match at.checked_sub(1).map(|before| chars[before]) {
+        None => true,
+        Some('b') => !at
+            .checked_sub(2)
+            .is_some_and(|before| is_ident(chars[before])),
+        Some(before) => !is_ident(before),
+    };
+    while at < chars.len() {
+        let c = chars[at];
+        let next = chars.get(at + 1).copied();
+        if c == '/' && next == Some('/') {
+            while at < chars.len() && chars[at] != '\n' {
+                at += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0usize;
+            while at < chars.len() {
+                if chars[at] == '/' && chars.get(at + 1) == Some(&'*') {
+                    depth += 1;
+                    at += 2;
+                } else if chars[at] == '*' && chars.get(at + 1) == Some(&'/') {
+                    depth -= 1;
+                    at += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    at += 1;
+                }
+            }
+            code.push(' ');
+        } else if c == 'r' && matches!(next, Some('"' | '#')) && raw_may_open(at) {
+            // r"…", r#"…"#: no escapes, closed by a quote and as many hashes.
+            let mut hashes = 0;
+            let mut open = at + 1;
+            while chars.get(open) == Some(&'#') {
+                hashes += 1;
+                open += 1;
+            }
+            if chars.get(open) != Some(&'"') {
+                code.push(c); // `r#ident`, a raw identifier.
+                at += 1;
+                continue;
+            }
+            at = open + 1;
+            while at < chars.len() {
+                let closes =
+                    chars[at] == '"' && (1..=hashes).all(|n| chars.get(at + n) == Some(&'#'));
+                if closes {
+                    at += 1 + hashes;
+                    break;
+                }
+                at += 1;
+            }
+            code.push_str("\"\"");
+        } else if c == '"' {
+            at += 1;
+            while at < chars.len() && chars[at] != '"' {
+                at += if chars[at] == '\\' { 2 } else { 1 };
+            }
+            at += 1;
+            code.push_str("\"\"");
+        } else if c == '\'' && (next == Some('\\') || chars.get(at + 2) == Some(&'\'')) {
+            // A character literal ('{', '\n', '\u{7b}'), not a lifetime or a label ('a, 'static).
+            at += 1;
+            while at < chars.len() && chars[at] != '\'' {
+                at += if chars[at] == '\\' { 2 } else { 1 };
+            }
+            at += 1;
+            code.push_str("' '");
+        } else {
+            code.push(c);
+            at += 1;
         }
+    }
+    code
+}
+
+/// Every module path a source text names, as a path from the crate root, comments and literals left
+/// out: `crate::a::b::C` gives `["a", "b", "C"]`, `crate::{a::b, c}` gives `["a", "b"]` and `["c"]`,
+/// and `super::b` is resolved against the module it is written in: `module` (the file's, from
+/// [`module_of`]) and, inside an inline `mod tests { … }`, that module's name after it.
+fn crate_paths(text: &str, module: &[String]) -> Vec<Vec<String>> {
+    let code = code_of(text);
+    let mut paths = Vec::new();
+    // One entry per open brace: the inline module it opens, if it does.
+    let mut braces: Vec<Option<String>> = Vec::new();
+    for (at, c) in code.char_indices() {
+        match c {
+            '{' => braces.push(inline_module(&code[..at])),
+            '}' => {
+                braces.pop();
+            }
+            _ => {}
+        }
+        let rest = &code[at..];
+        if !(rest.starts_with("crate::") || rest.starts_with("super::")) {
+            continue;
+        }
+        if code[..at].ends_with(|c: char| is_ident(c) || c == ':') {
+            continue; // `tokentap_crate::`, or the second `super` of `super::super::`.
+        }
+        let (base, rest) = match rest.strip_prefix("crate::") {
+            Some(rest) => (Vec::new(), rest),
+            None => {
+                let mut base: Vec<String> = module.to_vec();
+                base.extend(braces.iter().flatten().cloned());
+                let mut rest = rest;
+                while let Some(after) = rest.strip_prefix("super::") {
+                    base.pop();
+                    rest = after;
+                }
+                (base, rest)
+            }
+        };
+        let resolved = |item: &str| {
+            let mut path = base.clone();
+            path.extend(segments_of(item));
+            path
+        };
         if let Some(group) = rest.strip_prefix('{') {
             let end = matching_brace(group);
-            for item in split_top_level(&group[..end]) {
-                paths.push(segments_of(item));
-            }
+            paths.extend(split_top_level(&group[..end]).into_iter().map(resolved));
         } else {
-            paths.push(segments_of(rest));
+            paths.push(resolved(rest));
         }
     }
     paths.retain(|path| !path.is_empty());
     paths
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// The module an opening brace begins, when the code just before it is `mod name`.
+fn inline_module(before: &str) -> Option<String> {
+    let before = before.trim_end();
+    let head = before.trim_end_matches(is_ident);
+    let name = &before[head.len()..];
+    let spaced = head.trim_end();
+    let keyword_head = spaced.strip_suffix("mod")?;
+    let module = !name.is_empty() && spaced.len() < head.len() && !keyword_head.ends_with(is_ident);
+    module.then(|| name.to_owned())
 }
 
 /// The leading `a::b::c` of `text`, as segments.
@@ -153,33 +279,42 @@ struct Import {
     path: String,
 }
 
+type Edges = BTreeMap<(String, String), Vec<Import>>;
+
 /// Every import of the library from one room into another, by (from, to).
-fn room_imports() -> BTreeMap<(String, String), Vec<Import>> {
+fn room_imports() -> Edges {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let src = root.join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
-    let mut edges: BTreeMap<(String, String), Vec<Import>> = BTreeMap::new();
-    for file in files {
-        let module = module_of(&file, &src);
+    let sources = files.iter().map(|file| {
+        let name = file
+            .strip_prefix(root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        let text = fs::read_to_string(file).expect("read source file");
+        (name, module_of(file, &src), text)
+    });
+    edges_of(sources)
+}
+
+/// The imports between rooms in these sources, each a file's name, its module path and its text.
+fn edges_of(sources: impl IntoIterator<Item = (String, Vec<String>, String)>) -> Edges {
+    let mut edges = Edges::new();
+    for (file, module, text) in sources {
         // The binary (`src/bin/`, `src/main.rs`) and the crate root sit above the path.
         if module.is_empty() || module[0] == "bin" || module[0] == "main" {
             continue;
         }
         let from = room(&module);
-        let text = fs::read_to_string(&file).expect("read source file");
-        for path in crate_paths(&text) {
+        for path in crate_paths(&text, &module) {
             let to = room(&path);
             if to == from || rank(&path[0]).is_none() {
                 continue; // Inside the room, or a crate-root re-export such as `crate::Config`.
             }
-            let name = file
-                .strip_prefix(root)
-                .unwrap_or(&file)
-                .display()
-                .to_string();
             edges.entry((from.clone(), to)).or_default().push(Import {
-                file: name,
+                file: file.clone(),
                 path: format!("crate::{}", path.join("::")),
             });
         }
@@ -189,6 +324,41 @@ fn room_imports() -> BTreeMap<(String, String), Vec<Import>> {
 
 fn top(room: &str) -> &str {
     room.split("::").next().unwrap_or(room)
+}
+
+/// A circle of rooms each importing the next, the first room repeated at the end, if there is one.
+fn circle(edges: &Edges) -> Option<Vec<&str>> {
+    let mut next: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (from, to) in edges.keys() {
+        next.entry(from).or_default().insert(to);
+    }
+    // Depth-first search for a path from a room back to itself.
+    fn find<'a>(
+        at: &'a str,
+        next: &BTreeMap<&'a str, BTreeSet<&'a str>>,
+        stack: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) -> Option<Vec<&'a str>> {
+        if let Some(start) = stack.iter().position(|room| *room == at) {
+            let mut cycle = stack[start..].to_vec();
+            cycle.push(at);
+            return Some(cycle);
+        }
+        if !done.insert(at) {
+            return None;
+        }
+        stack.push(at);
+        for to in next.get(at).into_iter().flatten() {
+            if let Some(cycle) = find(to, next, stack, done) {
+                return Some(cycle);
+            }
+        }
+        stack.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    next.keys()
+        .find_map(|room| find(room, &next, &mut Vec::new(), &mut done))
 }
 
 #[test]
@@ -215,27 +385,32 @@ fn every_src_file_is_in_a_stage_or_a_leaf() {
 }
 
 #[test]
-fn no_module_imports_from_an_earlier_stage() {
+fn no_module_imports_from_an_earlier_stage_or_a_tool() {
     let mut wrong = Vec::new();
     for ((from, to), imports) in room_imports() {
         let (Some(from_rank), Some(to_rank)) = (rank(top(&from)), rank(top(&to))) else {
             continue;
         };
-        if to_rank < from_rank {
-            for import in imports {
-                wrong.push(format!(
-                    "{} imports {} ({from} may not use {to}: {} comes before {} on the path)",
-                    import.file,
-                    import.path,
-                    top(&to),
-                    top(&from),
-                ));
-            }
+        let why = if to_rank < from_rank {
+            format!("{} comes before {} on the path", top(&to), top(&from))
+        } else if TOOLS.contains(&top(&to)) && top(&to) != top(&from) {
+            format!(
+                "{} is a tool, which only the crate root and the binary use",
+                top(&to)
+            )
+        } else {
+            continue;
+        };
+        for import in imports {
+            wrong.push(format!(
+                "{} imports {} ({from} may not use {to}: {why})",
+                import.file, import.path,
+            ));
         }
     }
     assert!(
         wrong.is_empty(),
-        "imports that run back up the path:\n{}",
+        "imports that run back up the path or into a tool:\n{}",
         wrong.join("\n")
     );
 }
@@ -243,50 +418,23 @@ fn no_module_imports_from_an_earlier_stage() {
 #[test]
 fn no_two_rooms_import_each_other() {
     let edges = room_imports();
-    let mut next: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for (from, to) in edges.keys() {
-        next.entry(from).or_default().insert(to);
+    if let Some(cycle) = circle(&edges) {
+        let steps: Vec<String> = cycle
+            .windows(2)
+            .map(|pair| {
+                let imports = &edges[&(pair[0].to_owned(), pair[1].to_owned())];
+                format!(
+                    "{} → {}: {} imports {}",
+                    pair[0], pair[1], imports[0].file, imports[0].path
+                )
+            })
+            .collect();
+        panic!("rooms import each other in a circle:\n{}", steps.join("\n"));
     }
-    // Depth-first search for a path from a room back to itself.
-    fn find_cycle<'a>(
-        at: &'a str,
-        next: &BTreeMap<&'a str, BTreeSet<&'a str>>,
-        stack: &mut Vec<&'a str>,
-        done: &mut BTreeSet<&'a str>,
-    ) -> Option<Vec<&'a str>> {
-        if let Some(start) = stack.iter().position(|room| *room == at) {
-            let mut cycle = stack[start..].to_vec();
-            cycle.push(at);
-            return Some(cycle);
-        }
-        if !done.insert(at) {
-            return None;
-        }
-        stack.push(at);
-        for to in next.get(at).into_iter().flatten() {
-            if let Some(cycle) = find_cycle(to, next, stack, done) {
-                return Some(cycle);
-            }
-        }
-        stack.pop();
-        None
-    }
-    let mut done = BTreeSet::new();
-    for room in next.keys() {
-        if let Some(cycle) = find_cycle(room, &next, &mut Vec::new(), &mut done) {
-            let steps: Vec<String> = cycle
-                .windows(2)
-                .map(|pair| {
-                    let imports = &edges[&(pair[0].to_owned(), pair[1].to_owned())];
-                    format!(
-                        "{} → {}: {} imports {}",
-                        pair[0], pair[1], imports[0].file, imports[0].path
-                    )
-                })
-                .collect();
-            panic!("rooms import each other in a circle:\n{}", steps.join("\n"));
-        }
-    }
+}
+
+fn joined(paths: Vec<Vec<String>>) -> Vec<String> {
+    paths.iter().map(|path| path.join("::")).collect()
 }
 
 #[test]
@@ -295,9 +443,8 @@ fn the_import_reader_finds_plain_grouped_and_nested_paths() {
                 use crate::{config::Config, tap::{RequestSeen, RequestTap}};\n\
                 // use crate::net::server;\n\
                 let x = crate::record::slo::judge(a); my_crate::net::x();\n";
-    let found: Vec<String> = crate_paths(text).iter().map(|p| p.join("::")).collect();
     assert_eq!(
-        found,
+        joined(crate_paths(text, &segments_of("net::server"))),
         [
             "decode::response",
             "config::Config",
@@ -310,4 +457,72 @@ fn the_import_reader_finds_plain_grouped_and_nested_paths() {
         "decode::response"
     );
     assert_eq!(room(&segments_of("config::Config")), "config");
+    assert_eq!(room(&segments_of("app::start::start")), "app::start");
+}
+
+#[test]
+fn the_import_reader_resolves_super_against_the_module_it_is_written_in() {
+    let text = "use super::{discover, load};\n\
+                use super::super::sse::SseFramer;\n\
+                /* use super::gone; */ const BRACE: char = '{'; let s = \"super::not { a path\";\n\
+                let r = r#\"}\"#; fn f<'a>(x: &'a str) {}\n\
+                #[cfg(test)]\n\
+                mod tests {\n\
+                    use super::*;\n\
+                    use super::super::root::Scratch;\n\
+                    mod deeper { use super::super::Model; }\n\
+                }\n\
+                use super::after_tests;\n";
+    assert_eq!(
+        joined(crate_paths(text, &segments_of("decode::tokenizer::loader"))),
+        [
+            "decode::tokenizer::discover",
+            "decode::tokenizer::load",
+            "decode::sse::SseFramer",
+            "decode::tokenizer::loader",
+            "decode::tokenizer::root::Scratch",
+            "decode::tokenizer::loader::Model",
+            "decode::tokenizer::after_tests",
+        ]
+    );
+    // In a folder's `mod.rs`, `super` is the folder's parent.
+    assert_eq!(
+        joined(crate_paths(
+            "use super::tap::RequestTap;",
+            &segments_of("net")
+        )),
+        ["tap::RequestTap"]
+    );
+}
+
+#[test]
+fn a_circle_through_super_is_found() {
+    let source = |file: &str, module: &str, text: &str| {
+        (file.to_owned(), segments_of(module), text.to_owned())
+    };
+    // `decode/a.rs` uses its sibling through `super::`, `decode/b.rs` names `a` from the crate root.
+    let sources = [
+        source("src/decode/a.rs", "decode::a", "use super::b::Thing;"),
+        source(
+            "src/decode/b.rs",
+            "decode::b",
+            "use crate::decode::a::Other;",
+        ),
+        source("src/decode/c.rs", "decode::c", "use super::a::Other;"),
+    ];
+    let edges = edges_of(sources);
+    assert_eq!(
+        circle(&edges),
+        Some(vec!["decode::a", "decode::b", "decode::a"])
+    );
+    // Without the `super::` import there is none.
+    let sources = [
+        source("src/decode/a.rs", "decode::a", "fn f() {}"),
+        source(
+            "src/decode/b.rs",
+            "decode::b",
+            "use crate::decode::a::Other;",
+        ),
+    ];
+    assert_eq!(circle(&edges_of(sources)), None);
 }

@@ -18,6 +18,7 @@ mod upstream;
 
 use std::net::SocketAddr;
 use std::time::Duration;
+use tokentap::record::metrics::family;
 
 use report::{LatencyRow, Report, Run};
 use target::Kind;
@@ -93,7 +94,7 @@ async fn harness_streams_direct_and_through_tokentap_and_renders_a_table() {
     }
 
     let exposition = target::scrape(proxy.metrics_addr()).await.expect("scrape");
-    let ttft = stats::buckets(&exposition, "tokentap_time_to_first_token_seconds");
+    let ttft = stats::buckets(&exposition, family::TTFT.name);
     assert!(ttft
         .last()
         .is_some_and(|(le, n)| le.is_infinite() && *n >= 4.0));

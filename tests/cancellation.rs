@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use http_body_util::BodyExt;
 use support::*;
+use tokentap::record::metrics::family;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -61,21 +62,18 @@ async fn a_client_leaving_during_the_ttft_wait_closes_the_upstream_and_counts_th
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let labels = [("model", "m"), ("status", "200"), ("outcome", "cancelled")];
-    assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
     // No token was seen, so no TTFT; but the 3 s it had waited already missed the 1 s ceiling.
-    assert_eq!(
-        m.get("tokentap_time_to_first_token_seconds_count", &[]),
-        0.0
-    );
+    assert_eq!(m.get(&family::TTFT.count(), &[]), 0.0);
     assert_eq!(
         m.get(
-            "tokentap_slo_violations_total",
+            family::SLO_VIOLATIONS.name,
             &[("model", "m"), ("slo", "ttft")]
         ),
         1.0
     );
-    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
+    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -118,9 +116,9 @@ async fn a_client_leaving_while_uploading_a_streamed_body_closes_the_upstream_an
     let m = scrape(&proxy).await;
     // Nothing reached the upstream, so nothing confirmed the name `m`.
     let labels = [("model", "unadmitted"), ("outcome", "cancelled")];
-    assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
-    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
+    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
 }
 
 /// A body held until whole (the default, up to `limits.hold_request_body_bytes`): a client that leaves
@@ -144,9 +142,9 @@ async fn a_client_leaving_while_uploading_a_held_body_never_reaches_the_upstream
     assert_eq!(upstream.connection_count(), 0, "the upstream was contacted");
     let m = scrape(&proxy).await;
     let labels = [("model", "unadmitted"), ("outcome", "cancelled")];
-    assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
-    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
+    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -182,31 +180,17 @@ async fn client_leaving_mid_stream_closes_the_upstream_at_once_and_counts_cancel
     let m = scrape(&proxy).await;
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[("model", "m"), ("status", "200"), ("outcome", "cancelled")]
         ),
         1.0
     );
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
     // What was observed before the client left is kept: its TTFT, and its gaps.
-    assert_eq!(
-        m.get(
-            "tokentap_time_to_first_token_seconds_count",
-            &[("model", "m")]
-        ),
-        1.0
-    );
-    assert!(
-        m.get(
-            "tokentap_inter_token_latency_seconds_count",
-            &[("model", "m")]
-        ) >= 1.0
-    );
-    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
-    assert_eq!(
-        m.get("tokentap_e2e_request_latency_seconds_count", &[]),
-        0.0
-    );
+    assert_eq!(m.get(&family::TTFT.count(), &[("model", "m")]), 1.0);
+    assert!(m.get(&family::ITL.count(), &[("model", "m")]) >= 1.0);
+    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
+    assert_eq!(m.get(&family::E2E.count(), &[]), 0.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -235,7 +219,7 @@ async fn client_leaving_before_the_response_head_closes_the_upstream_and_counts_
     let m = scrape(&proxy).await;
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[
                 ("model", "unadmitted"),
                 ("status", "none"),
@@ -244,7 +228,7 @@ async fn client_leaving_before_the_response_head_closes_the_upstream_and_counts_
         ),
         1.0
     );
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -271,13 +255,13 @@ async fn a_client_leaving_during_keep_alive_comments_is_cancelled_not_skipped() 
     let m = scrape(&proxy).await;
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[("status", "200"), ("outcome", "cancelled")]
         ),
         1.0
     );
-    assert_eq!(m.get("tokentap_metering_skipped_total", &[]), 0.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::METERING_SKIPPED.name, &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 // ---- a raw client vanishes (FIN or reset) at each phase of a request ------------------------------
@@ -417,11 +401,11 @@ async fn vanish(phase: Phase, reset: bool) {
     }
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0, "{what}");
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0, "{what}");
     let (status, ttft, tokens) = match phase {
         Phase::InRequestHead => {
             assert_eq!(
-                m.get("tokentap_requests_total", &[]),
+                m.get(family::REQUESTS.name, &[]),
                 0.0,
                 "{what}: no request was read"
             );
@@ -433,30 +417,19 @@ async fn vanish(phase: Phase, reset: bool) {
         Phase::BeforeFirstToken => ("200", 0.0, 0.0),
         Phase::MidStream => ("200", 1.0, 3.0),
     };
-    assert_eq!(m.get("tokentap_requests_total", &[]), 1.0, "{what}");
+    assert_eq!(m.get(family::REQUESTS.name, &[]), 1.0, "{what}");
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[("status", status), ("outcome", "cancelled")]
         ),
         1.0,
         "{what}"
     );
-    assert_eq!(
-        m.get("tokentap_time_to_first_token_seconds_count", &[]),
-        ttft,
-        "{what}"
-    );
-    assert!(
-        m.get("tokentap_output_tokens_total", &[]) >= tokens,
-        "{what}"
-    );
-    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0, "{what}");
-    assert_eq!(
-        m.get("tokentap_e2e_request_latency_seconds_count", &[]),
-        0.0,
-        "{what}"
-    );
+    assert_eq!(m.get(&family::TTFT.count(), &[]), ttft, "{what}");
+    assert!(m.get(family::OUTPUT_TOKENS.name, &[]) >= tokens, "{what}");
+    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0, "{what}");
+    assert_eq!(m.get(&family::E2E.count(), &[]), 0.0, "{what}");
 }
 
 #[tokio::test]

@@ -22,16 +22,18 @@ use support::*;
 
 const CHAT: &str = "/v1/chat/completions";
 /// What the proxy judges (its records' `goodput` and `slo_missed`).
-const CONFIG: &str = "max_models: 4\nslo: {ttft: 20ms, tpot: 4ms, itl: 5ms, e2e: 80ms}\n\
+const CONFIG: &str = "max_models: 4\nslo: {ttft: 20ms, tpot: 4ms, itl: 5ms, e2e: 80ms, time_to_first_tool_call: 40ms}\n\
                       tenants: {header: x-tenant, max: 8}\n";
 /// What-if ceilings: `tokentap report --slo` and the SQL's parameters.
-const WHAT_IF: &str = "ttft=15ms,tpot=3ms,itl=4ms,e2e=60ms,time_to_first_answer=15ms";
-const WHAT_IF_PARAMS: [(&str, &str); 5] = [
+const WHAT_IF: &str =
+    "ttft=15ms,tpot=3ms,itl=4ms,e2e=60ms,time_to_first_answer=15ms,time_to_first_tool_call=30ms";
+const WHAT_IF_PARAMS: [(&str, &str); 6] = [
     ("ttft", "0.015"),
     ("tpot", "0.003"),
     ("itl", "0.004"),
     ("e2e", "0.06"),
     ("time_to_first_answer", "0.015"),
+    ("time_to_first_tool_call", "0.03"),
 ];
 const BEFORE: usize = 300;
 const AFTER: usize = 120;
@@ -48,8 +50,8 @@ fn temp_file(name: &str) -> PathBuf {
 }
 
 /// Request `n`'s answer; `slower` adds to its first token (the "after" run). Every tenth breaks off
-/// mid-stream, every tenth is a JSON body, every tenth a 503; a third of the streams send no usage
-/// (tokentap counts their chunks).
+/// mid-stream, every tenth is a JSON body, every tenth a 503, every tenth ends in a tool call (an agent
+/// turn); a third of the streams send no usage (tokentap counts their chunks).
 fn script(n: usize, slower: u64) -> Vec<Step> {
     match n % 10 {
         7 => {
@@ -86,6 +88,11 @@ fn script(n: usize, slower: u64) -> Vec<Step> {
             steps.push(Step::Sleep(ms(1 + (n * 3 + i) as u64 % 5)));
         }
         steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
+    }
+    if n % 10 == 6 {
+        let call = r#"{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]}"#;
+        steps.push(Step::Sleep(ms(n as u64 * 11 % 40)));
+        steps.push(chunk(chat_delta(call).as_bytes()));
     }
     if n % 3 != 0 {
         steps.push(chunk(

@@ -13,6 +13,7 @@ use std::process::Command;
 use serde_json::Value as Json;
 use serde_yaml::Value as Yaml;
 use support::*;
+use tokentap::record::metrics::family;
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -99,7 +100,9 @@ async fn exported_names() -> HashSet<String> {
             vec![sse_head(), chunk(b"data: {not json\n\n"), last_chunk()]
         } else {
             // Reasoning first, then the answer, then vLLM's usage with cached tokens and its
-            // per-request metrics: every family of the "inside the TTFT" rules exists.
+            // per-request metrics: every family of the "inside the TTFT" rules exists; a tool call
+            // for the agents' rules.
+            let call = chat_delta(r#"{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]}"#);
             let reasoning = "data: {\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n";
             let usage = "data: {\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":2}},\"metrics\":{\"queue_time_ms\":1.0,\"time_to_first_token_ms\":2.0,\"generation_time_ms\":5.0}}\n\n";
             vec![
@@ -109,6 +112,7 @@ async fn exported_names() -> HashSet<String> {
                 chunk(reasoning.as_bytes()),
                 chunk(content_chunk("a").as_bytes()),
                 chunk(content_chunk("b").as_bytes()),
+                chunk(call.as_bytes()),
                 chunk(usage.as_bytes()),
                 chunk(DONE.as_bytes()),
                 last_chunk(),
@@ -143,14 +147,15 @@ async fn exported_names() -> HashSet<String> {
         }
     }
     for family in [
-        "tokentap_time_to_first_token_seconds",
-        "tokentap_time_to_first_answer_token_seconds",
-        "tokentap_reasoning_time_seconds",
-        "tokentap_cached_input_tokens_total",
-        "tokentap_ttft_outside_server_seconds",
-        "tokentap_slo_violations_total",
-        "tokentap_metering_skipped_total",
-        "tokentap_requests_in_flight",
+        family::TTFT.name,
+        family::TIME_TO_FIRST_ANSWER.name,
+        family::TIME_TO_FIRST_TOOL_CALL.name,
+        family::REASONING_TIME.name,
+        family::CACHED_INPUT_TOKENS.name,
+        family::OUTSIDE_SERVER.name,
+        family::SLO_VIOLATIONS.name,
+        family::METERING_SKIPPED.name,
+        family::IN_FLIGHT.name,
     ] {
         assert!(names.contains(family), "{family} missing from the scrape");
     }
@@ -250,7 +255,7 @@ fn dashboard_is_importable_and_has_the_promised_panels() {
     }
     // The model variable filters every panel whose series have a model label.
     for (place, expr) in dashboard_queries() {
-        let has_model_label = !expr.contains("tokentap_requests_in_flight")
+        let has_model_label = !expr.contains(family::IN_FLIGHT.name)
             && !expr.contains("metering_skipped")
             && !expr.contains("forwarding_delay")
             && !expr.contains("goodput_ratio:target")
@@ -281,7 +286,7 @@ fn dashboard_queries_parse_as_promql() {
             .replace("$model", ".*")
             .replace(
                 "label_values(tokentap_requests_total, model)",
-                "tokentap_requests_total",
+                family::REQUESTS.name,
             );
         file.push_str(&format!(
             "      - record: dashboard:query:{i}\n        expr: {}\n",
@@ -509,9 +514,13 @@ fn record_fields() -> BTreeSet<String> {
     use tokentap::record::request_record::{RequestRecord, ServerRecord};
     let record = RequestRecord {
         tenant: Some(String::new()),
+        conversation: Some(String::new()),
+        turn: Some(1),
+        think_s: Some(0.0),
         status: Some(200),
         ttft_s: Some(0.0),
         time_to_first_answer_s: Some(0.0),
+        time_to_first_tool_call_s: Some(0.0),
         reasoning_s: Some(0.0),
         tpot_s: Some(0.0),
         generation_s: Some(0.0),

@@ -6,6 +6,7 @@
 mod support;
 
 use support::*;
+use tokentap::record::metrics::family;
 
 const TICK_MS: u64 = 10;
 
@@ -309,12 +310,8 @@ async fn each_fixture_replayed_event_by_event_gives_exact_figures_and_identical_
         let tick = TICK_MS as f64 / 1000.0;
         let ttft = tick * (f.first + 1) as f64;
         let e2e = tick * f.events as f64;
-        assert_close(
-            m.get("tokentap_time_to_first_token_seconds_sum", l),
-            ttft,
-            &format!("{name} TTFT"),
-        );
-        let gaps = m.get("tokentap_inter_token_latency_seconds_count", l);
+        assert_close(m.get(&family::TTFT.sum(), l), ttft, &format!("{name} TTFT"));
+        let gaps = m.get(&family::ITL.count(), l);
         assert_eq!(
             gaps,
             (f.outputs - f.choices) as f64,
@@ -322,40 +319,28 @@ async fn each_fixture_replayed_event_by_event_gives_exact_figures_and_identical_
         );
         let itl_sum = tick * f.itl_ticks as f64;
         assert_close(
-            m.get("tokentap_inter_token_latency_seconds_sum", l),
+            m.get(&family::ITL.sum(), l),
             itl_sum,
             &format!("{name} ITL"),
         );
-        assert_close(
-            m.get("tokentap_e2e_request_latency_seconds_sum", l),
-            e2e,
-            &format!("{name} E2E"),
-        );
+        assert_close(m.get(&family::E2E.sum(), l), e2e, &format!("{name} E2E"));
         let tpot = (e2e - ttft) / (f.tokens as f64 / f.choices as f64 - 1.0);
-        assert_close(
-            m.get("tokentap_time_per_output_token_seconds_sum", l),
-            tpot,
-            &format!("{name} TPOT"),
-        );
+        assert_close(m.get(&family::TPOT.sum(), l), tpot, &format!("{name} TPOT"));
         assert_eq!(
-            m.get("tokentap_output_tokens_total", l),
+            m.get(family::OUTPUT_TOKENS.name, l),
             f.tokens as f64,
             "{name}"
         );
         assert_eq!(
-            m.get("tokentap_input_tokens_total", l),
+            m.get(family::INPUT_TOKENS.name, l),
             f.input as f64,
             "{name}"
         );
         let usage = [l[0], l[1], ("token_source", f.source)];
-        assert_eq!(
-            m.get("tokentap_output_token_source_total", &usage),
-            1.0,
-            "{name}"
-        );
+        assert_eq!(m.get(family::TOKEN_SOURCE.name, &usage), 1.0, "{name}");
         let ok = [l[0], l[1], ("status", "200"), ("outcome", "ok")];
-        assert_eq!(m.get("tokentap_requests_total", &ok), 1.0, "{name}");
-        assert_eq!(m.get("tokentap_metering_skipped_total", &[]), 0.0, "{name}");
+        assert_eq!(m.get(family::REQUESTS.name, &ok), 1.0, "{name}");
+        assert_eq!(m.get(family::METERING_SKIPPED.name, &[]), 0.0, "{name}");
     }
 }
 
@@ -381,22 +366,18 @@ async fn fixtures_cut_at_random_points_pass_unchanged_and_count_the_same() {
             let l = &f.labels;
             let what = format!("{} seed {seed}", f.name);
             assert_eq!(
-                m.get("tokentap_output_tokens_total", l),
+                m.get(family::OUTPUT_TOKENS.name, l),
                 f.tokens as f64,
                 "{what}"
             );
             assert_eq!(
-                m.get("tokentap_input_tokens_total", l),
+                m.get(family::INPUT_TOKENS.name, l),
                 f.input as f64,
                 "{what}"
             );
-            let gaps = m.get("tokentap_inter_token_latency_seconds_count", l);
+            let gaps = m.get(&family::ITL.count(), l);
             assert_eq!(gaps, (f.outputs - f.choices) as f64, "{what}");
-            assert_eq!(
-                m.get("tokentap_time_to_first_token_seconds_count", l),
-                1.0,
-                "{what}"
-            );
+            assert_eq!(m.get(&family::TTFT.count(), l), 1.0, "{what}");
         }
     }
 }
@@ -424,11 +405,8 @@ async fn anthropic_error_event_mid_stream_counts_upstream_error() {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let labels = [("api", "messages"), ("outcome", "upstream_error")];
-    assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
-    assert_eq!(
-        m.get("tokentap_goodput_requests_total", &[("api", "messages")]),
-        0.0
-    );
+    assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0);
+    assert_eq!(m.get(family::GOODPUT.name, &[("api", "messages")]), 0.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -443,7 +421,7 @@ async fn responses_failed_is_an_upstream_error_and_incomplete_ends_normally() {
         settle(&proxy).await;
         let m = scrape(&proxy).await;
         let labels = [("api", "responses"), ("outcome", outcome)];
-        assert_eq!(m.get("tokentap_requests_total", &labels), 1.0, "{outcome}");
+        assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0, "{outcome}");
     }
 }
 
@@ -456,9 +434,9 @@ async fn ollama_stream_without_counts_falls_back_to_chunks_and_says_so() {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let l = [("model", "m"), ("api", "ollama")];
-    assert_eq!(m.get("tokentap_output_tokens_total", &l), 2.0);
+    assert_eq!(m.get(family::OUTPUT_TOKENS.name, &l), 2.0);
     let chunks = [l[0], l[1], ("token_source", "chunks")];
-    assert_eq!(m.get("tokentap_output_token_source_total", &chunks), 1.0);
+    assert_eq!(m.get(family::TOKEN_SOURCE.name, &chunks), 1.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -487,18 +465,10 @@ async fn non_streaming_ollama_and_llamacpp_bodies_give_usage_without_timing() {
         settle(&proxy).await;
         let m = scrape(&proxy).await;
         let l = [("api", api)];
-        assert_eq!(m.get("tokentap_output_tokens_total", &l), tokens, "{api}");
-        assert_eq!(m.get("tokentap_input_tokens_total", &l), input, "{api}");
-        assert_eq!(
-            m.get("tokentap_time_to_first_token_seconds_count", &l),
-            0.0,
-            "{api}"
-        );
-        assert_eq!(
-            m.get("tokentap_e2e_request_latency_seconds_count", &l),
-            1.0,
-            "{api}"
-        );
+        assert_eq!(m.get(family::OUTPUT_TOKENS.name, &l), tokens, "{api}");
+        assert_eq!(m.get(family::INPUT_TOKENS.name, &l), input, "{api}");
+        assert_eq!(m.get(&family::TTFT.count(), &l), 0.0, "{api}");
+        assert_eq!(m.get(&family::E2E.count(), &l), 1.0, "{api}");
     }
 }
 
@@ -510,16 +480,10 @@ async fn unknown_paths_stay_other_with_no_token_figures() {
     send(&client(), post(&proxy, "/api/pull", r#"{"model":"m"}"#)).await;
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_requests_total", &[("api", "other")]), 1.0);
-    assert_eq!(
-        m.get("tokentap_output_tokens_total", &[("api", "other")]),
-        0.0
-    );
-    assert_eq!(
-        m.get("tokentap_time_to_first_token_seconds_count", &[]),
-        0.0
-    );
-    assert!(!m.has("tokentap_output_token_source_total", &[]));
+    assert_eq!(m.get(family::REQUESTS.name, &[("api", "other")]), 1.0);
+    assert_eq!(m.get(family::OUTPUT_TOKENS.name, &[("api", "other")]), 0.0);
+    assert_eq!(m.get(&family::TTFT.count(), &[]), 0.0);
+    assert!(!m.has(family::TOKEN_SOURCE.name, &[]));
 }
 
 /// The openai SDK's sync stream stops reading at `data: [DONE]` and closes; vLLM, uvicorn and
@@ -594,17 +558,17 @@ async fn a_client_that_leaves_right_after_the_terminal_event_got_the_whole_answe
         settle(&proxy).await;
         let m = scrape(&proxy).await;
         let ok = [("status", "200"), ("outcome", "ok")];
-        assert_eq!(m.get("tokentap_requests_total", &ok), 1.0, "{name}");
+        assert_eq!(m.get(family::REQUESTS.name, &ok), 1.0, "{name}");
         let cancelled = [("outcome", "cancelled")];
-        assert_eq!(m.get("tokentap_requests_total", &cancelled), 0.0, "{name}");
+        assert_eq!(m.get(family::REQUESTS.name, &cancelled), 0.0, "{name}");
         assert_close(
-            m.get("tokentap_e2e_request_latency_seconds_sum", &[]),
+            m.get(&family::E2E.sum(), &[]),
             (TICK_MS * count as u64) as f64 / 1000.0,
             &format!("{name}: E2E ends at the terminal event"),
         );
-        let tpot = m.get("tokentap_time_per_output_token_seconds_count", &[]);
+        let tpot = m.get(&family::TPOT.count(), &[]);
         assert_eq!(tpot, 1.0, "{name}");
-        assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 1.0, "{name}");
+        assert_eq!(m.get(family::GOODPUT.name, &[]), 1.0, "{name}");
     }
 }
 
@@ -645,11 +609,8 @@ async fn a_client_that_leaves_before_the_terminal_event_is_cancelled() {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     assert_eq!(
-        m.get("tokentap_requests_total", &[("outcome", "cancelled")]),
+        m.get(family::REQUESTS.name, &[("outcome", "cancelled")]),
         1.0
     );
-    assert_eq!(
-        m.get("tokentap_e2e_request_latency_seconds_count", &[]),
-        0.0
-    );
+    assert_eq!(m.get(&family::E2E.count(), &[]), 0.0);
 }

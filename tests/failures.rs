@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use support::*;
+use tokentap::record::metrics::family;
 use tokio::net::{TcpSocket, TcpStream};
 
 const CHAT: &str = "/v1/chat/completions";
@@ -37,7 +38,7 @@ async fn unreachable_upstream_answers_502_with_an_openai_error() {
     // No upstream ever confirmed the name `m`: it takes no model label place.
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[
                 ("model", "unadmitted"),
                 ("status", "502"),
@@ -46,8 +47,8 @@ async fn unreachable_upstream_answers_502_with_an_openai_error() {
         ),
         1.0
     );
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
-    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
+    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -83,12 +84,12 @@ async fn upstream_connect_timeout_answers_504() {
     let m = scrape(&proxy).await;
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[("status", "504"), ("outcome", "timeout")]
         ),
         1.0
     );
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
     drop(held);
 }
 
@@ -122,7 +123,7 @@ async fn upstream_breaking_mid_stream_breaks_the_client_stream_and_counts_upstre
     let m = scrape(&proxy).await;
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[
                 ("model", "m"),
                 ("status", "200"),
@@ -131,13 +132,10 @@ async fn upstream_breaking_mid_stream_breaks_the_client_stream_and_counts_upstre
         ),
         1.0
     );
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
-    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
+    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
     // The two tokens that did arrive were generated and delivered: they count as output.
-    assert_eq!(
-        m.get("tokentap_output_tokens_total", &[("model", "m")]),
-        2.0
-    );
+    assert_eq!(m.get(family::OUTPUT_TOKENS.name, &[("model", "m")]), 2.0);
 }
 
 #[tokio::test]
@@ -159,12 +157,12 @@ async fn an_error_event_inside_a_200_stream_counts_upstream_error() {
     let m = scrape(&proxy).await;
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[("status", "200"), ("outcome", "upstream_error")]
         ),
         1.0
     );
-    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
+    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -199,31 +197,19 @@ async fn an_event_over_the_bound_stops_metering_but_every_byte_is_forwarded() {
     let m = scrape(&proxy).await;
     assert_eq!(
         m.get(
-            "tokentap_metering_skipped_total",
+            family::METERING_SKIPPED.name,
             &[("api", "chat"), ("reason", "event_too_large")]
         ),
         1.0
     );
     assert_eq!(
-        m.get(
-            "tokentap_requests_total",
-            &[("model", "m"), ("outcome", "ok")]
-        ),
+        m.get(family::REQUESTS.name, &[("model", "m"), ("outcome", "ok")]),
         1.0
     );
     // No token count is guessed for a stream that could not be read to the end.
-    assert_eq!(m.get("tokentap_output_tokens_total", &[]), 0.0);
-    assert_eq!(
-        m.get("tokentap_time_per_output_token_seconds_count", &[]),
-        0.0
-    );
-    assert_eq!(
-        m.get(
-            "tokentap_e2e_request_latency_seconds_count",
-            &[("model", "m")]
-        ),
-        1.0
-    );
+    assert_eq!(m.get(family::OUTPUT_TOKENS.name, &[]), 0.0);
+    assert_eq!(m.get(&family::TPOT.count(), &[]), 0.0);
+    assert_eq!(m.get(&family::E2E.count(), &[("model", "m")]), 1.0);
 }
 
 #[tokio::test]
@@ -238,12 +224,12 @@ async fn garbage_in_an_event_stream_is_forwarded_whole_and_counted_as_skipped() 
     let m = scrape(&proxy).await;
     assert_eq!(
         m.get(
-            "tokentap_metering_skipped_total",
+            family::METERING_SKIPPED.name,
             &[("reason", "malformed_event")]
         ),
         1.0
     );
-    assert_eq!(m.get("tokentap_requests_total", &[("outcome", "ok")]), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[("outcome", "ok")]), 1.0);
 }
 
 #[tokio::test]
@@ -276,17 +262,17 @@ async fn health_and_metrics_endpoints_answer() {
         .starts_with("text/plain; version=0.0.4"));
     let text = String::from_utf8(metrics.body).expect("utf-8");
     for name in [
-        "tokentap_time_to_first_token_seconds",
-        "tokentap_inter_token_latency_seconds",
-        "tokentap_time_per_output_token_seconds",
-        "tokentap_e2e_request_latency_seconds",
-        "tokentap_requests_in_flight",
-        "tokentap_token_generation_time_seconds",
-        "tokentap_output_tokens_per_second",
-        "tokentap_max_inter_token_gap_seconds",
-        "tokentap_requests_total",
-        "tokentap_output_tokens_total",
-        "tokentap_goodput_requests_total",
+        family::TTFT.name,
+        family::ITL.name,
+        family::TPOT.name,
+        family::E2E.name,
+        family::IN_FLIGHT.name,
+        family::GENERATION.name,
+        family::TOKENS_PER_SECOND.name,
+        family::MAX_GAP.name,
+        family::REQUESTS.name,
+        family::OUTPUT_TOKENS.name,
+        family::GOODPUT.name,
     ] {
         assert!(
             text.contains(&format!("# TYPE {name} ")),

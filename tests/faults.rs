@@ -6,18 +6,19 @@
 mod support;
 
 use support::*;
+use tokentap::record::metrics::family;
 
 const CHAT: &str = "/v1/chat/completions";
 
 fn requests(m: &Metrics, status: &str, outcome: &str) -> f64 {
     m.get(
-        "tokentap_requests_total",
+        family::REQUESTS.name,
         &[("status", status), ("outcome", outcome)],
     )
 }
 
 fn all_requests(m: &Metrics) -> f64 {
-    m.get("tokentap_requests_total", &[])
+    m.get(family::REQUESTS.name, &[])
 }
 
 fn error_type(body: &[u8]) -> String {
@@ -49,7 +50,7 @@ async fn upstream_reset_before_the_head_answers_502_and_counts_upstream_error() 
     let m = scrape(&proxy).await;
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[
                 ("model", "unadmitted"),
                 ("status", "502"),
@@ -59,7 +60,7 @@ async fn upstream_reset_before_the_head_answers_502_and_counts_upstream_error() 
         1.0
     );
     assert_eq!(all_requests(&m), 1.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -84,17 +85,11 @@ async fn upstream_reset_mid_stream_breaks_the_client_stream_after_every_byte_bef
     let m = scrape(&proxy).await;
     assert_eq!(requests(&m, "200", "upstream_error"), 1.0);
     assert_eq!(all_requests(&m), 1.0);
-    assert_eq!(m.get("tokentap_output_tokens_total", &[]), 2.0);
-    assert_eq!(
-        m.get("tokentap_time_to_first_token_seconds_count", &[]),
-        1.0
-    );
-    assert_eq!(
-        m.get("tokentap_e2e_request_latency_seconds_count", &[]),
-        0.0
-    );
-    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::OUTPUT_TOKENS.name, &[]), 2.0);
+    assert_eq!(m.get(&family::TTFT.count(), &[]), 1.0);
+    assert_eq!(m.get(&family::E2E.count(), &[]), 0.0);
+    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -107,7 +102,7 @@ async fn upstream_closing_without_an_answer_gives_502() {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     assert_eq!(requests(&m, "502", "upstream_error"), 1.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -145,20 +140,17 @@ async fn upstream_trickling_one_byte_at_a_time_is_forwarded_whole_and_metered_ex
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     assert_eq!(requests(&m, "200", "ok"), 1.0);
-    assert_eq!(m.get("tokentap_output_tokens_total", &[]), 3.0);
-    assert_eq!(m.get("tokentap_input_tokens_total", &[]), 4.0);
-    assert_eq!(
-        m.get("tokentap_inter_token_latency_seconds_count", &[]),
-        2.0
-    );
+    assert_eq!(m.get(family::OUTPUT_TOKENS.name, &[]), 3.0);
+    assert_eq!(m.get(family::INPUT_TOKENS.name, &[]), 4.0);
+    assert_eq!(m.get(&family::ITL.count(), &[]), 2.0);
     // Byte k is written k ms after the request: TTFT is the arrival of the first token's last byte.
-    let ttft = m.get("tokentap_time_to_first_token_seconds_sum", &[]);
+    let ttft = m.get(&family::TTFT.sum(), &[]);
     let expected = first_token_end as f64 / 1000.0;
     assert!(
         (ttft - expected).abs() <= 0.0015,
         "TTFT {ttft}, expected {expected}"
     );
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -181,7 +173,7 @@ async fn garbage_instead_of_a_response_head_gives_502() {
         settle(&proxy).await;
         let m = scrape(&proxy).await;
         assert_eq!(requests(&m, "502", "upstream_error"), 1.0, "{shown:?}");
-        assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+        assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
     }
 }
 
@@ -231,8 +223,8 @@ async fn broken_framing_mid_body_breaks_the_client_stream() {
         settle(&proxy).await;
         let m = scrape(&proxy).await;
         assert_eq!(requests(&m, "200", "upstream_error"), 1.0, "{what}");
-        assert_eq!(m.get("tokentap_output_tokens_total", &[]), 1.0, "{what}");
-        assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0, "{what}");
+        assert_eq!(m.get(family::OUTPUT_TOKENS.name, &[]), 1.0, "{what}");
+        assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0, "{what}");
     }
 }
 
@@ -268,7 +260,7 @@ async fn upstream_sending_both_content_length_and_chunked_is_read_as_chunked_and
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     assert_eq!(requests(&m, "200", "ok"), 1.0);
-    assert_eq!(m.get("tokentap_output_tokens_total", &[]), 2.0);
+    assert_eq!(m.get(family::OUTPUT_TOKENS.name, &[]), 2.0);
 }
 
 #[tokio::test]
@@ -291,18 +283,15 @@ async fn a_body_that_is_not_an_event_stream_under_an_sse_content_type_is_forward
         assert_eq!(requests(&m, "200", "ok"), 1.0, "{shown:?}");
         assert_eq!(
             m.get(
-                "tokentap_metering_skipped_total",
+                family::METERING_SKIPPED.name,
                 &[("api", "chat"), ("reason", "malformed_event")]
             ),
             1.0,
             "{shown:?}"
         );
-        assert_eq!(m.get("tokentap_output_tokens_total", &[]), 0.0, "{shown:?}");
-        assert_eq!(
-            m.get("tokentap_time_to_first_token_seconds_count", &[]),
-            0.0
-        );
-        assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+        assert_eq!(m.get(family::OUTPUT_TOKENS.name, &[]), 0.0, "{shown:?}");
+        assert_eq!(m.get(&family::TTFT.count(), &[]), 0.0);
+        assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
     }
 }
 
@@ -330,17 +319,14 @@ async fn a_data_line_of_many_megabytes_is_forwarded_whole_with_metering_off() {
     assert_eq!(requests(&m, "200", "ok"), 1.0);
     assert_eq!(
         m.get(
-            "tokentap_metering_skipped_total",
+            family::METERING_SKIPPED.name,
             &[("reason", "event_too_large")]
         ),
         1.0
     );
     // The token before the huge line was seen; no count is guessed for the rest.
-    assert_eq!(
-        m.get("tokentap_time_to_first_token_seconds_count", &[]),
-        1.0
-    );
-    assert_eq!(m.get("tokentap_output_tokens_total", &[]), 0.0);
+    assert_eq!(m.get(&family::TTFT.count(), &[]), 1.0);
+    assert_eq!(m.get(family::OUTPUT_TOKENS.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -365,17 +351,14 @@ async fn nul_bytes_and_invalid_utf8_in_events_are_forwarded_and_counted_as_skipp
         assert_eq!(requests(&m, "200", "ok"), 1.0, "{shown:?}");
         assert_eq!(
             m.get(
-                "tokentap_metering_skipped_total",
+                family::METERING_SKIPPED.name,
                 &[("reason", "malformed_event")]
             ),
             1.0,
             "{shown:?}"
         );
-        assert_eq!(
-            m.get("tokentap_time_to_first_token_seconds_count", &[]),
-            1.0
-        );
-        assert_eq!(m.get("tokentap_output_tokens_total", &[]), 0.0);
+        assert_eq!(m.get(&family::TTFT.count(), &[]), 1.0);
+        assert_eq!(m.get(family::OUTPUT_TOKENS.name, &[]), 0.0);
     }
 }
 

@@ -6,6 +6,7 @@ mod support;
 use bytes::Bytes;
 use http_body_util::Full;
 use support::*;
+use tokentap::record::metrics::family;
 
 const VLLM: &[u8] = include_bytes!("fixtures/openai/vllm-0.32-chat-stream.sse");
 
@@ -70,19 +71,16 @@ async fn stream_bytes_arrive_identical_whatever_the_frame_boundaries() {
             // 16 content tokens in the capture: the usage chunk says so, and so do the chunks.
             assert_eq!(
                 m.get(
-                    "tokentap_output_tokens_total",
+                    family::OUTPUT_TOKENS.name,
                     &[("model", "tiny-llama"), ("api", "chat")]
                 ),
                 16.0
             );
             assert_eq!(
-                m.get(
-                    "tokentap_time_to_first_token_seconds_count",
-                    &[("model", "tiny-llama")]
-                ),
+                m.get(&family::TTFT.count(), &[("model", "tiny-llama")]),
                 1.0
             );
-            assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+            assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
         }
     }
 }
@@ -149,7 +147,7 @@ async fn request_reaches_upstream_unchanged_but_for_hop_by_hop_headers() {
     let m = scrape(&proxy).await;
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[
                 ("model", "late-model"),
                 ("status", "200"),
@@ -195,10 +193,7 @@ async fn dot_segments_are_removed_inside_the_prefix_and_the_query_is_untouched()
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     assert_eq!(
-        m.get(
-            "tokentap_requests_total",
-            &[("api", "chat"), ("status", "200")]
-        ),
+        m.get(family::REQUESTS.name, &[("api", "chat"), ("status", "200")]),
         3.0
     );
 }
@@ -302,7 +297,7 @@ async fn an_idle_connection_the_upstream_closed_is_not_used_again() {
     }
     assert_eq!(upstream.connection_count(), 3);
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_requests_total", &[("status", "200")]), 3.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[("status", "200")]), 3.0);
 }
 
 #[tokio::test]
@@ -460,7 +455,7 @@ async fn upstream_5xx_passes_through_and_is_never_goodput() {
     // The upstream never answered `m` with a 2xx: the name takes no model label place.
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[
                 ("model", "unadmitted"),
                 ("status", "503"),
@@ -469,7 +464,7 @@ async fn upstream_5xx_passes_through_and_is_never_goodput() {
         ),
         1.0
     );
-    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
+    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -490,7 +485,7 @@ async fn https_upstream_is_reached_with_a_configured_ca_bundle() {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     assert_eq!(
-        m.get("tokentap_output_tokens_total", &[("model", "tiny-llama")]),
+        m.get(family::OUTPUT_TOKENS.name, &[("model", "tiny-llama")]),
         16.0
     );
 }

@@ -8,8 +8,9 @@ mod support;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use support::*;
+use tokentap::record::metrics::family;
 
-const DELAY: &str = "tokentap_forwarding_delay_seconds";
+const DELAY: &str = family::FORWARDING_DELAY.name;
 
 /// Frames the upstream sends: the role chunk, `TOKENS` content chunks, `[DONE]`.
 const TOKENS: usize = 6;

@@ -7,6 +7,7 @@
 mod support;
 
 use support::*;
+use tokentap::record::metrics::family;
 
 const CHAT: &str = "/v1/chat/completions";
 
@@ -73,8 +74,8 @@ async fn malformed_request_heads_are_refused_with_400_and_never_reach_the_upstre
         "a malformed request reached the upstream"
     );
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_requests_total", &[]), 0.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -113,7 +114,7 @@ async fn content_length_beside_chunked_from_a_client_is_dropped_and_the_body_for
     assert_eq!(seen[0].header("transfer-encoding"), ["chunked"]);
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_requests_total", &[("model", "m")]), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[("model", "m")]), 1.0);
 }
 
 #[tokio::test]
@@ -141,12 +142,12 @@ async fn an_invalid_chunk_in_a_client_body_is_answered_400_and_the_upstream_requ
     let m = scrape(&proxy).await;
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[("status", "400"), ("outcome", "cancelled")]
         ),
         1.0
     );
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -205,7 +206,7 @@ async fn header_values_that_are_not_utf8_pass_through_byte_for_byte_both_ways() 
     let m = scrape(&proxy).await;
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[("api", "other"), ("status", "204"), ("outcome", "ok")]
         ),
         1.0
@@ -244,7 +245,7 @@ async fn hostile_model_names_never_grow_the_label_set_past_its_cap_or_forge_line
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let total = (names.len() + 3) as f64;
-    assert_eq!(m.get("tokentap_requests_total", &[]), total);
+    assert_eq!(m.get(family::REQUESTS.name, &[]), total);
     let models: std::collections::BTreeSet<&str> = m
         .text
         .lines()
@@ -273,7 +274,7 @@ async fn hostile_model_names_never_grow_the_label_set_past_its_cap_or_forge_line
             "a forged line in the exposition: {line:?}"
         );
     }
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -317,7 +318,7 @@ async fn a_target_that_would_leave_the_upstream_path_prefix_is_refused_with_400_
     let m = scrape(&proxy).await;
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[("status", "400"), ("outcome", "ok")]
         ),
         (targets.len() + 1) as f64
@@ -392,12 +393,12 @@ async fn connect_and_transfer_codings_other_than_chunked_are_answered_501_and_ne
     let m = scrape(&proxy).await;
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[("status", "501"), ("outcome", "ok")]
         ),
         cases.len() as f64
     );
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test]

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use support::*;
+use tokentap::record::metrics::family;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -118,11 +119,11 @@ async fn beyond_the_upstream_connection_cap_a_request_gets_503_at_once_and_the_u
     conn.abort();
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert!(m.get("tokentap_upstream_requests_refused_total", &[]) >= 1.0);
-    let refusals = m.get("tokentap_upstream_requests_refused_total", &[]);
+    assert!(m.get(family::UPSTREAM_REFUSED.name, &[]) >= 1.0);
+    let refusals = m.get(family::UPSTREAM_REFUSED.name, &[]);
     let as_503 = [("status", "503"), ("outcome", "ok")];
-    assert_eq!(m.get("tokentap_requests_total", &as_503), refusals);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &as_503), refusals);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -150,8 +151,8 @@ async fn one_h2_connection_with_many_streams_cannot_exceed_the_upstream_cap() {
     );
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_upstream_requests_refused_total", &[]), 7.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::UPSTREAM_REFUSED.name, &[]), 7.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -248,9 +249,9 @@ async fn stalled_body_gets_408(held: bool) {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let timed_out = [("status", "408"), ("outcome", "timeout")];
-    assert_eq!(m.get("tokentap_requests_total", &timed_out), 1.0);
-    assert_eq!(m.get("tokentap_upstream_requests_refused_total", &[]), 0.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &timed_out), 1.0);
+    assert_eq!(m.get(family::UPSTREAM_REFUSED.name, &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -357,7 +358,7 @@ async fn stalled_h2_body_gets_408(held: bool) {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let timed_out = [("status", "408"), ("outcome", "timeout")];
-    assert_eq!(m.get("tokentap_requests_total", &timed_out), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &timed_out), 1.0);
 }
 
 #[tokio::test]
@@ -375,8 +376,8 @@ async fn a_head_that_never_finishes_is_closed_and_counted_as_a_head_timeout() {
     );
     assert_eq!(upstream.connection_count(), 0);
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_request_head_timeouts_total", &[]), 1.0);
-    assert_eq!(m.get("tokentap_requests_total", &[]), 0.0);
+    assert_eq!(m.get(family::HEAD_TIMEOUTS.name, &[]), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -399,8 +400,8 @@ async fn over_100_request_headers_get_431_and_are_counted() {
     assert_eq!(upstream.requests().len(), 1, "only the head that fits");
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_request_header_too_large_total", &[]), 1.0);
-    assert_eq!(m.get("tokentap_requests_total", &[]), 1.0);
+    assert_eq!(m.get(family::HEADER_TOO_LARGE.name, &[]), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[]), 1.0);
 }
 
 #[tokio::test]
@@ -418,7 +419,7 @@ async fn a_head_over_max_request_header_bytes_is_counted_as_too_large() {
     let answer = raw_exchange(proxy.proxy_addr(), head.as_bytes()).await;
     assert_eq!(raw_status(&answer), 431);
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_request_header_too_large_total", &[]), 1.0);
+    assert_eq!(m.get(family::HEADER_TOO_LARGE.name, &[]), 1.0);
     assert_eq!(upstream.connection_count(), 0);
 }
 
@@ -479,7 +480,7 @@ async fn a_request_body_stalling_under_a_streaming_answer_breaks_the_stream_and_
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let timed_out = [("status", "200"), ("outcome", "timeout")];
-    assert_eq!(m.get("tokentap_requests_total", &timed_out), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &timed_out), 1.0);
 }
 
 #[cfg(unix)]

@@ -6,6 +6,7 @@
 mod support;
 
 use support::*;
+use tokentap::record::metrics::family;
 
 const CHAT: &str = "/v1/chat/completions";
 
@@ -28,14 +29,14 @@ async fn an_upstream_status_http_does_not_define_is_answered_502_and_counted_ups
     let m = scrape(&proxy).await;
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[("status", "502"), ("outcome", "upstream_error")]
         ),
         1.0
     );
     assert!(!m.text.contains("\"999\""), "{}", m.text);
-    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -68,12 +69,12 @@ async fn an_unrequested_101_is_answered_502_and_the_upstream_connection_closed()
     let m = scrape(&proxy).await;
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[("status", "502"), ("outcome", "upstream_error")]
         ),
         1.0
     );
-    assert_eq!(m.get("tokentap_requests_total", &[("outcome", "ok")]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[("outcome", "ok")]), 0.0);
 }
 
 #[tokio::test]
@@ -116,7 +117,7 @@ async fn informational_answers_are_dropped_and_the_final_response_arrives_intact
     let m = scrape(&proxy).await;
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[("status", "200"), ("outcome", "ok")]
         ),
         2.0

@@ -6,41 +6,13 @@
 mod support;
 
 use support::*;
+use tokentap::record::metrics::family;
 
 fn assert_close(actual: f64, expected: f64, what: &str) {
     assert!(
         (actual - expected).abs() < 1e-9,
         "{what}: got {actual}, expected {expected}"
     );
-}
-
-fn ndjson_head() -> Step {
-    Step::Raw(b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\ntransfer-encoding: chunked\r\n\r\n".to_vec())
-}
-
-/// A stream: `head`, then each event after its pause (ms), then the end of the body.
-fn timed(head: Step, events: &[(u64, String)]) -> Vec<Step> {
-    let mut steps = vec![head];
-    for (pause, event) in events {
-        steps.push(Step::Sleep(ms(*pause)));
-        steps.push(chunk(event.as_bytes()));
-    }
-    steps.push(last_chunk());
-    steps
-}
-
-fn sse(data: &str) -> String {
-    format!("data: {data}\n\n")
-}
-
-fn named(event: &str, data: &str) -> String {
-    format!("event: {event}\ndata: {data}\n\n")
-}
-
-fn chat_delta(delta: &str) -> String {
-    sse(&format!(
-        r#"{{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{{"index":0,"delta":{delta},"finish_reason":null}}]}}"#
-    ))
 }
 
 /// Sends `body` to `path` through a proxy in front of `events`; the bytes must arrive unchanged.
@@ -83,16 +55,16 @@ fn seconds(m: &Metrics, family: &str, api: &'static str) -> (f64, f64) {
     )
 }
 
-const TTFT: &str = "tokentap_time_to_first_token_seconds";
-const ANSWER: &str = "tokentap_time_to_first_answer_token_seconds";
-const REASONING: &str = "tokentap_reasoning_time_seconds";
-const REASONING_TOKENS: &str = "tokentap_reasoning_tokens_total";
-const CACHED: &str = "tokentap_cached_input_tokens_total";
-const QUEUE: &str = "tokentap_server_queue_time_seconds";
-const SERVER_TTFT: &str = "tokentap_server_time_to_first_token_seconds";
-const PREFILL: &str = "tokentap_server_prefill_time_seconds";
-const GENERATION: &str = "tokentap_server_generation_time_seconds";
-const OUTSIDE: &str = "tokentap_ttft_outside_server_seconds";
+const TTFT: &str = family::TTFT.name;
+const ANSWER: &str = family::TIME_TO_FIRST_ANSWER.name;
+const REASONING: &str = family::REASONING_TIME.name;
+const REASONING_TOKENS: &str = family::REASONING_TOKENS.name;
+const CACHED: &str = family::CACHED_INPUT_TOKENS.name;
+const QUEUE: &str = family::SERVER_QUEUE.name;
+const SERVER_TTFT: &str = family::SERVER_TTFT.name;
+const PREFILL: &str = family::SERVER_PREFILL.name;
+const GENERATION: &str = family::SERVER_GENERATION.name;
+const OUTSIDE: &str = family::OUTSIDE_SERVER.name;
 
 fn chat_body() -> String {
     chat_request("m")
@@ -157,12 +129,12 @@ async fn an_answer_only_stream_answers_at_its_ttft_and_has_no_reasoning_or_serve
     assert_eq!(seconds(&m, TTFT, "chat"), (1.0, 0.25));
     assert_eq!(seconds(&m, ANSWER, "chat"), (1.0, 0.25));
     for absent in [
-        "tokentap_reasoning_time_seconds_count",
+        &family::REASONING_TIME.count(),
         REASONING_TOKENS,
         CACHED,
-        "tokentap_server_queue_time_seconds_count",
-        "tokentap_server_time_to_first_token_seconds_count",
-        "tokentap_ttft_outside_server_seconds_count",
+        &family::SERVER_QUEUE.count(),
+        &family::SERVER_TTFT.count(),
+        &family::OUTSIDE_SERVER.count(),
     ] {
         assert!(
             !m.has(absent, &[]),
@@ -231,7 +203,7 @@ async fn anthropic_thinking_then_text_with_a_prompt_cache_hit() {
     assert_eq!(seconds(&m, REASONING, "messages"), (1.0, 0.8));
     assert_eq!(m.get(CACHED, &labels("messages")), 1800.0);
     assert_eq!(
-        m.get("tokentap_input_tokens_total", &labels("messages")),
+        m.get(family::INPUT_TOKENS.name, &labels("messages")),
         1812.0
     );
     assert_eq!(
@@ -304,7 +276,7 @@ async fn ollama_thinking_then_content_and_its_durations_give_the_server_ttft() {
     assert_close(seconds(&m, GENERATION, "ollama").1, 0.6, "eval");
     assert_close(seconds(&m, OUTSIDE, "ollama").1, 0.4 - 0.17, "outside");
     assert!(
-        !m.has("tokentap_server_queue_time_seconds_count", &[]),
+        !m.has(&family::SERVER_QUEUE.count(), &[]),
         "Ollama reports no queue"
     );
     assert!(!m.has(CACHED, &[]), "Ollama reports no cached prompt");
@@ -360,7 +332,7 @@ async fn tgi_queue_time_header_of_a_json_answer_is_the_server_queue_time() {
     );
     assert_eq!(seconds(&m, QUEUE, "generate").0, 1.0);
     assert!(
-        !m.has("tokentap_ttft_outside_server_seconds_count", &[]),
+        !m.has(&family::OUTSIDE_SERVER.count(), &[]),
         "no TTFT without a stream"
     );
 }
@@ -377,27 +349,18 @@ async fn a_first_answer_over_its_ceiling_is_a_violation_and_not_goodput_while_tt
     let l = labels("chat");
     let slo = |kind| [l[0], l[1], ("slo", kind)];
     assert_eq!(
-        m.get(
-            "tokentap_slo_violations_total",
-            &slo("time_to_first_answer")
-        ),
+        m.get(family::SLO_VIOLATIONS.name, &slo("time_to_first_answer")),
         1.0
     );
-    assert_eq!(m.get("tokentap_slo_violations_total", &slo("ttft")), 0.0);
-    assert_eq!(m.get("tokentap_goodput_requests_total", &l), 0.0);
+    assert_eq!(m.get(family::SLO_VIOLATIONS.name, &slo("ttft")), 0.0);
+    assert_eq!(m.get(family::GOODPUT.name, &l), 0.0);
     let bucket = |le| [l[0], l[1], ("le", le)];
     assert_eq!(
-        m.get(
-            "tokentap_time_to_first_answer_token_seconds_bucket",
-            &bucket("1.5")
-        ),
+        m.get(&family::TIME_TO_FIRST_ANSWER.bucket(), &bucket("1.5")),
         0.0
     );
     assert_eq!(
-        m.get(
-            "tokentap_time_to_first_answer_token_seconds_bucket",
-            &bucket("3")
-        ),
+        m.get(&family::TIME_TO_FIRST_ANSWER.bucket(), &bucket("3")),
         1.0
     );
 }
@@ -434,7 +397,7 @@ async fn without_reasoning_details_a_configured_tokenizer_counts_the_reasoning_t
         "hello world , hello"
     );
     assert_eq!(
-        m.get("tokentap_output_tokens_total", &labels("chat")),
+        m.get(family::OUTPUT_TOKENS.name, &labels("chat")),
         6.0,
         "usage"
     );

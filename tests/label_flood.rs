@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use support::*;
+use tokentap::record::metrics::family;
 
 const CHAT: &str = "/v1/chat/completions";
 
@@ -83,42 +84,47 @@ async fn a_flood_of_junk_names_and_paths_stays_under_the_series_limit_and_the_re
     assert_eq!((got.status, got.end), (200, Ok(())));
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_requests_total", &[]), 2001.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[]), 2001.0);
     let real = [("model", "real"), ("api", "chat"), ("status", "200")];
-    assert_eq!(m.get("tokentap_requests_total", &real), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &real), 1.0);
     assert_eq!(
         m.get(
-            "tokentap_output_tokens_total",
+            family::OUTPUT_TOKENS.name,
             &[("model", "real"), ("api", "chat")]
         ),
         1.0
     );
     // Not one junk name took a place: they all count as `unadmitted`.
-    let models = label_values(&m, "tokentap_requests_total", "model");
+    let models = label_values(&m, family::REQUESTS.name, "model");
     assert_eq!(models, BTreeSet::from(["real", "unadmitted"]));
     assert_eq!(
-        m.get("tokentap_requests_total", &[("model", "unadmitted")]),
+        m.get(family::REQUESTS.name, &[("model", "unadmitted")]),
         2000.0
     );
-    let limit = m.get("tokentap_metrics_series_limit", &[]);
-    assert_eq!(samples(&m) as f64, m.get("tokentap_metrics_series", &[]));
+    let limit = m.get(family::SERIES_LIMIT.name, &[]);
+    assert_eq!(samples(&m) as f64, m.get(family::SERIES.name, &[]));
     assert!(
         (samples(&m) as f64) <= limit,
         "{} series, limit {limit}",
         samples(&m)
     );
-    // The limit with these buckets: 6 model values (3 names, unknown, other, unadmitted); a known API's
-    // pair at most 7 × 4 histogram series + 3 + 4 token sources + 22 × 4 requests = 123, and what is
-    // inside a TTFT (7 more histograms × 4, 3 more counters) = 154; the `other` API's 4 + 1 + 88 = 93;
-    // plus in-flight per API, skipped metering per API and reason, the metrics port's four refusal
-    // reasons, and the unlabelled counters, gauges and histogram (tokentap's own delay per frame: its
-    // buckets carry only `le`).
+    // The limit with these buckets: 6 model values (3 names, unknown, other, unadmitted); a known
+    // API's pair at most 7 × 4 histogram series + 3 + 4 token sources + 22 × 4 requests = 123, and
+    // what is inside a TTFT and the time to the first tool call (8 more histograms × 4, 3 more
+    // counters) = 158; the `other` API's 4 + 1 + 88 = 93; the conversation families, by model and
+    // turn but not by API: 6 turns × 4 (TTFT) + 6 × 11 (prompt tokens) + 17 (think time) = 107; plus
+    // the three lookup results, in-flight per API, skipped metering per API and reason, the metrics
+    // port's four refusal reasons, and the unlabelled counters, gauges and histograms (their buckets
+    // carry only `le`).
     let unlabelled = m
         .text
         .lines()
         .filter(|l| l.starts_with("tokentap_") && (!l.contains('{') || l.contains("_bucket{le=\"")))
         .count();
-    assert_eq!(limit, (6 * (7 * 154 + 93) + 8 + 14 + 4 + unlabelled) as f64);
+    assert_eq!(
+        limit,
+        (6 * (7 * 158 + 93 + 107) + 8 + 14 + 4 + 3 + unlabelled) as f64
+    );
 }
 
 #[tokio::test]
@@ -168,7 +174,7 @@ async fn an_admitted_model_keeps_its_label_on_errors_and_unconfirmed_names_never
     let m = scrape(&proxy).await;
     let count = |model: &str, status: &str| {
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[("model", model), ("status", status)],
         )
     };
@@ -195,11 +201,11 @@ async fn a_model_label_idle_past_model_idle_is_retired_and_its_place_freed() {
     }
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    let models = label_values(&m, "tokentap_requests_total", "model");
+    let models = label_values(&m, family::REQUESTS.name, "model");
     assert_eq!(models, BTreeSet::from(["first", "other"]));
     tokio::time::sleep(Duration::from_secs(9 * 60)).await;
     let m = scrape(&proxy).await;
-    assert!(m.has("tokentap_requests_total", &[("model", "first")]));
+    assert!(m.has(family::REQUESTS.name, &[("model", "first")]));
     // Past model_idle: the next name that needs the place retires `first`, whose series all go.
     tokio::time::sleep(Duration::from_secs(60)).await;
     let got = send(&client, post(&proxy, CHAT, &chat_request("second"))).await;
@@ -207,21 +213,18 @@ async fn a_model_label_idle_past_model_idle_is_retired_and_its_place_freed() {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     assert!(!m.text.contains("model=\"first\""), "{}", m.text);
-    assert_eq!(
-        m.get("tokentap_requests_total", &[("model", "second")]),
-        1.0
-    );
-    assert_eq!(m.get("tokentap_model_labels_retired_total", &[]), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[("model", "second")]), 1.0);
+    assert_eq!(m.get(family::LABELS_RETIRED.name, &[]), 1.0);
     // A scrape retires too; a name that comes back starts from zero.
     tokio::time::sleep(Duration::from_secs(10 * 60)).await;
     let m = scrape(&proxy).await;
     assert!(!m.text.contains("model=\"second\""));
-    assert_eq!(m.get("tokentap_model_labels_retired_total", &[]), 2.0);
+    assert_eq!(m.get(family::LABELS_RETIRED.name, &[]), 2.0);
     let got = send(&client, post(&proxy, CHAT, &chat_request("first"))).await;
     assert_eq!(got.status, 200);
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_requests_total", &[("model", "first")]), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[("model", "first")]), 1.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -238,21 +241,18 @@ async fn a_path_no_dialect_knows_gets_no_token_families() {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let other = [("api", "other")];
-    assert_eq!(m.get("tokentap_requests_total", &other), 1.0);
-    assert_eq!(
-        m.get("tokentap_e2e_request_latency_seconds_count", &other),
-        1.0
-    );
-    assert!(m.has("tokentap_goodput_requests_total", &other));
+    assert_eq!(m.get(family::REQUESTS.name, &other), 1.0);
+    assert_eq!(m.get(&family::E2E.count(), &other), 1.0);
+    assert!(m.has(family::GOODPUT.name, &other));
     for family in [
-        "tokentap_time_to_first_token_seconds_count",
-        "tokentap_inter_token_latency_seconds_count",
-        "tokentap_time_per_output_token_seconds_count",
-        "tokentap_token_generation_time_seconds_count",
-        "tokentap_output_tokens_per_second_count",
-        "tokentap_max_inter_token_gap_seconds_count",
-        "tokentap_input_tokens_total",
-        "tokentap_output_tokens_total",
+        &family::TTFT.count(),
+        &family::ITL.count(),
+        &family::TPOT.count(),
+        &family::GENERATION.count(),
+        &family::TOKENS_PER_SECOND.count(),
+        &family::MAX_GAP.count(),
+        family::INPUT_TOKENS.name,
+        family::OUTPUT_TOKENS.name,
     ] {
         assert!(!m.has(family, &[]), "{family} exported for an unknown path");
     }
@@ -278,7 +278,7 @@ async fn uncommon_upstream_statuses_are_counted_under_their_class() {
     }
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    let statuses = label_values(&m, "tokentap_requests_total", "status");
+    let statuses = label_values(&m, family::REQUESTS.name, "status");
     assert_eq!(statuses, BTreeSet::from(["2xx", "429", "4xx", "5xx"]));
 }
 
@@ -327,7 +327,7 @@ async fn concurrent_scrapes_all_answer_while_a_stream_keeps_flowing() {
             let page = page.expect("scrape task");
             assert_eq!((page.status, page.end), (200, Ok(())));
             let m = Metrics::parse(std::str::from_utf8(&page.body).expect("utf-8"));
-            assert_eq!(samples(&m) as f64, m.get("tokentap_metrics_series", &[]));
+            assert_eq!(samples(&m) as f64, m.get(family::SERIES.name, &[]));
         }
     }
     let got = tokio::time::timeout(Duration::from_secs(20), stream)
@@ -337,5 +337,5 @@ async fn concurrent_scrapes_all_answer_while_a_stream_keeps_flowing() {
     assert_eq!((got.status, got.end), (200, Ok(())));
     assert_eq!(count(&got.body, b"\"content\":\"t"), 40);
     let m = scrape(&proxy).await;
-    assert!(m.get("tokentap_metrics_encodes_total", &[]) <= (rounds * 16 + 1) as f64);
+    assert!(m.get(family::ENCODES.name, &[]) <= (rounds * 16 + 1) as f64);
 }

@@ -8,6 +8,7 @@ mod support;
 use std::time::Duration;
 
 use support::*;
+use tokentap::record::metrics::family;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -140,8 +141,8 @@ async fn faults_leave_no_request_in_flight_no_open_descriptor_and_no_memory_behi
     let rss_after = rss_kib();
     let m = scrape(&proxy).await;
     let total = ((ROUNDS + 2) * CASES.len()) as f64;
-    assert_eq!(m.get("tokentap_requests_total", &[]), total, "{}", m.text);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[]), total, "{}", m.text);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
     assert_eq!(proxy.in_flight(), 0);
     // A few pooled keep-alive connections may come and go; a leak would add one or more per round.
     assert!(

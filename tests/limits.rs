@@ -10,6 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use support::*;
+use tokentap::record::metrics::family;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -43,8 +44,8 @@ async fn a_request_head_over_the_limit_gets_431_and_is_not_forwarded() {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     // hyper refuses the head before a request exists: only the one forwarded is counted.
-    assert_eq!(m.get("tokentap_requests_total", &[]), 1.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[]), 1.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -75,13 +76,9 @@ async fn a_declared_body_over_the_limit_gets_413_without_contacting_the_upstream
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let refused = [("status", "413"), ("outcome", "ok")];
-    assert_eq!(m.get("tokentap_requests_total", &refused), 1.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
-    assert_eq!(
-        m.get("tokentap_goodput_requests_total", &[]),
-        1.0,
-        "only the 200"
-    );
+    assert_eq!(m.get(family::REQUESTS.name, &refused), 1.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
+    assert_eq!(m.get(family::GOODPUT.name, &[]), 1.0, "only the 200");
 }
 
 #[tokio::test]
@@ -142,8 +139,8 @@ async fn chunked_body_past_the_limit(held: bool) {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let labels = [("status", "413"), ("outcome", "ok")];
-    assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -206,9 +203,9 @@ async fn beyond_max_connections_a_new_connection_is_closed_at_once_counted_and_o
     assert!(served.body.ends_with(DONE.as_bytes()));
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_connections_refused_total", &[]), 1.0);
-    assert_eq!(m.get("tokentap_requests_total", &[("outcome", "ok")]), 2.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::CONNECTIONS_REFUSED.name, &[]), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[("outcome", "ok")]), 2.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test]
@@ -224,6 +221,6 @@ async fn an_h2c_header_list_over_the_limit_gets_431_and_the_connection_serves_on
     assert_eq!(fits.status, 200);
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_requests_total", &[]), 1.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[]), 1.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::*;
+use tokentap::record::metrics::family;
 use tokentap::Running;
 
 const MODEL: &str = "live-model";
@@ -122,12 +123,9 @@ async fn the_json_shows_each_model_as_metrics_counts_it() {
     assert_eq!(entry["tenant"], Value::Null);
     assert_eq!(entry["ceilings"]["ttft"], 1.0);
     let metrics = scrape(&proxy).await;
-    let requests = metrics.get("tokentap_requests_total", &[("model", MODEL)]);
+    let requests = metrics.get(family::REQUESTS.name, &[("model", MODEL)]);
     assert_eq!(entry["current"]["requests"].as_f64(), Some(requests));
-    let ttft_count = metrics.get(
-        "tokentap_time_to_first_token_seconds_count",
-        &[("model", MODEL)],
-    );
+    let ttft_count = metrics.get(&family::TTFT.count(), &[("model", MODEL)]);
     assert_eq!(
         entry["current"]["quantiles"]["ttft"]["count"].as_f64(),
         Some(ttft_count)
@@ -218,6 +216,6 @@ async fn with_a_tenant_label_each_tenant_gets_its_entry_and_its_own_ceilings() {
         [("batch".to_owned(), 2, 1.0), ("vip".to_owned(), 1, 0.25)]
     );
     let metrics = scrape(&proxy).await;
-    let vip = metrics.get("tokentap_requests_total", &[("tenant", "vip")]);
+    let vip = metrics.get(family::REQUESTS.name, &[("tenant", "vip")]);
     assert_eq!(vip, 1.0);
 }

@@ -7,6 +7,7 @@ mod support;
 use std::time::Duration;
 
 use support::*;
+use tokentap::record::metrics::family;
 
 const CHAT: &str = "/v1/chat/completions";
 
@@ -74,12 +75,8 @@ async fn ttft_is_stopped_by_the_first_content_not_by_the_role_chunk() {
     assert_eq!(got.status, 200);
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_time_to_first_token_seconds_count", M), 1.0);
-    assert_close(
-        m.get("tokentap_time_to_first_token_seconds_sum", M),
-        0.300,
-        "TTFT",
-    );
+    assert_eq!(m.get(&family::TTFT.count(), M), 1.0);
+    assert_close(m.get(&family::TTFT.sum(), M), 0.300, "TTFT");
 }
 
 #[tokio::test(start_paused = true)]
@@ -93,53 +90,31 @@ async fn itl_tpot_e2e_and_rate_follow_the_formulas_on_a_known_script() {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     // One ITL observation per gap: 5 output chunks, 4 gaps, summing to t_last − t_first.
-    assert_eq!(m.get("tokentap_inter_token_latency_seconds_count", M), 4.0);
-    assert_close(
-        m.get("tokentap_inter_token_latency_seconds_sum", M),
-        0.120,
-        "ITL sum",
-    );
-    assert_close(
-        m.get("tokentap_max_inter_token_gap_seconds_sum", M),
-        0.050,
-        "max gap",
-    );
+    assert_eq!(m.get(&family::ITL.count(), M), 4.0);
+    assert_close(m.get(&family::ITL.sum(), M), 0.120, "ITL sum");
+    assert_close(m.get(&family::MAX_GAP.sum(), M), 0.050, "max gap");
     // E2E = t_end − t_arrive = 380 ms; generation = 380 − 250 = 130 ms; TPOT = 130 / (5 − 1) = 32.5 ms.
+    assert_close(m.get(&family::E2E.sum(), M), 0.380, "E2E");
     assert_close(
-        m.get("tokentap_e2e_request_latency_seconds_sum", M),
-        0.380,
-        "E2E",
-    );
-    assert_close(
-        m.get("tokentap_token_generation_time_seconds_sum", M),
+        m.get(&family::GENERATION.sum(), M),
         0.130,
         "generation time",
     );
+    assert_close(m.get(&family::TPOT.sum(), M), 0.0325, "TPOT");
     assert_close(
-        m.get("tokentap_time_per_output_token_seconds_sum", M),
-        0.0325,
-        "TPOT",
-    );
-    assert_close(
-        m.get("tokentap_output_tokens_per_second_sum", M),
+        m.get(&family::TOKENS_PER_SECOND.sum(), M),
         4.0 / 0.130,
         "tokens/s",
     );
-    assert_eq!(m.get("tokentap_input_tokens_total", M), 11.0);
-    assert_eq!(m.get("tokentap_output_tokens_total", M), 5.0);
+    assert_eq!(m.get(family::INPUT_TOKENS.name, M), 11.0);
+    assert_eq!(m.get(family::OUTPUT_TOKENS.name, M), 5.0);
     // Buckets are cumulative and fine at the low end: the 20 ms gaps sit at or below le=0.02.
     assert_eq!(
-        m.get(
-            "tokentap_inter_token_latency_seconds_bucket",
-            &[("model", "m"), ("le", "0.02")]
-        ),
+        m.get(&family::ITL.bucket(), &[("model", "m"), ("le", "0.02")]),
         2.0
     );
     assert_eq!(
-        m.get(
-            "tokentap_inter_token_latency_seconds_bucket",
-            &[("model", "m"), ("le", "0.03")]
-        ),
+        m.get(&family::ITL.bucket(), &[("model", "m"), ("le", "0.03")]),
         3.0
     );
 }
@@ -152,13 +127,9 @@ async fn usage_count_drives_tpot_when_chunks_carry_several_tokens() {
     send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_output_tokens_total", M), 9.0);
-    assert_eq!(m.get("tokentap_inter_token_latency_seconds_count", M), 2.0);
-    assert_close(
-        m.get("tokentap_time_per_output_token_seconds_sum", M),
-        0.080 / 8.0,
-        "TPOT",
-    );
+    assert_eq!(m.get(family::OUTPUT_TOKENS.name, M), 9.0);
+    assert_eq!(m.get(&family::ITL.count(), M), 2.0);
+    assert_close(m.get(&family::TPOT.sum(), M), 0.080 / 8.0, "TPOT");
 }
 
 #[tokio::test(start_paused = true)]
@@ -183,20 +154,16 @@ async fn token_count_falls_back_to_output_chunks_without_usage() {
     let labels = &[("model", "tiny-gguf"), ("api", "chat")];
     assert!(content_events > 5);
     assert_eq!(
-        m.get("tokentap_output_tokens_total", labels),
+        m.get(family::OUTPUT_TOKENS.name, labels),
         content_events as f64
     );
     assert_eq!(
-        m.get("tokentap_inter_token_latency_seconds_count", labels),
+        m.get(&family::ITL.count(), labels),
         (content_events - 1) as f64
     );
-    assert_eq!(m.get("tokentap_input_tokens_total", labels), 0.0);
+    assert_eq!(m.get(family::INPUT_TOKENS.name, labels), 0.0);
     // The role chunk came first, 10 ms before the first content chunk.
-    assert_close(
-        m.get("tokentap_time_to_first_token_seconds_sum", labels),
-        0.010,
-        "TTFT",
-    );
+    assert_close(m.get(&family::TTFT.sum(), labels), 0.010, "TTFT");
 }
 
 #[tokio::test(start_paused = true)]
@@ -225,52 +192,31 @@ async fn goodput_counts_only_requests_within_every_ceiling() {
     }
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_requests_total", &[("model", "m")]), 3.0);
-    assert_eq!(
-        m.get("tokentap_goodput_requests_total", &[("model", "m")]),
-        1.0
-    );
+    assert_eq!(m.get(family::REQUESTS.name, &[("model", "m")]), 3.0);
+    assert_eq!(m.get(family::GOODPUT.name, &[("model", "m")]), 1.0);
     assert_eq!(
         m.get(
-            "tokentap_slo_violations_total",
+            family::SLO_VIOLATIONS.name,
             &[("model", "m"), ("slo", "ttft")]
         ),
         1.0
     );
     assert_eq!(
         m.get(
-            "tokentap_slo_violations_total",
+            family::SLO_VIOLATIONS.name,
             &[("model", "m"), ("slo", "itl")]
         ),
         1.0
     );
-    assert_eq!(
-        m.get("tokentap_slo_violations_total", &[("slo", "tpot")]),
-        0.0
-    );
+    assert_eq!(m.get(family::SLO_VIOLATIONS.name, &[("slo", "tpot")]), 0.0);
     // The per-model override lifts TTFT to 1 s for "relaxed": its 300 ms first token is goodput.
-    assert_eq!(
-        m.get("tokentap_goodput_requests_total", &[("model", "relaxed")]),
-        1.0
-    );
+    assert_eq!(m.get(family::GOODPUT.name, &[("model", "relaxed")]), 1.0);
     // Each ceiling is a bucket boundary, so attainment is exact in PromQL.
-    assert!(m.has(
-        "tokentap_time_to_first_token_seconds_bucket",
-        &[("le", "0.2")]
-    ));
-    assert!(m.has(
-        "tokentap_time_per_output_token_seconds_bucket",
-        &[("le", "0.333")]
-    ));
-    assert!(m.has(
-        "tokentap_max_inter_token_gap_seconds_bucket",
-        &[("le", "0.25")]
-    ));
+    assert!(m.has(&family::TTFT.bucket(), &[("le", "0.2")]));
+    assert!(m.has(&family::TPOT.bucket(), &[("le", "0.333")]));
+    assert!(m.has(&family::MAX_GAP.bucket(), &[("le", "0.25")]));
     assert_eq!(
-        m.get(
-            "tokentap_time_to_first_token_seconds_bucket",
-            &[("model", "m"), ("le", "0.2")]
-        ),
+        m.get(&family::TTFT.bucket(), &[("model", "m"), ("le", "0.2")]),
         2.0
     );
 }
@@ -289,23 +235,13 @@ async fn non_streaming_response_records_e2e_and_usage_but_no_ttft() {
     assert_eq!(got.body, body.as_bytes());
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_close(
-        m.get("tokentap_e2e_request_latency_seconds_sum", M),
-        0.700,
-        "E2E",
-    );
-    assert_eq!(m.get("tokentap_output_tokens_total", M), 34.0);
-    assert_eq!(m.get("tokentap_input_tokens_total", M), 12.0);
-    assert_eq!(
-        m.get("tokentap_time_to_first_token_seconds_count", &[]),
-        0.0
-    );
-    assert_eq!(
-        m.get("tokentap_time_per_output_token_seconds_count", &[]),
-        0.0
-    );
+    assert_close(m.get(&family::E2E.sum(), M), 0.700, "E2E");
+    assert_eq!(m.get(family::OUTPUT_TOKENS.name, M), 34.0);
+    assert_eq!(m.get(family::INPUT_TOKENS.name, M), 12.0);
+    assert_eq!(m.get(&family::TTFT.count(), &[]), 0.0);
+    assert_eq!(m.get(&family::TPOT.count(), &[]), 0.0);
     // The TTFT ceiling does not apply to a non-streaming response; E2E is within 1 s: goodput.
-    assert_eq!(m.get("tokentap_goodput_requests_total", M), 1.0);
+    assert_eq!(m.get(family::GOODPUT.name, M), 1.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -315,12 +251,9 @@ async fn e2e_ceiling_misses_are_counted() {
     send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get("tokentap_slo_violations_total", &[("slo", "e2e")]),
-        1.0
-    );
-    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
-    assert_eq!(m.get("tokentap_requests_total", &[("outcome", "ok")]), 1.0);
+    assert_eq!(m.get(family::SLO_VIOLATIONS.name, &[("slo", "e2e")]), 1.0);
+    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[("outcome", "ok")]), 1.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -333,10 +266,10 @@ async fn model_labels_are_capped_and_overflow_counts_as_other() {
     }
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_requests_total", &[("model", "a")]), 2.0);
-    assert_eq!(m.get("tokentap_requests_total", &[("model", "b")]), 1.0);
-    assert_eq!(m.get("tokentap_requests_total", &[("model", "other")]), 2.0);
-    assert!(!m.has("tokentap_requests_total", &[("model", "c")]));
+    assert_eq!(m.get(family::REQUESTS.name, &[("model", "a")]), 2.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[("model", "b")]), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[("model", "other")]), 2.0);
+    assert!(!m.has(family::REQUESTS.name, &[("model", "c")]));
 }
 
 #[tokio::test(start_paused = true)]
@@ -366,18 +299,10 @@ async fn completions_api_counts_text_chunks() {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let labels = &[("model", "m"), ("api", "completions")];
-    assert_eq!(m.get("tokentap_output_tokens_total", labels), 4.0);
-    assert_close(
-        m.get("tokentap_time_to_first_token_seconds_sum", labels),
-        0.120,
-        "TTFT",
-    );
+    assert_eq!(m.get(family::OUTPUT_TOKENS.name, labels), 4.0);
+    assert_close(m.get(&family::TTFT.sum(), labels), 0.120, "TTFT");
     // The empty-text chunk is not output: the gap after " upon" runs to " a" (30 ms).
-    assert_close(
-        m.get("tokentap_max_inter_token_gap_seconds_sum", labels),
-        0.030,
-        "max gap",
-    );
+    assert_close(m.get(&family::MAX_GAP.sum(), labels), 0.030, "max gap");
 }
 
 #[tokio::test(start_paused = true)]
@@ -403,15 +328,11 @@ async fn unknown_paths_are_counted_without_token_figures() {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let labels = &[("model", "embedder"), ("api", "other")];
-    assert_eq!(m.get("tokentap_requests_total", labels), 1.0);
-    assert_close(
-        m.get("tokentap_e2e_request_latency_seconds_sum", labels),
-        0.040,
-        "E2E",
-    );
+    assert_eq!(m.get(family::REQUESTS.name, labels), 1.0);
+    assert_close(m.get(&family::E2E.sum(), labels), 0.040, "E2E");
     assert!(
-        !m.has("tokentap_output_tokens_total", labels)
-            || m.get("tokentap_output_tokens_total", labels) == 0.0
+        !m.has(family::OUTPUT_TOKENS.name, labels)
+            || m.get(family::OUTPUT_TOKENS.name, labels) == 0.0
     );
 }
 
@@ -435,19 +356,15 @@ async fn guidellm_capture_without_role_chunk_is_metered_from_its_usage() {
     let m = scrape(&proxy).await;
     let labels = &[("model", "mock-llama"), ("api", "chat")];
     assert_eq!(
-        m.get("tokentap_output_tokens_total", labels),
+        m.get(family::OUTPUT_TOKENS.name, labels),
         usage["completion_tokens"].as_f64().unwrap_or(-1.0)
     );
     assert_eq!(
-        m.get("tokentap_input_tokens_total", labels),
+        m.get(family::INPUT_TOKENS.name, labels),
         usage["prompt_tokens"].as_f64().unwrap_or(-1.0)
     );
     // No role chunk: the very first event is the first token, 80 ms after the head.
-    assert_close(
-        m.get("tokentap_time_to_first_token_seconds_sum", labels),
-        0.080,
-        "TTFT",
-    );
+    assert_close(m.get(&family::TTFT.sum(), labels), 0.080, "TTFT");
 }
 
 fn chat_chunk(delta: &str, index: u32) -> Step {
@@ -480,21 +397,13 @@ async fn a_refusal_stream_has_a_ttft_gaps_and_tpot_and_is_judged_on_them() {
     send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_close(
-        m.get("tokentap_time_to_first_token_seconds_sum", M),
-        0.300,
-        "TTFT",
-    );
-    assert_eq!(m.get("tokentap_inter_token_latency_seconds_count", M), 2.0);
-    assert_close(
-        m.get("tokentap_time_per_output_token_seconds_sum", M),
-        0.020,
-        "TPOT",
-    );
+    assert_close(m.get(&family::TTFT.sum(), M), 0.300, "TTFT");
+    assert_eq!(m.get(&family::ITL.count(), M), 2.0);
+    assert_close(m.get(&family::TPOT.sum(), M), 0.020, "TPOT");
     // The 300 ms refusal missed the 100 ms ceiling: not goodput.
-    assert_eq!(m.get("tokentap_goodput_requests_total", M), 0.0);
+    assert_eq!(m.get(family::GOODPUT.name, M), 0.0);
     let ttft = [("model", "m"), ("slo", "ttft")];
-    assert_eq!(m.get("tokentap_slo_violations_total", &ttft), 1.0);
+    assert_eq!(m.get(family::SLO_VIOLATIONS.name, &ttft), 1.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -536,29 +445,17 @@ async fn several_choices_are_timed_as_the_reader_of_one_choice_sees_them() {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     assert_close(
-        m.get("tokentap_time_to_first_token_seconds_sum", M),
+        m.get(&family::TTFT.sum(), M),
         0.100,
         "TTFT: the first output of any choice",
     );
     // Gaps within each choice: 20 + 20 (choice 0), 40 + 10 (choice 1).
-    assert_eq!(m.get("tokentap_inter_token_latency_seconds_count", M), 4.0);
-    assert_close(
-        m.get("tokentap_inter_token_latency_seconds_sum", M),
-        0.090,
-        "ITL",
-    );
-    assert_close(
-        m.get("tokentap_max_inter_token_gap_seconds_sum", M),
-        0.040,
-        "max gap",
-    );
+    assert_eq!(m.get(&family::ITL.count(), M), 4.0);
+    assert_close(m.get(&family::ITL.sum(), M), 0.090, "ITL");
+    assert_close(m.get(&family::MAX_GAP.sum(), M), 0.040, "max gap");
     // 6 tokens over 2 choices: 3 a choice. TPOT = (200 − 100) / (3 − 1).
-    assert_close(
-        m.get("tokentap_time_per_output_token_seconds_sum", M),
-        0.050,
-        "TPOT",
-    );
-    assert_eq!(m.get("tokentap_output_tokens_total", M), 6.0);
+    assert_close(m.get(&family::TPOT.sum(), M), 0.050, "TPOT");
+    assert_eq!(m.get(family::OUTPUT_TOKENS.name, M), 6.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -598,14 +495,10 @@ async fn usage_that_leaves_the_streamed_reasoning_out_is_corrected_and_says_so()
         send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
         settle(&proxy).await;
         let m = scrape(&proxy).await;
-        assert_eq!(m.get("tokentap_output_tokens_total", M), tokens);
+        assert_eq!(m.get(family::OUTPUT_TOKENS.name, M), tokens);
         let corrected = [("model", "m"), ("token_source", "usage_corrected")];
-        assert_eq!(m.get("tokentap_output_token_source_total", &corrected), 1.0);
+        assert_eq!(m.get(family::TOKEN_SOURCE.name, &corrected), 1.0);
         // TPOT = 50 ms over 5 steps, not 50 ms over 0.
-        assert_close(
-            m.get("tokentap_time_per_output_token_seconds_sum", M),
-            0.010,
-            "TPOT",
-        );
+        assert_close(m.get(&family::TPOT.sum(), M), 0.010, "TPOT");
     }
 }

@@ -4,33 +4,11 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use support::*;
-use tokentap::record::request_record::RequestRecord;
-
-fn temp_file(name: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("tokentap-{name}-{}.jsonl", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    path
-}
-
-/// The records in `path`, waiting (at most 5 s, the writer is a thread of its own) for `n` of them.
-fn read_records(path: &Path, n: usize) -> Vec<RequestRecord> {
-    for _ in 0..500 {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.lines().count() >= n {
-            return text
-                .lines()
-                .map(|line| serde_json::from_str(line).expect("a record per line"))
-                .collect();
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    panic!("fewer than {n} records in {}:\n{text}", path.display());
-}
+use tokentap::logging::records;
+use tokentap::record::metrics::family;
 
 fn with_header(
     mut request: http::Request<http_body_util::Full<bytes::Bytes>>,
@@ -122,7 +100,7 @@ async fn records_say_exactly_what_the_metrics_say_for_the_same_traffic() {
     assert_eq!(records.len(), 9);
     for outcome in ["ok", "upstream_error"] {
         let n = records.iter().filter(|r| r.outcome == outcome).count();
-        let counted = metrics.get("tokentap_requests_total", &[("outcome", outcome)]);
+        let counted = metrics.get(family::REQUESTS.name, &[("outcome", outcome)]);
         assert_eq!(n as f64, counted, "{outcome}");
     }
     for t in ["acme", "globex", "vip", "none"] {
@@ -130,12 +108,12 @@ async fn records_say_exactly_what_the_metrics_say_for_the_same_traffic() {
             .iter()
             .filter(|r| r.tenant.as_deref() == Some(t))
             .count();
-        let counted = metrics.get("tokentap_requests_total", &[("tenant", t)]);
+        let counted = metrics.get(family::REQUESTS.name, &[("tenant", t)]);
         assert_eq!(n as f64, counted, "tenant {t}");
     }
     let close = |a: f64, b: f64, what: &str| assert!((a - b).abs() < 1e-9, "{what}: {a} vs {b}");
     let ttft: Vec<f64> = records.iter().filter_map(|r| r.ttft_s).collect();
-    let ttft_metric = "tokentap_time_to_first_token_seconds";
+    let ttft_metric = family::TTFT.name;
     close(
         ttft.iter().sum(),
         metrics.get(&format!("{ttft_metric}_sum"), &[]),
@@ -150,34 +128,24 @@ async fn records_say_exactly_what_the_metrics_say_for_the_same_traffic() {
         .filter(|r| r.outcome == "ok")
         .map(|r| r.e2e_s)
         .sum();
-    close(
-        e2e,
-        metrics.get("tokentap_e2e_request_latency_seconds_sum", &[]),
-        "E2E sum",
-    );
+    close(e2e, metrics.get(&family::E2E.sum(), &[]), "E2E sum");
     let tokens: u64 = records.iter().filter_map(|r| r.output_tokens).sum();
-    assert_eq!(
-        tokens as f64,
-        metrics.get("tokentap_output_tokens_total", &[])
-    );
+    assert_eq!(tokens as f64, metrics.get(family::OUTPUT_TOKENS.name, &[]));
     assert_eq!(tokens, 5 * 4 + 2 + 9 + 1);
     let gaps: u64 = records.iter().map(|r| r.gaps).sum();
-    let itl_count = metrics.get("tokentap_inter_token_latency_seconds_count", &[]);
+    let itl_count = metrics.get(&family::ITL.count(), &[]);
     assert_eq!(gaps as f64, itl_count);
     let goodput = records.iter().filter(|r| r.goodput).count();
-    let goodput_metric = metrics.get("tokentap_goodput_requests_total", &[]);
+    let goodput_metric = metrics.get(family::GOODPUT.name, &[]);
     assert_eq!(goodput as f64, goodput_metric);
     assert_eq!(goodput, 5, "4 acme streams and the JSON answer");
-    let goodput_acme = metrics.get("tokentap_goodput_requests_total", &[("tenant", "acme")]);
+    let goodput_acme = metrics.get(family::GOODPUT.name, &[("tenant", "acme")]);
     assert_eq!(goodput_acme, 4.0);
-    assert_eq!(
-        metrics.get("tokentap_request_records_written_total", &[]),
-        9.0
-    );
+    assert_eq!(metrics.get(records::WRITTEN, &[]), 9.0);
     let missed_ttft = records
         .iter()
         .filter(|r| r.slo_missed.contains(&"ttft".to_owned()));
-    let violations = metrics.get("tokentap_slo_violations_total", &[("slo", "ttft")]);
+    let violations = metrics.get(family::SLO_VIOLATIONS.name, &[("slo", "ttft")]);
     assert_eq!(missed_ttft.count() as f64, violations);
     let vip = records.iter().find(|r| r.tenant.as_deref() == Some("vip"));
     let vip = vip.expect("the vip record");
@@ -185,7 +153,7 @@ async fn records_say_exactly_what_the_metrics_say_for_the_same_traffic() {
         (vip.goodput, vip.slo_missed.clone()),
         (false, vec!["ttft".to_owned()])
     );
-    let dropped = metrics.get("tokentap_request_records_dropped_total", &[]);
+    let dropped = metrics.get(records::DROPPED, &[]);
     assert_eq!(dropped, 0.0);
 
     let slow = records.iter().find(|r| r.model == "slow").expect("slow");
@@ -256,7 +224,7 @@ async fn with_gaps_on_a_record_lists_each_gap_up_to_max_gaps() {
         .all(|&g| g > 0.0 && g <= record.max_gap_s.unwrap_or(0.0)));
     assert_eq!(record.tenant, None, "no tenants configured: no tenant");
     let metrics = scrape(&proxy).await;
-    assert!(!metrics.has("tokentap_requests_total", &[("tenant", "none")]));
+    assert!(!metrics.has(family::REQUESTS.name, &[("tenant", "none")]));
     let _ = std::fs::remove_file(&path);
 }
 
@@ -354,14 +322,11 @@ async fn a_stdout_nobody_reads_drops_and_counts_records_and_requests_still_succe
     assert_eq!(statuses.len(), 400);
     assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
     let metrics = process.scrape();
-    let dropped = metrics.get(
-        "tokentap_request_records_dropped_total",
-        &[("reason", "queue_full")],
-    );
-    let written = metrics.get("tokentap_request_records_written_total", &[]);
+    let dropped = metrics.get(records::DROPPED, &[("reason", "queue_full")]);
+    let written = metrics.get(records::WRITTEN, &[]);
     assert!(dropped > 0.0, "written {written}, dropped {dropped}");
     assert!(written + dropped <= 400.0);
-    assert_eq!(metrics.get("tokentap_requests_total", &[]), 400.0);
+    assert_eq!(metrics.get(family::REQUESTS.name, &[]), 400.0);
     process.signal("TERM");
     let (exit, log) = process.wait();
     assert!(exit.success(), "{log}");
@@ -415,12 +380,9 @@ async fn a_full_disk_is_counted_as_write_errors_and_never_fails_a_request() {
     for _ in 0..200 {
         let metrics = scrape(&proxy).await;
         let reason = [("reason", "write_error")];
-        errors = metrics.get("tokentap_request_records_dropped_total", &reason);
+        errors = metrics.get(records::DROPPED, &reason);
         if errors >= 3.0 {
-            assert_eq!(
-                metrics.get("tokentap_request_records_written_total", &[]),
-                0.0
-            );
+            assert_eq!(metrics.get(records::WRITTEN, &[]), 0.0);
             break;
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -476,7 +438,7 @@ async fn a_bearer_tenant_is_a_keyed_hash_and_the_token_is_in_no_record_and_no_se
         assert!(!metrics.text.contains(part), "/metrics shows {part}");
     }
     assert_eq!(
-        metrics.get("tokentap_requests_total", &[("tenant", &tenant)]),
+        metrics.get(family::REQUESTS.name, &[("tenant", &tenant)]),
         1.0
     );
     // The upstream still got the client's Authorization, unchanged.

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use tokentap::logging::records;
 
 use support::{ok_stream, start_binary_after, upstream, Metrics, Process};
 
@@ -37,11 +38,8 @@ fn chat(proxy: &str) -> String {
 
 fn records_counted(process: &Process) -> (f64, f64) {
     let m: Metrics = process.scrape();
-    let lost = m.get(
-        "tokentap_request_records_dropped_total",
-        &[("reason", "write_error")],
-    );
-    (m.get("tokentap_request_records_written_total", &[]), lost)
+    let lost = m.get(records::DROPPED, &[("reason", "write_error")]);
+    (m.get(records::WRITTEN, &[]), lost)
 }
 
 /// Waits (at most 10 s) until `n` records are counted written or lost.

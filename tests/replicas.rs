@@ -109,21 +109,6 @@ async fn drive(replicas: &[Running]) {
     }
 }
 
-/// The records in `path`, once it holds `n` (at most 5 s: the writer is a thread of its own).
-fn records(path: &Path, n: usize) -> Vec<Value> {
-    for _ in 0..500 {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.lines().count() >= n {
-            return text
-                .lines()
-                .map(|l| serde_json::from_str(l).expect("record"))
-                .collect();
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("fewer than {n} records in {}", path.display());
-}
-
 /// What a set of records says, per model.
 #[derive(Debug, Default, Clone)]
 struct Tally {
@@ -287,7 +272,7 @@ async fn three_replicas_add_up_in_promql_to_the_union_of_their_records() {
     let at = now() - 2.0;
 
     let all: Vec<Vec<Value>> = (0..REPLICAS)
-        .map(|r| records(&files[r], 2 * per_replica[r]))
+        .map(|r| read_json_records(&files[r], 2 * per_replica[r]))
         .collect();
     let union = tallies(all.iter().flatten());
     assert_eq!(

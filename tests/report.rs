@@ -792,3 +792,87 @@ fn made_up_outcomes_and_ceiling_names_are_capped_so_memory_stays_bounded() {
     let attainment = doc["total"]["attainment"].as_array().unwrap();
     assert_eq!(attainment.len(), 65);
 }
+
+/// Agent turns: the time to the first tool call has its row (over the records that called a tool),
+/// ranks `--slowest-by`, and is judged by a what-if ceiling like the others; a turn without a call meets it.
+#[test]
+fn the_time_to_first_tool_call_is_a_row_a_ranking_and_a_ceiling() {
+    let line = |id: &str, tool: Option<f64>| {
+        let tool = tool.map_or(String::new(), |t| {
+            format!(",\"time_to_first_tool_call_s\":{t}")
+        });
+        format!(
+            "{{\"v\":1,\"start\":\"2026-12-03T08:00:0{id}Z\",\"id\":\"{id}\",\"model\":\"m\",\"api\":\"chat\",\"status\":200,\"outcome\":\"ok\",\"stream\":true,\"e2e_s\":1.0,\"ttft_s\":0.1{tool},\"goodput\":true}}\n"
+        )
+    };
+    let lines = [line("1", Some(0.4)), line("2", Some(1.2)), line("3", None)].concat();
+    let path = temp("tool-calls.jsonl", lines.as_bytes());
+    let mut o = options(&[path.to_str().unwrap()]);
+    let doc = json(&o);
+    let row = &doc["total"]["metrics"]["time_to_first_tool_call"];
+    assert_eq!(row["count"], 2, "{row}");
+    close(&row["max"], 1.2);
+    o.slowest = 1;
+    o.slowest_by = SlowBy::TimeToFirstToolCall;
+    let doc = json(&o);
+    assert_eq!(doc["slowest"]["by"], "time_to_first_tool_call");
+    assert_eq!(doc["slowest"]["requests"][0]["id"], "2");
+    o.slo = Some(query::parse_slo("time_to_first_tool_call=1s").unwrap());
+    let t = json(&o)["total"].clone();
+    assert_eq!(t["good_request_count"], 2, "only the 1.2 s call misses");
+    let table = report(&Options {
+        format: Format::Table,
+        ..o
+    })
+    .unwrap()
+    .0;
+    assert!(table.contains("Time to First Tool Call"), "{table}");
+}
+
+/// Agent traffic: `--by turn` groups by the position in the conversation, and a summary says how many
+/// conversations, their turns, and how their wall time splits between the server and the client.
+#[test]
+fn turns_group_by_position_and_conversations_are_summarised() {
+    let line = |start: &str, conversation: &str, turn: u32, e2e: f64, think: Option<f64>| {
+        let think = think.map_or(String::new(), |t| format!(",\"think_s\":{t}"));
+        format!(
+            "{{\"v\":1,\"start\":\"2026-12-03T08:00:{start}Z\",\"id\":\"{conversation}{turn}\",\"model\":\"m\",\"api\":\"chat\",\"conversation\":\"{conversation}\",\"turn\":{turn}{think},\"status\":200,\"outcome\":\"ok\",\"stream\":true,\"e2e_s\":{e2e},\"ttft_s\":0.1,\"goodput\":true}}\n"
+        )
+    };
+    let lines = [
+        line("00", "c-a", 1, 1.0, None),
+        line("03", "c-a", 2, 2.0, Some(2.0)),
+        line("10", "c-a", 3, 1.0, Some(5.0)),
+        line("01", "c-b", 1, 0.5, None),
+        line("02", "c-b", 2, 0.5, Some(0.5)),
+    ]
+    .concat();
+    let path = temp("turns.jsonl", lines.as_bytes());
+    let mut o = options(&[path.to_str().unwrap()]);
+    o.by = Some(By::Turn);
+    let doc = json(&o);
+    let groups = doc["groups"].as_object().unwrap();
+    assert_eq!(groups.keys().collect::<Vec<_>>(), ["1", "2", "3"]);
+    assert_eq!(groups["2"]["request_count"], 2);
+    let c = &doc["conversations"];
+    assert_eq!(
+        (c["conversation_count"].as_u64(), c["turn_count"].as_u64()),
+        (Some(2), Some(5))
+    );
+    // c-a: 08:00:00 to 08:00:11, 4 s in the server, 7 s between turns.
+    assert_eq!(c["slowest"][0]["conversation"], "c-a");
+    close(&c["slowest"][0]["wall_s"], 11.0);
+    close(&c["slowest"][0]["server_s"], 4.0);
+    close(&c["slowest"][0]["between_turns_s"], 7.0);
+    close(&c["server_s"], 5.0);
+    close(&c["between_turns_s"], 7.5);
+    let table = report(&Options {
+        format: Format::Table,
+        ..o
+    })
+    .unwrap()
+    .0;
+    assert!(table.contains("Conversations: 2, 5 turns"), "{table}");
+    // Records without conversations have no such section.
+    assert!(json(&options(&[DAY])).get("conversations").is_none());
+}

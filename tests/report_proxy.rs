@@ -14,13 +14,15 @@ use std::time::Duration;
 use serde_json::Value;
 use support::*;
 use tokentap::config::SloKind;
+use tokentap::record::metrics::family;
 use tokentap::report::query::{parse_slo, Window};
 use tokentap::report::slowest::SlowBy;
 use tokentap::report::{run, Format, Options};
 
-const CEILINGS: &str = "ttft=100ms,itl=150ms,tpot=50ms,e2e=400ms,time_to_first_answer=100ms";
+const CEILINGS: &str =
+    "ttft=100ms,itl=150ms,tpot=50ms,e2e=400ms,time_to_first_answer=100ms,time_to_first_tool_call=100ms";
 const CEILINGS_YAML: &str =
-    "slo: {ttft: 100ms, itl: 150ms, tpot: 50ms, e2e: 400ms, time_to_first_answer: 100ms}\n";
+    "slo: {ttft: 100ms, itl: 150ms, tpot: 50ms, e2e: 400ms, time_to_first_answer: 100ms, time_to_first_tool_call: 100ms}\n";
 
 fn temp_file(name: &str) -> PathBuf {
     let path = std::env::temp_dir().join(format!("tokentap-{name}-{}.jsonl", std::process::id()));
@@ -81,6 +83,17 @@ fn script(request: &RecordedRequest) -> Vec<Step> {
     if has("long") {
         return stream(ms(5), &[100; 5], None);
     }
+    if has("tool") {
+        // Text at once, the tool call 120 ms later: within every gap ceiling, past the call's.
+        let call = r#"data: {"id":"c1","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":null}]}"#;
+        let mut steps = stream(ms(5), &[], None);
+        steps.truncate(3);
+        steps.push(Step::Sleep(ms(120)));
+        steps.push(chunk(format!("{call}\n\n").as_bytes()));
+        steps.push(chunk(DONE.as_bytes()));
+        steps.push(last_chunk());
+        return steps;
+    }
     if has("reasoning") {
         // Reasoning for 200 ms, then the answer.
         return stream(ms(5), &[50, 50, 50, 50, 5], Some(5));
@@ -106,6 +119,7 @@ async fn run_traffic(name: &str, yaml: &str) -> (PathBuf, Metrics) {
         "stall",
         "long",
         "reasoning",
+        "tool",
         "json",
     ] {
         let answer = send(&c, post(&proxy, chat, &chat_request(model))).await;
@@ -116,7 +130,7 @@ async fn run_traffic(name: &str, yaml: &str) -> (PathBuf, Metrics) {
     let broken = send(&c, post(&proxy, chat, &chat_request("broken"))).await;
     assert!(broken.end.is_err(), "the stream broke off");
     settle(&proxy).await;
-    wait_for_lines(&path, 9);
+    wait_for_lines(&path, 10);
     (path, scrape(&proxy).await)
 }
 
@@ -160,42 +174,37 @@ fn missed(doc: &Value, kind: &str) -> f64 {
 async fn what_if_goodput_equals_the_proxy_run_with_those_ceilings() {
     let (unjudged, _) = run_traffic("report-unjudged", "").await;
     let (judged, metrics) = run_traffic("report-judged", CEILINGS_YAML).await;
-    let goodput = metrics.get("tokentap_goodput_requests_total", &[]);
+    let goodput = metrics.get(family::GOODPUT.name, &[]);
     // fast ×2 and the JSON body: every other request misses a ceiling or failed.
     assert_eq!(goodput, 3.0);
     let what_if = report(&unjudged, Some(CEILINGS));
     let recorded = report(&judged, None);
     for doc in [&what_if, &recorded] {
-        assert_eq!(doc["total"]["request_count"], 9);
+        assert_eq!(doc["total"]["request_count"], 10);
         assert_eq!(doc["total"]["good_request_count"].as_f64(), Some(goodput));
     }
     for kind in SloKind::ALL {
-        let proxy = metrics.get("tokentap_slo_violations_total", &[("slo", kind.as_str())]);
+        let proxy = metrics.get(family::SLO_VIOLATIONS.name, &[("slo", kind.as_str())]);
         assert!(proxy > 0.0, "the traffic misses {kind}");
         assert_eq!(missed(&what_if, kind.as_str()), proxy, "what-if {kind}");
         assert_eq!(missed(&recorded, kind.as_str()), proxy, "recorded {kind}");
     }
-    let requests = metrics.get("tokentap_requests_total", &[]);
+    let requests = metrics.get(family::REQUESTS.name, &[]);
     assert_eq!(recorded["total"]["request_count"].as_f64(), Some(requests));
     // Each row sees the requests its histogram sees: the same count and the same sum.
     for (tag, histogram) in [
+        ("time_to_first_token", family::TTFT.name),
+        ("inter_chunk_latency", family::ITL.name),
+        ("inter_token_latency", family::TPOT.name),
+        ("request_latency", family::E2E.name),
         (
-            "time_to_first_token",
-            "tokentap_time_to_first_token_seconds",
+            "time_to_first_tool_call",
+            family::TIME_TO_FIRST_TOOL_CALL.name,
         ),
-        (
-            "inter_chunk_latency",
-            "tokentap_inter_token_latency_seconds",
-        ),
-        (
-            "inter_token_latency",
-            "tokentap_time_per_output_token_seconds",
-        ),
-        ("request_latency", "tokentap_e2e_request_latency_seconds"),
-        ("longest_gap", "tokentap_max_inter_token_gap_seconds"),
+        ("longest_gap", family::MAX_GAP.name),
         (
             "output_token_throughput_per_user",
-            "tokentap_output_tokens_per_second",
+            family::TOKENS_PER_SECOND.name,
         ),
     ] {
         let row = &recorded["total"]["metrics"][tag];

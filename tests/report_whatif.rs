@@ -36,6 +36,8 @@ struct Case {
     /// The first answer (not reasoning) at or after this ms (never, for `u64::MAX`); `None`: the
     /// first output was the answer.
     answer_ms: Option<u64>,
+    /// The chunk that starts the first tool call, at this ms.
+    tool_ms: Option<u64>,
 }
 
 fn stream(outputs: Vec<u64>, end_ms: u64, tokens: u64) -> Case {
@@ -46,6 +48,7 @@ fn stream(outputs: Vec<u64>, end_ms: u64, tokens: u64) -> Case {
         status: Some(200),
         decoded: Some((true, Some(tokens))),
         answer_ms: None,
+        tool_ms: None,
     }
 }
 
@@ -87,6 +90,7 @@ fn cases() -> Vec<Case> {
             status: Some(200),
             decoded: Some((true, None)),
             answer_ms: None,
+            tool_ms: None,
         },
         // The client left mid-stream; no gap, not even the open one, above the ITL ceiling.
         Case {
@@ -96,6 +100,7 @@ fn cases() -> Vec<Case> {
             status: Some(200),
             decoded: Some((true, None)),
             answer_ms: None,
+            tool_ms: None,
         },
         // The upstream broke the stream after a slow first token.
         Case {
@@ -105,6 +110,7 @@ fn cases() -> Vec<Case> {
             status: Some(200),
             decoded: Some((true, None)),
             answer_ms: None,
+            tool_ms: None,
         },
         // A 503: not metered, never goodput, judged on E2E only.
         Case {
@@ -114,6 +120,7 @@ fn cases() -> Vec<Case> {
             status: Some(503),
             decoded: None,
             answer_ms: None,
+            tool_ms: None,
         },
         // One JSON body, 3 s: only the E2E ceiling applies.
         Case {
@@ -123,6 +130,7 @@ fn cases() -> Vec<Case> {
             status: Some(200),
             decoded: Some((false, Some(40))),
             answer_ms: None,
+            tool_ms: None,
         },
         // Reasoning for 1.5 s, then the answer: TTFT met, time to first answer missed.
         reasoning(every(100, 100, 19), 1_500, 1_900, 19),
@@ -134,6 +142,17 @@ fn cases() -> Vec<Case> {
             status: Some(200),
             decoded: Some((true, None)),
             answer_ms: Some(u64::MAX),
+            tool_ms: None,
+        },
+        // An agent turn: text at 100 ms, the tool call at 1.4 s (every gap within ITL): the call missed.
+        Case {
+            tool_ms: Some(1_400),
+            ..stream(every(100, 100, 14), 1_450, 14)
+        },
+        // A tool call at 200 ms: met.
+        Case {
+            tool_ms: Some(200),
+            ..stream(every(100, 20, 10), 300, 10)
         },
         // One JSON body within E2E.
         Case {
@@ -143,6 +162,7 @@ fn cases() -> Vec<Case> {
             status: Some(200),
             decoded: Some((false, Some(40))),
             answer_ms: None,
+            tool_ms: None,
         },
     ]
 }
@@ -154,6 +174,9 @@ fn finish(case: &Case, ceilings: &Ceilings) -> FinishedRecord {
         timeline.on_output(0, t0 + ms(at));
         if case.answer_ms.is_none_or(|answer| at >= answer) {
             timeline.on_answer(t0 + ms(at), case.answer_ms.is_some());
+        }
+        if case.tool_ms.is_some_and(|tool| at >= tool) {
+            timeline.on_tool_call(t0 + ms(at));
         }
     }
     let report = case.decoded.map(|(streaming, usage)| DecoderReport {
@@ -191,6 +214,7 @@ fn record_of(i: usize, f: &FinishedRecord) -> RequestRecord {
         e2e_s: f.figures.e2e.as_secs_f64(),
         ttft_s: secs(f.figures.ttft),
         time_to_first_answer_s: secs(f.figures.time_to_first_answer),
+        time_to_first_tool_call_s: stream(f.figures.time_to_first_tool_call),
         tpot_s: stream(f.figures.tpot.filter(|_| ok)),
         max_gap_s: stream(f.figures.max_gap),
         output_tokens: f.output_tokens,
@@ -239,8 +263,10 @@ fn missed(doc: &Value, kind: &str) -> u64 {
 
 #[test]
 fn what_if_goodput_and_misses_equal_a_run_with_those_ceilings_configured() {
-    let x =
-        parse_ceilings("ttft=300ms,tpot=40ms,itl=200ms,e2e=2s,time_to_first_answer=1s").unwrap();
+    let x = parse_ceilings(
+        "ttft=300ms,tpot=40ms,itl=200ms,e2e=2s,time_to_first_answer=1s,time_to_first_tool_call=1s",
+    )
+    .unwrap();
     let cases = cases();
     let unjudged: Vec<RequestRecord> = cases
         .iter()
@@ -249,8 +275,8 @@ fn what_if_goodput_and_misses_equal_a_run_with_those_ceilings_configured() {
         .collect();
     let configured: Vec<FinishedRecord> = cases.iter().map(|c| finish(c, &x)).collect();
     let good = configured.iter().filter(|f| f.verdict.goodput).count() as u64;
-    // The cases are built so that each verdict is exercised: two good requests, each ceiling missed.
-    assert_eq!(good, 2);
+    // The cases are built so that each verdict is exercised: three good requests, each ceiling missed.
+    assert_eq!(good, 3);
     let what_if = report_of(&unjudged, Some(x));
     assert_eq!(what_if["total"]["good_request_count"], good);
     for kind in SloKind::ALL {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use support::*;
+use tokentap::record::metrics::family;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -79,8 +80,8 @@ async fn shutdown_turns_unready_at_once_refuses_new_clients_and_lets_a_stream_fi
     );
     let m = scrape(&proxy).await;
     let labels = [("model", "m"), ("status", "200"), ("outcome", "ok")];
-    assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
     assert_eq!(proxy.open_connections(), 0);
 }
 
@@ -121,13 +122,10 @@ async fn a_stream_outliving_the_grace_is_cut_broken_and_counted_timeout() {
     assert!(closed < Duration::from_secs(2) + ms(100), "{closed:?}");
     let m = scrape(&proxy).await;
     let labels = [("model", "m"), ("status", "200"), ("outcome", "timeout")];
-    assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
     assert_eq!(
-        m.get(
-            "tokentap_time_to_first_token_seconds_count",
-            &[("model", "m")]
-        ),
+        m.get(&family::TTFT.count(), &[("model", "m")]),
         1.0,
         "what was observed before the cut is kept"
     );
@@ -155,8 +153,8 @@ async fn a_request_still_waiting_for_its_head_when_the_grace_runs_out_gets_503()
     assert_eq!(json["error"]["type"], "shutting_down");
     let m = scrape(&proxy).await;
     let labels = [("status", "503"), ("outcome", "timeout")];
-    assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -212,5 +210,5 @@ async fn an_h2c_stream_in_flight_finishes_within_the_grace() {
         .expect("the h2c connection stayed open after shutdown")
         .ok();
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_requests_total", &[("outcome", "ok")]), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[("outcome", "ok")]), 1.0);
 }

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde_yaml::Value as Yaml;
 use support::*;
+use tokentap::record::metrics::family;
 
 const SIDECAR: &str = "deploy/kubernetes/sidecar.yaml";
 /// A tokenizer that splits words and punctuation (tests/tokenizer.rs).
@@ -215,15 +216,14 @@ async fn the_sidecar_counts_with_the_tokenizer_the_model_server_downloaded() {
         assert!(proxy.settle_tokenizers(std::time::Duration::from_secs(10)));
         let m = scrape(&proxy).await;
         assert_eq!(
-            m.get("tokentap_output_token_source_total", &by(source)),
+            m.get(family::TOKEN_SOURCE.name, &by(source)),
             1.0,
             "round {round}: the tokenizer in {} did not count",
             model_dir.display()
         );
     }
-    let tokens = scrape(&proxy).await.get(
-        "tokentap_output_tokens_total",
-        &[("model", served.as_str())],
-    );
+    let tokens = scrape(&proxy)
+        .await
+        .get(family::OUTPUT_TOKENS.name, &[("model", served.as_str())]);
     assert_eq!(tokens, 3.0 + 7.0, "exact counts once loaded");
 }

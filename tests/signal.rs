@@ -9,6 +9,7 @@ mod support;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
+use tokentap::record::metrics::family;
 
 use support::{
     chunk, content_chunk, get_blocking, last_chunk, ms, sse_head, start_binary, Process, Step, DONE,
@@ -94,7 +95,7 @@ async fn sighup_is_logged_and_ignored_while_a_stream_is_in_flight() {
         .await
         .expect("join");
     assert!(whole_stream(&again));
-    assert_eq!(process.metric("tokentap_requests_total"), 2.0);
+    assert_eq!(process.metric(family::REQUESTS.name), 2.0);
     process.signal("TERM");
     let (exit, log) = process.wait();
     assert!(exit.success(), "exit {exit:?}:\n{log}");
@@ -122,7 +123,7 @@ async fn a_log_reader_that_goes_away_costs_log_lines_not_requests() {
     // give it a moment to fail.
     let mut dropped = 0.0;
     for _ in 0..100 {
-        dropped = process.metric("tokentap_log_lines_dropped_total");
+        dropped = process.metric(tokentap::logging::DROPPED_LINES);
         if dropped >= 20.0 {
             break;
         }
@@ -132,7 +133,7 @@ async fn a_log_reader_that_goes_away_costs_log_lines_not_requests() {
     let m = process.scrape();
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[("outcome", "ok"), ("status", "200")]
         ),
         20.0
@@ -163,7 +164,7 @@ async fn a_log_reader_that_stalls_holds_up_no_request() {
     .expect("join");
     let whole = answers.iter().filter(|a| whole_stream(a)).count();
     assert_eq!(whole, 600);
-    assert_eq!(process.metric("tokentap_requests_total"), 600.0);
+    assert_eq!(process.metric(family::REQUESTS.name), 600.0);
     process.signal("TERM");
     // At exit the log waits at most a second for its reader, then gives up what it still holds.
     let (exit, _) = process.wait();

@@ -13,6 +13,7 @@ use tokentap::config::Metering;
 use tokentap::decode::dialect::detect;
 use tokentap::decode::response::{Format, ResponseDecoder};
 use tokentap::decode::tokenizer::TextCount;
+use tokentap::record::metrics::family;
 
 /// What the decoder makes of the whole body at once: the reference the proxy's figures must match.
 struct Expected {
@@ -88,31 +89,31 @@ async fn through_the_proxy(path: &'static str, body: Vec<u8>, frames: Vec<Vec<u8
     let model = [("model", "m")];
     assert_eq!(
         m.get(
-            "tokentap_requests_total",
+            family::REQUESTS.name,
             &[("model", "m"), ("status", "200"), ("outcome", want.outcome)]
         ),
         1.0
     );
-    assert_eq!(m.get("tokentap_requests_total", &[]), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[]), 1.0);
     assert_eq!(
-        m.get("tokentap_output_tokens_total", &model),
+        m.get(family::OUTPUT_TOKENS.name, &model),
         want.output_tokens as f64
     );
     assert_eq!(
-        m.get("tokentap_input_tokens_total", &model),
+        m.get(family::INPUT_TOKENS.name, &model),
         want.input_tokens as f64
     );
     assert_eq!(
-        m.get("tokentap_time_to_first_token_seconds_count", &model),
+        m.get(&family::TTFT.count(), &model),
         want.outputs.min(1) as f64
     );
     assert_eq!(
-        m.get("tokentap_inter_token_latency_seconds_count", &model),
+        m.get(&family::ITL.count(), &model),
         want.outputs.saturating_sub(1) as f64
     );
     for reason in ["event_too_large", "malformed_event"] {
         assert_eq!(
-            m.get("tokentap_metering_skipped_total", &[("reason", reason)]),
+            m.get(family::METERING_SKIPPED.name, &[("reason", reason)]),
             if want.skipped == Some(reason) {
                 1.0
             } else {
@@ -121,7 +122,7 @@ async fn through_the_proxy(path: &'static str, body: Vec<u8>, frames: Vec<Vec<u8
             "{reason}"
         );
     }
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 proptest! {

@@ -125,6 +125,32 @@ async fn top_prints_a_hostile_model_name_escaped() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_view_prints_a_model_name_from_prometheus_escaped() {
+    // A Prometheus (or anything at that URL) answering every query with one sample whose model label
+    // holds escape sequences: what `top --prometheus` prints of it acts on no terminal.
+    let body = serde_json::json!({
+        "status": "success",
+        "data": {"resultType": "vector", "result": [
+            {"metric": {"model": HOSTILE}, "value": [1_796_000_000.0, "0.25"]}
+        ]}
+    })
+    .to_string();
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let url = fake_metrics_port(answer.into_bytes(), false).await;
+    let out =
+        tokio::task::spawn_blocking(move || tokentap(&["top", "--once", "--prometheus", &url]))
+            .await
+            .expect("top");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout.contains("m\\u{1b}]0;owned"), "{stdout}");
+    assert!(!acts_on_a_terminal(&stdout), "{stdout:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn top_gives_up_on_an_endless_body_and_on_a_slow_drip_with_an_error() {
     let endless =
         b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 3000000000\r\n\r\n"

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use http_body_util::BodyExt;
 use support::*;
+use tokentap::record::metrics::family;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -54,9 +55,9 @@ async fn an_upstream_silent_past_response_headers_gets_a_504_and_its_connection_
         ("status", "504"),
         ("outcome", "timeout"),
     ];
-    assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
-    assert_eq!(m.get("tokentap_requests_total", &[]), 1.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[]), 1.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -87,24 +88,15 @@ async fn a_stream_silent_past_idle_is_cut_and_the_client_stream_breaks() {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let labels = [("model", "m"), ("status", "200"), ("outcome", "timeout")];
-    assert_eq!(m.get("tokentap_requests_total", &labels), 1.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
     // What was seen before the cut is kept; whole-request figures are not made up.
     let model = [("model", "m")];
-    assert_eq!(
-        m.get("tokentap_time_to_first_token_seconds_count", &model),
-        1.0
-    );
-    assert_eq!(
-        m.get("tokentap_inter_token_latency_seconds_count", &model),
-        1.0
-    );
-    assert_eq!(m.get("tokentap_output_tokens_total", &model), 2.0);
-    assert_eq!(
-        m.get("tokentap_e2e_request_latency_seconds_count", &[]),
-        0.0
-    );
-    assert_eq!(m.get("tokentap_goodput_requests_total", &[]), 0.0);
+    assert_eq!(m.get(&family::TTFT.count(), &model), 1.0);
+    assert_eq!(m.get(&family::ITL.count(), &model), 1.0);
+    assert_eq!(m.get(family::OUTPUT_TOKENS.name, &model), 2.0);
+    assert_eq!(m.get(&family::E2E.count(), &[]), 0.0);
+    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -127,7 +119,7 @@ async fn a_slow_but_steady_stream_is_never_cut_by_idle() {
     assert!(got.body.ends_with(DONE.as_bytes()));
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_requests_total", &[("outcome", "ok")]), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[("outcome", "ok")]), 1.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -181,8 +173,8 @@ async fn a_client_trickling_its_request_head_is_disconnected_after_client_header
     trickle.abort();
     assert_eq!(upstream.connection_count(), 0, "nothing was forwarded");
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_requests_total", &[]), 0.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -211,8 +203,8 @@ async fn a_kept_alive_connection_is_closed_after_client_idle_and_not_before() {
     );
     assert_near("closed after idling", idle_since.elapsed(), secs(20));
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_requests_total", &[("outcome", "ok")]), 2.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 0.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[("outcome", "ok")]), 2.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
     // The upstream side is a separate, pooled connection: both requests used it, and it stays open.
     assert_eq!(upstream.connection_count(), 1);
     assert_eq!(upstream.closed_at(0), None);
@@ -265,7 +257,7 @@ async fn an_h2c_connection_is_timed_by_client_idle_only_and_never_while_a_stream
         "closed after idling {waited:?}, client_idle 1s"
     );
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_requests_total", &[("outcome", "ok")]), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[("outcome", "ok")]), 1.0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -285,8 +277,5 @@ async fn the_metrics_port_has_the_same_client_timers() {
     let read = tokio::time::timeout(secs(30), stream.read(&mut buf)).await;
     assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
     assert_near("closed after", connected.elapsed(), secs(2));
-    assert_eq!(
-        scrape(&proxy).await.get("tokentap_requests_total", &[]),
-        0.0
-    );
+    assert_eq!(scrape(&proxy).await.get(family::REQUESTS.name, &[]), 0.0);
 }

@@ -6,6 +6,7 @@
 mod support;
 
 use support::*;
+use tokentap::record::metrics::family;
 
 const WORDS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -40,14 +41,11 @@ async fn configured_tokenizer_counts_streamed_text_when_there_is_no_usage() {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let by_request = [("model", "m"), ("api", "chat")];
-    assert_eq!(
-        m.get("tokentap_output_tokens_total", &by_request),
-        2.0 * 7.0
-    );
+    assert_eq!(m.get(family::OUTPUT_TOKENS.name, &by_request), 2.0 * 7.0);
     let source = [("api", "chat"), ("token_source", "tokenizer")];
-    assert_eq!(m.get("tokentap_output_token_source_total", &source), 2.0);
+    assert_eq!(m.get(family::TOKEN_SOURCE.name, &source), 2.0);
     // TPOT uses N = 7: (t_end − t_first) / 6 = 20 ms / 6 per request.
-    let tpot = m.get("tokentap_time_per_output_token_seconds_sum", &by_request);
+    let tpot = m.get(&family::TPOT.sum(), &by_request);
     assert!((tpot - 2.0 * 0.020 / 6.0).abs() < 1e-9, "TPOT {tpot}");
 }
 
@@ -68,12 +66,9 @@ async fn usage_wins_over_the_tokenizer() {
     .await;
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get("tokentap_output_tokens_total", &[("model", "m")]),
-        11.0
-    );
+    assert_eq!(m.get(family::OUTPUT_TOKENS.name, &[("model", "m")]), 11.0);
     let usage = [("model", "m"), ("token_source", "usage")];
-    assert_eq!(m.get("tokentap_output_token_source_total", &usage), 1.0);
+    assert_eq!(m.get(family::TOKEN_SOURCE.name, &usage), 1.0);
 }
 
 /// An `n` = 2 stream interleaves the choices' chunks (vLLM sends one choice per chunk); the tokenizer
@@ -101,12 +96,9 @@ async fn several_choices_are_tokenized_each_on_its_own() {
     assert_eq!(got.end, Ok(()));
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get("tokentap_output_tokens_total", &[("model", "m")]),
-        5.0
-    );
+    assert_eq!(m.get(family::OUTPUT_TOKENS.name, &[("model", "m")]), 5.0);
     let source = [("model", "m"), ("token_source", "tokenizer")];
-    assert_eq!(m.get("tokentap_output_token_source_total", &source), 1.0);
+    assert_eq!(m.get(family::TOKEN_SOURCE.name, &source), 1.0);
 }
 
 /// Scratch search roots, removed when dropped.
@@ -168,11 +160,11 @@ async fn a_discovered_tokenizer_counts_streams_without_usage_once_it_has_loaded(
             rounds += 1;
             let m = scrape(&proxy).await;
             let (counted, chunked) = (
-                m.get("tokentap_output_token_source_total", &by_model("tokenizer")),
-                m.get("tokentap_output_token_source_total", &by_model("chunks")),
+                m.get(family::TOKEN_SOURCE.name, &by_model("tokenizer")),
+                m.get(family::TOKEN_SOURCE.name, &by_model("chunks")),
             );
             assert_eq!(counted + chunked, f64::from(rounds), "{model}");
-            let tokens = m.get("tokentap_output_tokens_total", &[("model", model)]);
+            let tokens = m.get(family::OUTPUT_TOKENS.name, &[("model", model)]);
             // Exact: 7 tokens by the tokenizer, 3 by chunks (the look-up's first response and any
             // that passed before the load finished).
             assert_eq!(tokens, 7.0 * counted + 3.0 * chunked, "{model}");
@@ -267,9 +259,9 @@ async fn one_more(proxy: &tokentap::Running) -> (f64, f64, f64) {
     let m = scrape(proxy).await;
     let by = |source| [("model", ALIAS), ("token_source", source)];
     (
-        m.get("tokentap_output_token_source_total", &by("tokenizer")),
-        m.get("tokentap_output_token_source_total", &by("chunks")),
-        m.get("tokentap_output_tokens_total", &[("model", ALIAS)]),
+        m.get(family::TOKEN_SOURCE.name, &by("tokenizer")),
+        m.get(family::TOKEN_SOURCE.name, &by("chunks")),
+        m.get(family::OUTPUT_TOKENS.name, &[("model", ALIAS)]),
     )
 }
 

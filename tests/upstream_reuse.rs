@@ -13,12 +13,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use support::*;
+use tokentap::record::metrics::family;
 use tokentap::Running;
 
-const RESENT: &str = "tokentap_upstream_requests_resent_total";
-const IDLE: &str = "tokentap_upstream_idle_connections";
-const CLOSED_BY_UPSTREAM: &str = "tokentap_upstream_idle_closed_by_upstream_total";
-const EXPIRED: &str = "tokentap_upstream_idle_expired_total";
+const RESENT: &str = family::UPSTREAM_RESENT.name;
+const IDLE: &str = family::UPSTREAM_IDLE.name;
+const CLOSED_BY_UPSTREAM: &str = family::UPSTREAM_CLOSED_BY_UPSTREAM.name;
+const EXPIRED: &str = family::UPSTREAM_EXPIRED.name;
 
 /// Answers after `wait` (so a burst overlaps and opens one upstream connection per request), then keeps
 /// the connection `keep_alive` for the next request, as a server's keep-alive timer does.
@@ -260,7 +261,7 @@ async fn a_reused_connection_closed_under_a_request_has_it_sent_again_and_answer
             let m = scrape(&proxy).await;
             assert_eq!(m.get(RESENT, &[]), 1.0, "{what}");
             assert_eq!(
-                m.get("tokentap_requests_total", &[("status", "200")]),
+                m.get(family::REQUESTS.name, &[("status", "200")]),
                 2.0,
                 "{what}"
             );

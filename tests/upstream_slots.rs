@@ -12,6 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body::{Body, Frame};
 use support::*;
+use tokentap::record::metrics::family;
 use tokio::sync::mpsc;
 
 const CHAT: &str = "/v1/chat/completions";
@@ -82,8 +83,8 @@ async fn h2_streams_that_upload_slowly_hold_no_upstream_slot() {
     );
     assert_eq!(upstream.connection_count(), 1);
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_upstream_requests_refused_total", &[]), 0.0);
-    assert_eq!(m.get("tokentap_requests_in_flight", &[]), 32.0);
+    assert_eq!(m.get(family::UPSTREAM_REFUSED.name, &[]), 0.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 32.0);
     drop(feeds);
     for request in pending {
         request.abort();
@@ -144,10 +145,10 @@ async fn one_h2_connection_gets_only_its_share_of_the_upstream_slots() {
     assert_eq!(upstream.requests().len(), 4);
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get("tokentap_connection_share_refused_total", &[]), 7.0);
-    assert_eq!(m.get("tokentap_upstream_requests_refused_total", &[]), 0.0);
+    assert_eq!(m.get(family::CONNECTION_SHARE_REFUSED.name, &[]), 7.0);
+    assert_eq!(m.get(family::UPSTREAM_REFUSED.name, &[]), 0.0);
     let refused = [("status", "503"), ("outcome", "ok")];
-    assert_eq!(m.get("tokentap_requests_total", &refused), 7.0);
+    assert_eq!(m.get(family::REQUESTS.name, &refused), 7.0);
 }
 
 /// A body larger than `limits.hold_request_body_bytes` streams (its first part held until the size is
@@ -282,12 +283,12 @@ async fn ttft_starts_at_the_head_while_the_body_is_held() {
     assert_eq!(raw_status(&answer), 200);
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    let ttft = "tokentap_time_to_first_token_seconds";
+    let ttft = family::TTFT.name;
     assert_eq!(m.get(&format!("{ttft}_count"), &[]), 1.0);
     let seconds = m.get(&format!("{ttft}_sum"), &[]);
     assert!(
         seconds >= 0.3,
         "TTFT {seconds} s left out the body's 300 ms"
     );
-    assert!(m.get("tokentap_e2e_request_latency_seconds_sum", &[]) >= 0.3);
+    assert!(m.get(&family::E2E.sum(), &[]) >= 0.3);
 }

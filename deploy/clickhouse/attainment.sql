@@ -5,7 +5,8 @@
 --
 --   clickhouse-client --queries-file deploy/clickhouse/attainment.sql \
 --     --param_since=2026-12-03T08:00:00Z --param_until=2026-12-03T09:00:00Z \
---     --param_ttft=0.3 --param_tpot=0.04 --param_itl=inf --param_e2e=inf --param_time_to_first_answer=inf
+--     --param_ttft=0.3 --param_tpot=0.04 --param_itl=inf --param_e2e=inf --param_time_to_first_answer=inf \
+--     --param_time_to_first_tool_call=inf
 --
 -- A what-if ceiling of `inf` is not set: no request misses it (the report leaves such a ceiling out,
 -- and shows, as recorded, only the ceilings some request missed). Judged on the figures the proxy
@@ -37,7 +38,9 @@ ARRAY JOIN
      ('itl', {itl:Float64}, judged_itl_s, has(slo_missed, 'itl')),
      ('e2e', {e2e:Float64}, toNullable(judged_e2e_s), has(slo_missed, 'e2e')),
      ('time_to_first_answer', {time_to_first_answer:Float64}, judged_time_to_first_answer_s,
-      has(slo_missed, 'time_to_first_answer'))] AS c
+      has(slo_missed, 'time_to_first_answer')),
+     ('time_to_first_tool_call', {time_to_first_tool_call:Float64}, judged_time_to_first_tool_call_s,
+      has(slo_missed, 'time_to_first_tool_call'))] AS c
 ARRAY JOIN [('all', ''), ('model', model), ('tenant', coalesce(tenant, '-')), ('api', api)] AS g
 GROUP BY by, group, ceiling
-ORDER BY by, group, indexOf(['ttft', 'tpot', 'itl', 'e2e', 'time_to_first_answer'], ceiling);
+ORDER BY by, group, indexOf(['ttft', 'tpot', 'itl', 'e2e', 'time_to_first_answer', 'time_to_first_tool_call'], ceiling);

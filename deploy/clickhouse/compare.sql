@@ -49,7 +49,8 @@ WITH
                 figures,
                 [('goodput_ratio', 'share', toFloat64(goodput))],
                 arrayMap(k -> (concat('attainment_', k), 'share', toFloat64(NOT has(slo_missed, k))),
-                         ['ttft', 'tpot', 'itl', 'e2e', 'time_to_first_answer'])) AS f
+                         ['ttft', 'tpot', 'itl', 'e2e', 'time_to_first_answer',
+                          'time_to_first_tool_call'])) AS f
             ARRAY JOIN [('all', ''), ('model', model), ('tenant', coalesce(tenant, '-'))] AS g
             GROUP BY side, by, group, figure
         )

@@ -5,7 +5,8 @@
 --
 --   clickhouse-client --queries-file deploy/clickhouse/report.sql \
 --     --param_since=2026-12-03T08:00:00Z --param_until=2026-12-03T09:00:00Z \
---     --param_ttft=0.3 --param_tpot=inf --param_itl=inf --param_e2e=inf --param_time_to_first_answer=inf
+--     --param_ttft=0.3 --param_tpot=inf --param_itl=inf --param_e2e=inf --param_time_to_first_answer=inf \
+--     --param_time_to_first_tool_call=inf
 --
 -- Parameters: `since` (kept when start >= since) and `until` (start < until), RFC 3339 or any time
 -- ClickHouse reads best-effort; the what-if ceilings in seconds, `inf` for a ceiling not set (one set
@@ -52,6 +53,7 @@ SELECT
         AND NOT coalesce(judged_itl_s > {itl:Float64}, false)
         AND NOT coalesce(judged_e2e_s > {e2e:Float64}, false)
         AND NOT coalesce(judged_time_to_first_answer_s > {time_to_first_answer:Float64}, false)
+        AND NOT coalesce(judged_time_to_first_tool_call_s > {time_to_first_tool_call:Float64}, false)
     ) AS good_request_count_what_if,
     good_request_count_what_if / window_s AS goodput_what_if,
     countIf(gaps > 0) AS requests_with_gaps,

@@ -22,12 +22,16 @@ CREATE TABLE IF NOT EXISTS tokentap.requests
     model LowCardinality(String),
     api LowCardinality(String),
     tenant LowCardinality(Nullable(String)),
+    conversation Nullable(String),
+    turn Nullable(UInt32),
+    think_s Nullable(Float64),
     status Nullable(UInt16),
     outcome LowCardinality(String),
     stream Bool,
     e2e_s Float64,
     ttft_s Nullable(Float64),
     time_to_first_answer_s Nullable(Float64),
+    time_to_first_tool_call_s Nullable(Float64),
     reasoning_s Nullable(Float64),
     tpot_s Nullable(Float64),
     generation_s Nullable(Float64),
@@ -80,6 +84,8 @@ SELECT
     if(stream, if(ok, ttft_s, coalesce(ttft_s, e2e_s)), NULL) AS judged_ttft_s,
     if(stream, if(ok, time_to_first_answer_s, coalesce(time_to_first_answer_s, e2e_s)), NULL)
         AS judged_time_to_first_answer_s,
+    -- Only a call that came is judged (a turn cut off before one is not taken to have waited for one).
+    if(stream, time_to_first_tool_call_s, NULL) AS judged_time_to_first_tool_call_s,
     if(stream AND ok, tpot_s, NULL) AS judged_tpot_s,
     -- An `itl` ceiling is judged on the request's longest gap.
     if(stream, max_gap_s, NULL) AS judged_itl_s,
@@ -88,6 +94,7 @@ SELECT
         arrayFilter(x -> x.3 IS NOT NULL, arrayConcat(
             [('time_to_first_token', 's', ttft_s),
              ('time_to_first_output_token', 's', time_to_first_answer_s),
+             ('time_to_first_tool_call', 's', time_to_first_tool_call_s),
              ('request_gap_p50', 's', if(gaps > 0, itl_p50_s, NULL)),
              ('request_gap_p99', 's', if(gaps > 0, itl_p99_s, NULL)),
              ('longest_gap', 's', if(ok, max_gap_s, NULL)),

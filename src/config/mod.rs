@@ -9,7 +9,7 @@
 //! its default; `yaml` is the only module that touches serde_yaml, and names the key of an error as a
 //! dotted path (`slo.models.llama-3.1-70b.ttft`). Sections with checks of their own have their own
 //! file: `limits` (`timeouts:`, `limits:`), `admission` (`model_list:`), `records` (`request_log:`,
-//! `tenants:`), `slo` (the SLO kinds and `slo:`), `ui`. `config/tokentap.yaml` is the annotated example.
+//! `tenants:`), `slo` (the SLO kinds and `slo:`), `ui`, `conversations`. `config/tokentap.yaml` is the annotated example.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -19,6 +19,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 mod admission;
+mod conversations;
 mod limits;
 mod records;
 mod section;
@@ -31,6 +32,7 @@ mod yaml;
 mod tests;
 
 pub use admission::ModelList;
+pub use conversations::Conversations;
 pub use limits::{Limits, Timeouts};
 pub use records::{RecordPath, RequestLog, TenantFrom, Tenants};
 pub use slo::{ByKind, Ceilings, Slo, SloKind};
@@ -96,6 +98,9 @@ pub struct Config {
     pub tenants: Option<Tenants>,
     #[serde(deserialize_with = "section")]
     pub ui: Ui,
+    /// Recognising conversations from the wire (`conversations:`).
+    #[serde(deserialize_with = "section")]
+    pub conversations: Conversations,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -239,6 +244,7 @@ impl Default for Config {
             request_log: None,
             tenants: None,
             ui: Ui::default(),
+            conversations: Conversations::default(),
         }
     }
 }
@@ -309,6 +315,7 @@ impl Config {
         self.model_list.validate()?;
         self.limits.validate()?;
         self.ui.validate()?;
+        self.conversations.validate()?;
         let m = &self.metering;
         if !(1 << 10..=64 << 20).contains(&m.max_event_bytes) {
             let (key, value) = ("metering.max_event_bytes", m.max_event_bytes.to_string());

@@ -175,8 +175,8 @@ const MAKE_A_KEY: &str =
 impl Tenants {
     pub const DEFAULT_MAX: usize = 32;
     const MAX: usize = 10_000;
-    /// Shortest `hash_key`: 32 bytes (base64 of 32 random bytes is 44).
-    const MIN_KEY: usize = 32;
+    /// Shortest `hash_key`, in characters: 32 random bytes written in base64 are 44 (in hex, 64).
+    const MIN_KEY: usize = 44;
     /// Fewest distinct bytes in a `hash_key`: `aaaa…` or `0101…` is not random.
     const MIN_DISTINCT: usize = 8;
 
@@ -228,7 +228,7 @@ impl Tenants {
                 return refuse("is the documented example, which anyone can read");
             }
             if key.len() < Self::MIN_KEY {
-                return refuse("must be at least 32 random bytes");
+                return refuse("must be at least 32 random bytes (44 characters of base64)");
             }
             let distinct = key.bytes().collect::<std::collections::HashSet<u8>>().len();
             if distinct < Self::MIN_DISTINCT {

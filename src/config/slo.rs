@@ -26,16 +26,19 @@ pub enum SloKind {
     E2e,
     /// The time to the first answer-bearing output (reasoning excluded) of a stream.
     TimeToFirstAnswer,
+    /// The time to the first tool call of a stream: how long an agent waits before it can act.
+    TimeToFirstToolCall,
 }
 
 impl SloKind {
     /// Every kind, in the order configs, reports and the live page list them; `ALL[k as usize] == k`.
-    pub const ALL: [SloKind; 5] = [
+    pub const ALL: [SloKind; 6] = [
         SloKind::Ttft,
         SloKind::Tpot,
         SloKind::Itl,
         SloKind::E2e,
         SloKind::TimeToFirstAnswer,
+        SloKind::TimeToFirstToolCall,
     ];
     pub const COUNT: usize = Self::ALL.len();
     /// Every kind's key, in [`SloKind::ALL`]'s order.
@@ -62,6 +65,7 @@ impl SloKind {
             SloKind::Itl => "itl",
             SloKind::E2e => "e2e",
             SloKind::TimeToFirstAnswer => "time_to_first_answer",
+            SloKind::TimeToFirstToolCall => "time_to_first_tool_call",
         }
     }
 

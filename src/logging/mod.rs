@@ -77,6 +77,9 @@ impl Write for Stderr {
 }
 
 /// `tokentap_log_lines_dropped_total`, read from [`dropped_lines`] at each scrape.
+/// The family of log lines not written.
+pub const DROPPED_LINES: &str = "tokentap_log_lines_dropped_total";
+
 pub struct DroppedLinesCollector {
     counter: prometheus::IntCounter,
 }
@@ -85,7 +88,7 @@ impl DroppedLinesCollector {
     pub fn new() -> Result<Self, prometheus::Error> {
         Ok(DroppedLinesCollector {
             counter: prometheus::IntCounter::new(
-                "tokentap_log_lines_dropped_total",
+                DROPPED_LINES,
                 "Log lines not written: the log queue was full (stderr's reader too slow) or stderr refused the write (its reader gone).",
             )?,
         })

@@ -54,18 +54,20 @@ pub struct RecordCounters {
     pub write_error: IntCounter,
 }
 
+/// The family of records written whole.
+pub const WRITTEN: &str = "tokentap_request_records_written_total";
+/// The family of records not written, by `reason`.
+pub const DROPPED: &str = "tokentap_request_records_dropped_total";
+
 impl RecordCounters {
     /// Registers the two families; `reason` takes its two values at once, so both series exist from
     /// the start (a rate over a series that appears late misses its first increase).
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let written = IntCounter::new(
-            "tokentap_request_records_written_total",
-            "Per-request records written to request_log.path.",
-        )?;
+        let written = IntCounter::new(WRITTEN, "Per-request records written to request_log.path.")?;
         registry.register(Box::new(written.clone()))?;
         let dropped = IntCounterVec::new(
             Opts::new(
-                "tokentap_request_records_dropped_total",
+                DROPPED,
                 "Per-request records not written: the writer's queue was full (queue_full) or the write failed (write_error).",
             ),
             &["reason"],

@@ -1,6 +1,6 @@
 //! The network edge: the listeners, the admin endpoints (and the live page on the metrics port), each
 //! client connection's timers, and the signals an operator sends.
-//! The shutdown sequence they run is [`crate::shutdown`].
+//! The shutdown sequence they run is [`crate::shutdown`]; what they serve is assembled by `app/`.
 
 pub mod admin;
 pub mod client_conn;

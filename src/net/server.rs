@@ -1,7 +1,7 @@
 //! The listeners: the proxy port (HTTP/1.1 and h2c on one socket) and the metrics port (its endpoints
-//! are `admin.rs`). [`start`] binds both and returns a handle with the bound addresses, so tests
-//! run the whole proxy in-process on `127.0.0.1:0`; [`run`] is the binary's main loop, which ends with a
-//! graceful shutdown ([`Running::shutdown`], see `shutdown.rs`).
+//! are `admin.rs`). [`Listeners::bind`] binds both and says where they are (so tests run the whole
+//! proxy in-process on `127.0.0.1:0`); [`Listeners::serve`] runs their accept loops with what each
+//! connection needs, handed in by the caller (`app/`, which builds it all and shuts it down).
 //!
 //! The proxy port holds at most `limits.max_connections` client connections: a connection accepted
 //! beyond them is closed at once and counted (as Envoy and nginx do at their limits: a client left in
@@ -14,8 +14,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::Arc;
 
 use http::Response;
 use hyper::service::service_fn;
@@ -25,320 +24,87 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
-use crate::config::{Config, Limits, RecordPath, Timeouts};
-use crate::decode::tokenizer::Tokenizers;
-use crate::logging::records::{RecordWriter, Target};
+use crate::config::{Config, Limits, Timeouts};
 use crate::logging::repeated::RepeatedWarning;
 use crate::net::admin::{serve_metrics, MetricsPort};
 use crate::net::client_conn::{accept, sniff, Activity, InProgress, Speaks, TimedIo, Tracked};
 use crate::net::delay::{Forwarding, FrameDelay};
-use crate::net::signals::{shutdown_signal, Hangups};
-use crate::proxy::models::ModelList;
-use crate::proxy::upstream;
 use crate::proxy::Proxy;
-use crate::record::live::Live;
-use crate::record::metrics::{Metrics, Refusals};
-use crate::shutdown::{self, Count, Counted, Drained, Phase, Shutdown};
-use crate::tap::exchange::{ExchangeContext, Records};
-use crate::tap::identity::Identify;
+use crate::record::metrics::Refusals;
+use crate::shutdown::{Count, Counted, Phase, Shutdown};
 
+/// A port that could not be bound.
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error("binding {what} on {addr}: {source}")]
-    Bind {
-        what: &'static str,
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-    #[error("registering metrics: {0}")]
-    Metrics(#[from] prometheus::Error),
-    #[error("{0}")]
-    Tokenizer(#[from] crate::config::ConfigError),
-    #[error("upstream TLS: {0}")]
-    Tls(#[from] upstream::TlsSetupError),
-    #[error("request_log.path: cannot open {path} for appending: {source}")]
-    RequestLog {
-        path: String,
-        source: std::io::Error,
-    },
-    /// The configuration's series limit is above `metrics.max_series`; the message names the product.
-    #[error("{0}")]
-    SeriesBudget(String),
-    #[error("{0}")]
-    ModelList(#[from] crate::proxy::models::ModelListError),
+#[error("binding {what} on {addr}: {source}")]
+pub struct BindError {
+    what: &'static str,
+    addr: SocketAddr,
+    source: std::io::Error,
 }
 
-/// A running tokentap. Dropping it stops the listeners (connections already open finish on their own).
-pub struct Running {
-    proxy_addr: SocketAddr,
-    metrics_addr: SocketAddr,
-    context: Arc<ExchangeContext>,
-    shutdown: Shutdown,
-    grace: Duration,
-    /// Client connections open on the proxy port.
-    connections: Count,
-    proxy_task: Mutex<Option<JoinHandle<()>>>,
-    metrics_task: JoinHandle<()>,
-    /// The live page's snapshots (`ui.enabled`).
-    snapshot_task: Option<JoinHandle<()>>,
-    live: Option<Arc<Live>>,
-    /// The upstream's model list, fetched in the background (`model_list.enabled`).
-    model_list_task: Option<JoinHandle<()>>,
+/// The proxy and metrics ports, bound and not yet served.
+pub struct Listeners {
+    proxy: TcpListener,
+    metrics: TcpListener,
+    /// Where the proxy port is bound (the port the system chose for `:0`).
+    pub proxy_addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
 }
 
-impl Running {
-    pub fn proxy_addr(&self) -> SocketAddr {
-        self.proxy_addr
+/// The accept loops of both ports, running until aborted.
+pub struct Serving {
+    pub proxy: JoinHandle<()>,
+    pub metrics: JoinHandle<()>,
+}
+
+impl Listeners {
+    /// Binds `listen` and `metrics_listen`.
+    pub async fn bind(config: &Config) -> Result<Self, BindError> {
+        let proxy = bind("the proxy listener", config.listen).await?;
+        let metrics = bind("the metrics listener", config.metrics_listen).await?;
+        let local = |l: &TcpListener, addr| l.local_addr().unwrap_or(addr);
+        Ok(Listeners {
+            proxy_addr: local(&proxy, config.listen),
+            metrics_addr: local(&metrics, config.metrics_listen),
+            proxy,
+            metrics,
+        })
     }
 
-    pub fn metrics_addr(&self) -> SocketAddr {
-        self.metrics_addr
-    }
-
-    /// Requests between t_arrive and t_end, all APIs.
-    pub fn in_flight(&self) -> i64 {
-        i64::try_from(self.context.requests.get()).unwrap_or(i64::MAX)
-    }
-
-    /// Client connections open on the proxy port.
-    pub fn open_connections(&self) -> usize {
-        self.connections.get()
-    }
-
-    /// The request_log file is to be opened again before its next record (after logrotate renamed it).
-    pub fn reopen_records(&self) {
-        if let Some(records) = &self.context.records {
-            records.writer.reopen();
+    /// Starts accepting on both ports.
+    pub fn serve(self, proxy: ProxyPort, metrics: MetricsPort) -> Serving {
+        let serve = ServeProxy {
+            slots: Arc::new(Semaphore::new(proxy.limits.max_connections)),
+            builders: Builders::new(connection_builder(&proxy.limits)),
+            port: proxy,
+        };
+        Serving {
+            proxy: tokio::spawn(serve.run(self.proxy)),
+            metrics: tokio::spawn(serve_metrics(self.metrics, metrics)),
         }
-    }
-
-    /// Waits (at most `limit`) until every request record queued so far is written.
-    pub fn flush_records(&self, limit: Duration) {
-        if let Some(records) = &self.context.records {
-            records.writer.flush(limit);
-        }
-    }
-
-    /// Takes a snapshot for the live page now, as each `ui.interval` does (for tests that need a history
-    /// without waiting for it). Nothing without `ui.enabled`.
-    pub fn snapshot_live(&self) {
-        if let Some(live) = &self.live {
-            live.snapshot(&self.context.metrics);
-        }
-    }
-
-    /// Waits (at most `limit`, blocking the calling thread) until no tokenizer look-up is in progress
-    /// (for tests that need a look-up the upstream's model list started to have finished); true if
-    /// none is.
-    pub fn settle_tokenizers(&self, limit: Duration) -> bool {
-        self.context.tokenizers.settle(limit)
-    }
-
-    /// The most series this process can export and the product of caps that makes it.
-    pub fn series_bound(&self) -> String {
-        self.context.metrics.bound().describe()
-    }
-
-    /// Stops accepting connections on both ports at once, without draining (see [`Running::shutdown`]).
-    pub fn stop_accepting(&mut self) {
-        let proxy_task = self.proxy_task.get_mut();
-        if let Some(task) = proxy_task.unwrap_or_else(PoisonError::into_inner).take() {
-            task.abort();
-        }
-        self.metrics_task.abort();
-        for task in [&self.snapshot_task, &self.model_list_task]
-            .into_iter()
-            .flatten()
-        {
-            task.abort();
-        }
-    }
-
-    /// Starts a graceful shutdown at once: `/readyz` answers 503 from now on and the proxy port is
-    /// closed. The future completes when every request and client connection has finished, or when
-    /// `shutdown_grace` has run out and what was left has been cut. The metrics port stays up.
-    pub fn shutdown(&self) -> impl Future<Output = Drained> + Send + 'static {
-        self.shutdown.advance(Phase::Draining);
-        let accept_loop = self
-            .proxy_task
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(task) = &accept_loop {
-            task.abort();
-        }
-        shutdown::drain(
-            self.shutdown.clone(),
-            accept_loop,
-            self.context.requests.clone(),
-            self.connections.clone(),
-            self.grace,
-        )
     }
 }
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop_accepting();
-    }
-}
-
-async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, BindError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|source| StartError::Bind { what, addr, source })
+        .map_err(|source| BindError { what, addr, source })
 }
 
-/// How long start waits for the request_log path to open before it serves without it: a path that
-/// cannot be opened is refused at start, one whose open blocks (a FIFO no one reads) is not waited for.
-const RECORDS_OPEN_WAIT: Duration = Duration::from_secs(1);
-
-/// Starts the request_log writer, when one is configured.
-async fn records(config: &Config, metrics: &Metrics) -> Result<Option<Records>, StartError> {
-    let (Some(log), Some(counters)) = (&config.request_log, &metrics.records) else {
-        return Ok(None);
-    };
-    let (target, path) = match &log.path {
-        RecordPath::Stdout => (Target::Stdout, "-".to_owned()),
-        RecordPath::File(path) => (Target::File(path.clone()), path.display().to_string()),
-    };
-    let refused = |source| StartError::RequestLog {
-        path: path.clone(),
-        source,
-    };
-    let (writer, opened) =
-        RecordWriter::start(target, log.queue, counters.clone()).map_err(refused)?;
-    let waited = tokio::task::spawn_blocking(move || opened.wait(RECORDS_OPEN_WAIT)).await;
-    match waited {
-        Ok(Some(Err(source))) => return Err(refused(source)),
-        Ok(None) => tracing::warn!(
-            path,
-            "request_log.path is not open after 1s (a FIFO no one reads yet? a hung mount?): serving on; \
-             records wait in the queue, then are dropped and counted, until it opens"
-        ),
-        Ok(Some(Ok(()))) | Err(_) => {}
-    }
-    Ok(Some(Records {
-        writer: Arc::new(writer),
-        gaps: log.gaps,
-        max_gaps: log.max_gaps,
-    }))
-}
-
-/// Binds the proxy and metrics ports and starts serving.
-pub async fn start(config: &Config) -> Result<Running, StartError> {
-    let metrics = Metrics::new(config)?;
-    metrics
-        .bound()
-        .check(config.metrics.max_series)
-        .map_err(StartError::SeriesBudget)?;
-    let context = Arc::new(ExchangeContext {
-        slo: config.slo.clone(),
-        metering: config.metering.clone(),
-        tokenizers: Arc::new(Tokenizers::load(config, Some(&metrics.served))?),
-        requests: Count::default(),
-        identify: Identify::new(config.tenants.as_ref()),
-        records: records(config, &metrics).await?,
-        metrics: Arc::new(metrics),
-    });
-    let connections = upstream::Upstream::new(config, context.metrics.upstream.clone())?;
-    let model_list = match config.model_list.enabled {
-        true => Some(ModelList::new(config, context.metrics.served.clone())?),
-        false => None,
-    };
-    let shutdown = Shutdown::default();
-    let proxy = Proxy::new(connections, config, context.clone(), shutdown.clone());
-    let proxy_listener = bind("the proxy listener", config.listen).await?;
-    let metrics_listener = bind("the metrics listener", config.metrics_listen).await?;
-    let local = |l: &TcpListener, addr| l.local_addr().unwrap_or(addr);
-    let proxy_addr = local(&proxy_listener, config.listen);
-    let metrics_addr = local(&metrics_listener, config.metrics_listen);
-    let connections = Count::default();
-    let serve = ServeProxy {
-        proxy,
-        slots: Arc::new(Semaphore::new(config.limits.max_connections)),
-        max_connections: config.limits.max_connections,
-        refused: context.metrics.refusals.clone(),
-        forwarding_delay: context.metrics.forwarding_delay.clone(),
-        connections: connections.clone(),
-        builders: Builders::new(connection_builder(&config.limits)),
-        timeouts: config.timeouts.clone(),
-        shutdown: shutdown.clone(),
-    };
-    // The live page's first snapshot is taken before the proxy serves: a snapshot taken after the first
-    // requests finished would be the baseline its windows count from, and they would never show them.
-    let live = config.ui.enabled.then(|| Arc::new(Live::new(config)));
-    if let Some(live) = &live {
-        live.snapshot(&context.metrics);
-    }
-    let proxy_task = tokio::spawn(serve.run(proxy_listener));
-    let model_list_task = model_list.map(|list| tokio::spawn(list.run()));
-    let snapshot_task = live
-        .clone()
-        .map(|live| tokio::spawn(live.run(context.metrics.clone())));
-    let metrics = serve_metrics(
-        metrics_listener,
-        MetricsPort {
-            context: context.clone(),
-            shutdown: shutdown.clone(),
-            live: live.clone(),
-            timeouts: config.timeouts.clone(),
-            max_connections: config.limits.max_metrics_connections,
-            allowed_hosts: config.metrics.allowed_hosts.clone(),
-        },
-    );
-    Ok(Running {
-        proxy_addr,
-        metrics_addr,
-        context,
-        shutdown,
-        grace: config.shutdown_grace,
-        connections,
-        proxy_task: Mutex::new(Some(proxy_task)),
-        metrics_task: tokio::spawn(metrics),
-        snapshot_task,
-        live,
-        model_list_task,
-    })
-}
-
-/// Runs until SIGTERM or SIGINT, then shuts down gracefully (see [`Running::shutdown`]).
-pub async fn run(config: &Config) -> Result<(), StartError> {
-    let signalled = shutdown_signal();
-    let hangups = Hangups::listen();
-    let running = Arc::new(start(config).await?);
-    let reopening = running.clone();
-    hangups.reopen(move || {
-        reopening.reopen_records();
-        reopening.context.records.is_some()
-    });
-    tracing::info!(
-        listen = %running.proxy_addr(),
-        upstream = %config.upstream,
-        metrics = %format!("http://{}/metrics", running.metrics_addr()),
-        live_page = %match config.ui.enabled {
-            true => format!("http://{}/", running.metrics_addr()),
-            false => "off".to_owned(),
-        },
-        "tokentap is forwarding"
-    );
-    tracing::info!(
-        limit = running.context.metrics.bound().total,
-        max_series = config.metrics.max_series,
-        "series bound: {}",
-        running.series_bound()
-    );
-    signalled.await;
-    let in_flight = running.in_flight();
-    let grace = crate::config::format_duration(config.shutdown_grace);
-    tracing::info!(in_flight, %grace, "shutdown requested: not ready, no new connections, draining");
-    let drained = running.shutdown().await;
-    let records = running.clone();
-    // The writer thread may be stuck on a reader that does not read: wait for it off the runtime, briefly.
-    let _ =
-        tokio::task::spawn_blocking(move || records.flush_records(Duration::from_secs(2))).await;
-    tracing::info!(cut = drained.cut, "tokentap stopped");
-    Ok(())
+/// What the proxy port serves and its bounds.
+pub struct ProxyPort {
+    pub proxy: Proxy,
+    /// `max_connections`, the request heads' bounds and `max_concurrent_streams`.
+    pub limits: Limits,
+    /// The client timers (`client_header_read`, `client_idle`).
+    pub timeouts: Timeouts,
+    /// The counters of `tokentap_connections_refused_total` and its kin.
+    pub refused: Refusals,
+    /// `tokentap_forwarding_delay_seconds`.
+    pub forwarding_delay: prometheus::Histogram,
+    /// Counts each client connection as open, however its task ends.
+    pub connections: Count,
+    pub shutdown: Shutdown,
 }
 
 fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
@@ -410,20 +176,10 @@ impl Builders {
 
 /// The proxy port's accept loop and what each connection needs.
 struct ServeProxy {
-    proxy: Proxy,
+    port: ProxyPort,
     /// One permit per connection served, `limits.max_connections` in all.
     slots: Arc<Semaphore>,
-    max_connections: usize,
-    /// The counters of `tokentap_connections_refused_total` and its kin.
-    refused: Refusals,
-    /// `tokentap_forwarding_delay_seconds`.
-    forwarding_delay: prometheus::Histogram,
-    /// Connections being served.
-    /// Counts each client connection as open, however its task ends.
-    connections: Count,
     builders: Builders,
-    timeouts: Timeouts,
-    shutdown: Shutdown,
 }
 
 impl ServeProxy {
@@ -433,15 +189,15 @@ impl ServeProxy {
         loop {
             let stream = accept(&listener, "proxy", &mut failures).await;
             let Ok(permit) = this.slots.clone().try_acquire_owned() else {
-                this.refused.connections.inc();
+                this.port.refused.connections.inc();
                 if let Some(refused) = refusals.occurred(tokio::time::Instant::now()) {
-                    let limit = this.max_connections;
+                    let limit = this.port.limits.max_connections;
                     tracing::warn!(limit, refused, "client connections closed at limits.max_connections (count since the last such line)");
                 }
                 drop(stream);
                 continue;
             };
-            let open: Counted = this.connections.enter();
+            let open: Counted = this.port.connections.enter();
             let this = this.clone();
             tokio::spawn(async move {
                 this.serve(stream).await;
@@ -452,12 +208,15 @@ impl ServeProxy {
 
     async fn serve(&self, stream: tokio::net::TcpStream) {
         let activity = Arc::new(Activity::default());
-        let (header_read, idle) = (self.timeouts.client_header_read, self.timeouts.client_idle);
-        let frames = FrameDelay::new(self.forwarding_delay.clone());
+        let (header_read, idle) = (
+            self.port.timeouts.client_header_read,
+            self.port.timeouts.client_idle,
+        );
+        let frames = FrameDelay::new(self.port.forwarding_delay.clone());
         let io = TimedIo::new(stream, activity.clone(), header_read, idle)
-            .counting_head_timeouts(self.refused.head_timeouts.clone())
+            .counting_head_timeouts(self.port.refused.head_timeouts.clone())
             .timing_frames(frames.clone());
-        let mut draining = self.shutdown.reached(Phase::Draining);
+        let mut draining = self.port.shutdown.reached(Phase::Draining);
         let speaks = tokio::select! {
             // The head's deadline: a silent connection is given up on when its timer closes it.
             speaks = sniff(io.get_ref(), io.deadline()) => speaks,
@@ -471,7 +230,7 @@ impl ServeProxy {
             Speaks::Undecided => &self.builders.auto,
         };
         let io = TokioIo::new(io);
-        let proxy = self.proxy.clone();
+        let proxy = self.port.proxy.clone();
         // An HTTP/1.1 connection carries one request at a time: only h2 needs a share of its own.
         let share = (!matches!(speaks, Speaks::Http1)).then(|| proxy.connection_share());
         let service = service_fn(move |request| {
@@ -495,7 +254,7 @@ impl ServeProxy {
                 .downcast_ref::<hyper::Error>()
                 .is_some_and(hyper::Error::is_parse_too_large);
             if head_too_large {
-                self.refused.header_too_large.inc();
+                self.port.refused.header_too_large.inc();
             }
             tracing::debug!(%err, "client connection ended with an error");
         }

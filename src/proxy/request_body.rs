@@ -116,6 +116,11 @@ impl Outgoing {
         })
     }
 
+    /// The whole body's frames (cheap copies), when it is held.
+    pub fn held_frames(&self) -> Option<Vec<Bytes>> {
+        self.rest.is_none().then(|| self.held.frames.clone())
+    }
+
     /// Whether the whole body is held (and so may be sent again).
     pub fn is_held(&self) -> bool {
         self.rest.is_none()

@@ -14,7 +14,9 @@
 //! response ends or the client goes away. With none free the request is answered 503 at once: a
 //! queue would only hold the client's connection and hide the overload from its retry logic.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -189,6 +191,7 @@ impl Proxy {
         if let Some(exchange) = guard.get_mut() {
             exchange.hold(permit, share);
         }
+        let held = body.held_frames();
         let client_version = parts.version;
         parts.uri = origin_form(&inner.prefix, target.path_and_query());
         parts.version = Version::HTTP_11;
@@ -206,7 +209,19 @@ impl Proxy {
             }
         }
 
-        let forward = inner.connections.send(Request::from_parts(parts, body));
+        let mut forward = std::pin::pin!(inner.connections.send(Request::from_parts(parts, body)));
+        // The request is on its way upstream after the first poll; its message list is read after
+        // it, beside the upstream's work, never before it (`Exchange::read_messages`).
+        let first = std::future::poll_fn(|cx| Poll::Ready(forward.as_mut().poll(cx))).await;
+        if let Some(exchange) = guard.get_mut() {
+            exchange.read_messages(held);
+        }
+        let forward = async move {
+            match first {
+                Poll::Ready(answered) => answered,
+                Poll::Pending => forward.await,
+            }
+        };
         let answered = tokio::select! {
             answered = tokio::time::timeout(inner.response_headers, forward) => match answered {
                 Ok(Ok(response)) => Ok(response),

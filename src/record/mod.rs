@@ -1,8 +1,9 @@
-//! Recording a request: its `api` label, its timeline, how it ended (its outcome), which token count to
+//! Recording a request: its `api` label, the conversation it continues, its timeline, how it ended (its outcome), which token count to
 //! trust, its finished record (figures and SLO verdict, a pure function) and the metrics, with the
 //! models the upstream serves deciding which names take a label.
 
 pub mod api;
+pub mod conversations;
 pub mod finished;
 pub mod gaps;
 pub mod live;

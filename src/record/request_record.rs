@@ -13,6 +13,7 @@ use time::format_description::FormatItem;
 use time::macros::format_description;
 use time::{Date, OffsetDateTime};
 
+use crate::record::conversations::Turn;
 use crate::record::finished::FinishedRecord;
 use crate::record::gaps::GapSummary;
 use crate::record::server::outside;
@@ -36,6 +37,16 @@ pub struct RequestRecord {
     pub api: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
+    /// The conversation the request is a turn of (an id tokentap draws, never derived from the
+    /// content); absent when the request carries no message list or recognition is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<String>,
+    /// Its turn in that conversation, 1 for the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+    /// The client's time since the turn it continues ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub think_s: Option<f64>,
     /// The response status; absent when no response head was sent upstream's way back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
@@ -48,6 +59,9 @@ pub struct RequestRecord {
     pub ttft_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_to_first_answer_s: Option<f64>,
+    /// t_tool − t_arrive: the first chunk that started a tool call, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_to_first_tool_call_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,7 +92,7 @@ pub struct RequestRecord {
     pub itl_p99_s: Option<f64>,
     /// Counted toward goodput: outcome `ok`, a 2xx, every configured ceiling met.
     pub goodput: bool,
-    /// The ceilings missed (`ttft`, `tpot`, `itl`, `e2e`, `time_to_first_answer`).
+    /// The ceilings missed (`ttft`, `tpot`, `itl`, `e2e`, `time_to_first_answer`, `time_to_first_tool_call`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slo_missed: Vec<String>,
     /// The server's own timings, where it reported them.
@@ -113,6 +127,8 @@ pub struct Identity<'a> {
     pub model: &'a str,
     pub api: &'a str,
     pub tenant: Option<&'a str>,
+    /// Its place in its conversation, when it has one.
+    pub turn: Option<&'a Turn>,
 }
 
 impl RequestRecord {
@@ -137,12 +153,16 @@ impl RequestRecord {
             model: identity.model.to_owned(),
             api: identity.api.to_owned(),
             tenant: identity.tenant.map(str::to_owned),
+            conversation: identity.turn.map(|t| t.conversation.to_string()),
+            turn: identity.turn.map(|t| t.turn),
+            think_s: identity.turn.and_then(|t| t.think).map(|t| t.as_secs_f64()),
             status: finished.status.map(|s| s.as_u16()),
             outcome: finished.outcome.as_str().to_owned(),
             stream: streaming,
             e2e_s: f.e2e.as_secs_f64(),
             ttft_s: secs(f.ttft),
             time_to_first_answer_s: secs(f.time_to_first_answer),
+            time_to_first_tool_call_s: stream(f.time_to_first_tool_call),
             reasoning_s: secs(f.reasoning_time),
             tpot_s: stream(f.tpot),
             generation_s: stream(f.generation),
@@ -179,6 +199,7 @@ impl RequestRecord {
             e2e: secs(Some(self.e2e_s)).unwrap_or_default(),
             ttft: secs(self.ttft_s),
             time_to_first_answer: secs(self.time_to_first_answer_s),
+            time_to_first_tool_call: secs(self.time_to_first_tool_call_s),
             tpot: secs(self.tpot_s),
             max_gap: secs(self.max_gap_s),
             ..Figures::default()
@@ -279,6 +300,11 @@ mod tests {
             model: "m",
             api: "chat",
             tenant: Some("acme"),
+            turn: Some(&Turn {
+                conversation: "c-00000000000000ab".into(),
+                turn: 3,
+                think: Some(Duration::from_millis(1_500)),
+            }),
         };
         let gaps = GapSummary {
             count: 2,
@@ -292,6 +318,10 @@ mod tests {
             (1, "r1", Some("acme"))
         );
         assert_eq!(r.start, "2026-12-03T09:00:42.000000Z");
+        assert_eq!(
+            (r.conversation.as_deref(), r.turn, r.think_s),
+            (Some("c-00000000000000ab"), Some(3), Some(1.5))
+        );
         assert_eq!(
             (r.status, r.outcome.as_str(), r.stream),
             (Some(200), "ok", true)

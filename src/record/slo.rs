@@ -5,7 +5,7 @@
 //! A ceiling is missed when the measured value is above it (a value equal to the ceiling meets it, matching
 //! the histogram's `le` bucket). A ceiling whose figure does not exist for the request (TPOT or ITL with fewer
 //! than two tokens, TTFT of a non-streaming response, the time to first answer of a stream that ended
-//! `ok` with reasoning only) is met. For a request that failed or was cancelled, a wait still open when
+//! `ok` with reasoning only, the time to first tool call of a stream that called none) is met. For a request that failed or was cancelled, a wait still open when
 //! it broke off counts with its lower bound (the time already waited), so a ceiling already exceeded is
 //! still counted as missed, and such a request is never goodput.
 
@@ -40,6 +40,9 @@ pub fn judged_figure(kind: SloKind, figures: &Figures, end: &Ending) -> Option<D
     match kind {
         SloKind::Ttft => waited(figures.ttft),
         SloKind::TimeToFirstAnswer => waited(figures.time_to_first_answer),
+        // Most requests call no tool, so one that broke off before a call is not taken to have
+        // waited for one: only a call that came is judged.
+        SloKind::TimeToFirstToolCall => stream(figures.time_to_first_tool_call),
         SloKind::Tpot => stream(figures.tpot.filter(|_| end.ok)),
         SloKind::Itl => stream(figures.max_gap.max(end.open_gap.filter(|_| !end.ok))),
         SloKind::E2e => Some(figures.e2e),
@@ -102,7 +105,7 @@ mod tests {
     }
 
     fn ceilings() -> Ceilings {
-        ByKind([ms(500), ms(50), ms(250), ms(10_000), ms(5_000)])
+        ByKind([ms(500), ms(50), ms(250), ms(10_000), ms(5_000), ms(2_000)])
     }
 
     /// Judges a stream that ended `ok`: its figures as they are.
@@ -129,6 +132,37 @@ mod tests {
             v.describe("ok", Some(http::StatusCode::OK)),
             "missed:time_to_first_answer"
         );
+    }
+
+    #[test]
+    fn a_late_tool_call_misses_its_ceiling_and_a_stream_with_none_meets_it() {
+        let late = Figures {
+            ttft: ms(200),
+            time_to_first_answer: ms(200),
+            time_to_first_tool_call: ms(2_500),
+            e2e: Duration::from_millis(3_000),
+            ..Figures::default()
+        };
+        let v = judge(&ceilings(), &late, true);
+        assert_eq!(v.missed, vec![SloKind::TimeToFirstToolCall]);
+        assert_eq!(
+            v.describe("ok", Some(http::StatusCode::OK)),
+            "missed:time_to_first_tool_call"
+        );
+        let none = Figures {
+            time_to_first_tool_call: None,
+            ..late
+        };
+        assert!(judge(&ceilings(), &none, true).goodput);
+        // A stream cut off before any call, long past the ceiling: not taken to have waited for one.
+        let cut = Ending {
+            streaming: true,
+            ok: false,
+            open_gap: None,
+        };
+        let judged = judged(&none, &cut);
+        assert_eq!(judged[SloKind::TimeToFirstToolCall], None);
+        assert_eq!(judged[SloKind::TimeToFirstAnswer], ms(200));
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //!
 //! Output is answer or reasoning. TTFT is stopped by the first output of either kind; the time to first
 //! answer by the first answer-bearing output (text, refusal, tool call), t_answer; the reasoning time
-//! (t_answer − t_first) exists only when reasoning came before the answer.
+//! (t_answer − t_first) exists only when reasoning came before the answer. The time to first tool call
+//! is stopped by the first output that starts a tool call, t_tool (a tool call is answer too, so
+//! t_answer ≤ t_tool).
 
 use std::time::Duration;
 
@@ -28,6 +30,8 @@ pub struct Timeline {
     max_gap: Option<Duration>,
     /// t_answer, and whether reasoning came before it.
     answer: Option<(Instant, bool)>,
+    /// t_tool: the first output that started a tool call.
+    tool: Option<Instant>,
 }
 
 /// The first answer, as it happens.
@@ -60,6 +64,8 @@ pub struct Figures {
     pub time_to_first_answer: Option<Duration>,
     /// t_answer − t_first, when reasoning came before the answer.
     pub reasoning_time: Option<Duration>,
+    /// t_tool − t_arrive: the first output that started a tool call, when one did.
+    pub time_to_first_tool_call: Option<Duration>,
     /// t_end − t_first.
     pub generation: Option<Duration>,
     /// (t_end − t_first) / (N/k − 1) for k choices with output, N/k ≥ 2.
@@ -80,7 +86,18 @@ impl Timeline {
             output_chunks: 0,
             max_gap: None,
             answer: None,
+            tool: None,
         }
+    }
+
+    /// The first output that starts a tool call passed at `now`: t_tool − t_arrive, the first time
+    /// only (later calls return `None`).
+    pub fn on_tool_call(&mut self, now: Instant) -> Option<Duration> {
+        if self.tool.is_some() {
+            return None;
+        }
+        self.tool = Some(now);
+        Some(now.saturating_duration_since(self.arrive))
     }
 
     /// The first answer-bearing output passed at `now` (after its output marks), `after_reasoning` when
@@ -160,6 +177,7 @@ impl Timeline {
             ttft,
             time_to_first_answer: answer.map(|a| a.time_to_first_answer),
             reasoning_time: answer.and_then(|a| a.reasoning_time),
+            time_to_first_tool_call: self.tool.map(|t| t.saturating_duration_since(self.arrive)),
             generation,
             tpot,
             output_tokens_per_second,
@@ -192,6 +210,21 @@ mod tests {
         assert_eq!(f.max_gap, Some(ms(80)));
         let rate = f.output_tokens_per_second.unwrap_or_default();
         assert!((rate - 20.0).abs() < 1e-9, "{rate}");
+    }
+
+    #[test]
+    fn the_first_tool_call_stops_its_own_clock_once() {
+        let t0 = Instant::now();
+        let mut tl = Timeline::new(t0);
+        tl.on_output(0, t0 + ms(100));
+        assert_eq!(tl.figures(t0 + ms(150), 1).time_to_first_tool_call, None);
+        assert_eq!(tl.on_tool_call(t0 + ms(400)), Some(ms(400)));
+        assert_eq!(tl.on_tool_call(t0 + ms(900)), None);
+        let f = tl.figures(t0 + ms(1_000), 5);
+        assert_eq!(
+            (f.ttft, f.time_to_first_tool_call),
+            (Some(ms(100)), Some(ms(400)))
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::config::Ceilings;
+use crate::report::conversations::ConversationsJson;
 use crate::report::input::InputStats;
 use crate::report::query::format_rfc3339;
 use crate::report::slowest::Slow;
@@ -42,6 +43,9 @@ pub struct Side<'a> {
     /// `--slowest`: the figure they are ranked by, and the requests, slowest first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slowest: Option<SlowestJson>,
+    /// The records' conversations, when some records carry one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conversations: Option<ConversationsJson>,
 }
 
 #[derive(Serialize)]
@@ -225,6 +229,7 @@ pub fn side<'a>(report: &Report, input: &'a InputStats) -> Side<'a> {
             by: report.slowest.by.as_str(),
             requests: report.slowest.list(),
         }),
+        conversations: report.conversations.summary(),
     }
 }
 

@@ -10,6 +10,7 @@
 //!
 //! [`RequestRecord`]: crate::record::request_record::RequestRecord
 
+pub mod conversations;
 pub mod input;
 pub mod json;
 pub mod query;

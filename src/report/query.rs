@@ -3,6 +3,7 @@
 //! what-if ceilings (`--slo ttft=300ms,tpot=40ms`). Times are seconds since the Unix epoch, UTC.
 
 use crate::config::{parse_duration, Ceilings, Slo, SloKind};
+use crate::record::conversations::turn_label;
 pub use crate::record::request_record::parse_rfc3339;
 use crate::record::request_record::RequestRecord;
 use time::format_description::FormatItem;
@@ -15,6 +16,8 @@ pub enum By {
     Model,
     Tenant,
     Api,
+    /// The record's position in its conversation, as the `turn` label buckets it (`1` … `16+`).
+    Turn,
 }
 
 impl By {
@@ -23,8 +26,9 @@ impl By {
             "model" => Ok(By::Model),
             "tenant" => Ok(By::Tenant),
             "api" => Ok(By::Api),
+            "turn" => Ok(By::Turn),
             _ => Err(format!(
-                "--by: invalid grouping {text:?}: expected model, tenant or api"
+                "--by: invalid grouping {text:?}: expected model, tenant, api or turn"
             )),
         }
     }
@@ -34,15 +38,17 @@ impl By {
             By::Model => "model",
             By::Tenant => "tenant",
             By::Api => "api",
+            By::Turn => "turn",
         }
     }
 
-    /// The record's group; a record without a tenant is in `-`.
+    /// The record's group; a record without a tenant (or a turn) is in `-`.
     pub fn key(self, record: &RequestRecord) -> &str {
         match self {
             By::Model => &record.model,
             By::Tenant => record.tenant.as_deref().unwrap_or("-"),
             By::Api => &record.api,
+            By::Turn => record.turn.map_or("-", turn_label),
         }
     }
 }
@@ -173,7 +179,7 @@ mod tests {
         let err = parse_ceilings("ttft=300ms,ttfx=2s").unwrap_err();
         assert_eq!(
             err,
-            "--slo: invalid ceiling \"ttfx=2s\": unknown ceiling \"ttfx\": expected one of ttft, tpot, itl, e2e, time_to_first_answer"
+            "--slo: invalid ceiling \"ttfx=2s\": unknown ceiling \"ttfx\": expected one of ttft, tpot, itl, e2e, time_to_first_answer, time_to_first_tool_call"
         );
         assert!(parse_ceilings("ttft=0s").is_err());
         assert!(parse_ceilings("ttft").is_err());

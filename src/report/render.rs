@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+use crate::report::conversations::ConversationsJson;
 use crate::report::json::{Side, SlowestJson, Stats, SummaryJson};
 use crate::report::sketch::{EXACT_UP_TO, RELATIVE_ERROR};
 use crate::report::summary::{Figure, Limit, Unit};
@@ -308,7 +309,7 @@ const SCALARS: [Scalar; 7] = [
 ];
 
 /// What a row means, said once below the tables for each row shown.
-const ROW_NOTES: [(Figure, &str); 5] = [
+const ROW_NOTES: [(Figure, &str); 6] = [
     (
         Figure::Itl,
         "Inter Token Latency: per request, (E2E − TTFT)/(output tokens − 1), aiperf's ITL; \
@@ -328,6 +329,11 @@ const ROW_NOTES: [(Figure, &str); 5] = [
         Figure::Ttfo,
         "Time to First Output Token: to the first answer output, not reasoning; tokentap's \
          time_to_first_answer.",
+    ),
+    (
+        Figure::TimeToFirstToolCall,
+        "Time to First Tool Call: to the first chunk that starts a tool call, over the requests \
+         that called one (time_to_first_tool_call_s); how long an agent waits before it can act.",
     ),
     (
         Figure::LongestGap,
@@ -379,6 +385,57 @@ fn notes(sides: &[&SummaryJson], out: &mut String) {
     }
 }
 
+fn conversations_table(c: &ConversationsJson, style: Style, out: &mut String) {
+    let share = c
+        .server_share
+        .map_or("-".into(), |s| format!("{:.1}%", s * 100.0));
+    title(
+        &format!(
+            "Conversations: {}, {} turns ({:.2} a conversation, at most {}); the server's share of their time {share}",
+            c.conversation_count, c.turn_count, c.turns_per_conversation_avg, c.turns_per_conversation_max
+        ),
+        style,
+        out,
+    );
+    let mut table = Table::new(&[
+        "conversation",
+        "model",
+        "turns",
+        "wall s",
+        "in the server s",
+        "between turns s",
+    ]);
+    table.left = 2;
+    let s = |v: f64| opt(Some(v), 2);
+    for r in &c.slowest {
+        table.rows.push(vec![
+            r.conversation.clone(),
+            r.model.clone(),
+            r.turns.to_string(),
+            s(r.wall_s),
+            s(r.server_s),
+            s(r.between_turns_s),
+        ]);
+    }
+    table.rows.push(vec![
+        "all".into(),
+        "".into(),
+        c.turn_count.to_string(),
+        s(c.wall_s),
+        s(c.server_s),
+        s(c.between_turns_s),
+    ]);
+    table.write(style, out);
+    if c.records_not_followed > 0 {
+        let _ = writeln!(
+            out,
+            "({} records of conversations past the first {} are not in these figures)",
+            c.records_not_followed,
+            crate::report::conversations::MAX_CONVERSATIONS
+        );
+    }
+}
+
 fn slowest_table(slowest: &SlowestJson, style: Style, out: &mut String) {
     let name = format!("Slowest {} by {}", slowest.requests.len(), slowest.by);
     title(&name, style, out);
@@ -392,6 +449,7 @@ fn slowest_table(slowest: &SlowestJson, style: Style, out: &mut String) {
         "output",
         "TTFT ms",
         "answer ms",
+        "tool call ms",
         "max gap ms",
         "TPOT ms",
         "E2E ms",
@@ -411,6 +469,7 @@ fn slowest_table(slowest: &SlowestJson, style: Style, out: &mut String) {
             tokens(r.output_tokens),
             ms(r.ttft_s),
             ms(r.time_to_first_answer_s),
+            ms(r.time_to_first_tool_call_s),
             ms(r.max_gap_s),
             ms(r.tpot_s),
             ms(Some(r.e2e_s)),
@@ -430,6 +489,9 @@ pub fn single(side: &Side, style: Style) -> String {
     }
     if let Some(slowest) = &side.slowest {
         slowest_table(slowest, style, &mut out);
+    }
+    if let Some(conversations) = &side.conversations {
+        conversations_table(conversations, style, &mut out);
     }
     let mut all = vec![&side.total];
     all.extend(side.groups.values());

@@ -14,6 +14,7 @@ use crate::record::request_record::RequestRecord;
 pub enum SlowBy {
     Ttft,
     TimeToFirstAnswer,
+    TimeToFirstToolCall,
     MaxGap,
     Tpot,
     E2e,
@@ -24,12 +25,13 @@ impl SlowBy {
         match text {
             "ttft" => Ok(SlowBy::Ttft),
             "time_to_first_answer" => Ok(SlowBy::TimeToFirstAnswer),
+            "time_to_first_tool_call" => Ok(SlowBy::TimeToFirstToolCall),
             "max_gap" => Ok(SlowBy::MaxGap),
             "tpot" => Ok(SlowBy::Tpot),
             "e2e" => Ok(SlowBy::E2e),
             _ => Err(format!(
                 "--slowest-by: invalid figure {text:?}: expected ttft, time_to_first_answer, \
-                 max_gap, tpot or e2e"
+                 time_to_first_tool_call, max_gap, tpot or e2e"
             )),
         }
     }
@@ -38,6 +40,7 @@ impl SlowBy {
         match self {
             SlowBy::Ttft => "ttft",
             SlowBy::TimeToFirstAnswer => "time_to_first_answer",
+            SlowBy::TimeToFirstToolCall => "time_to_first_tool_call",
             SlowBy::MaxGap => "max_gap",
             SlowBy::Tpot => "tpot",
             SlowBy::E2e => "e2e",
@@ -48,6 +51,7 @@ impl SlowBy {
         match self {
             SlowBy::Ttft => r.ttft_s,
             SlowBy::TimeToFirstAnswer => r.time_to_first_answer_s,
+            SlowBy::TimeToFirstToolCall => r.time_to_first_tool_call_s,
             SlowBy::MaxGap => r.max_gap_s,
             SlowBy::Tpot => r.tpot_s,
             SlowBy::E2e => Some(r.e2e_s),
@@ -74,6 +78,8 @@ pub struct Slow {
     pub ttft_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_to_first_answer_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_to_first_tool_call_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_gap_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -154,6 +160,7 @@ impl Slowest {
             output_tokens: r.output_tokens,
             ttft_s: r.ttft_s,
             time_to_first_answer_s: r.time_to_first_answer_s,
+            time_to_first_tool_call_s: r.time_to_first_tool_call_s,
             max_gap_s: r.max_gap_s,
             tpot_s: r.tpot_s,
             e2e_s: r.e2e_s,

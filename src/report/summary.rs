@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use crate::config::{Slo, SloKind};
 use crate::record::request_record::RequestRecord;
 use crate::record::slo::{judge, judged};
+use crate::report::conversations::Conversations;
 use crate::report::query::{parse_rfc3339, By};
 use crate::report::sketch::Sketch;
 use crate::report::slowest::{SlowBy, Slowest};
@@ -49,6 +50,7 @@ pub enum Unit {
 pub enum Figure {
     Ttft,
     Ttfo,
+    TimeToFirstToolCall,
     InterChunk,
     RequestGapP50,
     RequestGapP99,
@@ -61,9 +63,10 @@ pub enum Figure {
 }
 
 impl Figure {
-    pub const ALL: [Figure; 11] = [
+    pub const ALL: [Figure; 12] = [
         Figure::Ttft,
         Figure::Ttfo,
+        Figure::TimeToFirstToolCall,
         Figure::InterChunk,
         Figure::RequestGapP50,
         Figure::RequestGapP99,
@@ -79,6 +82,7 @@ impl Figure {
         match self {
             Figure::Ttft => "Time to First Token",
             Figure::Ttfo => "Time to First Output Token",
+            Figure::TimeToFirstToolCall => "Time to First Tool Call",
             Figure::InterChunk => "Inter Chunk Latency",
             Figure::RequestGapP50 => "Request Median Gap",
             Figure::RequestGapP99 => "Request p99 Gap",
@@ -95,6 +99,7 @@ impl Figure {
         match self {
             Figure::Ttft => "time_to_first_token",
             Figure::Ttfo => "time_to_first_output_token",
+            Figure::TimeToFirstToolCall => "time_to_first_tool_call",
             Figure::InterChunk => "inter_chunk_latency",
             Figure::RequestGapP50 => "request_gap_p50",
             Figure::RequestGapP99 => "request_gap_p99",
@@ -180,6 +185,10 @@ impl Summary {
         let ok = record.outcome == "ok";
         self.observe(Figure::Ttft, record.ttft_s);
         self.observe(Figure::Ttfo, record.time_to_first_answer_s);
+        self.observe(
+            Figure::TimeToFirstToolCall,
+            record.time_to_first_tool_call_s,
+        );
         if record.gaps > 0 {
             self.requests_with_gaps += 1;
             self.observe(Figure::RequestGapP50, record.itl_p50_s);
@@ -277,6 +286,8 @@ pub struct Report {
     pub bad_start: u64,
     /// `--slowest`: over everything, not per group.
     pub slowest: Slowest,
+    /// The records' conversations, over everything.
+    pub conversations: Conversations,
 }
 
 impl Report {
@@ -288,6 +299,7 @@ impl Report {
             groups: BTreeMap::new(),
             bad_start: 0,
             slowest: Slowest::new(0, SlowBy::Ttft),
+            conversations: Conversations::default(),
         }
     }
 
@@ -302,6 +314,7 @@ impl Report {
         }
         self.total.add(record, start, &self.verdicts);
         self.slowest.add(record);
+        self.conversations.add(record, start);
         if let Some(by) = self.by {
             let key = by.key(record);
             let full = self.groups.len() >= MAX_GROUPS && !self.groups.contains_key(key);

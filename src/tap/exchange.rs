@@ -1,7 +1,7 @@
 //! One request/response exchange from t_arrive to t_end: the timeline, the decoder and the labels of a
 //! request, and the single place where a finished request is recorded: its outcome is classified
-//! (`record::outcome`), its record concluded (`record::finished`, pure) and written to the metrics and
-//! the log line here.
+//! (`record::outcome`), its record concluded (`record::finished`, pure), then written to the metrics
+//! (`record::metrics::finish`), the log line and the request_log from here.
 //!
 //! The state lives in an [`ExchangeGuard`]: first inside the forwarding future, then inside the response
 //! body. Whichever way the exchange ends — the body's last frame, an upstream error, or the guard being
@@ -11,11 +11,11 @@
 //! closes at `data: [DONE]`, before the server's chunked terminator) had the whole answer: that request
 //! is complete, and ends when the terminal event passed.
 //!
-//! TTFT and the time to first answer (and the reasoning time before it) are observed as they happen;
-//! the reasoning and cached-prompt tokens, the server's own timings and the part of the TTFT outside
-//! the server when the request ends (docs/metrics.md, "Inside the TTFT").
+//! TTFT, the time to first answer (and the reasoning time before it) and the time to first tool call
+//! are observed as they happen; the reasoning and cached-prompt tokens, the server's own timings and
+//! the part of the TTFT outside the server when the request ends (docs/metrics.md, "Inside the TTFT").
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
@@ -27,17 +27,19 @@ use tracing::field::DisplayValue;
 use crate::config::{Metering, Slo};
 use crate::decode::dialect::timings::tgi_headers;
 use crate::decode::dialect::Dialect;
+use crate::decode::messages;
 use crate::decode::response::{Format, ResponseDecoder};
 use crate::decode::tokenizer::{TextCount, Tokenizers};
 use crate::logging::fields::Millis;
 use crate::logging::records::RecordWriter;
 use crate::record::api::Api;
+use crate::record::conversations::{Conversations, MessageList, Turn};
 use crate::record::finished::{conclude, t_end, FinishedRecord};
 use crate::record::gaps::Gaps;
-use crate::record::metrics::{status_label, Metrics, Series};
+use crate::record::metrics::{family, Metrics, Series};
 use crate::record::outcome::{classify, End, Outcome, Seen};
 use crate::record::request_record::{self, RequestRecord};
-use crate::record::server::{outside, ServerTimings};
+use crate::record::server::ServerTimings;
 use crate::record::timeline::{Mark, Timeline};
 use crate::record::tokens::TokenSource;
 use crate::shutdown::{Count, Counted};
@@ -57,6 +59,8 @@ pub struct ExchangeContext {
     pub identify: Identify,
     /// The per-request records (`request_log:`), when on.
     pub records: Option<Records>,
+    /// The turns seen, to recognise conversations; `None`: `conversations.max_turns: 0`.
+    pub conversations: Option<Conversations>,
 }
 
 /// Where finished requests' records go, and what they list.
@@ -94,7 +98,14 @@ pub struct Exchange {
     identity: Option<Identity>,
     /// Wall-clock arrival and the request's own gaps: only kept for a record (`request_log:`).
     recording: Option<(SystemTime, Gaps)>,
+    /// The request's message list, read off the held body beside the forwarding: `None` when the API
+    /// carries none or recognition is off; an unset lock when it was not read (yet).
+    messages: Option<Arc<OnceLock<Option<MessageList>>>>,
 }
+
+/// A held body larger than this is read on a blocking thread, so a large prompt never holds a
+/// runtime worker (and so no other stream's frames) while it is parsed.
+const READ_INLINE_BYTES: usize = 64 << 10;
 
 impl Exchange {
     pub fn begin(
@@ -132,6 +143,36 @@ impl Exchange {
             upstream_permits: [None, None],
             identity: None,
             recording,
+            messages: None,
+        }
+    }
+
+    /// The held request body, just sent upstream: its message list is read now, while the upstream
+    /// works, for the conversation this request continues: here for a small body (tens of
+    /// microseconds), on the blocking pool for a larger one (its result is taken at the end if it is
+    /// ready by then). `None`: the body streams (too large to hold), so its list is not read.
+    pub fn read_messages(&mut self, body: Option<Vec<bytes::Bytes>>) {
+        if self.context.conversations.is_none() || !messages::has_messages(self.api) {
+            return;
+        }
+        let slot = Arc::new(OnceLock::new());
+        self.messages = Some(slot.clone());
+        let Some(frames) = body else {
+            return;
+        };
+        let api = self.api;
+        let len: usize = frames_len(&frames);
+        let read = move || {
+            let list = match frames.as_slice() {
+                [one] => messages::read(api, one),
+                many => messages::read(api, &many.concat()),
+            };
+            let _ = slot.set(list);
+        };
+        if len > READ_INLINE_BYTES {
+            drop(tokio::task::spawn_blocking(read));
+        } else {
+            read();
         }
     }
 
@@ -181,6 +222,7 @@ impl Exchange {
         }
         self.observe_marks(now);
         self.observe_answer(now);
+        self.observe_tool_call(now);
     }
 
     /// The first answer, if it passed in the frame read at `now`: the time to first answer and the
@@ -207,6 +249,22 @@ impl Exchange {
                 .inside
                 .observe_reasoning_time(&series, time);
         }
+    }
+
+    /// The first tool call, if it started in the frame read at `now`: the time to first tool call,
+    /// observed as it happens.
+    fn observe_tool_call(&mut self, now: Instant) {
+        if !self.decoder.as_ref().is_some_and(|d| d.tool_called()) {
+            return;
+        }
+        let Some(wait) = self.timeline.on_tool_call(now) else {
+            return;
+        };
+        let series = self.series().clone();
+        let family = &family::TIME_TO_FIRST_TOOL_CALL;
+        self.context
+            .metrics
+            .observe(&series, family, wait.as_secs_f64());
     }
 
     /// The outputs in `marks` passed at `now`: TTFT or a gap each, observed as it happens.
@@ -277,6 +335,7 @@ impl Exchange {
             report = Some(finished);
             self.observe_marks(t_end);
             self.observe_answer(t_end);
+            self.observe_tool_call(t_end);
         }
         let error_event = report.as_ref().is_some_and(|r| r.error_event);
         let outcome = classify(
@@ -297,55 +356,46 @@ impl Exchange {
             self.status,
             &ceilings,
         );
-        self.write(&series, &record);
+        let turn = self.place(t_end, now);
+        self.write(&series, &record, turn.as_ref());
+    }
+
+    /// The request's place in its conversation, once it ended at `t_end` (the think time before the
+    /// next turn runs from there); `None` without a message list.
+    fn place(&self, t_end: Instant, now: Instant) -> Option<Turn> {
+        let (conversations, slot) = (
+            self.context.conversations.as_ref()?,
+            self.messages.as_ref()?,
+        );
+        let agents = &self.context.metrics.agents;
+        let turn = match slot.get() {
+            Some(Some(list)) => {
+                let answered = self.decoder.as_ref();
+                let response_id = answered.and_then(|d| d.observations().response_id.as_deref());
+                let arrive = self.timeline.arrive();
+                let (turn, lookup) = conversations.place(list, arrive, t_end, response_id);
+                agents.count_lookup(Some(lookup));
+                Some(turn)
+            }
+            // Not JSON, or no list in it: not a conversation.
+            Some(None) => None,
+            None => {
+                agents.count_lookup(None);
+                None
+            }
+        };
+        agents.sweep(conversations, now);
+        turn
     }
 
     /// Writes a finished request to the metrics and the log line.
-    fn write(&self, series: &Series, record: &FinishedRecord) {
-        let metrics = &self.context.metrics;
+    fn write(&self, series: &Series, record: &FinishedRecord, turn: Option<&Turn>) {
+        self.context.metrics.finish(series, record);
+        if let Some(turn) = turn {
+            self.context.metrics.finish_turn(series, turn, record);
+        }
         let figures = &record.figures;
         let ok = record.outcome == Outcome::Ok;
-        if let Some(reason) = record.skipped {
-            metrics.count_metering_skipped(self.api, reason.as_str());
-        }
-        metrics.count_request(series, status_label(record.status), record.outcome.as_str());
-        if let Some(t) = &series.tokens {
-            if let Some(n) = record.output_tokens {
-                t.output_tokens.inc_by(n);
-            }
-            if let Some(source) = record.token_source {
-                metrics.count_token_source(series, source.as_str());
-            }
-            if let Some(n) = record.input_tokens {
-                t.input_tokens.inc_by(n);
-            }
-        }
-        if ok {
-            series.e2e.observe(figures.e2e.as_secs_f64());
-            if let Some(t) = series.tokens.as_ref().filter(|_| record.streaming) {
-                observe(&t.generation, figures.generation);
-                observe(&t.tpot, figures.tpot);
-                observe(&t.max_gap, figures.max_gap);
-                if let Some(rate) = figures.output_tokens_per_second {
-                    t.tokens_per_second.observe(rate);
-                }
-            }
-        }
-        if series.tokens.is_some() {
-            let inside = &metrics.inside;
-            inside.count_tokens(series, record.reasoning_tokens, record.cached_input_tokens);
-            if !record.server.is_empty() {
-                let ttft = figures.ttft.filter(|_| record.streaming);
-                let outside = outside(ttft, record.server.ttft);
-                inside.observe_server(series, &record.server, outside);
-            }
-        }
-        for &kind in &record.verdict.missed {
-            metrics.count_violation(series, kind);
-        }
-        if record.verdict.goodput {
-            series.goodput.inc();
-        }
         let status = record.status.as_ref().map_or("none", StatusCode::as_str);
         let streaming = record.streaming;
         let id = self.identity.as_ref().map_or("", |i| i.id.as_str());
@@ -361,11 +411,15 @@ impl Exchange {
             outcome = record.outcome.as_str(),
             ttft_ms = figures.ttft.filter(|_| streaming).map(millis),
             time_to_first_answer_ms = figures.time_to_first_answer.filter(|_| streaming).map(millis),
+            time_to_first_tool_call_ms = figures.time_to_first_tool_call.filter(|_| streaming).map(millis),
             tpot_ms = figures.tpot.filter(|_| streaming && ok).map(millis),
             e2e_ms = millis(figures.e2e),
             output_tokens = record.output_tokens,
             token_source = record.token_source.map(TokenSource::as_str),
             input_tokens = record.input_tokens,
+            conversation = turn.map(|t| &*t.conversation),
+            turn = turn.map(|t| t.turn),
+            think_ms = turn.and_then(|t| t.think).map(millis),
             slo = %record.slo(),
             "request finished"
         );
@@ -376,6 +430,7 @@ impl Exchange {
                 model: &series.model,
                 api: self.api.as_str(),
                 tenant: series.tenant.as_deref(),
+                turn,
             };
             // Plain numbers and strings: serialising cannot fail; a record that did is not written.
             records.writer.send_with(|| {
@@ -385,10 +440,8 @@ impl Exchange {
     }
 }
 
-fn observe(histogram: &prometheus::Histogram, value: Option<Duration>) {
-    if let Some(value) = value {
-        histogram.observe(value.as_secs_f64());
-    }
+fn frames_len(frames: &[bytes::Bytes]) -> usize {
+    frames.iter().map(bytes::Bytes::len).sum()
 }
 
 /// A figure of the log line: milliseconds to the microsecond (`12.345`), written from integers.

@@ -188,6 +188,7 @@ mod tests {
             requests: Default::default(),
             identify: crate::tap::identity::Identify::new(None),
             records: None,
+            conversations: None,
         });
         let (api, dialect) = detect("/v1/chat/completions");
         let mut exchange = Exchange::begin(

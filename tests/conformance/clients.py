@@ -173,3 +173,50 @@ def leave_mid_stream(port, until, after_events=3):
         time.sleep(0.01)
     s.close()
     return time.monotonic()
+
+
+# Agents: each turn sends the conversation so far back, the way agent code does with each SDK.
+TURNS = ["Name a colour.", "Why that one?", "And a second?"]
+
+
+def run_conversations(base_url, turns=TURNS):
+    """Four agents, one conversation each, `len(turns)` turns: the openai SDK's chat streamed (the
+    assistant message rebuilt from the streamed text) and not (the SDK's message object appended as
+    it came), its Responses API (the answer's output items appended to the input), and the anthropic
+    SDK (the answer's content blocks appended). Returns the number of streamed turns."""
+    client = openai.OpenAI(base_url=base_url + "/v1", api_key="none", max_retries=0, timeout=120)
+    limits = dict(model=MODEL, max_tokens=MAX_TOKENS, temperature=0, seed=1)
+
+    messages = [{"role": "system", "content": "You answer in one line."}]
+    for text in turns:
+        messages.append({"role": "user", "content": text})
+        stream = client.chat.completions.create(messages=messages, stream=True,
+                                                stream_options={"include_usage": True}, **limits)
+        messages.append({"role": "assistant", "content": "".join(_chat_text(c) for c in stream)})
+
+    messages = [{"role": "user", "content": "Agent two. " + turns[0]}]
+    for text in turns[1:] + [None]:
+        answer = client.chat.completions.create(messages=messages, **limits)
+        if text is None:
+            break
+        messages += [answer.choices[0].message, {"role": "user", "content": text}]
+
+    items = "Agent three. " + turns[0]
+    for text in turns[1:] + [None]:
+        answer = client.responses.create(model=MODEL, input=items, max_output_tokens=MAX_TOKENS, temperature=0)
+        if text is None:
+            break
+        items = ([{"role": "user", "content": items}] if isinstance(items, str) else items)
+        items = items + list(answer.output) + [{"role": "user", "content": text}]
+    client.close()
+
+    claude = anthropic.Anthropic(base_url=base_url, api_key="none", max_retries=0, timeout=120)
+    messages = [{"role": "user", "content": "Agent four. " + turns[0]}]
+    for text in turns[1:] + [None]:
+        answer = claude.messages.create(model=MODEL, max_tokens=MAX_TOKENS, messages=messages,
+                                        system="You answer in one line.", extra_body={"temperature": 0})
+        if text is None:
+            break
+        messages += [{"role": "assistant", "content": answer.content}, {"role": "user", "content": text}]
+    claude.close()
+    return len(turns)

@@ -225,6 +225,63 @@ def aiperf(suite, model_dir, out, concurrency, requests):
     suite.outcomes(group, t, requests)
 
 
+def conversations(suite):
+    """Agents driving multi-turn conversations through the real SDKs, appending each answer as agent
+    code does (clients.run_conversations): tokentap must see four conversations, every later turn
+    continuing its own, with no client sending an id."""
+    agents, turns = 4, len(clients.TURNS)
+    group = f"conversations, {agents} SDK agents x {turns} turns"
+    streamed, v, t = suite.phase(lambda: clients.run_conversations(suite.tokentap.url))
+    lookups = "tokentap_conversation_lookups_total"
+    suite.exact(group, "new conversations", t.get(lookups, result="first"), agents)
+    suite.exact(group, "turns continuing one", t.get(lookups, result="continued"), agents * (turns - 1))
+    suite.exact(group, "lists not read", t.get(lookups, result="unread"), 0)
+    suite.exact(group, "think times", t.get("tokentap_conversation_think_time_seconds_count"), agents * (turns - 1))
+    for turn in range(1, turns + 1):
+        suite.exact(group, f"turn {turn}: streamed TTFTs", t.get("tokentap_turn_time_to_first_token_seconds_count",
+                                                                 turn=str(turn)), 1)
+        suite.exact(group, f"turn {turn}: prompts", t.get("tokentap_turn_input_tokens_count", turn=str(turn)), agents)
+    suite.counts(group, v, t)
+    suite.outcomes(group, t, streamed)
+
+
+def aiperf_conversations(suite, binary, model_dir, out, conversations=6, turns=3):
+    """aiperf's multi-turn mode through a tokentap that writes its records: each of aiperf's requests
+    (joined by its X-Request-ID, which tokentap records as the id) is in the conversation and at the
+    turn aiperf says, tokentap's ids partitioning the requests as aiperf's conversation ids do."""
+    group = f"aiperf multi-turn, {conversations} conversations x {turns} turns"
+    os.makedirs(out, exist_ok=True)
+    records = os.path.join(out, "records.jsonl")
+    tokentap = Tokentap(binary, suite.vllm.url, os.path.dirname(model_dir), out, name="tokentap-conversations",
+                        extra=f"request_log: {{path: {records}}}\n")
+    try:
+        theirs = aiperf_run.conversations(tokentap.url, model_dir, out, conversations, turns)
+        settle(suite.vllm, tokentap)
+    finally:
+        tokentap.stop()
+    with open(records) as f:
+        ours = {r["id"]: r for r in map(json.loads, filter(str.strip, f))}
+    joined = [(m, ours.get(m.get("x_request_id"))) for m in theirs]
+    suite.exact(group, "aiperf requests found in tokentap's records", sum(r is not None for _, r in joined), len(theirs))
+    # aiperf's conversation of each of tokentap's, and the other way round: a partition agrees when
+    # each id maps to one id only.
+    mine, yours = {}, {}
+    for m, r in joined:
+        if r is not None:
+            mine.setdefault(r.get("conversation"), set()).add(m["conversation_id"])
+            yours.setdefault(m["conversation_id"], set()).add(r.get("conversation"))
+    agree = sum(
+        r is not None and r.get("turn") == m["turn_index"] + 1
+        and len(mine[r.get("conversation")]) == 1 and len(yours[m["conversation_id"]]) == 1
+        for m, r in joined
+    )
+    share = agree / len(theirs) if theirs else 0
+    suite.check(group, "turns in aiperf's conversation at aiperf's turn", f"{agree}/{len(theirs)}",
+                f"{conversations * turns}", share >= 0.99 and len(theirs) == conversations * turns,
+                "joined by X-Request-ID; at least 99 %")
+    suite.exact(group, "conversations", len(yours), conversations)
+
+
 def stop_time(suite, port):
     """Seconds from the client's close until vLLM reports no running request."""
     def running():
@@ -357,8 +414,10 @@ def main():
         random_text(suite)
         ttft(suite)
         prefix_cache(suite)
+        conversations(suite)
         aiperf(suite, a.model_dir, os.path.join(a.out, "aiperf-c1"), 1, 8)
         aiperf(suite, a.model_dir, os.path.join(a.out, "aiperf-c4"), 4, 16)
+        aiperf_conversations(suite, a.tokentap, a.model_dir, os.path.join(a.out, "aiperf-conversations"))
         cancellation(suite)
         reuse.connection_reuse(suite, a.tokentap, os.path.dirname(a.model_dir), a.out)
         relay = Relay(vllm.port)

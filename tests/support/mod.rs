@@ -6,6 +6,7 @@
 //! - `client`: pooled h1/h2c clients, single h1/h2c connections to drop, what a client got.
 //! - `raw`: raw bytes to the proxy port and the answer as bytes.
 //! - `chunked`: the one chunked-coding decoder (the upstream's reader and `raw::dechunk` use it).
+//! - `records`: the request records a test's tokentap writes, read back.
 //! - `scrape`: `/metrics` read back as samples.
 //! - `prometheus`: a real Prometheus on loopback scraping tokentap, and PromQL queries to it.
 //! - `streams`: generated inputs (random cut points, proptest strategies).
@@ -17,6 +18,7 @@ mod client;
 mod prometheus;
 mod proxy;
 mod raw;
+mod records;
 mod scrape;
 mod script;
 pub mod streams;
@@ -33,6 +35,8 @@ pub use prometheus::*;
 pub use proxy::*;
 #[allow(unused_imports)]
 pub use raw::*;
+#[allow(unused_imports)]
+pub use records::*;
 #[allow(unused_imports)]
 pub use scrape::*;
 #[allow(unused_imports)]

@@ -1,6 +1,7 @@
 //! The Prometheus text format, read back: one scrape of tokentap's `/metrics` as samples to look up.
 
 use std::collections::HashMap;
+use tokentap::record::metrics::family;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -33,11 +34,7 @@ pub async fn scrape(proxy: &Running) -> Metrics {
 /// Waits (at most 10 s) until tokentap holds the upstream's model list of `n` names.
 pub async fn listed(proxy: &Running, n: f64) {
     for _ in 0..200 {
-        if scrape(proxy)
-            .await
-            .get("tokentap_upstream_models_listed", &[])
-            == n
-        {
+        if scrape(proxy).await.get(family::MODELS_LISTED.name, &[]) == n {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;

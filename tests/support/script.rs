@@ -20,6 +20,11 @@ pub fn last_chunk() -> Step {
     Step::Raw(b"0\r\n\r\n".to_vec())
 }
 
+/// An Ollama-style head: newline-delimited JSON, chunked.
+pub fn ndjson_head() -> Step {
+    Step::Raw(b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\ntransfer-encoding: chunked\r\n\r\n".to_vec())
+}
+
 pub fn json_response(status: u16, reason: &str, body: &str) -> Step {
     Step::Raw(
         format!(
@@ -44,6 +49,23 @@ pub fn usage_chunk(prompt: u64, completion: u64) -> String {
     format!("data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[],\"usage\":{{\"prompt_tokens\":{prompt},\"completion_tokens\":{completion},\"total_tokens\":{}}}}}\n\n", prompt + completion)
 }
 
+/// One SSE event of `data` only.
+pub fn sse(data: &str) -> String {
+    format!("data: {data}\n\n")
+}
+
+/// One SSE event with an `event:` name (Anthropic, Responses).
+pub fn named(event: &str, data: &str) -> String {
+    format!("event: {event}\ndata: {data}\n\n")
+}
+
+/// An OpenAI chat chunk of model `m` with this `delta` object.
+pub fn chat_delta(delta: &str) -> String {
+    sse(&format!(
+        r#"{{"id":"c","object":"chat.completion.chunk","model":"m","choices":[{{"index":0,"delta":{delta},"finish_reason":null}}]}}"#
+    ))
+}
+
 pub const DONE: &str = "data: [DONE]\n\n";
 
 /// A vLLM-like stream: head, role chunk, then `tokens` content chunks `gap` apart, `[DONE]`, end.
@@ -54,6 +76,17 @@ pub fn token_stream(tokens: usize, gap: Duration) -> Vec<Step> {
         steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
     }
     steps.push(chunk(DONE.as_bytes()));
+    steps.push(last_chunk());
+    steps
+}
+
+/// A stream: `head`, then each event after its pause (ms), then the end of the body.
+pub fn timed(head: Step, events: &[(u64, String)]) -> Vec<Step> {
+    let mut steps = vec![head];
+    for (pause, event) in events {
+        steps.push(Step::Sleep(ms(*pause)));
+        steps.push(chunk(event.as_bytes()));
+    }
     steps.push(last_chunk());
     steps
 }

@@ -18,6 +18,7 @@ use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
+use tokentap::report::render::printable;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
@@ -225,10 +226,9 @@ pub fn samples(answer: &Value) -> Result<Vec<(String, f64)>, String> {
 }
 
 /// `text` with every control character (an escape sequence a label could carry) shown as `?`.
+/// What Prometheus (or the URL given) said, made safe to print: see [`printable`].
 fn clean(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
+    printable(text).into_owned()
 }
 
 fn encode(expr: &str) -> String {
@@ -347,7 +347,7 @@ mod tests {
         assert_eq!(
             cells,
             [
-                "llama?[2J",
+                "llama\\u{1b}[2J",
                 "2.50",
                 "-",
                 "972ms",

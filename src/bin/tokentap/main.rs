@@ -120,7 +120,7 @@ struct ReportArgs {
     /// Compare with these record files (the "after" set): `tokentap report A... --compare B...`.
     #[arg(long, value_name = "FILE", num_args = 1..)]
     compare: Vec<String>,
-    /// One section per model, tenant or api (at most 1,000; the rest under "other").
+    /// One section per model, tenant, api or turn (at most 1,000; the rest under "other").
     #[arg(long, value_name = "model|tenant|api")]
     by: Option<String>,
     /// Only requests that started at or after this time: RFC 3339 or a duration back from now ("1h").
@@ -145,7 +145,8 @@ struct ReportArgs {
     /// List the N slowest requests (start, id, model, tenant, prompt length, figures).
     #[arg(long, value_name = "N", default_value_t = 0)]
     slowest: usize,
-    /// The figure --slowest ranks by: ttft (default), time_to_first_answer, max_gap, tpot or e2e.
+    /// The figure --slowest ranks by: ttft (default), time_to_first_answer,
+    /// time_to_first_tool_call, max_gap, tpot or e2e.
     #[arg(long, value_name = "FIGURE", default_value = "ttft")]
     slowest_by: String,
 }

@@ -68,6 +68,7 @@ fn a_hash_key_must_be_32_random_bytes_and_never_a_documented_example() {
     let good = "Yx3Qm0v8pH2wN5rT7sK9dL4fJ6gB1cZ+aE0uI2oR8yA=";
     let yaml = |key: &str| format!("tenants: {{bearer_hash: true, hash_key: \"{key}\"}}");
     assert!(Config::from_yaml_str(&yaml(good)).is_ok());
+    let short = "must be at least 32 random bytes (44 characters of base64)";
     let how = "make one with `head -c 32 /dev/urandom | base64` (or `openssl rand -base64 32`)";
     for (key, why) in [
         (
@@ -82,9 +83,11 @@ fn a_hash_key_must_be_32_random_bytes_and_never_a_documented_example() {
             "a-key-of-sixteen-bytes",
             "is the documented example, which anyone can read",
         ),
-        ("0123456789abcdef", "must be at least 32 random bytes"),
-        ("short", "must be at least 32 random bytes"),
-        (&"ab".repeat(20), "must be random bytes, not a pattern"),
+        ("0123456789abcdef", short),
+        ("short", short),
+        // 24 random bytes in base64: 32 characters, 8 bytes short of the key the refusal asks for.
+        ("q8Vx2LmR0tZ7bN4cW1yK9pHs3eJ6uGfA", short),
+        (&"ab".repeat(24), "must be random bytes, not a pattern"),
     ] {
         let want = format!("tenants.hash_key: invalid key \"(not shown)\": {why}; {how}");
         assert_eq!(err(&yaml(key)), want, "{key}");

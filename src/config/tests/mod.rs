@@ -34,7 +34,7 @@ fn ms(n: u64) -> Option<Duration> {
     Some(Duration::from_millis(n))
 }
 
-fn all(c: Ceilings) -> [Option<Duration>; 5] {
+fn all(c: Ceilings) -> [Option<Duration>; 6] {
     SloKind::ALL.map(|k| c[k])
 }
 
@@ -110,12 +110,12 @@ fn full_example_parses_to_the_given_values() {
     );
     assert_eq!(
         all(c.slo.default),
-        [ms(500), ms(50), ms(250), ms(60_000), None]
+        [ms(500), ms(50), ms(250), ms(60_000), None, None]
     );
     assert_eq!(c.slo.models.keys().collect::<Vec<_>>(), ["llama-3.1-70b"]);
     assert_eq!(
         all(c.slo.models["llama-3.1-70b"]),
-        [ms(1000), None, None, None, None]
+        [ms(1000), None, None, None, None, None]
     );
 }
 
@@ -207,7 +207,7 @@ fn example_config_file_parses_and_shows_the_defaults() {
     );
     assert_eq!(
         all(c.slo.default),
-        [ms(500), ms(50), ms(250), ms(60_000), None]
+        [ms(500), ms(50), ms(250), ms(60_000), None, None]
     );
     assert_eq!(c.slo.ceilings_for("llama-3.1-70b")[SloKind::Ttft], ms(1000));
 }
@@ -233,7 +233,7 @@ fn model_idle_defaults_to_an_hour_and_never_or_zero_turns_retirement_off() {
 fn unknown_key_at_top_level_is_named() {
     let want = "unknown field `lisen`, expected one of `listen`, `upstream`, `metrics_listen`, \
          `upstream_ca_file`, `max_models`, `model_list`, `timeouts`, `limits`, `shutdown_grace`, `metering`, \
-         `metrics`, `buckets`, `slo`, `tokenizers`, `tokenizer_dirs`, `request_log`, `tenants`, `ui` at line 2 column 1";
+         `metrics`, `buckets`, `slo`, `tokenizers`, `tokenizer_dirs`, `request_log`, `tenants`, `ui`, `conversations` at line 2 column 1";
     assert_eq!(err("listen: 0.0.0.0:1\nlisen: 0.0.0.0:2\n"), want);
 }
 

@@ -7,17 +7,27 @@ use super::*;
 fn per_model_override_merges_field_by_field_over_the_default() {
     let slo = Config::from_yaml_str(FULL).unwrap().slo;
     let llama = slo.ceilings_for("llama-3.1-70b");
-    assert_eq!(all(llama), [ms(1000), ms(50), ms(250), ms(60_000), None]);
+    assert_eq!(
+        all(llama),
+        [ms(1000), ms(50), ms(250), ms(60_000), None, None]
+    );
     assert_eq!(slo.ceilings_for("some-other-model"), slo.default);
     let only_model = Config::from_yaml_str("slo: {models: {m: {itl: 1s}}}").unwrap();
     assert_eq!(
         all(only_model.slo.ceilings_for("m")),
-        [None, None, ms(1000), None, None]
+        [None, None, ms(1000), None, None, None]
     );
     assert_eq!(only_model.slo.ceilings_for("x"), Ceilings::default());
     assert_eq!(
         SloKind::ALL.map(SloKind::as_str),
-        ["ttft", "tpot", "itl", "e2e", "time_to_first_answer"]
+        [
+            "ttft",
+            "tpot",
+            "itl",
+            "e2e",
+            "time_to_first_answer",
+            "time_to_first_tool_call"
+        ]
     );
 }
 
@@ -66,28 +76,28 @@ fn a_tenants_ceiling_wins_over_its_models_which_wins_over_the_default() {
     let slo = Config::from_yaml_str(yaml).unwrap().slo;
     assert_eq!(
         all(slo.ceilings_for_request("m", Some("acme"))),
-        [ms(300), ms(50), None, ms(60_000), None]
+        [ms(300), ms(50), None, ms(60_000), None, None]
     );
     assert_eq!(
         all(slo.ceilings_for_request("m", Some("other"))),
-        [ms(800), ms(50), None, ms(60_000), None]
+        [ms(800), ms(50), None, ms(60_000), None, None]
     );
     assert_eq!(
         all(slo.ceilings_for_request("x", None)),
-        [ms(1000), None, None, ms(60_000), None]
+        [ms(1000), None, None, ms(60_000), None, None]
     );
     assert_eq!(slo.boundaries(SloKind::Ttft), vec![0.3, 0.8, 1.0]);
 }
 
 #[test]
 fn unknown_key_under_slo_is_named_with_its_path() {
-    let want = "slo: unknown field `p99`, expected one of `ttft`, `tpot`, `itl`, `e2e`, `time_to_first_answer`, `models` at line 3 column 3";
+    let want = "slo: unknown field `p99`, expected one of `ttft`, `tpot`, `itl`, `e2e`, `time_to_first_answer`, `time_to_first_tool_call`, `models` at line 3 column 3";
     assert_eq!(err("slo:\n  ttft: 1s\n  p99: 2s\n"), want);
 }
 
 #[test]
 fn unknown_key_under_a_model_override_is_named_with_its_path() {
-    let want = "slo.models.llama-3.1-70b: unknown field `ttf`, expected one of `ttft`, `tpot`, `itl`, `e2e`, `time_to_first_answer` at line 4 column 7";
+    let want = "slo.models.llama-3.1-70b: unknown field `ttf`, expected one of `ttft`, `tpot`, `itl`, `e2e`, `time_to_first_answer`, `time_to_first_tool_call` at line 4 column 7";
     assert_eq!(
         err("slo:\n  models:\n    llama-3.1-70b:\n      ttf: 1s\n"),
         want

@@ -59,13 +59,28 @@ pub struct Observations {
     /// The server's own timings for the request, where its answer carries them.
     pub server: ServerTimings,
     pub model: Option<String>,
+    /// The Responses API's id of this response (`resp_…`), which a later turn may name as its
+    /// `previous_response_id`; at most [`MAX_RESPONSE_ID`] bytes.
+    pub response_id: Option<String>,
     /// The API's terminal event has passed (`[DONE]`, `response.completed`, `message_stop`, Ollama's
     /// `done: true`, llama.cpp's `stop: true`, TGI's event with `generated_text`): the client has the
     /// whole answer, whether or not it stays for the end of the body.
     pub ended: bool,
 }
 
+/// The longest response id kept.
+pub const MAX_RESPONSE_ID: usize = 128;
+
 impl Observations {
+    /// Keeps the first non-empty response id the response names (Responses API).
+    fn response_id(&mut self, id: Option<&str>) {
+        if self.response_id.is_none() {
+            if let Some(id) = id.filter(|i| !i.is_empty() && i.len() <= MAX_RESPONSE_ID) {
+                self.response_id = Some(id.to_owned());
+            }
+        }
+    }
+
     /// Keeps the first non-empty model name the response names.
     fn model(&mut self, model: Option<&str>) {
         if self.model.is_none() {

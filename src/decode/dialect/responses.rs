@@ -67,6 +67,8 @@ const TOOL_DELTAS: [&str; 2] = [
 #[derive(Deserialize)]
 struct Response<'a> {
     #[serde(borrow, default)]
+    id: Text<'a>,
+    #[serde(borrow, default)]
     model: Text<'a>,
     #[serde(default)]
     usage: Option<Usage>,
@@ -124,10 +126,11 @@ impl Dialect for Responses {
     }
 
     fn body_fields(&self) -> &'static [&'static str] {
-        &["model", "usage", "metrics"]
+        &["id", "model", "usage", "metrics"]
     }
 
     fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
+        obs.response_id(fields.string("id").as_deref());
         obs.model(fields.string("model").as_deref());
         if let Some(usage) = fields.value::<Usage>("usage") {
             record_usage(&usage, obs);
@@ -164,6 +167,7 @@ fn read_by_serde(data: &[u8], obs: &mut Observations, text: &mut EventOutput<'_>
         return EventKind::Malformed;
     };
     if let Some(response) = &event.response {
+        obs.response_id(response.id.0.as_deref());
         obs.model(response.model.0.as_deref());
         if let Some(usage) = &response.usage {
             record_usage(usage, obs);

@@ -21,41 +21,43 @@ use prometheus::proto::MetricFamily;
 use tokio::time::Instant;
 
 use crate::config::{Config, SloKind, Ui};
-use crate::record::metrics::Metrics;
+use crate::record::metrics::{family, Metrics};
 
 pub mod quantile;
 pub mod view;
 pub mod views;
 
 /// The latency histograms the page shows, in [`Counts::hist`] order.
-pub const HISTOGRAMS: [(&str, &str); 5] = [
-    ("ttft", "tokentap_time_to_first_token_seconds"),
-    ("ttfa", "tokentap_time_to_first_answer_token_seconds"),
-    ("itl", "tokentap_inter_token_latency_seconds"),
-    ("tpot", "tokentap_time_per_output_token_seconds"),
-    ("e2e", "tokentap_e2e_request_latency_seconds"),
+pub const HISTOGRAMS: [(&str, &str); 7] = [
+    ("ttft", family::TTFT.name),
+    ("ttfa", family::TIME_TO_FIRST_ANSWER.name),
+    ("tool_call", family::TIME_TO_FIRST_TOOL_CALL.name),
+    ("itl", family::ITL.name),
+    ("tpot", family::TPOT.name),
+    ("e2e", family::E2E.name),
+    ("think", family::THINK_TIME.name),
 ];
 
 /// The parts of a TTFT (issue "inside the TTFT"), shown as means over the window (Δsum / Δcount, as the
 /// deploy/ recording rules do): only their sums and counts are kept, in [`Counts::means`] order.
 pub const MEANS: [(&str, &str); 6] = [
-    ("ttft", "tokentap_time_to_first_token_seconds"),
-    ("server_queue", "tokentap_server_queue_time_seconds"),
-    ("server_prefill", "tokentap_server_prefill_time_seconds"),
-    ("server_ttft", "tokentap_server_time_to_first_token_seconds"),
-    ("outside_server", "tokentap_ttft_outside_server_seconds"),
-    ("reasoning", "tokentap_reasoning_time_seconds"),
+    ("ttft", family::TTFT.name),
+    ("server_queue", family::SERVER_QUEUE.name),
+    ("server_prefill", family::SERVER_PREFILL.name),
+    ("server_ttft", family::SERVER_TTFT.name),
+    ("outside_server", family::OUTSIDE_SERVER.name),
+    ("reasoning", family::REASONING_TIME.name),
 ];
 
-const REQUESTS: &str = "tokentap_requests_total";
-const CACHED_INPUT_TOKENS: &str = "tokentap_cached_input_tokens_total";
-const REASONING_TOKENS: &str = "tokentap_reasoning_tokens_total";
-const GOODPUT: &str = "tokentap_goodput_requests_total";
-const VIOLATIONS: &str = "tokentap_slo_violations_total";
-const INPUT_TOKENS: &str = "tokentap_input_tokens_total";
-const OUTPUT_TOKENS: &str = "tokentap_output_tokens_total";
-const IN_FLIGHT: &str = "tokentap_requests_in_flight";
-use crate::record::metrics::forwarding::NAME as FORWARDING_DELAY;
+const REQUESTS: &str = family::REQUESTS.name;
+const CACHED_INPUT_TOKENS: &str = family::CACHED_INPUT_TOKENS.name;
+const REASONING_TOKENS: &str = family::REASONING_TOKENS.name;
+const GOODPUT: &str = family::GOODPUT.name;
+const VIOLATIONS: &str = family::SLO_VIOLATIONS.name;
+const INPUT_TOKENS: &str = family::INPUT_TOKENS.name;
+const OUTPUT_TOKENS: &str = family::OUTPUT_TOKENS.name;
+const IN_FLIGHT: &str = family::IN_FLIGHT.name;
+const FORWARDING_DELAY: &str = family::FORWARDING_DELAY.name;
 
 /// Which series a [`Counts`] sums: one model (every API and tenant), or one model's one tenant.
 pub type Key = (String, Option<String>);
@@ -65,7 +67,7 @@ pub type Key = (String, Option<String>);
 pub struct Counts {
     /// Per histogram of [`HISTOGRAMS`]: cumulative counts per finite bound, then the +Inf bucket
     /// (the total); empty when the family has no series for this key.
-    pub hist: [Vec<u64>; 5],
+    pub hist: [Vec<u64>; HISTOGRAMS.len()],
     pub requests: u64,
     pub goodput: u64,
     pub input_tokens: u64,
@@ -100,11 +102,11 @@ pub struct Snapshot {
 /// shares the snapshots: a view is computed from one, off the lock.
 #[derive(Clone)]
 pub struct Ring {
-    pub bounds: [Vec<f64>; 5],
+    pub bounds: [Vec<f64>; HISTOGRAMS.len()],
     pub points: VecDeque<Arc<Snapshot>>,
     capacity: usize,
     max_keys: usize,
-    /// Buckets (+Inf included) of one key's five histograms, from the configured boundaries.
+    /// Buckets (+Inf included) of one key's histograms, from the configured boundaries.
     buckets_per_key: usize,
 }
 
@@ -113,12 +115,16 @@ impl Ring {
         let capacity = config.ui.points();
         let b = &config.buckets;
         let with_ceilings = |list: &[f64], kind| list.len() + config.slo.boundaries(kind).len() + 1;
-        // Time to first answer has TTFT's boundaries (and its own ceilings).
+        // The times to first answer and to first tool call have TTFT's boundaries (and their own
+        // ceilings).
         let buckets_per_key = with_ceilings(&b.ttft, SloKind::Ttft)
             + with_ceilings(&b.ttft, SloKind::TimeToFirstAnswer)
+            + with_ceilings(&b.ttft, SloKind::TimeToFirstToolCall)
             + with_ceilings(&b.itl, SloKind::Itl)
             + with_ceilings(&b.tpot, SloKind::Tpot)
-            + with_ceilings(&b.e2e, SloKind::E2e);
+            + with_ceilings(&b.e2e, SloKind::E2e)
+            + family::THINK_BUCKETS.len()
+            + 1;
         Ring {
             bounds: Default::default(),
             points: VecDeque::with_capacity(capacity),
@@ -208,7 +214,7 @@ fn unix_ms() -> u64 {
     u64::try_from(since.unwrap_or(Duration::ZERO).as_millis()).unwrap_or(u64::MAX)
 }
 
-type Bounds = [Option<Vec<f64>>; 5];
+type Bounds = [Option<Vec<f64>>; HISTOGRAMS.len()];
 
 /// Sums `families` into per-model and per-(model, tenant) counts, keeping the `max_keys` most requested
 /// of each; also returns each histogram's bounds as found.

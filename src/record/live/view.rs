@@ -50,7 +50,7 @@ pub struct Entry {
 /// One value per point for each figure.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct Series {
-    /// Per histogram (`ttft`, `ttfa`, `itl`, `tpot`, `e2e`), per quantile (`p50`, `p90`, `p99`).
+    /// Per histogram (`ttft`, `ttfa`, `tool_call`, `itl`, `tpot`, `e2e`), per quantile (`p50`, `p90`, `p99`).
     pub quantiles: BTreeMap<String, BTreeMap<String, Vec<Option<f64>>>>,
     pub requests_per_second: Vec<Option<f64>>,
     pub input_tokens_per_second: Vec<Option<f64>>,

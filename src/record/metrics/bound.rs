@@ -2,32 +2,29 @@
 //!
 //! Every label is bounded: `model` by [`super::ModelLabels::max_values`], `api` by [`Api::ALL`], `status`
 //! by [`super::status_labels`], `outcome`, `slo`, `token_source` and `reason` by their enums, and each
-//! histogram exports its boundaries plus `+Inf`, `_sum` and `_count`. A (model, api) pair of a known API
-//! can hold every family; the `other` API only `requests_total`, E2E, goodput and an E2E violation.
-//! Counters and gauges without labels are one series each, counted as registered. With `tenants:`, the
-//! request counters, goodput and the TTFT and E2E histograms hold one series per `tenant` value as
-//! well. The sum is the most series the process can ever export, whatever clients and the upstream
+//! histogram exports its boundaries plus `+Inf`, `_sum` and `_count`. The rows of [`family::ALL`] say
+//! which labels each family has and whether the `other` API (a path no dialect knows) holds it; with
+//! `tenants:`, the rows labelled `tenant` hold one series per `tenant` value as well. Counters and
+//! gauges without labels are one series each, counted as registered. The sum is the most series the process can ever export, whatever clients and the upstream
 //! send; above `metrics.max_series` tokentap refuses to start, naming the product that made it.
 
-use crate::config::{Config, Slo, SloKind};
+use crate::config::{ByKind, Config, Slo, SloKind};
 use crate::record::api::Api;
 
-use super::{inside, status_labels};
+use super::family::{self, Apis, Buckets, Family, Kind, Label};
+use super::status_labels;
 
-/// The gauge holding the ceiling.
-pub const LIMIT: &str = "tokentap_metrics_series_limit";
 /// The values of the `outcome` label (`record::outcome::Outcome`).
 const OUTCOMES: usize = 4;
 /// The values of the `token_source` label (`tokens::TokenSource`).
 const TOKEN_SOURCES: usize = 4;
-/// The values of the `reason` label of `tokentap_metering_skipped_total` (`record::finished::SkipReason`).
-const SKIP_REASONS: usize = 2;
 
 /// The bucket boundaries of each histogram: the configured buckets plus every SLO ceiling of its kind.
 pub struct Boundaries {
     pub ttft: Vec<f64>,
-    /// The time to first answer: the TTFT buckets and its own ceilings.
-    pub time_to_first_answer: Vec<f64>,
+    /// The waits with ceilings of their own ([`Buckets::Wait`]: the time to first answer, to first
+    /// tool call): the TTFT buckets and each kind's ceilings.
+    pub waits: ByKind<Vec<f64>>,
     /// Inter-token latency and the max inter-token gap.
     pub itl: Vec<f64>,
     pub tpot: Vec<f64>,
@@ -48,10 +45,7 @@ impl Boundaries {
         let (b, slo) = (&config.buckets, &config.slo);
         Boundaries {
             ttft: with_boundaries(&b.ttft, &slo.boundaries(SloKind::Ttft)),
-            time_to_first_answer: with_boundaries(
-                &b.ttft,
-                &slo.boundaries(SloKind::TimeToFirstAnswer),
-            ),
+            waits: ByKind::from_fn(|kind| with_boundaries(&b.ttft, &slo.boundaries(kind))),
             itl: with_boundaries(&b.itl, &slo.boundaries(SloKind::Itl)),
             tpot: with_boundaries(&b.tpot, &slo.boundaries(SloKind::Tpot)),
             e2e: with_boundaries(&b.e2e, &slo.boundaries(SloKind::E2e)),
@@ -60,10 +54,32 @@ impl Boundaries {
         }
     }
 
+    /// The boundaries a histogram row names.
+    pub fn get(&self, buckets: Buckets) -> Vec<f64> {
+        self.slice(buckets).to_vec()
+    }
+
+    fn slice(&self, buckets: Buckets) -> &[f64] {
+        match buckets {
+            Buckets::Ttft => &self.ttft,
+            Buckets::Wait(kind) => &self.waits[kind],
+            Buckets::Itl => &self.itl,
+            Buckets::Tpot => &self.tpot,
+            Buckets::E2e => &self.e2e,
+            Buckets::Generation => &self.generation,
+            Buckets::TokensPerSecond => &self.tokens_per_second,
+            Buckets::Forwarding => &super::forwarding::BUCKETS,
+            Buckets::PromptTokens => &family::PROMPT_TOKEN_BUCKETS,
+            Buckets::Think => &family::THINK_BUCKETS,
+            Buckets::Turns => &family::TURN_BUCKETS,
+        }
+    }
+
     /// The most series the process can export with `model_values` values of the `model` label,
     /// `tenant_values` of the `tenant` label (1 without it), `unlabelled` series without labels
-    /// (tokentap's own counters and gauges) and, with `records`, the request_log writer's two
-    /// dropped-record series.
+    /// (tokentap's own counters and gauges, counted as registered) and, with `records`, the
+    /// request_log writer's two dropped-record series. Every labelled row of [`family::ALL`] counts
+    /// the product of its labels' values, for each API it holds series for.
     pub fn series_limit(
         &self,
         slo: &Slo,
@@ -72,36 +88,49 @@ impl Boundaries {
         unlabelled: usize,
         records: bool,
     ) -> SeriesBound {
-        let histogram = |boundaries: &[f64]| boundaries.len() + 3;
-        let t = tenant_values;
         let statuses = status_labels().count();
-        let requests = statuses * OUTCOMES * t;
         let slo_kinds = SloKind::ALL
             .iter()
             .filter(|&&kind| !slo.boundaries(kind).is_empty())
             .count();
         let e2e_slo = usize::from(!slo.boundaries(SloKind::E2e).is_empty());
-        let known_api = histogram(&self.ttft) * t
-            + 2 * histogram(&self.itl)
-            + histogram(&self.tpot)
-            + histogram(&self.e2e) * t
-            + histogram(&self.generation)
-            + histogram(&self.tokens_per_second)
-            + 2 // input tokens, output tokens
-            + t // goodput
-            + inside::histograms(self).iter().map(|b| histogram(b)).sum::<usize>()
-            + inside::COUNTERS
-            + slo_kinds
-            + TOKEN_SOURCES
-            + requests;
-        let other_api = histogram(&self.e2e) * t + t + e2e_slo + requests;
-        let known_apis = Api::ALL.len() - 1;
-        let per_model = known_apis * known_api + other_api;
-        let fixed = Api::ALL.len()
-            + known_apis * SKIP_REASONS
-            + super::METRICS_PORT_REASONS.len()
-            + unlabelled
-            + if records { 2 } else { 0 };
+        // The series one row holds for one value of `model` (if it has it) and one API.
+        let cell = |family: &Family, api: Api| -> usize {
+            let own = match family.kind {
+                Kind::Histogram(buckets) => self.slice(buckets).len() + 3,
+                Kind::Counter | Kind::Gauge => 1,
+            };
+            let values = |label: &Label| match label {
+                Label::Model | Label::Api => 1,
+                Label::Tenant => tenant_values,
+                Label::Status => statuses,
+                Label::Outcome => OUTCOMES,
+                Label::Slo if api == Api::Other => e2e_slo,
+                Label::Slo => slo_kinds,
+                Label::TokenSource => TOKEN_SOURCES,
+                Label::Reason(values) => values.len(),
+                Label::Turn => crate::record::conversations::TURN_LABELS.len(),
+                Label::Lookup => crate::record::conversations::LOOKUPS.len(),
+            };
+            own * family.labels.iter().map(values).product::<usize>()
+        };
+        let apis = |family: &Family| -> Vec<Api> {
+            match (family.has(Label::Api), family.apis) {
+                (false, _) => vec![Api::Other],
+                (true, Apis::Every) => Api::ALL.to_vec(),
+                (true, Apis::Known) => Api::ALL.into_iter().filter(|a| *a != Api::Other).collect(),
+            }
+        };
+        let (mut per_model, mut fixed) = (0, 0);
+        for family in family::ALL.iter().filter(|f| !f.labels.is_empty()) {
+            let series: usize = apis(family).into_iter().map(|api| cell(family, api)).sum();
+            match family.has(Label::Model) {
+                true => per_model += series,
+                false => fixed += series,
+            }
+        }
+        let fixed = fixed + unlabelled + if records { 2 } else { 0 };
+        let requests = statuses * OUTCOMES * tenant_values;
         let total = model_values.saturating_mul(per_model).saturating_add(fixed);
         SeriesBound {
             total: i64::try_from(total).unwrap_or(i64::MAX),

@@ -1,11 +1,8 @@
 //! tokentap's own cost, as a figure operators see in production: the delay it adds to each response
 //! frame it forwards, from the frame coming off the upstream connection to the return of the client write
 //! that took its last byte (`net/delay.rs` measures it). One unlabelled histogram for the whole process:
-//! the figure is the proxy's, not a model's, and observing it resolves no label.
-
-use prometheus::{Histogram, HistogramOpts, Registry};
-
-pub const NAME: &str = "tokentap_forwarding_delay_seconds";
+//! the figure is the proxy's, not a model's, and observing it resolves no label. Its row is
+//! [`super::family::FORWARDING_DELAY`]; its boundaries are these.
 
 /// Fine from 5 µs to 1 ms, where a proxy that keeps up lives (so `histogram_quantile`'s interpolation is
 /// within a few µs of the exact p50), then coarse up to 1 s for a core that is falling behind.
@@ -14,16 +11,3 @@ pub const BUCKETS: [f64; 28] = [
     0.000_07, 0.000_08, 0.000_1, 0.000_125, 0.000_15, 0.000_2, 0.000_25, 0.000_3, 0.000_4, 0.000_5,
     0.000_75, 0.001, 0.002, 0.005, 0.01, 0.025, 0.1, 0.25, 1.0,
 ];
-
-pub fn register(registry: &Registry) -> Result<Histogram, prometheus::Error> {
-    let opts = HistogramOpts::new(
-        NAME,
-        "The delay tokentap itself adds to each forwarded response frame: from the frame coming off the upstream \
-         connection (after its read and HTTP/1 decoding) to the return of the client write that took it. \
-         Metering is inside it; the kernel's time before the upstream read returned is not.",
-    )
-    .buckets(BUCKETS.to_vec());
-    let histogram = Histogram::with_opts(opts)?;
-    registry.register(Box::new(histogram.clone()))?;
-    Ok(histogram)
-}

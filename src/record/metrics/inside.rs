@@ -8,10 +8,10 @@
 
 use std::time::Duration;
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{HistogramVec, IntCounterVec};
 
-use super::bound::Boundaries;
-use super::{purge, Series, MODEL_API};
+use super::family::{self, Registrar};
+use super::Series;
 use crate::record::server::{Outside, ServerTimings};
 
 pub struct Inside {
@@ -27,83 +27,19 @@ pub struct Inside {
     outside_clamped: IntCounterVec,
 }
 
-/// Histogram families of [`Inside`] per (model, api) pair, with their boundaries, for the series bound.
-pub fn histograms(b: &Boundaries) -> [&[f64]; 7] {
-    [
-        &b.time_to_first_answer,
-        &b.ttft, // reasoning time
-        &b.ttft, // server queue time
-        &b.ttft, // server TTFT
-        &b.ttft, // server prefill
-        &b.generation,
-        &b.ttft, // outside the server
-    ]
-}
-
-/// Counter families of [`Inside`] per (model, api) pair.
-pub const COUNTERS: usize = 3;
-
 impl Inside {
-    pub fn register(registry: &Registry, b: &Boundaries) -> Result<Self, prometheus::Error> {
-        let histogram = |name: &str, help: &str, buckets: &[f64]| {
-            let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
-            let h = HistogramVec::new(opts, MODEL_API)?;
-            registry.register(Box::new(h.clone()))?;
-            Ok::<_, prometheus::Error>(h)
-        };
-        let counter = |name: &str, help: &str| {
-            let c = IntCounterVec::new(Opts::new(name, help), MODEL_API)?;
-            registry.register(Box::new(c.clone()))?;
-            Ok::<_, prometheus::Error>(c)
-        };
+    pub fn register(rows: &mut Registrar<'_>) -> Result<Self, prometheus::Error> {
         Ok(Inside {
-            time_to_first_answer: histogram(
-                "tokentap_time_to_first_answer_token_seconds",
-                "Time from the request head arriving to the first answer-bearing chunk (text, refusal or tool call; not reasoning), streams that answered.",
-                &b.time_to_first_answer,
-            )?,
-            reasoning_time: histogram(
-                "tokentap_reasoning_time_seconds",
-                "Time from the first output to the first answer, streams whose reasoning came before the answer.",
-                &b.ttft,
-            )?,
-            reasoning_tokens: counter(
-                "tokentap_reasoning_tokens_total",
-                "Reasoning tokens: the server's usage details, else a tokenizer on the reasoning text, else one per reasoning chunk.",
-            )?,
-            cached_input_tokens: counter(
-                "tokentap_cached_input_tokens_total",
-                "Prompt tokens the server reports as served from its prefix cache.",
-            )?,
-            server_queue: histogram(
-                "tokentap_server_queue_time_seconds",
-                "The server's own report of the time the request waited before it was scheduled (vLLM, TGI).",
-                &b.ttft,
-            )?,
-            server_ttft: histogram(
-                "tokentap_server_time_to_first_token_seconds",
-                "The server's own report of its time to first token (vLLM queue + prefill, llama.cpp prompt, Ollama load + prompt).",
-                &b.ttft,
-            )?,
-            server_prefill: histogram(
-                "tokentap_server_prefill_time_seconds",
-                "The server's own report of its prompt processing time (vLLM, llama.cpp, Ollama).",
-                &b.ttft,
-            )?,
-            server_generation: histogram(
-                "tokentap_server_generation_time_seconds",
-                "The server's own report of its generation time, first to last token (vLLM, llama.cpp, Ollama).",
-                &b.generation,
-            )?,
-            outside: histogram(
-                "tokentap_ttft_outside_server_seconds",
-                "TTFT minus the server's own TTFT of the same request: network, HTTP serving, admission, detokenizing.",
-                &b.ttft,
-            )?,
-            outside_clamped: counter(
-                "tokentap_ttft_outside_server_clamped_total",
-                "Requests whose server-reported TTFT exceeded tokentap's TTFT, observed as 0 outside the server.",
-            )?,
+            time_to_first_answer: rows.histogram(&family::TIME_TO_FIRST_ANSWER)?,
+            reasoning_time: rows.histogram(&family::REASONING_TIME)?,
+            reasoning_tokens: rows.counter(&family::REASONING_TOKENS)?,
+            cached_input_tokens: rows.counter(&family::CACHED_INPUT_TOKENS)?,
+            server_queue: rows.histogram(&family::SERVER_QUEUE)?,
+            server_ttft: rows.histogram(&family::SERVER_TTFT)?,
+            server_prefill: rows.histogram(&family::SERVER_PREFILL)?,
+            server_generation: rows.histogram(&family::SERVER_GENERATION)?,
+            outside: rows.histogram(&family::OUTSIDE_SERVER)?,
+            outside_clamped: rows.counter(&family::OUTSIDE_SERVER_CLAMPED)?,
         })
     }
 
@@ -156,18 +92,5 @@ impl Inside {
         if outside.is_some_and(|o| o.clamped) {
             self.outside_clamped.with_label_values(&labels).inc();
         }
-    }
-
-    pub(super) fn purge(&self, names: &std::collections::HashSet<std::sync::Arc<str>>) {
-        purge(&self.time_to_first_answer, names);
-        purge(&self.reasoning_time, names);
-        purge(&self.reasoning_tokens, names);
-        purge(&self.cached_input_tokens, names);
-        purge(&self.server_queue, names);
-        purge(&self.server_ttft, names);
-        purge(&self.server_prefill, names);
-        purge(&self.server_generation, names);
-        purge(&self.outside, names);
-        purge(&self.outside_clamped, names);
     }
 }

@@ -11,17 +11,18 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry,
+    Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry,
 };
 
 use crate::config::{Config, SloKind};
 use crate::record::api::Api;
 use crate::record::served::ServedModels;
 
+mod agents;
 mod bound;
+pub mod family;
+mod finish;
 pub mod forwarding;
 mod inside;
 mod labels;
@@ -29,7 +30,9 @@ mod refusals;
 mod scrape;
 mod upstream;
 
+pub use agents::Agents;
 pub use bound::SeriesBound;
+use family::{Label, Registrar};
 pub use inside::Inside;
 pub use labels::{
     status_label, status_labels, Lookup, ModelLabels, NO_TENANT, OTHER_MODEL, UNADMITTED_MODEL,
@@ -74,8 +77,12 @@ pub struct Metrics {
     bound: SeriesBound,
     /// What is inside a TTFT: reasoning, the prefix cache, the server's own timings.
     pub inside: Inside,
+    /// The conversation families without a `model` label.
+    pub agents: Agents,
     /// `tokentap_forwarding_delay_seconds`: tokentap's own delay per forwarded frame (`forwarding.rs`).
     pub forwarding_delay: Histogram,
+    /// The families labelled by model (and tenant), for retiring idle values.
+    families: family::Registered,
 }
 
 /// One request's labelled children, resolved once.
@@ -105,150 +112,47 @@ pub struct TokenSeries {
     pub output_tokens: IntCounter,
 }
 
-const MODEL_API: &[&str] = &["model", "api"];
-const MODEL_API_TENANT: &[&str] = &["model", "api", "tenant"];
-
 impl Metrics {
     pub fn new(config: &Config) -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
-        // The families that carry the `tenant` label, when there is one.
-        let by_tenant = if config.tenants.is_some() {
-            MODEL_API_TENANT
-        } else {
-            MODEL_API
-        };
-        let requests_labels: &[&str] = if config.tenants.is_some() {
-            &["model", "api", "status", "outcome", "tenant"]
-        } else {
-            &["model", "api", "status", "outcome"]
-        };
-        let labelled = |name: &str,
-                        help: &str,
-                        buckets: Vec<f64>,
-                        labels: &[&str]|
-         -> Result<HistogramVec, prometheus::Error> {
-            let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)?;
-            registry.register(Box::new(h.clone()))?;
-            Ok(h)
-        };
-        let histogram =
-            |name: &str, help: &str, buckets: Vec<f64>| labelled(name, help, buckets, MODEL_API);
-        let counter =
-            |name: &str, help: &str, labels: &[&str]| -> Result<IntCounterVec, prometheus::Error> {
-                let c = IntCounterVec::new(Opts::new(name, help), labels)?;
-                registry.register(Box::new(c.clone()))?;
-                Ok(c)
-            };
         let boundaries = bound::Boundaries::of(config);
-        let ttft = labelled(
-            "tokentap_time_to_first_token_seconds",
-            "Time from the request head arriving to the first output-bearing chunk (TTFT).",
-            boundaries.ttft.clone(),
-            by_tenant,
-        )?;
-        let itl = histogram(
-            "tokentap_inter_token_latency_seconds",
-            "Gap between consecutive output-bearing chunks, one observation per gap (ITL).",
-            boundaries.itl.clone(),
-        )?;
-        let tpot = histogram(
-            "tokentap_time_per_output_token_seconds",
-            "Per-request (E2E - TTFT) / (output tokens - 1), requests with at least 2 output tokens (TPOT).",
-            boundaries.tpot.clone(),
-        )?;
-        let e2e = labelled(
-            "tokentap_e2e_request_latency_seconds",
-            "Time from the request head arriving to the end of the response body, completed requests.",
-            boundaries.e2e.clone(),
-            by_tenant,
-        )?;
-        let generation = histogram(
-            "tokentap_token_generation_time_seconds",
-            "Time from the first output-bearing chunk to the end of the response body.",
-            boundaries.generation.clone(),
-        )?;
-        let tokens_per_second = histogram(
-            "tokentap_output_tokens_per_second",
-            "Per-request decode speed (output tokens - 1) / token generation time, at least 2 output tokens.",
-            boundaries.tokens_per_second.clone(),
-        )?;
-        let max_gap = histogram(
-            "tokentap_max_inter_token_gap_seconds",
-            "The longest gap between consecutive output-bearing chunks of a request: stalls show here.",
-            boundaries.itl.clone(),
-        )?;
-        let requests = counter(
-            "tokentap_requests_total",
-            "Finished requests by HTTP status and outcome (ok, cancelled, upstream_error, timeout).",
-            requests_labels,
-        )?;
-        let input_tokens = counter(
-            "tokentap_input_tokens_total",
-            "Prompt tokens, as reported by the server's usage.",
-            MODEL_API,
-        )?;
-        let output_tokens = counter(
-            "tokentap_output_tokens_total",
-            "Output tokens: the server's usage, else one per output-bearing chunk.",
-            MODEL_API,
-        )?;
-        let goodput = counter(
-            "tokentap_goodput_requests_total",
-            "Requests that ended ok with a 2xx status and met every configured SLO ceiling.",
-            by_tenant,
-        )?;
-        let slo_violations = counter(
-            "tokentap_slo_violations_total",
-            "One per SLO ceiling a request missed (slo = ttft, tpot, itl, e2e).",
-            &["model", "api", "slo"],
-        )?;
-        let metering_skipped = counter(
-            "tokentap_metering_skipped_total",
-            "Responses forwarded whole whose token-level figures were skipped, by reason.",
-            &["api", "reason"],
-        )?;
-        let token_source = counter(
-            "tokentap_output_token_source_total",
-            "Requests with an output token count, by where it came from (usage, tokenizer, chunks).",
-            &["model", "api", "token_source"],
-        )?;
-        let in_flight = IntGaugeVec::new(
-            Opts::new(
-                "tokentap_requests_in_flight",
-                "Requests between the request head and the end of the response body.",
-            ),
-            &["api"],
-        )?;
-        registry.register(Box::new(in_flight.clone()))?;
+        let mut rows = Registrar::new(&registry, &boundaries, config.tenants.is_some());
+        let ttft = rows.histogram(&family::TTFT)?;
+        let itl = rows.histogram(&family::ITL)?;
+        let tpot = rows.histogram(&family::TPOT)?;
+        let e2e = rows.histogram(&family::E2E)?;
+        let generation = rows.histogram(&family::GENERATION)?;
+        let tokens_per_second = rows.histogram(&family::TOKENS_PER_SECOND)?;
+        let max_gap = rows.histogram(&family::MAX_GAP)?;
+        let requests = rows.counter(&family::REQUESTS)?;
+        let input_tokens = rows.counter(&family::INPUT_TOKENS)?;
+        let output_tokens = rows.counter(&family::OUTPUT_TOKENS)?;
+        let goodput = rows.counter(&family::GOODPUT)?;
+        let slo_violations = rows.counter(&family::SLO_VIOLATIONS)?;
+        let metering_skipped = rows.fixed_counter(&family::METERING_SKIPPED)?;
+        let token_source = rows.counter(&family::TOKEN_SOURCE)?;
+        let in_flight = rows.gauge(&family::IN_FLIGHT)?;
         registry.register(Box::new(crate::logging::DroppedLinesCollector::new()?))?;
-        let refusals = Refusals::register(&registry)?;
-        let upstream = UpstreamCounters::register(&registry)?;
+        let refusals = Refusals::register(&rows)?;
+        let upstream = UpstreamCounters::register(&rows)?;
         let records = match &config.request_log {
             Some(_) => Some(crate::logging::records::RecordCounters::register(
                 &registry,
             )?),
             None => None,
         };
-        let inside = Inside::register(&registry, &boundaries)?;
-        let forwarding_delay = forwarding::register(&registry)?;
+        let inside = Inside::register(&mut rows)?;
+        let forwarding_delay = rows.single_histogram(&family::FORWARDING_DELAY)?;
+        let agents = Agents::register(&rows)?;
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }
-        let gauge = |name: &str, help: &str| -> Result<IntGauge, prometheus::Error> {
-            let g = IntGauge::new(name, help)?;
-            registry.register(Box::new(g.clone()))?;
-            Ok(g)
-        };
         let configured = || {
             let slo = config.slo.models.keys().map(String::as_str);
             slo.chain(config.model_list.names.iter().map(String::as_str))
         };
         let models = ModelLabels::new(config.max_models, config.metrics.model_idle, configured());
-        let listed = gauge(
-            "tokentap_upstream_models_listed",
-            "Model names in the upstream's last list (GET /v1/models or /api/tags): those names may take a model \
-             label; 0 (it lists nothing, or model_list.enabled is false): a name takes one on its first 2xx.",
-        )?;
+        let listed = rows.single_gauge(&family::MODELS_LISTED)?;
         let served = Arc::new(ServedModels::new(configured(), listed));
         // With an allowlist, the tenants.slo names are allowed too (they have their own places anyway).
         let tenants_allowed = match config.tenants.as_ref().filter(|t| !t.allow.is_empty()) {
@@ -264,29 +168,11 @@ impl Metrics {
             let pinned = config.slo.tenants.keys().map(String::as_str);
             ModelLabels::for_tenants(t.max, config.metrics.model_idle, pinned)
         });
-        let limit = gauge(
-            bound::LIMIT,
-            "The most series this process can ever export, from max_models, tenants.max, the API, status and outcome \
-             sets and the bucket counts (docs/metrics.md: the series bound).",
-        )?;
-        let series_count = gauge(
-            scrape::SERIES,
-            "Series on this page, as of this scrape (never above tokentap_metrics_series_limit).",
-        )?;
-        let single = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
-            let c = IntCounter::new(name, help)?;
-            registry.register(Box::new(c.clone()))?;
-            Ok(c)
-        };
-        let encodes = single(
-            "tokentap_metrics_encodes_total",
-            "Encodings of this page; scrapes that arrive while one runs share it.",
-        )?;
-        let retired = single(
-            "tokentap_model_labels_retired_total",
-            "Model label values removed after metrics.model_idle without a request; their series restart \
-             from zero if the model comes back.",
-        )?;
+        let limit = rows.single_gauge(&family::SERIES_LIMIT)?;
+        let series_count = rows.single_gauge(&family::SERIES)?;
+        let encodes = rows.single_counter(&family::ENCODES)?;
+        let retired = rows.single_counter(&family::LABELS_RETIRED)?;
+        let families = rows.finish()?;
         let unlabelled = registry
             .gather()
             .iter()
@@ -332,7 +218,9 @@ impl Metrics {
             records,
             bound,
             inside,
+            agents,
             forwarding_delay,
+            families,
         })
     }
 
@@ -445,33 +333,14 @@ impl Metrics {
     }
 
     /// Retires the model names idle for `metrics.model_idle` (and not in use): each one's series are
-    /// removed from every family, and its place under `max_models` is free again.
+    /// removed from every family labelled by model, and its place under `max_models` is free again;
+    /// tenants likewise.
     pub fn retire_idle(&self) -> usize {
-        let m = "model";
-        let mut retired = self.models.retire(|names| {
-            purge_by(&self.ttft, m, names);
-            purge_by(&self.itl, m, names);
-            purge_by(&self.tpot, m, names);
-            purge_by(&self.e2e, m, names);
-            purge_by(&self.generation, m, names);
-            purge_by(&self.tokens_per_second, m, names);
-            purge_by(&self.max_gap, m, names);
-            purge_by(&self.requests, m, names);
-            purge_by(&self.input_tokens, m, names);
-            purge_by(&self.output_tokens, m, names);
-            purge_by(&self.goodput, m, names);
-            purge_by(&self.slo_violations, m, names);
-            purge_by(&self.token_source, m, names);
-            self.inside.purge(names);
-        });
+        let mut retired = self
+            .models
+            .retire(|names| self.families.purge(Label::Model, names));
         if let Some(tenants) = &self.tenants {
-            let t = "tenant";
-            retired += tenants.retire(|names| {
-                purge_by(&self.ttft, t, names);
-                purge_by(&self.e2e, t, names);
-                purge_by(&self.requests, t, names);
-                purge_by(&self.goodput, t, names);
-            });
+            retired += tenants.retire(|names| self.families.purge(Label::Tenant, names));
         }
         if retired > 0 {
             self.retired.inc_by(retired as u64);
@@ -527,28 +396,6 @@ impl Metrics {
     }
 }
 
-/// Removes every series of `family` whose `model` label is one of `names`.
-fn purge<T: MetricVecBuilder>(family: &MetricVec<T>, names: &HashSet<Arc<str>>) {
-    purge_by(family, "model", names);
-}
-
-/// Removes every series of `family` whose `label` is one of `names`.
-fn purge_by<T: MetricVecBuilder>(family: &MetricVec<T>, label: &str, names: &HashSet<Arc<str>>) {
-    for gathered in family.collect() {
-        for metric in gathered.get_metric() {
-            let labels: std::collections::HashMap<&str, &str> = metric
-                .get_label()
-                .iter()
-                .map(|pair| (pair.name(), pair.value()))
-                .collect();
-            if labels.get(label).is_some_and(|m| names.contains(*m)) {
-                // Err only when the series is already gone.
-                let _ = family.remove(&labels);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -568,7 +415,9 @@ mod tests {
 
     fn limit(metrics: &Metrics) -> i64 {
         let family = metrics.registry.gather();
-        let limit = family.iter().find(|f| f.name() == bound::LIMIT);
+        let limit = family
+            .iter()
+            .find(|f| f.name() == family::SERIES_LIMIT.name);
         limit.map_or(0, |f| f.get_metric()[0].get_gauge().get_value() as i64)
     }
 
@@ -599,6 +448,13 @@ mod tests {
                     }
                     if let Some(t) = &series.tokens {
                         t.ttft.observe(1.0);
+                        metrics.observe(&series, &family::TIME_TO_FIRST_TOOL_CALL, 1.0);
+                        metrics.observe(&series, &family::THINK_TIME, 1.0);
+                        for turn in crate::record::conversations::TURN_LABELS {
+                            for row in [&family::TURN_TTFT, &family::TURN_INPUT_TOKENS] {
+                                metrics.observe_at(&series, row, Some(turn), 1.0);
+                            }
+                        }
                         let second = std::time::Duration::from_secs(1);
                         metrics.inside.observe_reasoning_time(&series, second);
                         metrics.inside.count_tokens(&series, Some(1), Some(1));
@@ -716,6 +572,6 @@ mod tests {
     fn the_default_limit_is_the_one_docs_metrics_states() {
         let metrics = Metrics::new(&Config::default()).unwrap();
         // Adding a series family moves this figure: update docs/metrics.md (the series bound) with it.
-        assert_eq!(limit(&metrics), 337_500);
+        assert_eq!(limit(&metrics), 380_881);
     }
 }

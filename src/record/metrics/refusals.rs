@@ -5,7 +5,9 @@
 //! refused for want of a place, a `Host` not allowed. None of these is a request, so none is in
 //! `tokentap_requests_total`; each has its own series, all of them there from the start.
 
-use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::IntCounter;
+
+use super::family::{self, Registrar};
 
 /// What tokentap's own limits turned away before a request could be counted, or instead of
 /// forwarding it. Unlabelled, or labelled from a fixed set: nothing a client sends chooses a series.
@@ -26,9 +28,7 @@ pub struct Refusals {
     pub metrics_port: MetricsPortRefusals,
 }
 
-/// The values of `reason` on `tokentap_metrics_port_refused_total`, all exported from the start.
-pub const METRICS_PORT_REASONS: [&str; 4] =
-    ["max_connections", "send_timeout", "live_busy", "host"];
+pub use super::family::METRICS_PORT_REASONS;
 
 /// The metrics port's refusals, one counter per reason of [`METRICS_PORT_REASONS`].
 #[derive(Clone)]
@@ -44,53 +44,23 @@ pub struct MetricsPortRefusals {
 }
 
 impl Refusals {
-    pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let counter = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
-            let c = IntCounter::new(name, help)?;
-            registry.register(Box::new(c.clone()))?;
-            Ok(c)
-        };
+    pub(super) fn register(rows: &Registrar<'_>) -> Result<Self, prometheus::Error> {
         Ok(Refusals {
-            connections: counter(
-                "tokentap_connections_refused_total",
-                "Client connections closed at once because limits.max_connections were open.",
-            )?,
-            head_timeouts: counter(
-                "tokentap_request_head_timeouts_total",
-                "Client connections closed because a request head was not complete within timeouts.client_header_read.",
-            )?,
-            header_too_large: counter(
-                "tokentap_request_header_too_large_total",
-                "HTTP/1.1 request heads answered 431 (or 414) for being too large or having over 100 headers.",
-            )?,
-            upstream_requests: counter(
-                "tokentap_upstream_requests_refused_total",
-                "Requests answered 503 because limits.max_upstream_connections upstream requests were in progress.",
-            )?,
-            connection_share: counter(
-                "tokentap_connection_share_refused_total",
-                "Requests answered 503 because their client connection already had limits.max_upstream_per_connection upstream requests in progress.",
-            )?,
-            metrics_port: MetricsPortRefusals::register(registry)?,
+            connections: rows.single_counter(&family::CONNECTIONS_REFUSED)?,
+            head_timeouts: rows.single_counter(&family::HEAD_TIMEOUTS)?,
+            header_too_large: rows.single_counter(&family::HEADER_TOO_LARGE)?,
+            upstream_requests: rows.single_counter(&family::UPSTREAM_REFUSED)?,
+            connection_share: rows.single_counter(&family::CONNECTION_SHARE_REFUSED)?,
+            metrics_port: MetricsPortRefusals::register(rows)?,
         })
     }
 }
 
 impl MetricsPortRefusals {
-    pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let family = IntCounterVec::new(
-            Opts::new(
-                "tokentap_metrics_port_refused_total",
-                "What the metrics port turned away, by reason: max_connections (limits.max_metrics_connections \
-                 were open), send_timeout (an answer not taken within timeouts.metrics_send), live_busy \
-                 (/api/v1/live answered 503: too many distinct views held), host (a Host not in \
-                 metrics.allowed_hosts).",
-            ),
-            &["reason"],
-        )?;
-        registry.register(Box::new(family.clone()))?;
+    pub(super) fn register(rows: &Registrar<'_>) -> Result<Self, prometheus::Error> {
+        let family = rows.fixed_counter(&family::METRICS_PORT_REFUSED)?;
         let [connections, send_timeouts, live_busy, host] =
-            METRICS_PORT_REASONS.map(|reason| family.with_label_values(&[reason]));
+            [0, 1, 2, 3].map(|i| family.with_label_values(&[METRICS_PORT_REASONS[i]]));
         Ok(MetricsPortRefusals {
             connections,
             send_timeouts,

@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use super::Metrics;
 
 /// The gauge holding the current series count.
-pub const SERIES: &str = "tokentap_metrics_series";
+pub const SERIES: &str = super::family::SERIES.name;
 
 /// Distinct pages that may be held by connections still sending them before scrapes share the newest.
 pub const PAGES_HELD: usize = 2;

@@ -2,7 +2,9 @@
 //! many requests were sent again because a reused connection closed without answering them. Unlabelled,
 //! so each is one series.
 
-use prometheus::{IntCounter, IntGauge, Registry};
+use prometheus::{IntCounter, IntGauge};
+
+use super::family::{self, Registrar};
 
 #[derive(Clone)]
 pub struct UpstreamCounters {
@@ -17,31 +19,12 @@ pub struct UpstreamCounters {
 }
 
 impl UpstreamCounters {
-    pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
-        let counter = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
-            let c = IntCounter::new(name, help)?;
-            registry.register(Box::new(c.clone()))?;
-            Ok(c)
-        };
-        let idle = IntGauge::new(
-            "tokentap_upstream_idle_connections",
-            "Upstream connections kept open, unused, for the next request.",
-        )?;
-        registry.register(Box::new(idle.clone()))?;
+    pub(super) fn register(rows: &Registrar<'_>) -> Result<Self, prometheus::Error> {
         Ok(UpstreamCounters {
-            idle,
-            closed_by_upstream: counter(
-                "tokentap_upstream_idle_closed_by_upstream_total",
-                "Idle upstream connections the upstream closed (its keep-alive timeout, a restart); none of them is used again.",
-            )?,
-            expired: counter(
-                "tokentap_upstream_idle_expired_total",
-                "Idle upstream connections tokentap closed after timeouts.upstream_idle.",
-            )?,
-            resent: counter(
-                "tokentap_upstream_requests_resent_total",
-                "Requests sent again on a new connection because a reused one closed without answering them.",
-            )?,
+            idle: rows.single_gauge(&family::UPSTREAM_IDLE)?,
+            closed_by_upstream: rows.single_counter(&family::UPSTREAM_CLOSED_BY_UPSTREAM)?,
+            expired: rows.single_counter(&family::UPSTREAM_EXPIRED)?,
+            resent: rows.single_counter(&family::UPSTREAM_RESENT)?,
         })
     }
 }

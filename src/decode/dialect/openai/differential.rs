@@ -122,6 +122,7 @@ fn befores() -> [Observations; 2] {
         cached_input_tokens: Some(4),
         server: ServerTimings::default(),
         model: Some("earlier".to_owned()),
+        response_id: None,
         ended: false,
     };
     [Observations::default(), filled]

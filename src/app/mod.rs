@@ -1,0 +1,15 @@
+//! Startup and shutdown: the one place that assembles every stage into a running tokentap.
+//!
+//! [`start`] builds what the stages share (the metrics, the request records' writer, the tokenizers,
+//! the upstream's model list, the live page), binds both ports (`net/server.rs`) and returns a
+//! [`Running`] handle with the bound addresses, so tests run the whole proxy in-process on
+//! `127.0.0.1:0`; [`run`] is the binary's main loop, which ends with a graceful shutdown
+//! ([`Running::shutdown`], see `shutdown.rs`).
+
+mod run;
+mod running;
+mod start;
+
+pub use run::run;
+pub use running::Running;
+pub use start::{start, StartError};

@@ -1,0 +1,49 @@
+//! The binary's main loop: start, serve until SIGTERM or SIGINT, then shut down gracefully.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::net::signals::{shutdown_signal, Hangups};
+
+use super::start::{start, StartError};
+
+/// Runs until SIGTERM or SIGINT, then shuts down gracefully (see
+/// [`Running::shutdown`](super::Running::shutdown)).
+pub async fn run(config: &Config) -> Result<(), StartError> {
+    let signalled = shutdown_signal();
+    let hangups = Hangups::listen();
+    let running = Arc::new(start(config).await?);
+    let reopening = running.clone();
+    hangups.reopen(move || {
+        reopening.reopen_records();
+        reopening.context.records.is_some()
+    });
+    tracing::info!(
+        listen = %running.proxy_addr(),
+        upstream = %config.upstream,
+        metrics = %format!("http://{}/metrics", running.metrics_addr()),
+        live_page = %match config.ui.enabled {
+            true => format!("http://{}/", running.metrics_addr()),
+            false => "off".to_owned(),
+        },
+        "tokentap is forwarding"
+    );
+    tracing::info!(
+        limit = running.context.metrics.bound().total,
+        max_series = config.metrics.max_series,
+        "series bound: {}",
+        running.series_bound()
+    );
+    signalled.await;
+    let in_flight = running.in_flight();
+    let grace = crate::config::format_duration(config.shutdown_grace);
+    tracing::info!(in_flight, %grace, "shutdown requested: not ready, no new connections, draining");
+    let drained = running.shutdown().await;
+    let records = running.clone();
+    // The writer thread may be stuck on a reader that does not read: wait for it off the runtime, briefly.
+    let _ =
+        tokio::task::spawn_blocking(move || records.flush_records(Duration::from_secs(2))).await;
+    tracing::info!(cut = drained.cut, "tokentap stopped");
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! The handle on a running tokentap: where it listens, what it holds in flight, and how it stops.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::record::live::Live;
+use crate::shutdown::{self, Count, Drained, Phase, Shutdown};
+use crate::tap::exchange::ExchangeContext;
+
+/// A running tokentap. Dropping it stops the listeners (connections already open finish on their own).
+pub struct Running {
+    pub(super) proxy_addr: SocketAddr,
+    pub(super) metrics_addr: SocketAddr,
+    pub(super) context: Arc<ExchangeContext>,
+    pub(super) shutdown: Shutdown,
+    pub(super) grace: Duration,
+    /// Client connections open on the proxy port.
+    pub(super) connections: Count,
+    pub(super) proxy_task: Mutex<Option<JoinHandle<()>>>,
+    pub(super) metrics_task: JoinHandle<()>,
+    /// The live page's snapshots (`ui.enabled`).
+    pub(super) snapshot_task: Option<JoinHandle<()>>,
+    pub(super) live: Option<Arc<Live>>,
+    /// The upstream's model list, fetched in the background (`model_list.enabled`).
+    pub(super) model_list_task: Option<JoinHandle<()>>,
+}
+
+impl Running {
+    pub fn proxy_addr(&self) -> SocketAddr {
+        self.proxy_addr
+    }
+
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.metrics_addr
+    }
+
+    /// Requests between t_arrive and t_end, all APIs.
+    pub fn in_flight(&self) -> i64 {
+        i64::try_from(self.context.requests.get()).unwrap_or(i64::MAX)
+    }
+
+    /// Client connections open on the proxy port.
+    pub fn open_connections(&self) -> usize {
+        self.connections.get()
+    }
+
+    /// The request_log file is to be opened again before its next record (after logrotate renamed it).
+    pub fn reopen_records(&self) {
+        if let Some(records) = &self.context.records {
+            records.writer.reopen();
+        }
+    }
+
+    /// Waits (at most `limit`) until every request record queued so far is written.
+    pub fn flush_records(&self, limit: Duration) {
+        if let Some(records) = &self.context.records {
+            records.writer.flush(limit);
+        }
+    }
+
+    /// Takes a snapshot for the live page now, as each `ui.interval` does (for tests that need a history
+    /// without waiting for it). Nothing without `ui.enabled`.
+    pub fn snapshot_live(&self) {
+        if let Some(live) = &self.live {
+            live.snapshot(&self.context.metrics);
+        }
+    }
+
+    /// Waits (at most `limit`, blocking the calling thread) until no tokenizer look-up is in progress
+    /// (for tests that need a look-up the upstream's model list started to have finished); true if
+    /// none is.
+    pub fn settle_tokenizers(&self, limit: Duration) -> bool {
+        self.context.tokenizers.settle(limit)
+    }
+
+    /// The most series this process can export and the product of caps that makes it.
+    pub fn series_bound(&self) -> String {
+        self.context.metrics.bound().describe()
+    }
+
+    /// Stops accepting connections on both ports at once, without draining (see [`Running::shutdown`]).
+    pub fn stop_accepting(&mut self) {
+        let proxy_task = self.proxy_task.get_mut();
+        if let Some(task) = proxy_task.unwrap_or_else(PoisonError::into_inner).take() {
+            task.abort();
+        }
+        self.metrics_task.abort();
+        for task in [&self.snapshot_task, &self.model_list_task]
+            .into_iter()
+            .flatten()
+        {
+            task.abort();
+        }
+    }
+
+    /// Starts a graceful shutdown at once: `/readyz` answers 503 from now on and the proxy port is
+    /// closed. The future completes when every request and client connection has finished, or when
+    /// `shutdown_grace` has run out and what was left has been cut. The metrics port stays up.
+    pub fn shutdown(&self) -> impl Future<Output = Drained> + Send + 'static {
+        self.shutdown.advance(Phase::Draining);
+        let accept_loop = self
+            .proxy_task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(task) = &accept_loop {
+            task.abort();
+        }
+        shutdown::drain(
+            self.shutdown.clone(),
+            accept_loop,
+            self.context.requests.clone(),
+            self.connections.clone(),
+            self.grace,
+        )
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop_accepting();
+    }
+}

@@ -1,0 +1,367 @@
+//! Conversations recognised from the wire. No client sends a conversation id; every turn of an agent
+//! repeats the conversation so far. A request is turn k+1 of a conversation when its message list
+//! begins with the whole message list of that conversation's turn k (and is longer): its digests
+//! (made by `decode::messages`) are looked up, longest prefix first, among the turns seen. Otherwise it
+//! is turn 1 of a new conversation, whose id is drawn at random (it says nothing of the content).
+//!
+//! A turn continued a second time by a different list (two answers to the same history: a client
+//! that sampled twice, or two conversations that began alike) starts a branch: a new id, numbered on
+//! from that turn. A request whose whole list is a turn already seen (a retry, or the same prompt sent
+//! again) is turn 1 of a new conversation: single-turn traffic that repeats one prompt is that many
+//! conversations, not one.
+//!
+//! The state is bounded and holds no text: at most `conversations.max_turns` turns (a 16-byte digest,
+//! an id, a number and an instant each) in least-recently-used order, and as many conversations. A
+//! conversation with no turn for `conversations.idle` has ended: its turn count is handed back for the
+//! turns histogram, at the next request (or scrape) after.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use lru::LruCache;
+use std::num::NonZeroUsize;
+use tokio::time::Instant;
+
+/// 128 bits of a SHA-256: a prefix of a message list (`decode::messages` makes them).
+pub type Digest = [u8; 16];
+
+/// The message list of one request, as digests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageList {
+    /// `prefixes[j]`: the messages `0..=j`. Never empty.
+    pub prefixes: Vec<Digest>,
+    /// The Responses API's `previous_response_id`: the turn this one continues, named explicitly.
+    pub previous_response: Option<String>,
+}
+
+impl MessageList {
+    /// The whole list.
+    pub fn whole(&self) -> Digest {
+        self.prefixes[self.prefixes.len() - 1]
+    }
+}
+
+/// A request's place in its conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    /// The conversation's id (`c-` and 16 hex digits, drawn at random).
+    pub conversation: Arc<str>,
+    /// 1 for the first turn.
+    pub turn: u32,
+    /// The client's time since the turn this one continues ended (its tools, its user): `t_arrive` of
+    /// this turn − `t_end` of the last. `None` for a first turn.
+    pub think: Option<Duration>,
+}
+
+/// The `turn` label: a position bucket, so the label stays bounded however long a conversation runs.
+pub const TURN_LABELS: [&str; 6] = ["1", "2", "3", "4-7", "8-15", "16+"];
+
+/// The `turn` label value of turn `n` (1-based).
+pub fn turn_label(n: u32) -> &'static str {
+    match n {
+        0 | 1 => TURN_LABELS[0],
+        2 => TURN_LABELS[1],
+        3 => TURN_LABELS[2],
+        4..=7 => TURN_LABELS[3],
+        8..=15 => TURN_LABELS[4],
+        _ => TURN_LABELS[5],
+    }
+}
+
+struct Seen {
+    conversation: Arc<str>,
+    turn: u32,
+    /// When the turn ended.
+    end: Instant,
+    /// The whole list of the first later turn that continued it.
+    continued_by: Option<Digest>,
+}
+
+struct Conversation {
+    turns: u32,
+    last: Instant,
+}
+
+struct State {
+    turns: LruCache<Digest, Seen>,
+    /// The Responses API's response ids, each the turn that answered it (its whole list's digest).
+    responses: LruCache<String, Digest>,
+    conversations: LruCache<Arc<str>, Conversation>,
+    next: u64,
+}
+
+/// The `result` label of `tokentap_conversation_lookups_total`: each [`Lookup`], and a list not read.
+pub const LOOKUPS: [&str; 3] = [Lookup::First.as_str(), Lookup::Continued.as_str(), UNREAD];
+/// The `result` of a request whose message list was not read by its end (or whose body streamed).
+pub const UNREAD: &str = "unread";
+
+/// What recognising a request's conversation found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// Turn 1 of a new conversation (or branch).
+    First,
+    /// A later turn of a conversation seen before.
+    Continued,
+}
+
+impl Lookup {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Lookup::First => "first",
+            Lookup::Continued => "continued",
+        }
+    }
+}
+
+/// The turns seen, shared by every exchange of the process.
+pub struct Conversations {
+    state: Mutex<State>,
+    idle: Duration,
+    /// A per-process random prefix of the ids.
+    prefix: u64,
+}
+
+impl Conversations {
+    /// `None` when `max_turns` is 0 (recognition off).
+    pub fn new(max_turns: usize, idle: Duration) -> Option<Self> {
+        let cap = NonZeroUsize::new(max_turns)?;
+        Some(Conversations {
+            state: Mutex::new(State {
+                turns: LruCache::new(cap),
+                responses: LruCache::new(cap),
+                conversations: LruCache::new(cap),
+                next: 0,
+            }),
+            idle,
+            prefix: random_u64(),
+        })
+    }
+
+    /// Places a finished request whose message list is `list`, which arrived at `arrive` and ended at
+    /// `end`, answered as `response_id` (the Responses API's id, which a later turn may name): the turn
+    /// it is, and whether it continued a conversation. The turn is then one later requests may
+    /// continue, the next one's think time running from `end`.
+    pub fn place(
+        &self,
+        list: &MessageList,
+        arrive: Instant,
+        end: Instant,
+        response_id: Option<&str>,
+    ) -> (Turn, Lookup) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let whole = list.whole();
+        let shorter = &list.prefixes[..list.prefixes.len() - 1];
+        let mut found = None;
+        // A turn named by its response id comes first; then the longest earlier list this one begins with.
+        let named =
+            (list.previous_response.as_ref()).and_then(|id| state.responses.get(id).copied());
+        for prefix in named.iter().chain(shorter.iter().rev()) {
+            if let Some(seen) = state.turns.get_mut(prefix) {
+                let branch = seen.continued_by.is_some_and(|by| by != whole);
+                if seen.continued_by.is_none() {
+                    seen.continued_by = Some(whole);
+                }
+                let think = Some(arrive.saturating_duration_since(seen.end));
+                found = Some((seen.conversation.clone(), seen.turn + 1, think, branch));
+                break;
+            }
+        }
+        let (conversation, number, think, lookup) = match found {
+            Some((conversation, number, think, false)) => {
+                (conversation, number, think, Lookup::Continued)
+            }
+            Some((_, number, think, true)) => {
+                (state.new_id(self.prefix), number, think, Lookup::First)
+            }
+            None => (state.new_id(self.prefix), 1, None, Lookup::First),
+        };
+        let seen = Seen {
+            conversation: conversation.clone(),
+            turn: number,
+            end,
+            continued_by: None,
+        };
+        state.turns.put(whole, seen);
+        if let Some(id) = response_id {
+            state.responses.put(id.to_owned(), whole);
+        }
+        let entry = state
+            .conversations
+            .get_or_insert_mut(conversation.clone(), || Conversation {
+                turns: 0,
+                last: end,
+            });
+        entry.turns = entry.turns.max(number);
+        entry.last = entry.last.max(end);
+        let turn = Turn {
+            conversation,
+            turn: number,
+            think,
+        };
+        (turn, lookup)
+    }
+
+    /// The turn counts of the conversations that have had no turn for `conversations.idle` by `now`,
+    /// which are forgotten, and the turns still held.
+    pub fn take_ended(&self, now: Instant) -> (Vec<u32>, usize) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut ended = Vec::new();
+        while let Some((_, c)) = state.conversations.peek_lru() {
+            if now.saturating_duration_since(c.last) < self.idle {
+                break;
+            }
+            if let Some((_, c)) = state.conversations.pop_lru() {
+                ended.push(c.turns);
+            }
+        }
+        (ended, state.turns.len())
+    }
+
+    /// Turns held now.
+    pub fn turns_held(&self) -> usize {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.turns.len()
+    }
+}
+
+impl State {
+    fn new_id(&mut self, prefix: u64) -> Arc<str> {
+        self.next += 1;
+        let mixed = prefix ^ self.next.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        Arc::from(format!("c-{mixed:016x}"))
+    }
+}
+
+/// 64 random bits from the standard library's per-process SipHash keys (the OS's randomness).
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(0x636f_6e76);
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A list of `n` messages whose contents are `tags`.
+    fn list(tags: &[u8]) -> MessageList {
+        let mut prefixes = Vec::new();
+        let mut digest = [0u8; 16];
+        for (i, tag) in tags.iter().enumerate() {
+            digest[i % 16] ^= tag.wrapping_add(i as u8 * 31);
+            digest[15] = digest[15].wrapping_add(*tag).wrapping_mul(7);
+            prefixes.push(digest);
+        }
+        MessageList {
+            prefixes,
+            previous_response: None,
+        }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_agent_loop_is_one_conversation_numbered_with_its_think_times() {
+        let c = Conversations::new(100, Duration::from_secs(60)).unwrap();
+        let t0 = Instant::now();
+        // system, user → answer; + assistant, tool → answer; + assistant, user.
+        let turns = [list(b"su"), list(b"suat"), list(b"suatau")];
+        let (first, lookup) = c.place(&turns[0], t0, t0 + ms(800), None);
+        assert_eq!((first.turn, first.think, lookup), (1, None, Lookup::First));
+        let (second, lookup) = c.place(&turns[1], t0 + ms(1_000), t0 + ms(1_500), None);
+        assert_eq!(second.conversation, first.conversation);
+        assert_eq!(
+            (second.turn, second.think, lookup),
+            (2, Some(ms(200)), Lookup::Continued)
+        );
+        let (third, _) = c.place(&turns[2], t0 + ms(4_500), t0 + ms(4_500), None);
+        assert_eq!((third.turn, third.think), (3, Some(ms(3_000))));
+        assert_eq!(third.conversation, first.conversation);
+        assert_eq!(c.turns_held(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_repeat_is_a_new_conversation_and_a_second_continuation_a_branch() {
+        let c = Conversations::new(100, Duration::from_secs(60)).unwrap();
+        let t0 = Instant::now();
+        let (a, _) = c.place(&list(b"su"), t0, t0, None);
+        let (again, lookup) = c.place(&list(b"su"), t0, t0, None);
+        assert_ne!(again.conversation, a.conversation, "the same prompt again");
+        assert_eq!((again.turn, lookup), (1, Lookup::First));
+        let (b, _) = c.place(&list(b"suau"), t0, t0, None);
+        let (retry, lookup) = c.place(&list(b"suau"), t0, t0, None);
+        assert_eq!(
+            (retry.turn, lookup),
+            (2, Lookup::Continued),
+            "continues the same turn 1"
+        );
+        assert_eq!(retry.conversation, b.conversation);
+        let (fork, lookup) = c.place(&list(b"suxu"), t0, t0, None);
+        assert_eq!((fork.turn, lookup), (2, Lookup::First));
+        assert_ne!(
+            fork.conversation, b.conversation,
+            "another answer to the same history"
+        );
+        let (on, _) = c.place(&list(b"suxuau"), t0, t0, None);
+        assert_eq!((on.conversation.clone(), on.turn), (fork.conversation, 3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_state_is_bounded_and_idle_conversations_end_with_their_turn_count() {
+        let c = Conversations::new(4, Duration::from_secs(10)).unwrap();
+        let t0 = Instant::now();
+        for i in 0..10u8 {
+            c.place(&list(&[b's', i]), t0, t0, None);
+        }
+        assert_eq!(c.turns_held(), 4);
+        // The oldest turns are gone: their continuation starts over.
+        let (lost, _) = c.place(&list(&[b's', 0, b'a', b'u']), t0, t0, None);
+        assert_eq!(lost.turn, 1);
+        let c = Conversations::new(100, Duration::from_secs(10)).unwrap();
+        c.place(&list(b"su"), t0, t0, None);
+        c.place(&list(b"suau"), t0 + ms(100), t0 + ms(500), None);
+        c.place(&list(b"xu"), t0 + ms(6_000), t0 + ms(6_000), None);
+        assert_eq!(c.take_ended(t0 + ms(9_000)).0, Vec::<u32>::new());
+        assert_eq!(
+            c.take_ended(t0 + ms(10_500)).0,
+            vec![2],
+            "idle 10 s after its last end"
+        );
+        assert_eq!(c.take_ended(t0 + ms(16_000)).0, vec![1]);
+        assert!(Conversations::new(0, Duration::from_secs(1)).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_responses_turn_named_by_previous_response_id_continues_it() {
+        let c = Conversations::new(100, Duration::from_secs(60)).unwrap();
+        let t0 = Instant::now();
+        let (first, _) = c.place(&list(b"su"), t0, t0 + ms(300), Some("resp_1"));
+        // Only the new input, and the id of the answer it follows.
+        let next = MessageList {
+            previous_response: Some("resp_1".into()),
+            ..list(b"t")
+        };
+        let (second, lookup) = c.place(&next, t0 + ms(1_300), t0 + ms(1_500), Some("resp_2"));
+        assert_eq!(second.conversation, first.conversation);
+        assert_eq!(
+            (second.turn, second.think, lookup),
+            (2, Some(ms(1_000)), Lookup::Continued)
+        );
+        let unknown = MessageList {
+            previous_response: Some("resp_9".into()),
+            ..list(b"x")
+        };
+        assert_eq!(
+            c.place(&unknown, t0, t0, None).0.turn,
+            1,
+            "an id never seen starts over"
+        );
+        assert_eq!(
+            [1, 2, 3, 4, 7, 8, 15, 16, 400].map(turn_label),
+            ["1", "2", "3", "4-7", "4-7", "8-15", "8-15", "16+", "16+"]
+        );
+    }
+}

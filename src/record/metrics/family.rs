@@ -1,0 +1,812 @@
+//! Every series family tokentap exports, declared once, as a row: its name, help, kind, labels and
+//! buckets. Registration ([`Registrar`]), the idle retirement of model and tenant values, the series
+//! bound ([`super::bound`]) and the live page's names all follow from the rows, and a test holds
+//! docs/metrics.md's table to them. Adding a per-request histogram is one row here and one `observe`
+//! where its figure is known (see [`super::finish`]); tests name a family by its row (`TTFT.name`).
+//!
+//! Not here: the two families the log writers own in `logging` (a leaf, which cannot use this stage):
+//! `tokentap_log_lines_dropped_total` and the request_log counters.
+
+use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use super::bound::Boundaries;
+use crate::config::SloKind;
+
+/// Which boundaries a histogram takes: a configured set (with its SLO ceilings added), or its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buckets {
+    Ttft,
+    /// A wait judged by its own ceiling (the time to first answer, to first tool call): TTFT's
+    /// boundaries plus that kind's ceilings.
+    Wait(SloKind),
+    Itl,
+    Tpot,
+    E2e,
+    Generation,
+    TokensPerSecond,
+    /// tokentap's own delay per frame: fixed, from 5 µs to 1 s (`forwarding::BUCKETS`).
+    Forwarding,
+    /// Prompt tokens: fixed, powers of 4 from 64 to 1,048,576 ([`PROMPT_TOKEN_BUCKETS`]).
+    PromptTokens,
+    /// The client's time between turns: fixed, 100 ms to 30 min ([`THINK_BUCKETS`]).
+    Think,
+    /// Turns per conversation: fixed, 1 to 256 ([`TURN_BUCKETS`]).
+    Turns,
+}
+
+/// [`Buckets::PromptTokens`].
+pub const PROMPT_TOKEN_BUCKETS: [f64; 8] = [
+    64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
+];
+/// [`Buckets::Think`], seconds.
+pub const THINK_BUCKETS: [f64; 14] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+];
+/// [`Buckets::Turns`].
+pub const TURN_BUCKETS: [f64; 11] = [1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0, 64.0, 256.0];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram(Buckets),
+}
+
+impl Kind {
+    /// The type docs/metrics.md and the exposition give it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram(_) => "histogram",
+        }
+    }
+}
+
+/// A label, each from a bounded set (docs/metrics.md, "the series bound").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Label {
+    Model,
+    Api,
+    /// Present only when `tenants:` is configured.
+    Tenant,
+    Status,
+    Outcome,
+    Slo,
+    TokenSource,
+    /// A fixed set of reasons, all of them named here.
+    Reason(&'static [&'static str]),
+    /// A request's position in its conversation (`record::conversations::TURN_LABELS`).
+    Turn,
+    /// What recognising a conversation found (`record::conversations::Lookup`).
+    Lookup,
+}
+
+impl Label {
+    pub fn name(self) -> &'static str {
+        match self {
+            Label::Model => "model",
+            Label::Api => "api",
+            Label::Tenant => "tenant",
+            Label::Status => "status",
+            Label::Outcome => "outcome",
+            Label::Slo => "slo",
+            Label::TokenSource => "token_source",
+            Label::Reason(_) => "reason",
+            Label::Turn => "turn",
+            Label::Lookup => "result",
+        }
+    }
+}
+
+/// Which APIs a family labelled `api` has series for: a path no dialect knows (`api="other"`, any path
+/// a client makes up) gets only the families that hold for every request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Apis {
+    Every,
+    Known,
+}
+
+/// One exported family.
+#[derive(Debug, PartialEq)]
+pub struct Family {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: Kind,
+    pub labels: &'static [Label],
+    pub apis: Apis,
+}
+
+impl Family {
+    /// A histogram's `_sum` series name.
+    pub fn sum(&self) -> String {
+        format!("{}_sum", self.name)
+    }
+
+    /// A histogram's `_count` series name.
+    pub fn count(&self) -> String {
+        format!("{}_count", self.name)
+    }
+
+    /// A histogram's `_bucket` series name.
+    pub fn bucket(&self) -> String {
+        format!("{}_bucket", self.name)
+    }
+
+    /// Its label names, in order, `tenant` only when `tenants` is configured.
+    pub fn label_names(&self, tenants: bool) -> Vec<&'static str> {
+        self.labels
+            .iter()
+            .filter(|l| tenants || **l != Label::Tenant)
+            .map(|l| l.name())
+            .collect()
+    }
+
+    pub fn has(&self, label: Label) -> bool {
+        self.labels.contains(&label)
+    }
+}
+
+use Label::{Api as A, Model as M, Tenant as T};
+
+const fn known(
+    name: &'static str,
+    help: &'static str,
+    kind: Kind,
+    labels: &'static [Label],
+) -> Family {
+    Family {
+        name,
+        help,
+        kind,
+        labels,
+        apis: Apis::Known,
+    }
+}
+
+const fn every(
+    name: &'static str,
+    help: &'static str,
+    kind: Kind,
+    labels: &'static [Label],
+) -> Family {
+    Family {
+        name,
+        help,
+        kind,
+        labels,
+        apis: Apis::Every,
+    }
+}
+
+const fn single(name: &'static str, help: &'static str, kind: Kind) -> Family {
+    every(name, help, kind, &[])
+}
+
+use Buckets as B;
+use Kind::{Counter, Gauge, Histogram as H};
+
+// The request's timeline (docs/metrics.md, "Series").
+pub const TTFT: Family = known(
+    "tokentap_time_to_first_token_seconds",
+    "Time from the request head arriving to the first output-bearing chunk (TTFT).",
+    H(B::Ttft),
+    &[M, A, T],
+);
+pub const ITL: Family = known(
+    "tokentap_inter_token_latency_seconds",
+    "Gap between consecutive output-bearing chunks, one observation per gap (ITL).",
+    H(B::Itl),
+    &[M, A],
+);
+pub const TPOT: Family = known(
+    "tokentap_time_per_output_token_seconds",
+    "Per-request (E2E - TTFT) / (output tokens - 1), requests with at least 2 output tokens (TPOT).",
+    H(B::Tpot),
+    &[M, A],
+);
+pub const E2E: Family = every(
+    "tokentap_e2e_request_latency_seconds",
+    "Time from the request head arriving to the end of the response body, completed requests.",
+    H(B::E2e),
+    &[M, A, T],
+);
+pub const GENERATION: Family = known(
+    "tokentap_token_generation_time_seconds",
+    "Time from the first output-bearing chunk to the end of the response body.",
+    H(B::Generation),
+    &[M, A],
+);
+pub const TOKENS_PER_SECOND: Family = known(
+    "tokentap_output_tokens_per_second",
+    "Per-request decode speed (output tokens - 1) / token generation time, at least 2 output tokens.",
+    H(B::TokensPerSecond),
+    &[M, A],
+);
+pub const MAX_GAP: Family = known(
+    "tokentap_max_inter_token_gap_seconds",
+    "The longest gap between consecutive output-bearing chunks of a request: stalls show here.",
+    H(B::Itl),
+    &[M, A],
+);
+pub const REQUESTS: Family = every(
+    "tokentap_requests_total",
+    "Finished requests by HTTP status and outcome (ok, cancelled, upstream_error, timeout).",
+    Counter,
+    &[M, A, Label::Status, Label::Outcome, T],
+);
+pub const INPUT_TOKENS: Family = known(
+    "tokentap_input_tokens_total",
+    "Prompt tokens, as reported by the server's usage.",
+    Counter,
+    &[M, A],
+);
+pub const OUTPUT_TOKENS: Family = known(
+    "tokentap_output_tokens_total",
+    "Output tokens: the server's usage, else one per output-bearing chunk.",
+    Counter,
+    &[M, A],
+);
+pub const GOODPUT: Family = every(
+    "tokentap_goodput_requests_total",
+    "Requests that ended ok with a 2xx status and met every configured SLO ceiling.",
+    Counter,
+    &[M, A, T],
+);
+pub const SLO_VIOLATIONS: Family = every(
+    "tokentap_slo_violations_total",
+    "One per SLO ceiling a request missed (slo = ttft, tpot, itl, e2e).",
+    Counter,
+    &[M, A, Label::Slo],
+);
+pub const TOKEN_SOURCE: Family = known(
+    "tokentap_output_token_source_total",
+    "Requests with an output token count, by where it came from (usage, tokenizer, chunks).",
+    Counter,
+    &[M, A, Label::TokenSource],
+);
+
+// Inside the TTFT (docs/metrics.md, "Inside the TTFT").
+pub const TIME_TO_FIRST_ANSWER: Family = known(
+    "tokentap_time_to_first_answer_token_seconds",
+    "Time from the request head arriving to the first answer-bearing chunk (text, refusal or tool call; not reasoning), streams that answered.",
+    H(B::Wait(SloKind::TimeToFirstAnswer)),
+    &[M, A],
+);
+pub const TIME_TO_FIRST_TOOL_CALL: Family = known(
+    "tokentap_time_to_first_tool_call_seconds",
+    "Time from the request head arriving to the first chunk that starts a tool call, streams that called a tool: how long an agent waits before it can act.",
+    H(B::Wait(SloKind::TimeToFirstToolCall)),
+    &[M, A],
+);
+pub const REASONING_TIME: Family = known(
+    "tokentap_reasoning_time_seconds",
+    "Time from the first output to the first answer, streams whose reasoning came before the answer.",
+    H(B::Ttft),
+    &[M, A],
+);
+pub const REASONING_TOKENS: Family = known(
+    "tokentap_reasoning_tokens_total",
+    "Reasoning tokens: the server's usage details, else a tokenizer on the reasoning text, else one per reasoning chunk.",
+    Counter,
+    &[M, A],
+);
+pub const CACHED_INPUT_TOKENS: Family = known(
+    "tokentap_cached_input_tokens_total",
+    "Prompt tokens the server reports as served from its prefix cache.",
+    Counter,
+    &[M, A],
+);
+pub const SERVER_QUEUE: Family = known(
+    "tokentap_server_queue_time_seconds",
+    "The server's own report of the time the request waited before it was scheduled (vLLM, TGI).",
+    H(B::Ttft),
+    &[M, A],
+);
+pub const SERVER_TTFT: Family = known(
+    "tokentap_server_time_to_first_token_seconds",
+    "The server's own report of its time to first token (vLLM queue + prefill, llama.cpp prompt, Ollama load + prompt).",
+    H(B::Ttft),
+    &[M, A],
+);
+pub const SERVER_PREFILL: Family = known(
+    "tokentap_server_prefill_time_seconds",
+    "The server's own report of its prompt processing time (vLLM, llama.cpp, Ollama).",
+    H(B::Ttft),
+    &[M, A],
+);
+pub const SERVER_GENERATION: Family = known(
+    "tokentap_server_generation_time_seconds",
+    "The server's own report of its generation time, first to last token (vLLM, llama.cpp, Ollama).",
+    H(B::Generation),
+    &[M, A],
+);
+pub const OUTSIDE_SERVER: Family = known(
+    "tokentap_ttft_outside_server_seconds",
+    "TTFT minus the server's own TTFT of the same request: network, HTTP serving, admission, detokenizing.",
+    H(B::Ttft),
+    &[M, A],
+);
+pub const OUTSIDE_SERVER_CLAMPED: Family = known(
+    "tokentap_ttft_outside_server_clamped_total",
+    "Requests whose server-reported TTFT exceeded tokentap's TTFT, observed as 0 outside the server.",
+    Counter,
+    &[M, A],
+);
+
+// Per API only.
+pub const IN_FLIGHT: Family = every(
+    "tokentap_requests_in_flight",
+    "Requests between the request head and the end of the response body.",
+    Gauge,
+    &[A],
+);
+/// The values of `reason` on [`METERING_SKIPPED`] (`record::finished::SkipReason`).
+pub const SKIP_REASONS: &[&str] = &["event_too_large", "malformed_event"];
+pub const METERING_SKIPPED: Family = known(
+    "tokentap_metering_skipped_total",
+    "Responses forwarded whole whose token-level figures were skipped, by reason.",
+    Counter,
+    &[A, Label::Reason(SKIP_REASONS)],
+);
+
+// tokentap's own limits (`refusals.rs`).
+pub const CONNECTIONS_REFUSED: Family = single(
+    "tokentap_connections_refused_total",
+    "Client connections closed at once because limits.max_connections were open.",
+    Counter,
+);
+pub const HEAD_TIMEOUTS: Family = single(
+    "tokentap_request_head_timeouts_total",
+    "Client connections closed because a request head was not complete within timeouts.client_header_read.",
+    Counter,
+);
+pub const HEADER_TOO_LARGE: Family = single(
+    "tokentap_request_header_too_large_total",
+    "HTTP/1.1 request heads answered 431 (or 414) for being too large or having over 100 headers.",
+    Counter,
+);
+pub const UPSTREAM_REFUSED: Family = single(
+    "tokentap_upstream_requests_refused_total",
+    "Requests answered 503 because limits.max_upstream_connections upstream requests were in progress.",
+    Counter,
+);
+pub const CONNECTION_SHARE_REFUSED: Family = single(
+    "tokentap_connection_share_refused_total",
+    "Requests answered 503 because their client connection already had limits.max_upstream_per_connection upstream requests in progress.",
+    Counter,
+);
+/// The values of `reason` on [`METRICS_PORT_REFUSED`], all exported from the start.
+pub const METRICS_PORT_REASONS: &[&str] = &["max_connections", "send_timeout", "live_busy", "host"];
+pub const METRICS_PORT_REFUSED: Family = every(
+    "tokentap_metrics_port_refused_total",
+    "What the metrics port turned away, by reason: max_connections (limits.max_metrics_connections \
+     were open), send_timeout (an answer not taken within timeouts.metrics_send), live_busy \
+     (/api/v1/live answered 503: too many distinct views held), host (a Host not in \
+     metrics.allowed_hosts).",
+    Counter,
+    &[Label::Reason(METRICS_PORT_REASONS)],
+);
+
+// tokentap's own upstream connections (`upstream.rs`).
+pub const UPSTREAM_IDLE: Family = single(
+    "tokentap_upstream_idle_connections",
+    "Upstream connections kept open, unused, for the next request.",
+    Gauge,
+);
+pub const UPSTREAM_CLOSED_BY_UPSTREAM: Family = single(
+    "tokentap_upstream_idle_closed_by_upstream_total",
+    "Idle upstream connections the upstream closed (its keep-alive timeout, a restart); none of them is used again.",
+    Counter,
+);
+pub const UPSTREAM_EXPIRED: Family = single(
+    "tokentap_upstream_idle_expired_total",
+    "Idle upstream connections tokentap closed after timeouts.upstream_idle.",
+    Counter,
+);
+pub const UPSTREAM_RESENT: Family = single(
+    "tokentap_upstream_requests_resent_total",
+    "Requests sent again on a new connection because a reused one closed without answering them.",
+    Counter,
+);
+pub const MODELS_LISTED: Family = single(
+    "tokentap_upstream_models_listed",
+    "Model names in the upstream's last list (GET /v1/models or /api/tags): those names may take a model \
+     label; 0 (it lists nothing, or model_list.enabled is false): a name takes one on its first 2xx.",
+    Gauge,
+);
+
+// The page itself.
+pub const SERIES_LIMIT: Family = single(
+    "tokentap_metrics_series_limit",
+    "The most series this process can ever export, from max_models, tenants.max, the API, status and outcome \
+     sets and the bucket counts (docs/metrics.md: the series bound).",
+    Gauge,
+);
+pub const SERIES: Family = single(
+    "tokentap_metrics_series",
+    "Series on this page, as of this scrape (never above tokentap_metrics_series_limit).",
+    Gauge,
+);
+pub const ENCODES: Family = single(
+    "tokentap_metrics_encodes_total",
+    "Encodings of this page; scrapes that arrive while one runs share it.",
+    Counter,
+);
+pub const LABELS_RETIRED: Family = single(
+    "tokentap_model_labels_retired_total",
+    "Model label values removed after metrics.model_idle without a request; their series restart \
+     from zero if the model comes back.",
+    Counter,
+);
+pub const FORWARDING_DELAY: Family = single(
+    "tokentap_forwarding_delay_seconds",
+    "The delay tokentap itself adds to each forwarded response frame: from the frame coming off the upstream \
+     connection (after its read and HTTP/1 decoding) to the return of the client write that took it. \
+     Metering is inside it; the kernel's time before the upstream read returned is not.",
+    H(B::Forwarding),
+);
+
+// Agents: conversations recognised from the wire (docs/metrics.md, "Conversations").
+pub const TURN_TTFT: Family = known(
+    "tokentap_turn_time_to_first_token_seconds",
+    "TTFT by the request's position in its conversation (turn 1, 2, 3, 4-7, 8-15, 16+): how the wait grows as an agent's context does.",
+    H(B::Ttft),
+    &[M, Label::Turn],
+);
+pub const TURN_INPUT_TOKENS: Family = known(
+    "tokentap_turn_input_tokens",
+    "Prompt tokens (as the server reports them) by the request's position in its conversation: the context an agent drags along.",
+    H(B::PromptTokens),
+    &[M, Label::Turn],
+);
+pub const THINK_TIME: Family = known(
+    "tokentap_conversation_think_time_seconds",
+    "Time from the end of a conversation's turn to the arrival of the turn that continues it: the client's, its tools' and its user's time, not the server's.",
+    H(B::Think),
+    &[M],
+);
+pub const CONVERSATION_TURNS: Family = single(
+    "tokentap_conversation_turns",
+    "Turns per conversation, observed when a conversation ends (no turn for conversations.idle).",
+    H(B::Turns),
+);
+pub const CONVERSATION_LOOKUPS: Family = every(
+    "tokentap_conversation_lookups_total",
+    "Requests with a message list, by what recognising their conversation found: result=\"continued\" (a later turn of a conversation seen), \"first\" (a new conversation), \"unread\" (the list was not read in time, or the body streamed).",
+    Counter,
+    &[Label::Lookup],
+);
+pub const CONVERSATION_TURNS_HELD: Family = single(
+    "tokentap_conversation_turns_held",
+    "Turns remembered to recognise conversations (at most conversations.max_turns; digests only, no text).",
+    Gauge,
+);
+
+/// Every row, in docs/metrics.md's order.
+pub const ALL: &[&Family] = &[
+    &TTFT,
+    &ITL,
+    &TPOT,
+    &E2E,
+    &GENERATION,
+    &TOKENS_PER_SECOND,
+    &MAX_GAP,
+    &TIME_TO_FIRST_ANSWER,
+    &TIME_TO_FIRST_TOOL_CALL,
+    &TURN_TTFT,
+    &TURN_INPUT_TOKENS,
+    &THINK_TIME,
+    &CONVERSATION_TURNS,
+    &CONVERSATION_LOOKUPS,
+    &CONVERSATION_TURNS_HELD,
+    &REASONING_TIME,
+    &REASONING_TOKENS,
+    &CACHED_INPUT_TOKENS,
+    &SERVER_QUEUE,
+    &SERVER_TTFT,
+    &SERVER_PREFILL,
+    &SERVER_GENERATION,
+    &OUTSIDE_SERVER,
+    &OUTSIDE_SERVER_CLAMPED,
+    &REQUESTS,
+    &INPUT_TOKENS,
+    &OUTPUT_TOKENS,
+    &GOODPUT,
+    &SLO_VIOLATIONS,
+    &TOKEN_SOURCE,
+    &METERING_SKIPPED,
+    &IN_FLIGHT,
+    &UPSTREAM_REFUSED,
+    &CONNECTION_SHARE_REFUSED,
+    &CONNECTIONS_REFUSED,
+    &UPSTREAM_IDLE,
+    &UPSTREAM_CLOSED_BY_UPSTREAM,
+    &UPSTREAM_EXPIRED,
+    &UPSTREAM_RESENT,
+    &HEAD_TIMEOUTS,
+    &HEADER_TOO_LARGE,
+    &SERIES_LIMIT,
+    &SERIES,
+    &ENCODES,
+    &METRICS_PORT_REFUSED,
+    &MODELS_LISTED,
+    &LABELS_RETIRED,
+    &FORWARDING_DELAY,
+];
+
+/// A registered family with a `model` label, kept so that a retired model (or tenant) value is removed
+/// from every family that has it.
+enum Labelled {
+    Histogram(HistogramVec),
+    Counter(IntCounterVec),
+}
+
+/// Registers families from their rows into one registry, and keeps those labelled by model for
+/// [`Registered::purge`].
+pub struct Registrar<'a> {
+    registry: &'a Registry,
+    boundaries: &'a Boundaries,
+    tenants: bool,
+    labelled: Vec<(&'static Family, Labelled)>,
+}
+
+/// The model- and tenant-labelled families, for retirement.
+pub struct Registered {
+    labelled: Vec<(&'static Family, Labelled)>,
+}
+
+impl<'a> Registrar<'a> {
+    pub fn new(registry: &'a Registry, boundaries: &'a Boundaries, tenants: bool) -> Self {
+        Registrar {
+            registry,
+            boundaries,
+            tenants,
+            labelled: Vec::new(),
+        }
+    }
+
+    fn opts(family: &Family) -> Opts {
+        Opts::new(family.name, family.help)
+    }
+
+    fn keep<C: Collector + Clone + 'static>(&self, c: C) -> Result<C, prometheus::Error> {
+        self.registry.register(Box::new(c.clone()))?;
+        Ok(c)
+    }
+
+    pub fn histogram(
+        &mut self,
+        family: &'static Family,
+    ) -> Result<HistogramVec, prometheus::Error> {
+        let Kind::Histogram(buckets) = family.kind else {
+            return Err(prometheus::Error::Msg(format!(
+                "{} is not a histogram",
+                family.name
+            )));
+        };
+        let opts = HistogramOpts::from(Self::opts(family)).buckets(self.boundaries.get(buckets));
+        let h = self.keep(HistogramVec::new(opts, &family.label_names(self.tenants))?)?;
+        if family.has(Label::Model) {
+            self.labelled.push((family, Labelled::Histogram(h.clone())));
+        }
+        Ok(h)
+    }
+
+    pub fn counter(&mut self, family: &'static Family) -> Result<IntCounterVec, prometheus::Error> {
+        let names = family.label_names(self.tenants);
+        let c = self.keep(IntCounterVec::new(Self::opts(family), &names)?)?;
+        if family.has(Label::Model) {
+            self.labelled.push((family, Labelled::Counter(c.clone())));
+        }
+        Ok(c)
+    }
+
+    pub fn gauge(&mut self, family: &'static Family) -> Result<IntGaugeVec, prometheus::Error> {
+        let names = family.label_names(self.tenants);
+        self.keep(IntGaugeVec::new(Self::opts(family), &names)?)
+    }
+
+    /// A counter with labels other than `model`: nothing to retire.
+    pub fn fixed_counter(
+        &self,
+        family: &'static Family,
+    ) -> Result<IntCounterVec, prometheus::Error> {
+        debug_assert!(!family.has(Label::Model), "{}", family.name);
+        let names = family.label_names(self.tenants);
+        self.keep(IntCounterVec::new(Self::opts(family), &names)?)
+    }
+
+    /// An unlabelled counter.
+    pub fn single_counter(
+        &self,
+        family: &'static Family,
+    ) -> Result<prometheus::IntCounter, prometheus::Error> {
+        self.keep(prometheus::IntCounter::with_opts(Self::opts(family))?)
+    }
+
+    /// An unlabelled gauge.
+    pub fn single_gauge(
+        &self,
+        family: &'static Family,
+    ) -> Result<prometheus::IntGauge, prometheus::Error> {
+        self.keep(prometheus::IntGauge::with_opts(Self::opts(family))?)
+    }
+
+    /// An unlabelled histogram.
+    pub fn single_histogram(
+        &self,
+        family: &'static Family,
+    ) -> Result<prometheus::Histogram, prometheus::Error> {
+        let Kind::Histogram(buckets) = family.kind else {
+            return Err(prometheus::Error::Msg(format!(
+                "{} is not a histogram",
+                family.name
+            )));
+        };
+        let opts = HistogramOpts::from(Self::opts(family)).buckets(self.boundaries.get(buckets));
+        self.keep(prometheus::Histogram::with_opts(opts)?)
+    }
+
+    /// Registers every row of [`ALL`] labelled by model that no field claimed: a per-request family
+    /// that is one row and one [`Registered::histogram`] or [`Registered::counter`] where it is
+    /// observed.
+    pub fn finish(mut self) -> Result<Registered, prometheus::Error> {
+        for &family in ALL {
+            let claimed = self.labelled.iter().any(|(f, _)| f.name == family.name);
+            if claimed || !family.has(Label::Model) {
+                continue;
+            }
+            match family.kind {
+                Kind::Histogram(_) => drop(self.histogram(family)?),
+                Kind::Counter => drop(self.counter(family)?),
+                Kind::Gauge => {
+                    return Err(prometheus::Error::Msg(format!(
+                        "{}: a gauge labelled by model has no place",
+                        family.name
+                    )))
+                }
+            }
+        }
+        Ok(Registered {
+            labelled: self.labelled,
+        })
+    }
+}
+
+impl Registered {
+    fn find(&self, family: &'static Family) -> Option<&Labelled> {
+        self.labelled
+            .iter()
+            .find(|(f, _)| f.name == family.name)
+            .map(|(_, registered)| registered)
+    }
+
+    /// A registered histogram row labelled by model (every one is: see [`Registrar::finish`]).
+    pub fn histogram(&self, family: &'static Family) -> Option<&HistogramVec> {
+        match self.find(family)? {
+            Labelled::Histogram(h) => Some(h),
+            Labelled::Counter(_) => None,
+        }
+    }
+
+    /// A registered counter row labelled by model.
+    pub fn counter(&self, family: &'static Family) -> Option<&IntCounterVec> {
+        match self.find(family)? {
+            Labelled::Counter(c) => Some(c),
+            Labelled::Histogram(_) => None,
+        }
+    }
+
+    /// Removes every series whose `label` is one of `names`, from every family that has that label.
+    pub fn purge(&self, label: Label, names: &HashSet<Arc<str>>) {
+        for (family, registered) in &self.labelled {
+            if !family.has(label) {
+                continue;
+            }
+            match registered {
+                Labelled::Histogram(h) => purge_by(h, label.name(), names),
+                Labelled::Counter(c) => purge_by(c, label.name(), names),
+            }
+        }
+    }
+}
+
+/// Removes every series of `family` whose `label` is one of `names`.
+fn purge_by<T: MetricVecBuilder>(family: &MetricVec<T>, label: &str, names: &HashSet<Arc<str>>) {
+    for gathered in family.collect() {
+        for metric in gathered.get_metric() {
+            let labels: HashMap<&str, &str> = metric
+                .get_label()
+                .iter()
+                .map(|pair| (pair.name(), pair.value()))
+                .collect();
+            if labels.get(label).is_some_and(|m| names.contains(*m)) {
+                // Err only when the series is already gone.
+                let _ = family.remove(&labels);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    /// The families the log writers own (`logging`, a leaf that cannot use these rows).
+    const LOGGING: [&str; 3] = [
+        crate::logging::DROPPED_LINES,
+        crate::logging::records::WRITTEN,
+        crate::logging::records::DROPPED,
+    ];
+
+    /// docs/metrics.md's series table: (name, kind) per row, in order.
+    fn documented() -> Vec<(String, String)> {
+        include_str!("../../../docs/metrics.md")
+            .lines()
+            .filter_map(|line| line.strip_prefix("| `tokentap_"))
+            .map(|rest| {
+                let mut cells = rest.split('|').map(str::trim);
+                let name = format!(
+                    "tokentap_{}",
+                    cells.next().unwrap_or("").trim_end_matches('`')
+                );
+                (name, cells.next().unwrap_or("").to_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn docs_metrics_table_is_the_rows_in_order_with_their_kinds() {
+        let table: Vec<(String, String)> = documented()
+            .into_iter()
+            .filter(|(name, _)| !LOGGING.contains(&name.as_str()))
+            .collect();
+        let rows: Vec<(String, String)> = ALL
+            .iter()
+            .map(|f| (f.name.to_owned(), f.kind.as_str().to_owned()))
+            .collect();
+        assert_eq!(
+            table, rows,
+            "docs/metrics.md's table and family::ALL differ"
+        );
+        let names: Vec<String> = documented().into_iter().map(|(n, _)| n).collect();
+        for name in LOGGING {
+            assert!(
+                names.iter().any(|n| n == name),
+                "{name} is not in docs/metrics.md"
+            );
+        }
+    }
+
+    #[test]
+    fn every_registered_family_is_a_row_or_a_log_writers() {
+        let yaml = "tenants: {header: x-tenant}\nrequest_log: {path: /dev/null}";
+        let metrics = super::super::Metrics::new(&Config::from_yaml_str(yaml).unwrap()).unwrap();
+        for gathered in metrics.gather() {
+            let name = gathered.name();
+            let row = ALL.iter().find(|f| f.name == name);
+            assert!(
+                row.is_some() || LOGGING.contains(&name),
+                "{name} is registered without a row"
+            );
+            if let Some(row) = row {
+                assert_eq!(gathered.help(), row.help, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_row_has_a_unique_name_and_help() {
+        let mut names = HashSet::new();
+        for family in ALL {
+            assert!(names.insert(family.name), "{} twice", family.name);
+            assert!(family.name.starts_with("tokentap_"), "{}", family.name);
+            assert!(!family.help.is_empty(), "{}", family.name);
+        }
+    }
+}
