@@ -8,6 +8,7 @@ use tokentap::config::Metering;
 use tokentap::decode::dialect::detect;
 use tokentap::decode::response::{Format, ResponseDecoder};
 use tokentap::decode::tokenizer::TextCount;
+use tokentap_fuzz::frames;
 
 #[derive(Debug, PartialEq)]
 struct Figures {
@@ -53,18 +54,6 @@ fn decode(path: &str, format: Format, max_event_bytes: usize, frames: &[&[u8]]) 
         skipped: decoder.skipped().map(|r| r.as_str()),
         error_event: decoder.saw_error_event(),
     }
-}
-
-fn frames(data: &[u8], seed: u8) -> Vec<&[u8]> {
-    let mut out = Vec::new();
-    let (mut rest, mut n) = (data, usize::from(seed));
-    while !rest.is_empty() {
-        n = n.wrapping_mul(31).wrapping_add(7);
-        let (head, tail) = rest.split_at((n % 17 + 1).min(rest.len()));
-        out.push(head);
-        rest = tail;
-    }
-    out
 }
 
 fuzz_target!(|data: &[u8]| {

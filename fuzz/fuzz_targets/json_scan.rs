@@ -4,6 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tokentap::decode::json_scan::FieldScanner;
+use tokentap_fuzz::frames;
 
 const WANTED: &[&str] = &["model", "usage"];
 
@@ -18,18 +19,6 @@ fn scan(max_value: usize, max_scan: usize, frames: &[&[u8]]) -> Found {
         s.string("model"),
         s.is_done(),
     )
-}
-
-fn frames(data: &[u8], seed: u8) -> Vec<&[u8]> {
-    let mut out = Vec::new();
-    let (mut rest, mut n) = (data, usize::from(seed));
-    while !rest.is_empty() {
-        n = n.wrapping_mul(31).wrapping_add(7);
-        let (head, tail) = rest.split_at((n % 17 + 1).min(rest.len()));
-        out.push(head);
-        rest = tail;
-    }
-    out
 }
 
 fuzz_target!(|data: &[u8]| {

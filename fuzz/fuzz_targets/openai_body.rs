@@ -8,6 +8,7 @@ use tokentap::config::Metering;
 use tokentap::decode::dialect::{detect, Observations};
 use tokentap::decode::response::{Format, ResponseDecoder};
 use tokentap::decode::tokenizer::TextCount;
+use tokentap_fuzz::frames;
 
 fn decode(max_event_bytes: usize, frames: &[&[u8]]) -> (u32, Observations) {
     let (_, dialect) = detect("/v1/chat/completions");
@@ -25,18 +26,6 @@ fn decode(max_event_bytes: usize, frames: &[&[u8]]) -> (u32, Observations) {
     let outputs = u32::try_from(marks.len()).unwrap_or(u32::MAX);
     assert_eq!(decoder.skipped(), None, "a JSON body is never skipped");
     (outputs, decoder.observations().clone())
-}
-
-fn frames(data: &[u8], seed: u8) -> Vec<&[u8]> {
-    let mut out = Vec::new();
-    let (mut rest, mut n) = (data, usize::from(seed));
-    while !rest.is_empty() {
-        n = n.wrapping_mul(31).wrapping_add(7);
-        let (head, tail) = rest.split_at((n % 17 + 1).min(rest.len()));
-        out.push(head);
-        rest = tail;
-    }
-    out
 }
 
 fuzz_target!(|data: &[u8]| {

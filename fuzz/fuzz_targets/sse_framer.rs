@@ -5,6 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tokentap::decode::sse::SseFramer;
+use tokentap_fuzz::frames;
 
 type Events = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -19,19 +20,6 @@ fn run(max: usize, frames: &[&[u8]]) -> (Events, bool) {
         }
     }
     (events, false)
-}
-
-/// Cuts `data` into frames whose lengths follow the seed (1..=seed%17+1 bytes, cycling).
-fn frames(data: &[u8], seed: u8) -> Vec<&[u8]> {
-    let mut out = Vec::new();
-    let (mut rest, mut n) = (data, usize::from(seed));
-    while !rest.is_empty() {
-        n = n.wrapping_mul(31).wrapping_add(7);
-        let (head, tail) = rest.split_at((n % 17 + 1).min(rest.len()));
-        out.push(head);
-        rest = tail;
-    }
-    out
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -283,36 +283,56 @@ def aiperf_conversations(suite, binary, model_dir, out, conversations=6, turns=3
 
 
 def stop_time(suite, port):
-    """Seconds from the client's close until vLLM reports no running request."""
+    """One client that leaves mid-stream, from rest: seconds from its close until vLLM reports no running
+    request, or None when vLLM had finished the answer before the client left (its own success counter
+    moved: nothing was left to cancel, and a proxy rightly counts that request `ok`)."""
     def running():
         return scrape(suite.vllm.metrics_url).get("vllm:num_requests_running")
 
+    before, _ = settle(suite.vllm, suite.tokentap)
     closed = clients.leave_mid_stream(port, until=lambda: running() > 0)
-    while running() > 0:
+    while closed is not None and running() > 0:
         if time.monotonic() - closed > 30:
             return float("inf")
-    return time.monotonic() - closed
+    stopped = time.monotonic()
+    after, _ = settle(suite.vllm, suite.tokentap)
+    if after.get("vllm:request_success_total") > before.get("vllm:request_success_total"):
+        return None
+    if closed is None:
+        raise RuntimeError("vLLM never reported the request running, and did not finish it")
+    return stopped - closed
 
 
-def cancellation(suite, rounds=3):
+def left_mid_stream(suite, port, rounds, tries):
+    """`rounds` stop times of clients that left while vLLM was still generating, and how many tries
+    vLLM finished first (4,000 tokens take 2-4 s on this machine; a loaded one can spend that long
+    before the client's check that vLLM is running returns)."""
+    times, finished = [], 0
+    while len(times) < rounds:
+        if finished >= tries:
+            raise RuntimeError(f"vLLM finished {finished} answers before the client could leave")
+        took = stop_time(suite, port)
+        if took is None:
+            finished += 1
+        else:
+            times.append(took)
+    return times, finished
+
+
+def cancellation(suite, rounds=3, tries=5):
     group = "client leaves mid-stream"
-    direct = []
-    for _ in range(rounds):
-        settle(suite.vllm, suite.tokentap)
-        direct.append(stop_time(suite, suite.vllm.port))
-    def through_tokentap():
-        # Each round from rest, as the direct rounds: nothing running in vLLM, nothing in flight in tokentap.
-        times = []
-        for _ in range(rounds):
-            settle(suite.vllm, suite.tokentap)
-            times.append(stop_time(suite, suite.tokentap.port))
-        return times
-
-    via, v, t = suite.phase(through_tokentap)
+    direct, _ = left_mid_stream(suite, suite.vllm.port, rounds, tries)
+    (via, finished), v, t = suite.phase(lambda: left_mid_stream(suite, suite.tokentap.port, rounds, tries))
     spread = lambda xs: f"{statistics.median(xs):.3f} / {max(xs):.3f}"  # noqa: E731
     suite.check(group, f"vLLM stopped (s), median / max of {rounds}", spread(via), spread(direct),
                 max(via) <= CANCEL_BOUND, f"bound {CANCEL_BOUND} s; reference: the client direct to vLLM")
-    suite.exact(group, "counted cancelled", t.get("tokentap_requests_total", outcome="cancelled"), rounds)
+    suite.exact(group, "requests counted", t.get("tokentap_requests_total"), rounds + finished)
+    # A try vLLM finished first is `ok` when its last event passed tokentap before the client left, and
+    # `cancelled` when the client left first (it did not read during its check): either is right.
+    cancelled = t.get("tokentap_requests_total", outcome="cancelled")
+    want = f"{rounds}" if not finished else f"{rounds}-{rounds + finished}"
+    note = f"{finished} more tries vLLM finished before the client left" if finished else ""
+    suite.check(group, "counted cancelled", fmt(cancelled), want, rounds <= cancelled <= rounds + finished, note)
 
 
 MASKS = [
