@@ -219,3 +219,103 @@ async fn with_a_tenant_label_each_tenant_gets_its_entry_and_its_own_ceilings() {
     let vip = metrics.get(family::REQUESTS.name, &[("tenant", "vip")]);
     assert_eq!(vip, 1.0);
 }
+
+/// A stand-in Prometheus: every instant query answers one sample of model `llama` worth `value`.
+async fn prometheus_answering(value: &'static str) -> Upstream {
+    upstream(move |_| {
+        let body = format!(
+            r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{"model":"llama"}},"value":[1764752442.5,"{value}"]}}]}}}}"#
+        );
+        vec![json_response(200, "OK", &body)]
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_ui_prometheus_there_is_no_fleet_table() {
+    let upstream = upstream(|_| ok_stream()).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    let (status, _, body) = fetch(&proxy, "/api/v1/fleet").await;
+    assert_eq!(status, 404);
+    assert!(String::from_utf8_lossy(&body).contains("ui.prometheus is not set"));
+    let (_, _, body) = fetch(&proxy, "/api/v1/live").await;
+    let view: Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(view["fleet"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_table_reads_the_rules_from_prometheus_at_most_every_five_seconds() {
+    let prometheus = prometheus_answering("0.75").await;
+    let upstream = upstream(|_| ok_stream()).await;
+    let yaml = format!("ui: {{prometheus: {}/}}\n", prometheus.url());
+    let proxy = proxy(&upstream.url(), &yaml).await;
+    let (_, _, body) = fetch(&proxy, "/api/v1/live").await;
+    let view: Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(view["fleet"], true, "the page is told to show the table");
+
+    let (status, head, body) = fetch(&proxy, "/api/v1/fleet").await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert!(head.contains("content-type: application/json"), "{head}");
+    let fleet: Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(fleet["version"], 1);
+    assert_eq!(fleet["prometheus"], prometheus.url().as_str());
+    assert_eq!(
+        (fleet["up"].as_f64(), fleet["targets"].as_f64()),
+        (Some(0.75), Some(0.75))
+    );
+    let columns = fleet["columns"].as_array().expect("columns");
+    let goodput = columns
+        .iter()
+        .position(|c| c["record"] == "model:tokentap_goodput:ratio_rate5m")
+        .expect("a goodput column");
+    assert_eq!(columns[goodput]["unit"], "share");
+    assert_eq!(fleet["models"][0]["model"], "llama");
+    assert_eq!(fleet["models"][0]["values"][goodput], 0.75);
+    // Three instant queries of the fleet, one a column: one round.
+    let asked = prometheus.requests();
+    assert_eq!(asked.len(), 3 + columns.len());
+    assert!(asked
+        .iter()
+        .all(|r| r.request_line().starts_with("GET /api/v1/query?query=")));
+    // However many browsers refresh meanwhile, Prometheus is not asked again within 5 s.
+    for _ in 0..5 {
+        let (status, _, again) = fetch(&proxy, "/api/v1/fleet").await;
+        assert_eq!((status, again), (200, body.clone()));
+    }
+    assert_eq!(prometheus.requests().len(), asked.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prometheus_that_fails_is_a_502_that_says_what_it_answered() {
+    let prometheus = upstream(|_| {
+        vec![json_response(
+            503,
+            "Service Unavailable",
+            "not ready\x1b[2J",
+        )]
+    })
+    .await;
+    let upstream = upstream(|_| ok_stream()).await;
+    let yaml = format!("ui: {{prometheus: {}}}\n", prometheus.url());
+    let proxy = proxy(&upstream.url(), &yaml).await;
+    let (status, _, body) = fetch(&proxy, "/api/v1/fleet").await;
+    let text = String::from_utf8_lossy(&body);
+    assert_eq!(status, 502, "{text}");
+    assert!(text.contains("/api/v1/query?query=count(up"), "{text}");
+    assert!(
+        text.contains("503") && text.contains("not Prometheus' API answer"),
+        "{text}"
+    );
+    // The proxy still serves, and the page's own figures too.
+    let got = send(
+        &client(),
+        post(&proxy, "/v1/chat/completions", &chat_request(MODEL)),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    let (status, _, _) = fetch(&proxy, "/api/v1/live").await;
+    assert_eq!(status, 200);
+    // The failure is kept as long as an answer: one query asked, not one per refresh.
+    let _ = fetch(&proxy, "/api/v1/fleet").await;
+    assert_eq!(prometheus.requests().len(), 1);
+}

@@ -18,7 +18,8 @@
 //!   one instant in the past, so no scrape can land between the rules and the check.
 //!
 //! Then `tokentap top --prometheus` (the binary) shows the fleet from that Prometheus: both models,
-//! the three targets up, and the recording rules' goodput ratio.
+//! the three targets up, and the recording rules' goodput ratio; and so does a fourth tokentap's live
+//! page (`ui.prometheus` set to it), on `/api/v1/fleet`.
 //!
 //! Skipped, with a message, only when `prometheus` is not on PATH; `.ci/run` installs it and sets
 //! TOKENTAP_REQUIRE_PROMETHEUS=1, which turns the skip into a failure.
@@ -473,6 +474,50 @@ async fn three_replicas_add_up_in_promql_to_the_union_of_their_records() {
         assert!(
             (shown / 100.0 - rule[0].1).abs() < 0.01,
             "{model}: top shows {shown}%, the rule {}",
+            rule[0].1
+        );
+    }
+    // The same fleet on a live page: a tokentap whose `ui.prometheus` is this Prometheus serves
+    // the rules' figures at /api/v1/fleet (it is not scraped itself: still three targets).
+    let yaml = format!("{CONFIG}ui: {{prometheus: http://{}}}\n", prom.addr);
+    let page = proxy(&upstream.url(), &yaml).await;
+    let addr = page.metrics_addr();
+    let get = format!("GET /api/v1/fleet HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
+    let answer = raw_exchange(addr, get.as_bytes()).await;
+    let (_, body) = raw_split(&answer);
+    assert_eq!(
+        raw_status(&answer),
+        200,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    let fleet: Value = serde_json::from_slice(&body).expect("the fleet's JSON");
+    assert_eq!(
+        (fleet["up"].as_f64(), fleet["targets"].as_f64()),
+        (Some(3.0), Some(3.0))
+    );
+    let columns = fleet["columns"].as_array().expect("columns");
+    let goodput = columns
+        .iter()
+        .position(|c| c["record"] == "model:tokentap_goodput:ratio_rate5m")
+        .expect("a goodput column");
+    let shown: BTreeMap<&str, f64> = fleet["models"]
+        .as_array()
+        .expect("models")
+        .iter()
+        .filter_map(|m| Some((m["model"].as_str()?, m["values"][goodput].as_f64()?)))
+        .collect();
+    assert_eq!(shown.keys().copied().collect::<Vec<_>>(), MODELS, "{fleet}");
+    for model in MODELS {
+        let rule = prom
+            .query(&format!(
+                "model:tokentap_goodput:ratio_rate5m{{model=\"{model}\"}}"
+            ))
+            .await;
+        assert!(
+            (shown[model] - rule[0].1).abs() < 0.01,
+            "{model}: the page shows {}, the rule {}",
+            shown[model],
             rule[0].1
         );
     }

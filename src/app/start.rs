@@ -8,6 +8,7 @@ use crate::config::{Config, RecordPath};
 use crate::decode::tokenizer::Tokenizers;
 use crate::logging::records::{RecordWriter, Target};
 use crate::net::admin::MetricsPort;
+use crate::net::fleet::{FleetPage, Prometheus};
 use crate::net::server::{BindError, Listeners, ProxyPort};
 use crate::proxy::models::ModelList;
 use crate::proxy::upstream;
@@ -88,10 +89,18 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     if let Some(live) = &live {
         live.snapshot(&context.metrics);
     }
+    // Checked with the config (`ui.prometheus` is an http:// URL), so it is one here.
+    let fleet = match (&live, &config.ui.prometheus) {
+        (Some(_), Some(url)) => Prometheus::new(url)
+            .map(|p| Arc::new(FleetPage::new(p)))
+            .ok(),
+        _ => None,
+    };
     let metrics_port = MetricsPort {
         context: context.clone(),
         shutdown: shutdown.clone(),
         live: live.clone(),
+        fleet,
         timeouts: config.timeouts.clone(),
         max_connections: config.limits.max_metrics_connections,
         allowed_hosts: config.metrics.allowed_hosts.clone(),

@@ -36,7 +36,7 @@ pub use conversations::Conversations;
 pub use limits::{Limits, Timeouts};
 pub use records::{RecordPath, RequestLog, TenantFrom, Tenants};
 pub use slo::{ByKind, Ceilings, Slo, SloKind};
-pub use ui::Ui;
+pub use ui::{prometheus_base, Ui};
 pub use values::{format_duration, parse_duration, parse_size, parse_upstream};
 
 use section::{named, optional_section, section};

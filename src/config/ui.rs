@@ -23,6 +23,9 @@ pub struct Ui {
     pub window: Duration,
     /// Models kept in the history (the most requested ones), and as many (model, tenant) pairs.
     pub max_models: usize,
+    /// A Prometheus that scrapes the fleet (with the shipped recording rules): the page then shows the
+    /// fleet's table from it, beside this replica's charts. `None`: no fleet table.
+    pub prometheus: Option<String>,
 }
 
 impl Default for Ui {
@@ -33,6 +36,7 @@ impl Default for Ui {
             history: Duration::from_secs(30 * 60),
             window: Duration::from_secs(60),
             max_models: 10,
+            prometheus: None,
         }
     }
 }
@@ -76,6 +80,25 @@ impl Ui {
             let reason = "must be between 1 and 100";
             return Err(invalid("ui.max_models", "value", &value, reason));
         }
+        if let Some(url) = &self.prometheus {
+            if let Err(reason) = prometheus_base(url) {
+                return Err(invalid("ui.prometheus", "URL", url, reason));
+            }
+        }
         Ok(())
+    }
+}
+
+/// The base URL of a Prometheus (`http://prometheus:9090`, a path prefix kept), without a trailing `/`:
+/// plain `http://` with a host, as Prometheus serves its API inside a cluster.
+pub fn prometheus_base(url: &str) -> Result<&str, &'static str> {
+    let base = url.trim_end_matches('/');
+    match format!("{base}/api/v1/query").parse::<http::Uri>() {
+        Ok(uri)
+            if uri.scheme_str() == Some("http") && uri.host().is_some_and(|h| !h.is_empty()) =>
+        {
+            Ok(base)
+        }
+        _ => Err("must be an http:// URL of a Prometheus server"),
     }
 }

@@ -8,6 +8,7 @@
 //! in [`dropped_lines`], which `/metrics` exports as `tokentap_log_lines_dropped_total`.
 
 pub mod fields;
+pub mod printable;
 pub mod records;
 pub mod repeated;
 

@@ -1,6 +1,7 @@
 //! The metrics port's endpoints, tokentap's own answers: `/metrics` (the Prometheus page), `/healthz`
 //! (the process is up), `/readyz` (503 once a shutdown has begun, so a load balancer stops sending), and,
-//! unless `ui.enabled` is false, the live page `/` and its JSON `/api/v1/live` (`ui/`).
+//! unless `ui.enabled` is false, the live page `/`, its JSON `/api/v1/live` and, with `ui.prometheus`,
+//! the fleet's table `/api/v1/fleet` (`ui/`, `fleet.rs`).
 //!
 //! The port binds every interface by default, so what a client can hold here is bounded like the proxy
 //! port: at most `limits.max_metrics_connections` connections (one more is closed at once), each answer
@@ -25,6 +26,7 @@ use tokio::sync::Semaphore;
 use crate::config::Timeouts;
 use crate::logging::repeated::RepeatedWarning;
 use crate::net::client_conn::{accept, Activity, TimedIo, Tracked};
+use crate::net::fleet::FleetPage;
 use crate::net::ui;
 use crate::record::live::Live;
 use crate::record::metrics::MetricsPortRefusals;
@@ -36,6 +38,8 @@ pub struct MetricsPort {
     pub context: Arc<ExchangeContext>,
     pub shutdown: Shutdown,
     pub live: Option<Arc<Live>>,
+    /// The live page's fleet table (`ui.prometheus`), when the page is on and one is configured.
+    pub fleet: Option<Arc<FleetPage>>,
     /// The client timers (`client_header_read`, `client_idle`) and `metrics_send`.
     pub timeouts: Timeouts,
     /// `limits.max_metrics_connections`.
@@ -148,6 +152,7 @@ impl MetricsPort {
                     }
                     Some(answer)
                 }
+                "/api/v1/fleet" => Some(ui::fleet_answer(self.fleet.as_deref()).await),
                 _ => None,
             };
             if let Some(answer) = answer {
@@ -155,7 +160,9 @@ impl MetricsPort {
             }
         }
         let not_found: &'static [u8] = match self.live {
-            Some(_) => b"not found: try /, /api/v1/live, /metrics, /healthz or /readyz\n",
+            Some(_) => {
+                b"not found: try /, /api/v1/live, /api/v1/fleet, /metrics, /healthz or /readyz\n"
+            }
             None => b"not found: try /metrics, /healthz or /readyz\n",
         };
         let ready = self.shutdown.phase() == Phase::Serving;

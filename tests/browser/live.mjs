@@ -3,7 +3,8 @@
 // requests for two models, then Debian's chromium (driven with playwright-core over DevTools) opens the
 // page. Once the page shows every request, its figures must equal what /metrics says for the same
 // window (two scrapes: before the burst and after it; quantiles by Prometheus's histogram_quantile rule
-// on the bucket deltas), the browser console must have no error, and the page must fit a phone's width.
+// on the bucket deltas), the fleet table must show what a stand-in Prometheus answered, the browser
+// console must have no error, and the page must fit a phone's width.
 // Screenshots: target/browser/live.png (1280x800), live-dark.png, live-phone.png.
 import { spawn } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -79,6 +80,19 @@ function upstream() {
   return new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve(server)));
 }
 
+// A stand-in Prometheus for the page's fleet table (ui.prometheus): every instant query answers
+// llama-8b worth 0.875 and a model whose name is markup, which the table must show as text.
+const HOSTILE = '<img src=x onerror="document.body.dataset.owned=1">';
+function prometheus() {
+  const server = http.createServer((req, res) => {
+    req.resume();
+    const result = ["llama-8b", HOSTILE].map((model) => ({ metric: { model }, value: [1764752442.5, "0.875"] }));
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end(JSON.stringify({ status: "success", data: { resultType: "vector", result } }));
+  });
+  return new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve(server)));
+}
+
 function send(proxyPort, model, plan) {
   return new Promise((resolve, reject) => {
     const body = JSON.stringify({ model, stream: true, stream_options: { include_usage: true }, messages: [{ role: "user", content: "hi" }], plan });
@@ -150,13 +164,14 @@ function close(label, got, want, tolerance = 1e-9) {
 async function main() {
   mkdirSync(OUT, { recursive: true });
   const up = await upstream();
+  const prom = await prometheus();
   const [proxyPort, metricsPort] = [await freePort(), await freePort()];
   const config = path.join(os.tmpdir(), `tokentap-browser-${process.pid}.yaml`);
   writeFileSync(config, [
     `listen: 127.0.0.1:${proxyPort}`, `metrics_listen: 127.0.0.1:${metricsPort}`,
     `upstream: http://127.0.0.1:${up.address().port}`, "tokenizer_dirs: []",
     "slo: {ttft: 500ms, itl: 50ms, models: {qwen-32b: {ttft: 750ms}}}",
-    "ui: {interval: 1s, history: 5m, window: 5m}", ""].join("\n"));
+    `ui: {interval: 1s, history: 5m, window: 5m, prometheus: "http://127.0.0.1:${prom.address().port}"}`, ""].join("\n"));
   const proc = spawn(BINARY, ["--config", config], { stdio: ["ignore", "ignore", "pipe"] });
   let log = "";
   proc.stderr.on("data", (d) => (log += d));
@@ -238,6 +253,21 @@ async function main() {
     await page.selectOption("#window", "60s");
     await page.waitForFunction(() => document.body.dataset.window === "60" && location.search.includes("window=60s"), null, { timeout: 10_000 });
     console.log("ok   window selector: figures over 60 s, kept in the address");
+    // The fleet's table, from the stand-in Prometheus: a row a model, each figure in its unit, and a
+    // name that is markup shown as text.
+    await page.waitForFunction(() => document.body.dataset.fleet === "2", null, { timeout: 15_000 });
+    const fleet = await page.evaluate(() => {
+      const rows = [...document.querySelectorAll("#fleet tbody tr")].map((tr) => [...tr.cells].map((td) => td.textContent));
+      const header = [...document.querySelectorAll("#fleet thead th")].map((th) => th.textContent);
+      return { rows, header, meta: document.getElementById("fleet-meta").textContent,
+        markup: document.querySelectorAll("#fleet img").length, owned: document.body.dataset.owned || "" };
+    });
+    const llama = fleet.rows.find((r) => r[0] === "llama-8b") || [];
+    const cell = (h) => llama[fleet.header.indexOf(h)];
+    const fleetOk = fleet.rows.length === 2 && cell("GOODPUT") === "87.5%" && cell("TTFT99") === "875 ms" && cell("REQ/S") === "0.88" &&
+      fleet.rows.some((r) => r[0] === HOSTILE) && fleet.markup === 0 && fleet.owned === "" && fleet.meta.startsWith("0.875/0.875 targets up");
+    console.log(`${fleetOk ? "ok  " : "FAIL"} fleet table: ${JSON.stringify(fleet)}`);
+    if (!fleetOk) process.exitCode = 1;
     const canvases = await page.locator("canvas").count();
     console.log(`${canvases >= 23 ? "ok  " : "FAIL"} charts drawn: ${canvases} canvases`);
     if (canvases < 23) process.exitCode = 1;
@@ -274,6 +304,7 @@ async function main() {
     if (browser) await browser.close();
     proc.kill("SIGTERM");
     up.close();
+    prom.close();
   }
 }
 

@@ -278,6 +278,9 @@ fn bad_values_give_errors_naming_the_key_and_the_value() {
         ui: {window: 1s} | ui.window | 1s
         ui: {window: 1h} | ui.window | 3600s
         ui: {max_models: 0} | ui.max_models | 0
+        ui: {prometheus: https://prometheus:9090} | ui.prometheus | https://prometheus:9090
+        ui: {prometheus: prometheus:9090} | ui.prometheus | prometheus:9090
+        ui: {prometheus: http://} | ui.prometheus | http://
         limits: {max_request_header_bytes: 4KiB} | limits.max_request_header_bytes | 4096
         limits: {max_request_header_bytes: 1MiB} | limits.max_request_header_bytes | 1048576
         limits: {max_request_header_bytes: lots} | limits.max_request_header_bytes | lots

@@ -1,8 +1,9 @@
 //! The live page on the metrics port: `GET /` is one HTML page embedded in the binary (its glue in
 //! `page.html`, uPlot vendored under `vendor/` and inlined into it, so the page loads nothing else and
-//! works offline), and `GET /api/v1/live` is the JSON it refreshes from ([`crate::record::live::view`],
-//! documented in docs/live.md). Both answer only when `ui.enabled`; the snapshots behind them are taken
-//! by [`Live::run`], started with the metrics port.
+//! works offline), `GET /api/v1/live` is the JSON it refreshes from ([`crate::record::live::view`],
+//! documented in docs/live.md), and `GET /api/v1/fleet` the fleet's table (`ui.prometheus`,
+//! [`FleetPage`]). All answer only when `ui.enabled`; the snapshots behind them are taken by
+//! [`Live::run`], started with the metrics port.
 //!
 //! The page's `Content-Security-Policy` lets it run its two scripts and nothing else: each is allowed
 //! by its SHA-256 hash, computed here from the very bytes served, so no inline script anyone might
@@ -18,6 +19,7 @@ use http_body_util::Full;
 use sha2::{Digest, Sha256};
 
 use crate::config::parse_duration;
+use crate::net::fleet::FleetPage;
 use crate::record::live::views::ViewError;
 use crate::record::live::Live;
 
@@ -149,6 +151,25 @@ pub async fn live_answer(live: &Arc<Live>, query: Option<&str>) -> Answer {
             busy: err == ViewError::Busy,
             ..text(StatusCode::SERVICE_UNAVAILABLE, format!("{err}\n"))
         },
+    }
+}
+
+/// `GET /api/v1/fleet`: the fleet's table from the Prometheus of `ui.prometheus` (docs/live.md, "The
+/// fleet"); `404` without one, `502` saying what went wrong when Prometheus did not answer.
+pub async fn fleet_answer(fleet: Option<&FleetPage>) -> Answer {
+    let Some(fleet) = fleet else {
+        let message = "no fleet table: ui.prometheus is not set\n".to_owned();
+        return text(StatusCode::NOT_FOUND, message);
+    };
+    match fleet.answer().await {
+        Ok(json) => Answer {
+            status: StatusCode::OK,
+            content_type: "application/json",
+            cache_control: "no-store",
+            body: json,
+            busy: false,
+        },
+        Err(err) => text(StatusCode::BAD_GATEWAY, format!("{err}\n")),
     }
 }
 

@@ -34,6 +34,9 @@ pub struct LiveView {
     pub models: Vec<Entry>,
     /// Per (model, tenant) when a `tenant` label is configured; else empty.
     pub tenants: Vec<Entry>,
+    /// `GET /api/v1/fleet` serves the fleet's table from Prometheus (`ui.prometheus` is set).
+    #[serde(default)]
+    pub fleet: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -141,6 +144,7 @@ pub fn view(ring: &Ring, slo: &Slo, interval: Duration, window: Duration) -> Liv
         forwarding_delay: forwarding_delay(&points, &starts),
         models: models.iter().map(|(k, _)| entry(k)).collect(),
         tenants: tenants.iter().map(|(k, _)| entry(k)).collect(),
+        fleet: false,
     }
 }
 

@@ -164,8 +164,9 @@ impl Live {
         tokio::task::spawn_blocking(move || {
             let live = &computing.live;
             let window = key.0;
-            let encoded =
-                serde_json::to_vec(&view::view(&ring, &live.slo, live.ui.interval, window));
+            let mut shown = view::view(&ring, &live.slo, live.ui.interval, window);
+            shown.fleet = live.ui.prometheus.is_some();
+            let encoded = serde_json::to_vec(&shown);
             let answer = match encoded {
                 Ok(mut json) => {
                     // Held for as long as a client takes to read it: no spare capacity with it.
