@@ -308,8 +308,8 @@ mod through {
     use http_body_util::{BodyExt, Full};
     use hyper::client::conn::http1::SendRequest;
     use hyper_util::rt::TokioIo;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
+    use tokentap::scripted::{chunk, last_chunk, Scripted, Step, DONE};
+    use tokio::net::TcpStream;
     use tokio::runtime::Runtime;
 
     use super::{CONTENT, ROLE, USAGE};
@@ -322,65 +322,21 @@ mod through {
         pub body: Bytes,
     }
 
-    /// The upstream's answer: a chunked SSE response whose events go out one write each.
-    async fn answer(stream: &mut TcpStream, contents: usize) -> std::io::Result<()> {
-        let head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
-        stream.write_all(head).await?;
-        let chunk = |event: &[u8]| {
-            let mut framed = format!("{:x}\r\n", event.len()).into_bytes();
-            framed.extend_from_slice(event);
-            framed.extend_from_slice(b"\r\n");
-            framed
-        };
-        stream.write_all(&chunk(ROLE)).await?;
-        for _ in 0..contents {
-            stream.write_all(&chunk(CONTENT)).await?;
-        }
-        stream.write_all(&chunk(USAGE)).await?;
-        stream.write_all(&chunk(b"data: [DONE]\n\n")).await?;
-        stream.write_all(b"0\r\n\r\n").await
-    }
-
-    /// Reads one request (head and `content-length` body) off `stream`; false at its end.
-    async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
-        loop {
-            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                let length = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|v| v.trim().parse::<usize>().ok())
-                    .unwrap_or(0);
-                if buf.len() >= end + 4 + length {
-                    buf.drain(..end + 4 + length);
-                    return true;
-                }
-            }
-            let mut more = [0u8; 4096];
-            match stream.read(&mut more).await {
-                Ok(0) | Err(_) => return false,
-                Ok(n) => buf.extend_from_slice(&more[..n]),
-            }
-        }
-    }
-
+    /// The upstream (`tokentap::scripted`, keeping no log): a chunked SSE response whose events go out
+    /// one write each.
     async fn upstream(contents: usize) -> SocketAddr {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                stream.set_nodelay(true).ok();
-                tokio::spawn(async move {
-                    let mut buf = Vec::new();
-                    while read_request(&mut stream, &mut buf).await {
-                        if answer(&mut stream, contents).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
-        addr
+        let mut steps = vec![
+            Step::Raw(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec()),
+            chunk(ROLE),
+        ];
+        steps.extend((0..contents).map(|_| chunk(CONTENT)));
+        steps.extend([chunk(USAGE), chunk(DONE.as_bytes()), last_chunk()]);
+        let server = Scripted::new(move |_| steps.clone())
+            .forgetful()
+            .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .expect("bind");
+        server.addr
     }
 
     /// tokentap in front of a scripted upstream, with `extra` YAML in its config, and a client.

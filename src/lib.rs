@@ -16,7 +16,8 @@
 //!
 //! Tools beside the path, which may use every stage and are used by none: [`app`] assembles the stages
 //! into a running tokentap and shuts it down ([`start`], [`run`], [`Running`]); [`report`] sums up
-//! request record files (`tokentap report`).
+//! request record files (`tokentap report`); [`scripted`] is a model server that answers with scripts
+//! of bytes, pauses and faults (`tokentap demo`'s, and the tests' and benchmarks').
 #![forbid(unsafe_code)]
 
 pub mod app;
@@ -27,6 +28,7 @@ pub mod net;
 pub mod proxy;
 pub mod record;
 pub mod report;
+pub mod scripted;
 pub mod shutdown;
 pub mod tap;
 

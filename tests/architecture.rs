@@ -2,7 +2,8 @@
 //! later stage or a leaf, never an earlier stage, and no two rooms import each other (directly or round
 //! a circle). Stages, in path order: `net` → `proxy` → `tap` → `decode` → `record`; leaves (`config`,
 //! `logging`, `shutdown`) use only leaves; tools beside the path (`app`, which assembles every stage
-//! into a running tokentap, and `report`) may use any stage or leaf and are used by none. A room is a
+//! into a running tokentap, `report`, and `scripted`, the model server of the demo and the tests) may use
+//! any stage or leaf and are used by none. A room is a
 //! file or folder directly inside a stage or tool folder (`decode/response.rs`, `decode/dialect/`,
 //! `app/start.rs`) or a leaf. Imports are read as text: every `crate::` path and every `super::` path
 //! (resolved against the module it is written in, inline `mod tests { … }` included) outside comments
@@ -14,9 +15,10 @@ use std::path::{Path, PathBuf};
 
 /// The stages in path order; a module may import only from its own position or a later one.
 const STAGES: &[&str] = &["net", "proxy", "tap", "decode", "record"];
-/// Tools beside the path (`app`: startup and shutdown; `report`: `tokentap report`): before every
+/// Tools beside the path (`app`: startup and shutdown; `report`: `tokentap report`; `scripted`: the
+/// scripted model server): before every
 /// stage, so they may use any stage or leaf, and nothing but the crate root and the binary uses them.
-const TOOLS: &[&str] = &["app", "report"];
+const TOOLS: &[&str] = &["app", "report", "scripted"];
 /// Modules at the bottom: they may import only each other.
 const LEAVES: &[&str] = &["config", "logging", "shutdown"];
 

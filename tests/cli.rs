@@ -325,6 +325,24 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
         table.contains("TTFT50") && table.contains("\ndemo-"),
         "{table}"
     );
+    // The demo's own server keeps its connections alive and answers every request: no request of the
+    // demo's clients fails upstream (a server that closed each connection after one answer made
+    // tokentap's pool resend or fail the next).
+    let answer = get_blocking(&addr, "/metrics").unwrap_or_default();
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    let metrics = support::Metrics::parse(body);
+    let requests = family::REQUESTS.name;
+    assert!(
+        metrics.get(requests, &[("outcome", "ok")]) >= 2.0,
+        "{}",
+        metrics.text
+    );
+    assert_eq!(
+        metrics.get(requests, &[("outcome", "upstream_error")]),
+        0.0,
+        "{}",
+        metrics.text
+    );
     // SIGTERM (what `docker stop` and Kubernetes send) stops the demo cleanly, long before --duration.
     let term = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

@@ -271,7 +271,7 @@ fn progress(what: &str) {
     eprintln!(
         "[{:>7.1}s] {what} (upstream connections so far: {})",
         now_ns() as f64 / 1e9,
-        upstream::ACCEPTED.load(Ordering::Relaxed)
+        upstream::accepted()
     );
 }
 

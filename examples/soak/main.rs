@@ -1,7 +1,7 @@
 //! Soak test: holds many concurrent streams through a tokentap process for minutes and reports its memory
 //! (RSS), open file descriptors, and any byte or count mismatch. Loopback only, bounded in time.
 //!
-//! It starts a scripted OpenAI-style upstream in this process (a role chunk, then `--tokens` content
+//! It starts a scripted OpenAI-style upstream in this process (`tokentap::scripted`: a role chunk, then `--tokens` content
 //! chunks `--gap-ms` apart, usage, `[DONE]`), starts the tokentap binary given by `--tokentap` in front of
 //! it, and keeps `--streams` client streams open for `--duration` seconds: every stream that ends is
 //! replaced by a new one. Every client checks that it got exactly the bytes the upstream sent. At the
@@ -42,9 +42,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokentap::scripted::{decode, Chunked, Chunks, Scripted, Step};
 
 mod bursts;
 
@@ -108,111 +106,32 @@ fn usage(bad: &str) -> ! {
     std::process::exit(2)
 }
 
-fn event(i: usize) -> String {
-    format!("data: {{\"id\":\"s\",\"object\":\"chat.completion.chunk\",\"model\":\"soak\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"tok{i} \"}},\"finish_reason\":null}}]}}\n\n")
+/// How every stream's chunks are spelled.
+const CHUNKS: Chunks<'static> = Chunks::chat("s", "soak");
+
+/// The scripted upstream's answer to every request: role, `tokens` content chunks `gap` apart, usage,
+/// `[DONE]`; with `keep_alive`, a connection idle that long is then closed, as a server's keep-alive
+/// timer does.
+fn script(tokens: usize, gap: Duration, keep_alive: Option<Duration>) -> Vec<Step> {
+    let texts = (0..tokens).map(|i| (gap, format!("tok{i} ")));
+    let mut steps = CHUNKS.stream(texts, Some((7, tokens as u64)));
+    steps.extend(keep_alive.map(Step::KeepAliveFor));
+    steps
 }
 
-const ROLE: &str = "data: {\"id\":\"s\",\"object\":\"chat.completion.chunk\",\"model\":\"soak\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n";
-
-fn usage_event(tokens: usize) -> String {
-    format!("data: {{\"id\":\"s\",\"object\":\"chat.completion.chunk\",\"model\":\"soak\",\"choices\":[],\"usage\":{{\"prompt_tokens\":7,\"completion_tokens\":{tokens},\"total_tokens\":{}}}}}\n\n", tokens + 7)
-}
-
-/// The exact body every stream carries.
+/// The exact body every stream carries: the script's chunked body, decoded.
 fn expected_body(tokens: usize) -> Vec<u8> {
-    let mut body = ROLE.to_owned();
-    (0..tokens).for_each(|i| body.push_str(&event(i)));
-    body.push_str(&usage_event(tokens));
-    body.push_str("data: [DONE]\n\n");
-    body.into_bytes()
-}
-
-fn chunked(data: &str) -> Vec<u8> {
-    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
-    out.extend_from_slice(data.as_bytes());
-    out.extend_from_slice(b"\r\n");
-    out
-}
-
-/// The scripted upstream: keep-alive HTTP/1.1, one stream per request. When `closing` turns true, idle
-/// connections are closed, so tokentap's pool lets go of them and its descriptors can be compared. With
-/// `keep_alive`, a connection idle that long is closed, as a server's keep-alive timer does.
-async fn upstream(
-    listener: TcpListener,
-    tokens: usize,
-    gap: Duration,
-    keep_alive: Option<Duration>,
-    closing: watch::Receiver<bool>,
-) {
-    while let Ok((stream, _)) = listener.accept().await {
-        stream.set_nodelay(true).ok();
-        tokio::spawn(serve(stream, tokens, gap, keep_alive, closing.clone()));
-    }
-}
-
-async fn serve(
-    mut stream: TcpStream,
-    tokens: usize,
-    gap: Duration,
-    keep_alive: Option<Duration>,
-    mut closing: watch::Receiver<bool>,
-) {
-    let mut buf = Vec::new();
-    loop {
-        if buf.is_empty() {
-            let mut chunk = [0u8; 4096];
-            let idle = tokio::time::sleep(keep_alive.unwrap_or(Duration::MAX / 4));
-            tokio::select! {
-                read = stream.read(&mut chunk) => match read {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                },
-                _ = closing.wait_for(|c| *c) => return,
-                () = idle => return,
-            }
-        }
-        // Read a head and its Content-Length body (tokentap forwards the client's request as it is).
-        let head_end = loop {
-            if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break at + 4;
-            }
-            let mut chunk = [0u8; 4096];
-            match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-        };
-        let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-        let length: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
-        while buf.len() < head_end + length {
-            let mut chunk = [0u8; 4096];
-            match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-        buf.drain(..head_end + length);
-        let mut out = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
-        out.extend_from_slice(&chunked(ROLE));
-        if stream.write_all(&out).await.is_err() {
-            return;
-        }
-        for i in 0..tokens {
-            tokio::time::sleep(gap).await;
-            if stream.write_all(&chunked(&event(i))).await.is_err() {
-                return;
-            }
-        }
-        let mut tail = chunked(&usage_event(tokens));
-        tail.extend_from_slice(&chunked("data: [DONE]\n\n"));
-        tail.extend_from_slice(b"0\r\n\r\n");
-        if stream.write_all(&tail).await.is_err() {
-            return;
-        }
+    let body: Vec<u8> = script(tokens, Duration::ZERO, None)
+        .into_iter()
+        .skip(1) // the head
+        .flat_map(|step| match step {
+            Step::Raw(bytes) => bytes,
+            _ => Vec::new(),
+        })
+        .collect();
+    match decode(&body) {
+        Chunked::Done { body, .. } => body,
+        other => panic!("the script's body is not chunked coding: {other:?}"),
     }
 }
 
@@ -437,18 +356,14 @@ impl Drop for KillOnDrop {
 #[tokio::main]
 async fn main() {
     let args = args();
-    let upstream_listener = TcpListener::bind("127.0.0.1:0")
+    // Keep-alive HTTP/1.1, one stream per request, no log kept (it serves for minutes).
+    let (tokens, gap, keep_alive) = (args.tokens, args.gap, args.keep_alive);
+    let upstream = Scripted::new(move |_| script(tokens, gap, keep_alive))
+        .forgetful()
+        .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
         .await
         .expect("bind upstream");
-    let upstream_addr = upstream_listener.local_addr().expect("addr");
-    let (close_upstream, closing) = watch::channel(false);
-    tokio::spawn(upstream(
-        upstream_listener,
-        args.tokens,
-        args.gap,
-        args.keep_alive,
-        closing,
-    ));
+    let upstream_addr = upstream.addr;
     let (listen, metrics) = (free_port(), free_port());
     let child = Command::new(&args.tokentap)
         .args([
@@ -575,7 +490,7 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let text = scrape(&client, metrics).await;
     drop(client);
-    let _ = close_upstream.send(true);
+    upstream.close_idle();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (rss_end, fds_end) = (rss_kib(pid), fds(pid));
     let m_end = breakdown(pid);

@@ -1,11 +1,10 @@
 //! Test harness, one file a job; this file only re-exports, so a test file writes `use support::*;`.
-//! - `upstream`: the scripted upstream (raw HTTP/1.1 or TLS on loopback; faults are steps of its script).
-//! - `script`: building its answers (heads, chunks, OpenAI events).
+//! - the scripted upstream is `tokentap::scripted` (raw HTTP/1.1 or TLS on loopback; faults are steps of
+//!   its script; heads, chunks, OpenAI events), re-exported here with the two ways tests start it.
 //! - `binary`: the built binary as a child process (signals, exit, log), blocking GETs.
 //! - `proxy`: tokentap in-process, and what the test process holds (in flight, descriptors, memory).
 //! - `client`: pooled h1/h2c clients, single h1/h2c connections to drop, what a client got.
 //! - `raw`: raw bytes to the proxy port and the answer as bytes.
-//! - `chunked`: the one chunked-coding decoder (the upstream's reader and `raw::dechunk` use it).
 //! - `records`: the request records a test's tokentap writes, read back.
 //! - `scrape`: `/metrics` read back as samples.
 //! - `prometheus`: a real Prometheus on loopback scraping tokentap, and PromQL queries to it.
@@ -13,16 +12,13 @@
 #![allow(dead_code)]
 
 mod binary;
-mod chunked;
 mod client;
 mod prometheus;
 mod proxy;
 mod raw;
 mod records;
 mod scrape;
-mod script;
 pub mod streams;
-mod upstream;
 
 // Each test binary uses a different part of the harness.
 #[allow(unused_imports)]
@@ -40,8 +36,52 @@ pub use records::*;
 #[allow(unused_imports)]
 pub use scrape::*;
 #[allow(unused_imports)]
-pub use script::*;
-#[allow(unused_imports)]
 pub use streams::{random_frames, Lcg};
 #[allow(unused_imports)]
-pub use upstream::*;
+pub use tokentap::scripted::*;
+
+use std::time::Duration;
+
+/// Starts a scripted upstream on 127.0.0.1:0 that answers each request with `handler`'s steps.
+pub async fn upstream(
+    handler: impl Fn(&RecordedRequest) -> Vec<Step> + Send + Sync + 'static,
+) -> Upstream {
+    upstream_with(handler, None).await
+}
+
+/// As [`upstream`], over TLS when an acceptor is given.
+pub async fn upstream_with(
+    handler: impl Fn(&RecordedRequest) -> Vec<Step> + Send + Sync + 'static,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> Upstream {
+    let scripted = Scripted::new(handler);
+    let scripted = match tls {
+        Some(acceptor) => scripted.tls(acceptor),
+        None => scripted,
+    };
+    scripted
+        .bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .expect("bind the scripted upstream")
+}
+
+/// Waiting, in a test, for tokentap to close an upstream connection.
+#[allow(async_fn_in_trait)]
+pub trait WaitClosed {
+    /// Waits (bounded by 5 s) until tokentap has closed upstream connection `i`; says when it did.
+    async fn wait_closed(&self, i: usize) -> tokio::time::Instant;
+    /// As `wait_closed`, with a bound of its own (on the paused clock it is virtual time).
+    async fn wait_closed_within(&self, i: usize, bound: Duration) -> tokio::time::Instant;
+}
+
+impl WaitClosed for Upstream {
+    async fn wait_closed(&self, i: usize) -> tokio::time::Instant {
+        self.wait_closed_within(i, Duration::from_secs(5)).await
+    }
+
+    async fn wait_closed_within(&self, i: usize, bound: Duration) -> tokio::time::Instant {
+        self.closed_within(i, bound)
+            .await
+            .expect("tokentap did not close the upstream connection")
+    }
+}

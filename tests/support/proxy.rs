@@ -3,7 +3,7 @@
 
 use tokentap::{Config, Running};
 
-use super::script::ms;
+use tokentap::scripted::ms;
 
 /// Starts tokentap in-process in front of `upstream_url`, both ports on 127.0.0.1:0, with extra YAML.
 /// The upstream's model list is not fetched unless `extra_yaml` has a `model_list:` of its own: the

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::chunked::{decode, Chunked};
+use tokentap::scripted::{decode, Chunked};
 
 /// Writes `request` as it is to the proxy port and reads the answer until the proxy closes the
 /// connection (bounded by 5 s). Returns everything read.

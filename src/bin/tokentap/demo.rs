@@ -1,29 +1,22 @@
 //! `tokentap demo`: a first look without a model server. It starts an embedded OpenAI-compatible server
-//! that streams tokens the way vLLM does (a role-only chunk at once, then tokens after a varying prefill
+//! (`tokentap::scripted`, each answer a script drawn at random) that streams tokens the way vLLM does (a role-only chunk at once, then tokens after a varying prefill
 //! delay, varying inter-token gaps with the odd stall, a usage chunk and `[DONE]`), tokentap in front of it
 //! on the usual ports, and a few clients that send a trickle of chat and completion requests through it.
 
-use std::convert::Infallible;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-use http_body::{Body, Frame};
+use http::{header, Request};
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
-use tokio::net::TcpListener;
-use tokio::sync::mpsc;
 
 use tokentap::config::{Ceilings, Config, SloKind};
+use tokentap::scripted::{json_response, Chunks, RecordedRequest, Scripted, Step};
 
 /// The models the demo server pretends to serve: name, base TTFT, base inter-token gap.
 const MODELS: [(&str, Duration, Duration); 2] = [
@@ -162,26 +155,11 @@ impl Rng {
     }
 }
 
-/// Binds the embedded OpenAI-compatible server and serves it in the background; returns its address.
+/// Binds the embedded OpenAI-compatible server (a scripted server that keeps no log: the demo runs for
+/// hours) and serves it in the background.
 pub async fn spawn_model_server(addr: SocketAddr) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let _ = stream.set_nodelay(true);
-            tokio::spawn(async move {
-                let service =
-                    service_fn(|request| async move { Ok::<_, Infallible>(serve(request).await) });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    Ok(local)
+    let server = Scripted::new(answer).forgetful().bind(addr).await?;
+    Ok(server.addr)
 }
 
 #[derive(Deserialize, Default)]
@@ -202,49 +180,38 @@ struct StreamOptions {
     include_usage: bool,
 }
 
-type DemoBody = http_body_util::Either<Full<Bytes>, ChannelBody>;
-
-fn json_response(status: StatusCode, value: serde_json::Value) -> Response<DemoBody> {
-    let mut response = Response::new(DemoBody::Left(Full::new(Bytes::from(value.to_string()))));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+fn json(status: u16, reason: &str, value: serde_json::Value) -> Vec<Step> {
+    vec![json_response(status, reason, &value.to_string())]
 }
 
-async fn serve(request: Request<Incoming>) -> Response<DemoBody> {
-    let path = request.uri().path().to_owned();
-    let chat = match (request.method(), path.as_str()) {
-        (&Method::GET, "/v1/models") => {
+/// The demo server's script for one request: the model list, a streamed or whole answer, or an error.
+fn answer(request: &RecordedRequest) -> Vec<Step> {
+    let chat = match (request.method(), request.path()) {
+        ("GET", "/v1/models") => {
             let data: Vec<_> = MODELS
                 .iter()
                 .map(|(id, ..)| serde_json::json!({"id": id, "object": "model"}))
                 .collect();
-            return json_response(
-                StatusCode::OK,
+            return json(
+                200,
+                "OK",
                 serde_json::json!({"object": "list", "data": data}),
             );
         }
-        (&Method::POST, "/v1/chat/completions") => true,
-        (&Method::POST, "/v1/completions") => false,
-        _ => {
-            return json_response(
-                StatusCode::NOT_FOUND,
+        ("POST", "/v1/chat/completions") => true,
+        ("POST", "/v1/completions") => false,
+        (_, path) => {
+            return json(
+                404,
+                "Not Found",
                 serde_json::json!({"error": {"message": format!("no route {path}"), "type": "not_found"}}),
             )
         }
     };
-    let body = request
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let Ok(req) = serde_json::from_slice::<GenerationRequest>(&body) else {
-        return json_response(
-            StatusCode::BAD_REQUEST,
+    let Ok(req) = serde_json::from_slice::<GenerationRequest>(&request.body) else {
+        return json(
+            400,
+            "Bad Request",
             serde_json::json!({"error": {"message": "body is not a generation request", "type": "invalid_request_error"}}),
         );
     };
@@ -256,152 +223,57 @@ async fn serve(request: Request<Incoming>) -> Response<DemoBody> {
         .unwrap_or(MODELS[0]);
     let mut rng = Rng::seeded();
     let tokens = req.max_tokens.unwrap_or(rng.range(24, 96)).clamp(1, 4096);
-    let prompt_tokens = (body.len() as u64 / 4).max(1);
+    let prompt_tokens = (request.body.len() as u64 / 4).max(1);
     // Now and then a queueing spike, as a busy server shows.
     let ttft = if rng.range(0, 100) < 8 {
         rng.scale(base_ttft, 300, 600)
     } else {
         rng.scale(base_ttft, 50, 180)
     };
-    let script = Script {
-        chat,
-        model,
-        tokens,
-        prompt_tokens,
-        ttft,
-        base_itl,
-        rng,
+    // The pause before each token: the prefill, then gaps with the odd stall.
+    let mut pauses = Vec::with_capacity(tokens as usize);
+    pauses.push(ttft);
+    for _ in 1..tokens {
+        let gap = if rng.range(0, 1000) < 6 {
+            rng.scale(base_itl, 800, 1500)
+        } else {
+            rng.scale(base_itl, 60, 150)
+        };
+        pauses.push(gap);
+    }
+    let id = format!("demo-{:x}", rng.next());
+    let chunks = match chat {
+        true => Chunks::chat(&id, &model),
+        false => Chunks::completion(&id, &model),
     };
-    if !req.stream {
-        return script.complete().await;
+    if req.stream {
+        let usage = req
+            .stream_options
+            .is_some_and(|o| o.include_usage)
+            .then_some((prompt_tokens, tokens));
+        let texts = pauses.into_iter().map(|pause| {
+            (
+                pause,
+                WORDS[(rng.next() % WORDS.len() as u64) as usize].to_owned(),
+            )
+        });
+        return chunks.stream(texts, usage);
     }
-    let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
-    let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(script.stream(tx, include_usage));
-    let mut response = Response::new(DemoBody::Right(ChannelBody(rx)));
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    response
-}
-
-struct Script {
-    chat: bool,
-    model: String,
-    tokens: u64,
-    prompt_tokens: u64,
-    ttft: Duration,
-    base_itl: Duration,
-    rng: Rng,
-}
-
-impl Script {
-    fn gap(&mut self) -> Duration {
-        if self.rng.range(0, 1000) < 6 {
-            self.rng.scale(self.base_itl, 800, 1500)
-        } else {
-            self.rng.scale(self.base_itl, 60, 150)
-        }
-    }
-
-    fn chunk(&self, delta: serde_json::Value, usage: Option<serde_json::Value>) -> Bytes {
-        let choices = if delta.is_null() {
-            serde_json::json!([])
-        } else if self.chat {
-            serde_json::json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": null}])
-        } else {
-            serde_json::json!([{"index": 0, "text": delta["content"], "logprobs": null, "finish_reason": null}])
-        };
-        let object = if self.chat {
-            "chat.completion.chunk"
-        } else {
-            "text_completion"
-        };
-        let mut chunk = serde_json::json!({"id": "demo-1", "object": object, "model": self.model, "choices": choices});
-        if let Some(usage) = usage {
-            chunk["usage"] = usage;
-        }
-        Bytes::from(format!("data: {chunk}\n\n"))
-    }
-
-    fn usage(&self) -> serde_json::Value {
-        serde_json::json!({"prompt_tokens": self.prompt_tokens, "completion_tokens": self.tokens,
-            "total_tokens": self.prompt_tokens + self.tokens})
-    }
-
-    async fn stream(mut self, tx: mpsc::Sender<Bytes>, include_usage: bool) {
-        if self.chat
-            && tx
-                .send(self.chunk(
-                    serde_json::json!({"role": "assistant", "content": ""}),
-                    None,
-                ))
-                .await
-                .is_err()
-        {
-            return;
-        }
-        tokio::time::sleep(self.ttft).await;
-        for i in 0..self.tokens {
-            if i > 0 {
-                let gap = self.gap();
-                tokio::time::sleep(gap).await;
-            }
-            let word = WORDS[(self.rng.next() % WORDS.len() as u64) as usize];
-            if tx
-                .send(self.chunk(serde_json::json!({"content": word}), None))
-                .await
-                .is_err()
-            {
-                return; // The client (tokentap) went away: stop generating, as a real server does.
-            }
-        }
-        if include_usage {
-            let _ = tx
-                .send(self.chunk(serde_json::Value::Null, Some(self.usage())))
-                .await;
-        }
-        let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
-    }
-
-    async fn complete(mut self) -> Response<DemoBody> {
-        let mut total = self.ttft;
-        for _ in 1..self.tokens {
-            total += self.gap();
-        }
-        tokio::time::sleep(total).await;
-        let text: String = (0..self.tokens)
-            .map(|i| WORDS[i as usize % WORDS.len()])
-            .collect();
-        let choice = if self.chat {
+    let text: String = (0..tokens)
+        .map(|i| WORDS[i as usize % WORDS.len()])
+        .collect();
+    let choice = match chat {
+        true => {
             serde_json::json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"})
-        } else {
-            serde_json::json!({"index": 0, "text": text, "finish_reason": "length"})
-        };
-        json_response(
-            StatusCode::OK,
-            serde_json::json!({"id": "demo-1", "object": if self.chat { "chat.completion" } else { "text_completion" },
-                "model": self.model, "choices": [choice], "usage": self.usage()}),
-        )
-    }
-}
-
-/// A response body fed by a channel: each message is one frame, sent when the script says so.
-pub struct ChannelBody(mpsc::Receiver<Bytes>);
-
-impl Body for ChannelBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|bytes| Ok(Frame::data(bytes))))
-    }
+        }
+        false => serde_json::json!({"index": 0, "text": text, "finish_reason": "length"}),
+    };
+    let body = serde_json::json!({"id": id, "object": if chat { "chat.completion" } else { "text_completion" },
+        "model": model, "choices": [choice],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": tokens, "total_tokens": prompt_tokens + tokens}});
+    let mut steps = vec![Step::Sleep(pauses.iter().sum())];
+    steps.extend(json(200, "OK", body));
+    steps
 }
 
 /// One demo client: sends a request, reads the answer (or now and then walks away mid-stream), pauses.

@@ -1,5 +1,5 @@
-//! HTTP/1.1 chunked coding, decoded once for every test: the scripted upstream reads a request body with
-//! it as bytes arrive, and raw clients check the proxy's answer with it.
+//! HTTP/1.1 chunked coding, decoded in one place: the scripted server reads a request body with
+//! it as bytes arrive, and raw clients in the tests check the proxy's answer with it.
 
 /// What a buffer holds of a chunked body, read from its start.
 #[derive(Debug, PartialEq, Eq)]
