@@ -7,7 +7,6 @@
 //! first.
 
 use std::fmt::Write as _;
-use std::io::Write;
 use std::time::Duration;
 
 use tokentap::net::fleet::{Fleet, FleetError, Prometheus, Unit, COLUMNS};
@@ -24,17 +23,9 @@ pub async fn run(base: &str, once: bool) -> Result<(), FleetError> {
     let prometheus = Prometheus::new(base)?;
     loop {
         let fleet = prometheus.fleet().await?;
-        let table = render(prometheus.base(), &fleet);
-        let mut out = std::io::stdout().lock();
-        let clear = if once { "" } else { "\x1b[H\x1b[2J" };
-        if write!(out, "{clear}{table}")
-            .and_then(|()| out.flush())
-            .is_err()
-            || once
-        {
+        if !crate::top::show(&render(prometheus.base(), &fleet), once) {
             return Ok(());
         }
-        drop(out);
         tokio::time::sleep(PAUSE).await;
     }
 }

@@ -55,21 +55,23 @@ pub async fn run(
                 url: url.clone(),
                 error: printable(&error).into_owned(),
             })?;
-        let table = render(&view);
-        let mut out = std::io::stdout().lock();
-        // Clears the screen and homes the cursor between tables.
-        let clear = if once { "" } else { "\x1b[H\x1b[2J" };
-        if write!(out, "{clear}{table}")
-            .and_then(|()| out.flush())
-            .is_err()
-            || once
-        {
+        if !show(&render(&view), once) {
             return Ok(());
         }
-        drop(out);
         let pause = Duration::from_secs_f64(view.interval_seconds.clamp(1.0, 60.0));
         tokio::time::sleep(pause).await;
     }
+}
+
+/// Prints `table` (clearing the screen and homing the cursor first, unless `once`); false when the
+/// loop should end: after `once`, or when stdout is gone (a closed pipe, a hung-up terminal).
+pub(crate) fn show(table: &str, once: bool) -> bool {
+    let mut out = std::io::stdout().lock();
+    let clear = if once { "" } else { "\x1b[H\x1b[2J" };
+    write!(out, "{clear}{table}")
+        .and_then(|()| out.flush())
+        .is_ok()
+        && !once
 }
 
 type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>;

@@ -10,6 +10,8 @@
 //! and a line in [`detect`].
 
 mod anthropic;
+#[cfg(test)]
+mod both_ways;
 mod cursor;
 mod llamacpp;
 mod ollama;

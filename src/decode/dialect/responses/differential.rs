@@ -5,6 +5,7 @@
 
 use proptest::prelude::*;
 
+use crate::decode::dialect::both_ways::{self, data_events};
 use crate::decode::dialect::{responses_both_ways, Observations};
 
 const FIXTURES: &[&str] = &[
@@ -62,29 +63,12 @@ const SNIPPETS: &[&str] = &[
     "é",
 ];
 
-/// Every event of the fixtures: the `data:` lines' payloads.
 fn fixture_events() -> Vec<&'static str> {
-    FIXTURES
-        .iter()
-        .flat_map(|f| f.lines())
-        .filter_map(|l| l.strip_prefix("data:"))
-        .map(str::trim)
-        .filter(|d| d.starts_with('{'))
-        .collect()
+    data_events(FIXTURES)
 }
 
 fn same_both_ways(event: &[u8]) {
-    for with_text in [false, true] {
-        let (fast, serde) = responses_both_ways(event, &Observations::default(), with_text);
-        if let Some(fast) = fast {
-            assert_eq!(
-                Some(fast),
-                serde,
-                "{:?} (text {with_text})",
-                String::from_utf8_lossy(event)
-            );
-        }
-    }
+    both_ways::same_both_ways(responses_both_ways, event);
 }
 
 #[test]
@@ -102,49 +86,8 @@ fn every_fixture_delta_takes_the_fast_path_and_every_event_reads_as_serde_json_r
 }
 
 fn mutated() -> impl Strategy<Value = Vec<u8>> {
-    let base: Vec<&'static str> = fixture_events()
-        .into_iter()
-        .chain(SHAPES.iter().copied())
-        .collect();
-    (
-        proptest::sample::select(base),
-        proptest::collection::vec(
-            (
-                0usize..400,
-                0u8..4,
-                proptest::sample::select(SNIPPETS),
-                any::<u8>(),
-            ),
-            1..4,
-        ),
-    )
-        .prop_map(|(event, edits)| {
-            let mut bytes = event.as_bytes().to_vec();
-            for (at, op, snippet, byte) in edits {
-                let at = at % (bytes.len() + 1);
-                match op {
-                    0 => {
-                        bytes.splice(at..at, snippet.bytes());
-                    }
-                    1 if at < bytes.len() => {
-                        bytes.remove(at);
-                    }
-                    2 if at < bytes.len() => bytes[at] = byte,
-                    _ => {
-                        // Replace the value after the next colon with the snippet.
-                        if let Some(colon) = bytes[at..].iter().position(|&b| b == b':') {
-                            let start = at + colon + 1;
-                            let end = bytes[start..]
-                                .iter()
-                                .position(|&b| b == b',' || b == b'}')
-                                .map_or(bytes.len(), |e| start + e);
-                            bytes.splice(start..end, snippet.bytes());
-                        }
-                    }
-                }
-            }
-            bytes
-        })
+    let base = fixture_events().into_iter().chain(SHAPES.iter().copied());
+    both_ways::mutated(base.collect(), SNIPPETS)
 }
 
 proptest! {

@@ -1,0 +1,82 @@
+//! What the Anthropic and Responses scanners' differential tests share: the fixtures' events, the
+//! check that the scanner reads an event as serde_json does (with and without the text), and the
+//! mutations of those events (bytes inserted, deleted and replaced, a value swapped for a snippet).
+
+use proptest::prelude::*;
+
+use super::{Observations, Reading};
+
+/// How a scanner and serde_json read one event, from the same observations, with the text or not.
+pub type BothWays = fn(&[u8], &Observations, bool) -> (Option<Reading>, Option<Reading>);
+
+/// Every event of the fixtures: the `data:` lines' JSON payloads.
+pub fn data_events(fixtures: &[&'static str]) -> Vec<&'static str> {
+    fixtures
+        .iter()
+        .flat_map(|f| f.lines())
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|d| d.starts_with('{'))
+        .collect()
+}
+
+/// Wherever the scanner reads `event`, it reads it as serde_json does, with and without the text.
+pub fn same_both_ways(both_ways: BothWays, event: &[u8]) {
+    for with_text in [false, true] {
+        let (fast, serde) = both_ways(event, &Observations::default(), with_text);
+        if let Some(fast) = fast {
+            assert_eq!(
+                Some(fast),
+                serde,
+                "{:?} (text {with_text})",
+                String::from_utf8_lossy(event)
+            );
+        }
+    }
+}
+
+/// One to three edits of one of `base`: a snippet inserted, a byte deleted or replaced, or the value
+/// after the next colon swapped for a snippet.
+pub fn mutated(
+    base: Vec<&'static str>,
+    snippets: &'static [&'static str],
+) -> impl Strategy<Value = Vec<u8>> {
+    (
+        proptest::sample::select(base),
+        proptest::collection::vec(
+            (
+                0usize..400,
+                0u8..4,
+                proptest::sample::select(snippets),
+                any::<u8>(),
+            ),
+            1..4,
+        ),
+    )
+        .prop_map(|(event, edits)| {
+            let mut bytes = event.as_bytes().to_vec();
+            for (at, op, snippet, byte) in edits {
+                let at = at % (bytes.len() + 1);
+                match op {
+                    0 => {
+                        bytes.splice(at..at, snippet.bytes());
+                    }
+                    1 if at < bytes.len() => {
+                        bytes.remove(at);
+                    }
+                    2 if at < bytes.len() => bytes[at] = byte,
+                    _ => {
+                        if let Some(colon) = bytes[at..].iter().position(|&b| b == b':') {
+                            let start = at + colon + 1;
+                            let end = bytes[start..]
+                                .iter()
+                                .position(|&b| b == b',' || b == b'}')
+                                .map_or(bytes.len(), |e| start + e);
+                            bytes.splice(start..end, snippet.bytes());
+                        }
+                    }
+                }
+            }
+            bytes
+        })
+}
