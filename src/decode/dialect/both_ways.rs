@@ -1,6 +1,7 @@
-//! What the Anthropic and Responses scanners' differential tests share: the fixtures' events, the
-//! check that the scanner reads an event as serde_json does (with and without the text), and the
-//! mutations of those events (bytes inserted, deleted and replaced, a value swapped for a snippet).
+//! What the scanners' differential tests share: the fixtures' events (all three scanners), and for the
+//! Anthropic and Responses tests the check that the scanner reads an event as serde_json does (with and
+//! without the text) and the mutations of those events (bytes inserted, deleted and replaced, a value
+//! swapped for a snippet); the OpenAI test mutates chunks its own, finer way.
 
 use proptest::prelude::*;
 

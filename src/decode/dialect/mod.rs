@@ -6,8 +6,8 @@
 //! whether the API's terminal event has passed. What an output-bearing event produced goes into
 //! [`EventOutput`]: which choices it advanced (OpenAI's `n` > 1) and, when a tokenizer will count the
 //! request's output, its text (otherwise nothing is copied). A dialect never sees raw bytes and never
-//! decides timing: that is the decoder's and the timeline's job. Adding an API means adding a module here
-//! and a line in [`detect`].
+//! decides timing: that is the decoder's and the timeline's job. Adding an API means adding a module here,
+//! a line in [`detect`] and its [`Api`] (the label, in `record/api.rs`).
 
 mod anthropic;
 #[cfg(test)]

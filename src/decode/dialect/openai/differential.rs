@@ -6,6 +6,7 @@
 use proptest::prelude::*;
 
 use super::{read_both_ways, Reading};
+use crate::decode::dialect::both_ways::data_events;
 use crate::decode::dialect::Observations;
 use crate::record::server::ServerTimings;
 
@@ -104,12 +105,11 @@ const MEMBERS: &[&str] = &[
 ];
 
 fn seeds() -> Vec<String> {
-    let events = FIXTURES.iter().flat_map(|f| f.lines()).filter_map(|line| {
-        let data = line.strip_prefix("data:")?.trim();
-        (data.starts_with('{') && data.contains("\"choices\"")).then(|| data.to_owned())
-    });
+    let events = data_events(FIXTURES).into_iter();
     events
-        .chain(SHAPES.iter().map(|s| (*s).to_owned()))
+        .filter(|data| data.contains("\"choices\""))
+        .chain(SHAPES.iter().copied())
+        .map(str::to_owned)
         .collect()
 }
 
