@@ -352,33 +352,21 @@ mod tests {
 
     #[test]
     fn a_map_without_hop_by_hop_headers_is_left_as_it_is() {
-        let mut h = HeaderMap::with_capacity(64);
-        h.append("x-b", HeaderValue::from_static("1"));
-        h.append(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
-        h.append("x-a", HeaderValue::from_static("2"));
-        let capacity = h.capacity();
-        strip(&mut h, NextHop::Http1, Direction::Response);
-        assert_eq!(
-            h.capacity(),
-            capacity,
-            "rebuilt although nothing was removed"
-        );
-        assert_eq!(
-            pairs(&h),
-            [("x-b", "1"), ("content-length", "7"), ("x-a", "2")]
-        );
-        let mut h = map(&[("x-a", "1"), ("transfer-encoding", "Chunked"), ("x-b", "2")]);
-        let capacity = h.capacity();
-        strip(&mut h, NextHop::Http1, Direction::Response);
-        assert_eq!(
-            h.capacity(),
-            capacity,
-            "rebuilt although nothing was removed"
-        );
-        assert_eq!(
-            pairs(&h),
-            [("x-a", "1"), ("transfer-encoding", "Chunked"), ("x-b", "2")]
-        );
+        let mut spare = HeaderMap::with_capacity(64);
+        spare.append("x-b", HeaderValue::from_static("1"));
+        spare.append(header::CONTENT_LENGTH, HeaderValue::from_static("7"));
+        spare.append("x-a", HeaderValue::from_static("2"));
+        let chunked = map(&[("x-a", "1"), ("transfer-encoding", "Chunked"), ("x-b", "2")]);
+        for mut h in [spare, chunked] {
+            let (capacity, sent) = (h.capacity(), h.clone());
+            strip(&mut h, NextHop::Http1, Direction::Response);
+            assert_eq!(
+                h.capacity(),
+                capacity,
+                "rebuilt although nothing was removed"
+            );
+            assert_eq!(pairs(&h), pairs(&sent));
+        }
     }
 
     #[test]
@@ -461,29 +449,27 @@ mod tests {
             ("te", "trailers"),
             ("proxy-authorization", "Basic eA=="),
         ];
-        let mut h = map(&sent);
-        strip(&mut h, NextHop::Http1, Direction::Request);
-        assert_eq!(
-            pairs(&h),
-            [
-                ("x-first", "1"),
-                ("authorization", "Bearer from-the-gateway"),
-                ("x-forwarded-for", "10.0.0.1"),
-                ("te", "trailers"),
-                ("proxy-authorization", "Basic eA=="),
-                ("connection", "TE"),
-            ]
-        );
-        let mut h = map(&sent);
-        strip(&mut h, NextHop::Http1, Direction::Response);
-        assert_eq!(
-            pairs(&h),
-            [
-                ("x-first", "1"),
-                ("te", "trailers"),
-                ("proxy-authorization", "Basic eA=="),
-            ]
-        );
+        let request = vec![
+            ("x-first", "1"),
+            ("authorization", "Bearer from-the-gateway"),
+            ("x-forwarded-for", "10.0.0.1"),
+            ("te", "trailers"),
+            ("proxy-authorization", "Basic eA=="),
+            ("connection", "TE"),
+        ];
+        let response = vec![
+            ("x-first", "1"),
+            ("te", "trailers"),
+            ("proxy-authorization", "Basic eA=="),
+        ];
+        for (direction, want) in [
+            (Direction::Request, request),
+            (Direction::Response, response),
+        ] {
+            let mut h = map(&sent);
+            strip(&mut h, NextHop::Http1, direction);
+            assert_eq!(pairs(&h), want, "{direction:?}");
+        }
     }
 
     #[test]

@@ -34,6 +34,31 @@ fn ms(n: u64) -> Option<Duration> {
     Some(Duration::from_millis(n))
 }
 
+/// The timeouts in the order docs/configuration.md lists them (`metrics_send` is tested in hostile.rs).
+fn timeouts(t: &Timeouts) -> [Option<Duration>; 7] {
+    [
+        t.connect,
+        t.response_headers,
+        t.idle,
+        t.client_header_read,
+        t.client_idle,
+        t.request_body_idle,
+        t.upstream_idle,
+    ]
+    .map(Some)
+}
+
+/// The request size limits, then the connection and stream counts.
+fn sizes(l: &Limits) -> (usize, u64, usize, usize, u32) {
+    (
+        l.max_request_header_bytes,
+        l.max_request_body_bytes,
+        l.max_connections,
+        l.max_upstream_connections,
+        l.max_concurrent_streams,
+    )
+}
+
 fn all(c: Ceilings) -> [Option<Duration>; 6] {
     SloKind::ALL.map(|k| c[k])
 }
@@ -60,20 +85,8 @@ fn full_example_parses_to_the_given_values() {
     assert_eq!(c.upstream.to_string(), "https://api.example.com/openai");
     assert_eq!(c.metrics_listen.to_string(), "[::1]:19464");
     assert_eq!((c.upstream_ca_file, c.max_models), (None, 7));
-    let t = &c.timeouts;
-    assert_eq!(Some(t.connect), ms(2500));
-    assert_eq!(
-        [
-            t.response_headers,
-            t.idle,
-            t.client_header_read,
-            t.client_idle
-        ]
-        .map(Some),
-        [ms(60_000), ms(45_000), ms(5_000), ms(90_000)]
-    );
-    assert_eq!(Some(t.request_body_idle), ms(20_000));
-    assert_eq!(Some(t.upstream_idle), ms(4_000));
+    let waits = [2500, 60_000, 45_000, 5_000, 90_000, 20_000, 4_000];
+    assert_eq!(timeouts(&c.timeouts), waits.map(ms));
     let l = &c.limits;
     assert_eq!(
         (
@@ -83,18 +96,7 @@ fn full_example_parses_to_the_given_values() {
         ),
         (8, 256 << 10, 16 << 20)
     );
-    assert_eq!(
-        (
-            l.max_request_header_bytes,
-            l.max_request_body_bytes,
-            l.max_connections
-        ),
-        (16 << 10, 1 << 20, 50)
-    );
-    assert_eq!(
-        (l.max_upstream_connections, l.max_concurrent_streams),
-        (40, 16)
-    );
+    assert_eq!(sizes(l), (16 << 10, 1 << 20, 50, 40, 16));
     assert_eq!(Some(c.shutdown_grace), ms(120_000));
     let m = c.metering;
     assert_eq!((m.max_event_bytes, m.model_scan_bytes), (1 << 20, 65536));
@@ -142,19 +144,8 @@ fn empty_document_gives_the_defaults() {
         "0.0.0.0:8080 0.0.0.0:9464"
     );
     assert_eq!((d.max_models, Some(d.timeouts.connect)), (100, ms(10_000)));
-    let t = &d.timeouts;
-    assert_eq!(
-        [
-            t.response_headers,
-            t.idle,
-            t.client_header_read,
-            t.client_idle
-        ]
-        .map(Some),
-        [ms(600_000), ms(600_000), ms(30_000), ms(660_000)]
-    );
-    assert_eq!(Some(t.request_body_idle), ms(60_000));
-    assert_eq!(Some(t.upstream_idle), ms(1_500));
+    let waits = [10_000, 600_000, 600_000, 30_000, 660_000, 60_000, 1_500];
+    assert_eq!(timeouts(&d.timeouts), waits.map(ms));
     let l = &d.limits;
     // A sixteenth of the upstream slots per connection; bodies up to 1 MiB held, 64 MiB for all.
     assert_eq!(
@@ -166,18 +157,7 @@ fn empty_document_gives_the_defaults() {
         ),
         (None, 64, 1 << 20, 64 << 20)
     );
-    assert_eq!(
-        (
-            l.max_request_header_bytes,
-            l.max_request_body_bytes,
-            l.max_connections
-        ),
-        (64 << 10, 64 << 20, 10_000)
-    );
-    assert_eq!(
-        (l.max_upstream_connections, l.max_concurrent_streams),
-        (1024, 128)
-    );
+    assert_eq!(sizes(l), (64 << 10, 64 << 20, 10_000, 1024, 128));
     assert_eq!(Some(d.shutdown_grace), ms(30_000));
     let m = d.metering;
     assert_eq!((m.max_event_bytes, m.model_scan_bytes), (262_144, 8 << 20));

@@ -36,12 +36,49 @@ pub fn same_both_ways(both_ways: BothWays, event: &[u8]) {
     }
 }
 
-/// One to three edits of one of `base`: a snippet inserted, a byte deleted or replaced, or the value
-/// after the next colon swapped for a snippet.
+/// What every mutation may splice in: other types, odd numbers, escapes, a duplicate key, deep nesting
+/// and odd bytes; each test adds its dialect's keys.
+pub const SNIPPETS: &[&str] = &[
+    "null",
+    "true",
+    "0",
+    "1.5",
+    "-1",
+    "1e400",
+    "\"\"",
+    "\"x\"",
+    "\"\\u00e9\"",
+    "\"\\ud800\"",
+    "[]",
+    "{}",
+    "[1,{\"text\":\"a\"}]",
+    "\"text\":\"dup\",",
+    "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+    "\u{0}",
+    "\u{7f}",
+    "é",
+];
+
+/// Every one of `events`: read as serde_json reads it, and by the scanner exactly where `fast` says it
+/// should be (a delta, its type spelled with an escape or not).
+pub fn fast_exactly_where(both_ways: BothWays, events: &[&str], fast: fn(&str) -> bool) {
+    for event in events {
+        same_both_ways(both_ways, event.as_bytes());
+        let (read, _) = both_ways(event.as_bytes(), &Observations::default(), true);
+        assert_eq!(read.is_some(), fast(event), "{event}");
+    }
+}
+
+/// One to three edits of one of the fixtures' events or `shapes`: a snippet inserted, a byte deleted or
+/// replaced, or the value after the next colon swapped for a snippet.
 pub fn mutated(
-    base: Vec<&'static str>,
-    snippets: &'static [&'static str],
+    fixtures: &[&'static str],
+    shapes: &[&'static str],
+    snippets: &[&'static str],
 ) -> impl Strategy<Value = Vec<u8>> {
+    let snippets: Vec<&'static str> = SNIPPETS.iter().chain(snippets).copied().collect();
+    let mut base = data_events(fixtures);
+    base.extend_from_slice(shapes);
     (
         proptest::sample::select(base),
         proptest::collection::vec(

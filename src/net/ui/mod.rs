@@ -137,13 +137,7 @@ pub async fn live_answer(live: &Arc<Live>, query: Option<&str>) -> Answer {
         Err(message) => return text(StatusCode::BAD_REQUEST, message),
     };
     match live.view(window).await {
-        Ok(json) => Answer {
-            status: StatusCode::OK,
-            content_type: "application/json",
-            cache_control: "no-store",
-            body: json,
-            busy: false,
-        },
+        Ok(body) => json(body),
         Err(err @ ViewError::Encoding(_)) => {
             text(StatusCode::INTERNAL_SERVER_ERROR, format!("{err}\n"))
         }
@@ -162,13 +156,7 @@ pub async fn fleet_answer(fleet: Option<&FleetPage>) -> Answer {
         return text(StatusCode::NOT_FOUND, message);
     };
     match fleet.answer().await {
-        Ok(json) => Answer {
-            status: StatusCode::OK,
-            content_type: "application/json",
-            cache_control: "no-store",
-            body: json,
-            busy: false,
-        },
+        Ok(body) => json(body),
         Err(err) => text(StatusCode::BAD_GATEWAY, format!("{err}\n")),
     }
 }
@@ -191,6 +179,17 @@ fn window_of(query: Option<&str>, live: &Live) -> Result<Duration, String> {
             crate::config::format_duration(hi)
         )),
         Err(err) => Err(format!("window: {err}\n")),
+    }
+}
+
+/// A `200` JSON answer that no cache keeps.
+fn json(body: Bytes) -> Answer {
+    Answer {
+        status: StatusCode::OK,
+        content_type: "application/json",
+        cache_control: "no-store",
+        body,
+        busy: false,
     }
 }
 
