@@ -5,7 +5,7 @@
 //! nothing falls back to admitting a name on its first 2xx. Tenant labels, with `tenants.allow`, go to
 //! the listed values only: made-up bearer tokens or header values take none.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! request `cancelled` exactly once, keeps what it had already observed (TTFT, gaps, a missed TTFT
 //! ceiling) and never counts goodput or E2E.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

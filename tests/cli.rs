@@ -1,7 +1,7 @@
 //! The `tokentap` command as a user runs it: `check-config` verdicts and exit codes, flag errors, and a
 //! bounded `demo` run that proves the README's first command produces metered traffic.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

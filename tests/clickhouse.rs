@@ -10,7 +10,7 @@
 //! Skipped, with a message, only when chdb does not import; `.ci/run` installs it and sets
 //! TOKENTAP_REQUIRE_CHDB=1, which turns the skip into a failure.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

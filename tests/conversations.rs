@@ -4,7 +4,7 @@
 //! between turns; the records, the per-turn families and the lookups say so, and the upstream gets
 //! every body byte for byte. A body too large to hold streams and is counted `unread`.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! files' groups; the Kubernetes manifests' ports, probes, selectors and embedded configs fit tokentap;
 //! the compose file mounts files that exist.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};

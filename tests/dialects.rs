@@ -3,7 +3,7 @@
 //! must get the very same bytes, and the figures must be exactly what the fixture implies. These tests
 //! run on tokio's paused clock with one event every 10 ms, so TTFT, ITL, E2E and TPOT are exact.
 
-mod support;
+use crate::support;
 
 use support::*;
 use tokentap::record::metrics::family;

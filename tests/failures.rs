@@ -2,7 +2,7 @@
 //! client's stream too, and streams the decoder cannot read are still forwarded whole. The in-flight gauge
 //! returns to 0 every time. (A client that leaves: `cancellation.rs`.)
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

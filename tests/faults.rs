@@ -3,7 +3,7 @@
 //! closed its connection) and what `/metrics` says; in every case the in-flight gauge returns to 0 and
 //! nothing panics. (A client that vanishes at each phase: `cancellation.rs`.)
 
-mod support;
+use crate::support;
 
 use support::*;
 use tokentap::record::metrics::family;

@@ -1,7 +1,7 @@
 //! Forwarding is transparent: the client gets the upstream's status, headers, body bytes and trailers
 //! unchanged, and the upstream gets the client's request unchanged but for hop-by-hop headers and Host.
 
-mod support;
+use crate::support;
 
 use bytes::Bytes;
 use http_body_util::Full;

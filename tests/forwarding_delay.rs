@@ -3,7 +3,7 @@
 //! none for an answer tokentap made itself. What the figures are worth against the wire is the benchmark's
 //! job (docs/lab/benchmark.md); here only what is counted.
 
-mod support;
+use crate::support;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};

@@ -2,7 +2,7 @@
 //! order with the same case, less the hop-by-hop ones (and `Host`, set to the upstream's in its place).
 //! Both ends here are raw sockets, so every assertion is on the exact bytes of a message head.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::Duration;

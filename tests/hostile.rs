@@ -4,7 +4,7 @@
 //! (malformed messages get a 400 from the HTTP layer and never reach the upstream), and `/metrics` stays
 //! true and bounded.
 
-mod support;
+use crate::support;
 
 use support::*;
 use tokentap::record::metrics::family;

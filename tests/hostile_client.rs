@@ -5,7 +5,7 @@
 //! accept loop's backoff), what the client got, what the upstream saw, and what an operator sees on
 //! `/metrics` or in the log.
 
-mod support;
+use crate::support;
 
 use std::pin::Pin;
 use std::task::{Context, Poll};

@@ -3,7 +3,7 @@
 //! zero-padded `Content-Length`. The client always gets a well-formed answer, and `/metrics` never counts
 //! such an answer `ok` nor makes a label of a status that does not exist.
 
-mod support;
+use crate::support;
 
 use support::*;
 use tokentap::record::metrics::family;

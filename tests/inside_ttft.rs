@@ -3,7 +3,7 @@
 //! server's own timings beside tokentap's with the part of the TTFT outside the server. Each stream has
 //! its server's documented shape; each test asserts the bytes the client got and the scraped figures.
 
-mod support;
+use crate::support;
 
 use support::*;
 use tokentap::record::metrics::family;

@@ -3,7 +3,7 @@
 //! families, the `status` label is a closed set, the number of series never exceeds the exported limit,
 //! and `/metrics` is encoded off the proxy's workers, one encoding shared by concurrent scrapes.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! aborted request, never a complete truncated one), and beyond `limits.max_connections` a new client's
 //! connection is closed at once and counted while the streams already open carry on untouched.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! `/metrics`; `ui.enabled: false` turns both off; the proxy port never answers them (its `/` is the
 //! upstream's). The page's charts and figures in a real browser are tests/browser/.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

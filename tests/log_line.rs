@@ -5,7 +5,7 @@
 //! (U+2028, U+2029) and control characters never reach the log raw: the binary's own log, parsed as a
 //! logfmt reader parses it.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

@@ -2,7 +2,7 @@
 //! known exactly. These tests run on tokio's paused clock: the scripted upstream's sleeps advance time by
 //! exactly their length, so every figure is exact, however loaded the machine.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

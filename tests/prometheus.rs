@@ -13,7 +13,7 @@
 //! priming load runs before Prometheus starts: every series is first seen at exactly the values the
 //! measured load then adds once more, all series get the same extrapolation, and the ratios are exact.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

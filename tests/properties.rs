@@ -4,7 +4,7 @@
 //! is fed the whole body at once. Inputs mix well-formed OpenAI streams with the hostile cases: invalid
 //! JSON, non-UTF-8, NUL bytes, lone CR line endings, BOMs, events over the bound, plain garbage.
 
-mod support;
+use crate::support;
 
 use proptest::prelude::*;
 use support::streams::{cut, piece, splits, stream};

@@ -2,7 +2,7 @@
 //! says (counts per outcome and tenant, TTFT and E2E sums, output tokens, gaps, goodput), they carry
 //! the client's request id or tokentap's own, and the forwarded request is not changed by either.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! reader opens it.
 #![cfg(unix)]
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -24,7 +24,7 @@
 //! Skipped, with a message, only when `prometheus` is not on PATH; `.ci/run` installs it and sets
 //! TOKENTAP_REQUIRE_PROMETHEUS=1, which turns the skip into a failure.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

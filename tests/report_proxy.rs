@@ -6,7 +6,7 @@
 //! sum). The timings are far from every ceiling (milliseconds against
 //! hundreds of them), so a loaded machine cannot move a verdict.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

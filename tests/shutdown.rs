@@ -2,7 +2,7 @@
 //! turns 503 at once while `/healthz` stays 200, the proxy port stops taking connections, a stream in
 //! flight runs to its end within the grace period, and what outlives the grace is cut and counted.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -11,7 +11,7 @@
 //! not by chunks.
 #![cfg(feature = "tokenizer")]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

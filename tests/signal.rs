@@ -4,7 +4,7 @@
 //! costs log lines (counted), never a request.
 #![cfg(unix)]
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -4,7 +4,7 @@
 //! clock, so the pauses between frames are real frame boundaries yet cost no time.
 //! `PROPTEST_CASES` sets the number of cases (default 64).
 
-mod support;
+use crate::support;
 
 use proptest::prelude::*;
 use support::streams::{cut, splits, stream};

@@ -4,7 +4,7 @@
 //! `timeouts.client_idle` (kept-alive connections), neither of which ever cuts a request in progress.
 //! On tokio's paused clock, so the instants are exact (but for h2c, see below).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

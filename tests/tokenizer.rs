@@ -3,7 +3,7 @@
 //! test tokenizer splits words and punctuation, so the expected counts can be read off the streamed text.
 #![cfg(feature = "tokenizer")]
 
-mod support;
+use crate::support;
 
 use support::*;
 use tokentap::record::metrics::family;

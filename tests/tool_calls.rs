@@ -5,7 +5,7 @@
 //! client got unchanged. A stream that calls no tool (or only the provider's own server tool) observes
 //! nothing and meets the ceiling.
 
-mod support;
+use crate::support;
 
 use support::*;
 use tokentap::record::metrics::family;

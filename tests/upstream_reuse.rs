@@ -4,7 +4,7 @@
 //! connection closed under, without a byte of answer, is sent once more on a new connection (and only
 //! then: never after a response byte, never for a new connection, never for a body it does not hold).
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

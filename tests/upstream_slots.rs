@@ -3,7 +3,7 @@
 //! hold none; one client connection holds at most `limits.max_upstream_per_connection`, so a few h2
 //! connections cannot take every slot; and other clients are served meanwhile.
 
-mod support;
+use crate::support;
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
