@@ -59,10 +59,7 @@ fn limits() -> Metering {
 }
 
 fn chat_dialect() -> Box<dyn Dialect> {
-    match detect("/v1/chat/completions").1 {
-        Some(dialect) => dialect,
-        None => unreachable!("the chat path has a dialect"),
-    }
+    dialect_of("/v1/chat/completions")
 }
 
 /// The data of an SSE event line, as the framer hands it to the dialect.
@@ -101,8 +98,20 @@ fn framer_event_split_in_two_feeds(bencher: Bencher) {
 
 /// The chat dialect reading `chunk`'s event, no tokenizer.
 fn dialect_per_event(bencher: Bencher, chunk: &[u8]) {
-    let event = FramedEvent::unnamed(event_data(chunk));
-    let mut dialect = chat_dialect();
+    one_event(bencher, chat_dialect(), event_data(chunk));
+}
+
+/// The dialect `detect` gives the path.
+fn dialect_of(path: &str) -> Box<dyn Dialect> {
+    match detect(path).1 {
+        Some(dialect) => dialect,
+        None => unreachable!("{path} has a dialect"),
+    }
+}
+
+/// `dialect` reading the one event `data`, over and over, no tokenizer.
+fn one_event(bencher: Bencher, mut dialect: Box<dyn Dialect>, data: &[u8]) {
+    let event = FramedEvent::unnamed(data);
     let (mut obs, mut choices) = (Observations::default(), Vec::new());
     bencher.bench_local(|| {
         choices.clear();
@@ -118,34 +127,28 @@ fn anthropic_dialect_per_event(bencher: Bencher, kind: &str) {
         "thinking" => br#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":" the user"}}"#,
         _ => br#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":" control"}}"#,
     };
-    let event = FramedEvent::unnamed(data);
-    let mut dialect = match detect("/v1/messages").1 {
-        Some(dialect) => dialect,
-        None => unreachable!("the messages path has a dialect"),
-    };
-    let (mut obs, mut choices) = (Observations::default(), Vec::new());
-    bencher.bench_local(|| {
-        choices.clear();
-        let mut output = EventOutput::new(None, &mut choices);
-        dialect.on_event(black_box(&event), &mut obs, &mut output)
-    });
+    one_event(bencher, dialect_of("/v1/messages"), data);
+}
+
+/// TGI's per-token event on `/generate_stream`, as TGI sends it (a token, no text yet, no details).
+#[divan::bench]
+fn tgi_dialect_per_event(bencher: Bencher) {
+    let data: &[u8] = br#"{"index":2,"token":{"id":6509,"text":" learning","logprob":-0.0103,"special":false},"generated_text":null,"details":null}"#;
+    one_event(bencher, dialect_of("/generate_stream"), data);
+}
+
+/// llama.cpp's per-token event on `/completion`, as its server sends it (no `timings` until the last).
+#[divan::bench]
+fn llamacpp_dialect_per_event(bencher: Bencher) {
+    let data: &[u8] = br#"{"index":0,"content":" quick","tokens":[1001],"stop":false,"id_slot":0,"tokens_predicted":2,"tokens_evaluated":8}"#;
+    one_event(bencher, dialect_of("/completion"), data);
 }
 
 /// The Responses API's per-token event, `response.output_text.delta`, as vLLM sends it.
 #[divan::bench]
 fn responses_dialect_per_event(bencher: Bencher) {
     let data: &[u8] = br#"{"type":"response.output_text.delta","sequence_number":7,"item_id":"msg_a1b2c3","output_index":0,"content_index":0,"delta":" control","logprobs":[]}"#;
-    let event = FramedEvent::unnamed(data);
-    let mut dialect = match detect("/v1/responses").1 {
-        Some(dialect) => dialect,
-        None => unreachable!("the responses path has a dialect"),
-    };
-    let (mut obs, mut choices) = (Observations::default(), Vec::new());
-    bencher.bench_local(|| {
-        choices.clear();
-        let mut output = EventOutput::new(None, &mut choices);
-        dialect.on_event(black_box(&event), &mut obs, &mut output)
-    });
+    one_event(bencher, dialect_of("/v1/responses"), data);
 }
 
 #[divan::bench(args = ["content", "role", "usage"])]

@@ -250,13 +250,15 @@ pub fn anthropic_both_ways(
     before: &Observations,
     with_text: bool,
 ) -> (Option<super::Reading>, Option<super::Reading>) {
-    let fast = super::openai::reading(before, with_text, |_, out| {
-        scan::content_block_delta(data).map(|d| d.map_or(EventKind::Other, |d| on_delta(&d, out)))
-    });
-    let serde = super::openai::reading(before, with_text, |obs, out| {
-        Some(Anthropic::default().read_by_serde(data, obs, out))
-    });
-    (fast, serde)
+    super::openai::both_readings(
+        before,
+        with_text,
+        |_, out| {
+            scan::content_block_delta(data)
+                .map(|d| d.map_or(EventKind::Other, |d| on_delta(&d, out)))
+        },
+        |obs, out| Anthropic::default().read_by_serde(data, obs, out),
+    )
 }
 
 #[cfg(test)]

@@ -5,10 +5,7 @@
 
 use proptest::prelude::*;
 
-use super::{Observations, Reading};
-
-/// How a scanner and serde_json read one event, from the same observations, with the text or not.
-pub type BothWays = fn(&[u8], &Observations, bool) -> (Option<Reading>, Option<Reading>);
+use super::{BothWays, Observations};
 
 /// Every event of the fixtures: the `data:` lines' JSON payloads.
 pub fn data_events(fixtures: &[&'static str]) -> Vec<&'static str> {

@@ -436,6 +436,16 @@ impl<'a> Cursor<'a> {
         self.string().map(Some)
     }
 
+    /// `Option<bool>`: null, `true` or `false`.
+    pub(super) fn opt_bool(&mut self) -> Option<Option<bool>> {
+        match self.next()? {
+            b'n' => self.literal(b"null").map(|()| None),
+            b't' => self.literal(b"true").map(|()| Some(true)),
+            b'f' => self.literal(b"false").map(|()| Some(false)),
+            _ => None,
+        }
+    }
+
     /// `Option<u64>`: null or an integer serde_json reads as one.
     pub(super) fn opt_uint(&mut self) -> Option<Option<u64>> {
         if self.null()? {

@@ -13,6 +13,14 @@
 //! else `tokens_evaluated − timings.prompt_n` (older servers; `tokens_cached` is not it: it counts the
 //! whole context, generated tokens included). The server's timings: `timings.prompt_ms` (its TTFT and
 //! prefill) and `timings.predicted_ms`.
+//!
+//! The per-token events are read by a scanner of their own ([`scan`]) without serde_json; the last event
+//! (it carries `timings`), and any the scanner is not sure to read as serde_json does, are read by
+//! serde_json (`differential.rs` holds the two equal).
+
+#[cfg(test)]
+mod differential;
+mod scan;
 
 use serde::de::IgnoredAny;
 use serde::Deserialize;
@@ -62,6 +70,33 @@ fn record(
     }
 }
 
+/// What one event says, read by the scanner or by serde_json.
+fn on_chunk(chunk: &Chunk<'_>, obs: &mut Observations, text: &mut EventOutput<'_>) -> EventKind {
+    obs.model(chunk.model.0.as_deref());
+    let (predicted, evaluated) = (chunk.tokens_predicted, chunk.tokens_evaluated);
+    record(chunk.timings.as_ref(), predicted, evaluated, obs);
+    if chunk.stop == Some(true) {
+        obs.ended = true;
+    }
+    if chunk.error.is_some() {
+        return EventKind::Error;
+    }
+    match chunk.content.non_empty() {
+        Some(content) => {
+            text.push(content);
+            EventKind::Output
+        }
+        None => EventKind::Other,
+    }
+}
+
+fn read_by_serde(data: &[u8], obs: &mut Observations, text: &mut EventOutput<'_>) -> EventKind {
+    match serde_json::from_slice::<Chunk<'_>>(data) {
+        Ok(chunk) => on_chunk(&chunk, obs, text),
+        Err(_) => EventKind::Malformed,
+    }
+}
+
 impl Dialect for LlamaCpp {
     fn on_event(
         &mut self,
@@ -69,24 +104,9 @@ impl Dialect for LlamaCpp {
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {
-        let Ok(chunk) = serde_json::from_slice::<Chunk<'_>>(event.data) else {
-            return EventKind::Malformed;
-        };
-        obs.model(chunk.model.0.as_deref());
-        let (predicted, evaluated) = (chunk.tokens_predicted, chunk.tokens_evaluated);
-        record(chunk.timings.as_ref(), predicted, evaluated, obs);
-        if chunk.stop == Some(true) {
-            obs.ended = true;
-        }
-        if chunk.error.is_some() {
-            return EventKind::Error;
-        }
-        match chunk.content.non_empty() {
-            Some(content) => {
-                text.push(content);
-                EventKind::Output
-            }
-            None => EventKind::Other,
+        match scan::chunk(event.data) {
+            Some(chunk) => on_chunk(&chunk, obs, text),
+            None => read_by_serde(event.data, obs, text),
         }
     }
 
@@ -103,6 +123,23 @@ impl Dialect for LlamaCpp {
         );
         record(timings.as_ref(), predicted, evaluated, obs);
     }
+}
+
+/// How the scanner ([`scan`], `None` when it left the event to serde_json) and serde_json read one
+/// event, from the same observations, with the text copied or not: for the differential tests and the
+/// `llamacpp_scan` fuzz target.
+#[doc(hidden)]
+pub fn llamacpp_both_ways(
+    data: &[u8],
+    before: &Observations,
+    with_text: bool,
+) -> (Option<super::Reading>, Option<super::Reading>) {
+    super::openai::both_readings(
+        before,
+        with_text,
+        |obs, out| scan::chunk(data).map(|chunk| on_chunk(&chunk, obs, out)),
+        |obs, out| read_by_serde(data, obs, out),
+    )
 }
 
 #[cfg(test)]

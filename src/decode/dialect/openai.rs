@@ -355,14 +355,30 @@ pub fn read_both_ways(
     before: &Observations,
     with_text: bool,
 ) -> (Option<Reading>, Option<Reading>) {
-    let fast = reading(before, with_text, |obs, out| read_fast(data, obs, out));
-    let serde = reading(before, with_text, |obs, out| {
-        Some(read_by_serde(data, obs, out))
-    });
-    (fast, serde)
+    both_readings(
+        before,
+        with_text,
+        |obs, out| read_fast(data, obs, out),
+        |obs, out| read_by_serde(data, obs, out),
+    )
 }
 
-pub(super) fn reading(
+/// A scanner's reading of one event (`fast`: `None` when it left the event to serde_json) and
+/// serde_json's (`serde`), each from a copy of `before`, with the text copied or not.
+pub(super) fn both_readings(
+    before: &Observations,
+    with_text: bool,
+    fast: impl FnOnce(&mut Observations, &mut EventOutput<'_>) -> Option<EventKind>,
+    serde: impl FnOnce(&mut Observations, &mut EventOutput<'_>) -> EventKind,
+) -> (Option<Reading>, Option<Reading>) {
+    let fast_reading = reading(before, with_text, fast);
+    (
+        fast_reading,
+        reading(before, with_text, |obs, out| Some(serde(obs, out))),
+    )
+}
+
+fn reading(
     before: &Observations,
     with_text: bool,
     read: impl FnOnce(&mut Observations, &mut EventOutput<'_>) -> Option<EventKind>,

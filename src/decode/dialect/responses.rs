@@ -204,13 +204,12 @@ pub fn responses_both_ways(
     before: &Observations,
     with_text: bool,
 ) -> (Option<super::Reading>, Option<super::Reading>) {
-    let fast = super::openai::reading(before, with_text, |_, out| {
-        scan::delta_event(data).map(|e| on_delta(&e.kind, &e.delta, out))
-    });
-    let serde = super::openai::reading(before, with_text, |obs, out| {
-        Some(read_by_serde(data, obs, out))
-    });
-    (fast, serde)
+    super::openai::both_readings(
+        before,
+        with_text,
+        |_, out| scan::delta_event(data).map(|e| on_delta(&e.kind, &e.delta, out)),
+        |obs, out| read_by_serde(data, obs, out),
+    )
 }
 
 #[cfg(test)]

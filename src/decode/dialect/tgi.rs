@@ -9,6 +9,14 @@
 //! details. An event with an `error` field means `upstream_error`. TGI names no model in its answers.
 //! The last event is the one with a non-null `generated_text`: terminal, the client has the whole
 //! answer once it has passed.
+//!
+//! The per-token events are read by a scanner of their own ([`scan`]) without serde_json; the last
+//! event, and any the scanner is not sure to read as serde_json does, are read by serde_json
+//! (`differential.rs` holds the two equal).
+
+#[cfg(test)]
+mod differential;
+mod scan;
 
 use serde::de::IgnoredAny;
 use serde::Deserialize;
@@ -55,6 +63,33 @@ impl Details {
     }
 }
 
+/// A token is output-bearing whatever its text; only a plain token's text is copied for a tokenizer.
+fn on_token(text: &Text<'_>, special: bool, out: &mut EventOutput<'_>) -> EventKind {
+    if let Some(s) = text.non_empty().filter(|_| !special) {
+        out.push(s);
+    }
+    EventKind::Output
+}
+
+fn read_by_serde(data: &[u8], obs: &mut Observations, out: &mut EventOutput<'_>) -> EventKind {
+    let Ok(event) = serde_json::from_slice::<Event<'_>>(data) else {
+        return EventKind::Malformed;
+    };
+    if let Some(details) = &event.details {
+        details.record(obs);
+    }
+    if event.generated_text.0.is_some() {
+        obs.ended = true;
+    }
+    if event.error.is_some() {
+        return EventKind::Error;
+    }
+    match &event.token {
+        Some(token) => on_token(&token.text, token.special == Some(true), out),
+        None => EventKind::Other,
+    }
+}
+
 impl Dialect for Tgi {
     fn on_event(
         &mut self,
@@ -62,31 +97,10 @@ impl Dialect for Tgi {
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {
-        let Ok(event) = serde_json::from_slice::<Event<'_>>(event.data) else {
-            return EventKind::Malformed;
-        };
-        if let Some(details) = &event.details {
-            details.record(obs);
+        if let Some(token) = scan::token_event(event.data) {
+            return on_token(&token.text, token.special, text);
         }
-        if event.generated_text.0.is_some() {
-            obs.ended = true;
-        }
-        if event.error.is_some() {
-            return EventKind::Error;
-        }
-        match &event.token {
-            Some(token) => {
-                if let Some(s) = token
-                    .text
-                    .non_empty()
-                    .filter(|_| token.special != Some(true))
-                {
-                    text.push(s);
-                }
-                EventKind::Output
-            }
-            None => EventKind::Other,
-        }
+        read_by_serde(event.data, obs, text)
     }
 
     fn body_fields(&self) -> &'static [&'static str] {
@@ -98,6 +112,23 @@ impl Dialect for Tgi {
             details.record(obs);
         }
     }
+}
+
+/// How the scanner ([`scan`], `None` when it left the event to serde_json) and serde_json read one
+/// event, from the same observations, with the text copied or not: for the differential tests and the
+/// `tgi_scan` fuzz target.
+#[doc(hidden)]
+pub fn tgi_both_ways(
+    data: &[u8],
+    before: &Observations,
+    with_text: bool,
+) -> (Option<super::Reading>, Option<super::Reading>) {
+    super::openai::both_readings(
+        before,
+        with_text,
+        |_, out| scan::token_event(data).map(|t| on_token(&t.text, t.special, out)),
+        |obs, out| read_by_serde(data, obs, out),
+    )
 }
 
 #[cfg(test)]

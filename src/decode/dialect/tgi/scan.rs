@@ -1,0 +1,66 @@
+//! The fast reading of TGI's per-token event (`{"index":…,"token":{…},"generated_text":null,
+//! "details":null}`) without serde_json: one pass with the checked readers of `dialect/cursor.rs`, the
+//! token's text borrowed from the event. It reads what the serde structs read of such an event (the
+//! token's `text` and `special`), skips every other member as serde_json skips it (`index`, the token's
+//! `id` and `logprob`, `top_tokens`), and gives up (`None`: serde_json reads the event) on anything it is
+//! not sure to read as serde_json does: a `generated_text` or `details` that is not null (the last event,
+//! once a stream), an `error` member, a token that is not an object, a duplicate field, a key with an
+//! escape, a number where text is read, a `special` that is not a boolean or null, bytes that are not
+//! UTF-8, anything malformed.
+
+use crate::decode::dialect::cursor::{Cursor, Seen};
+use crate::decode::dialect::text::Text;
+
+/// A token event read whole: its token's text and whether the token is a special one.
+pub(super) struct TokenEvent<'a> {
+    pub(super) text: Text<'a>,
+    pub(super) special: bool,
+}
+
+pub(super) fn token_event(data: &[u8]) -> Option<TokenEvent<'_>> {
+    let mut c = Cursor::new(std::str::from_utf8(data).ok()?);
+    let (mut token, mut seen) = (None, Seen::default());
+    c.object(|c, key| match key {
+        b"token" => {
+            seen.first(0)?;
+            token = Some(read_token(c)?);
+            Some(true)
+        }
+        // Null or absent on every event but the last; the last one serde_json reads.
+        b"generated_text" | b"details" => {
+            seen.first(if key == b"details" { 2 } else { 1 })?;
+            c.null()?.then_some(true)
+        }
+        b"error" => None,
+        _ => Some(false),
+    })?;
+    c.ws();
+    if !c.at_end() {
+        return None;
+    }
+    token
+}
+
+fn read_token<'a>(c: &mut Cursor<'a>) -> Option<TokenEvent<'a>> {
+    if c.null_or_object()? {
+        return None;
+    }
+    let (mut text, mut special, mut seen) = (Text::default(), None, Seen::default());
+    c.object(|c, key| match key {
+        b"text" => {
+            seen.first(0)?;
+            text = Text(c.text_field()?.map(|s| s.value()));
+            Some(true)
+        }
+        b"special" => {
+            seen.first(1)?;
+            special = c.opt_bool()?;
+            Some(true)
+        }
+        _ => Some(false),
+    })?;
+    Some(TokenEvent {
+        text,
+        special: special == Some(true),
+    })
+}
