@@ -1,10 +1,10 @@
 //! The llama.cpp decoder's fast `/completion` event scanner against serde_json, any bytes: wherever the
 //! scanner reads an event itself, it must leave exactly what serde_json's reading leaves (kind,
 //! observations, channels, text); everything else it leaves to serde_json. The input's form is
-//! `tokentap::decode::dialect::fuzz_both_ways`'s: a byte of flags, then one event a line.
+//! `tokentap::decode::dialect::Scanned::fuzz`'s: a byte of flags, then one event a line.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tokentap::decode::dialect::{fuzz_both_ways, llamacpp_both_ways};
+use tokentap::decode::dialect::Scanned;
 
-fuzz_target!(|data: &[u8]| fuzz_both_ways(llamacpp_both_ways, data));
+fuzz_target!(|data: &[u8]| Scanned::LlamaCpp.fuzz(data));

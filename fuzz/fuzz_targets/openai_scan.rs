@@ -1,10 +1,10 @@
 //! The OpenAI decoder's fast chunk scanner against serde_json, any bytes: wherever the
 //! scanner reads an event itself, it must leave exactly what serde_json's reading leaves (kind, usage, model, the
 //! server's timings, choices, channels, text); everything else it leaves to serde_json. The input's form is
-//! `tokentap::decode::dialect::fuzz_both_ways`'s: a byte of flags, then one event a line.
+//! `tokentap::decode::dialect::Scanned::fuzz`'s: a byte of flags, then one event a line.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tokentap::decode::dialect::{fuzz_both_ways, read_both_ways};
+use tokentap::decode::dialect::Scanned;
 
-fuzz_target!(|data: &[u8]| fuzz_both_ways(read_both_ways, data));
+fuzz_target!(|data: &[u8]| Scanned::OpenAi.fuzz(data));

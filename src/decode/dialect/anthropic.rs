@@ -158,10 +158,10 @@ impl Dialect for Anthropic {
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {
-        if let Some(delta) = scan::content_block_delta(event.data) {
-            return delta.map_or(EventKind::Other, |delta| on_delta(&delta, text));
+        match read_fast(event.data, obs, text) {
+            Some(kind) => kind,
+            None => self.read_by_serde(event.data, obs, text),
         }
-        self.read_by_serde(event.data, obs, text)
     }
 
     fn body_fields(&self) -> &'static [&'static str] {
@@ -174,6 +174,24 @@ impl Dialect for Anthropic {
             self.usage(&usage, true, obs);
         }
     }
+}
+
+/// The scanner's reading ([`scan`]): a `content_block_delta` event, `None` for anything else.
+pub(super) fn read_fast(
+    data: &[u8],
+    _: &mut Observations,
+    text: &mut EventOutput<'_>,
+) -> Option<EventKind> {
+    scan::content_block_delta(data).map(|d| d.map_or(EventKind::Other, |d| on_delta(&d, text)))
+}
+
+/// serde_json's reading of one event, by a decoder that has seen no event before.
+pub(super) fn read_by_serde(
+    data: &[u8],
+    obs: &mut Observations,
+    text: &mut EventOutput<'_>,
+) -> EventKind {
+    Anthropic::default().read_by_serde(data, obs, text)
 }
 
 /// The output a `content_block_delta`'s delta carries, the same whichever reading made it.
@@ -239,26 +257,6 @@ impl Anthropic {
             _ => EventKind::Other,
         }
     }
-}
-
-/// How the scanner ([`scan`], `None` when it left the event to serde_json) and serde_json read one
-/// event, from the same observations, with the text copied or not: for the differential tests and the
-/// `anthropic_scan` fuzz target.
-#[doc(hidden)]
-pub fn anthropic_both_ways(
-    data: &[u8],
-    before: &Observations,
-    with_text: bool,
-) -> (Option<super::Reading>, Option<super::Reading>) {
-    super::openai::both_readings(
-        before,
-        with_text,
-        |_, out| {
-            scan::content_block_delta(data)
-                .map(|d| d.map_or(EventKind::Other, |d| on_delta(&d, out)))
-        },
-        |obs, out| Anthropic::default().read_by_serde(data, obs, out),
-    )
 }
 
 #[cfg(test)]

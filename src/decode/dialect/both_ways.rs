@@ -5,7 +5,7 @@
 
 use proptest::prelude::*;
 
-use super::{BothWays, Observations};
+use super::{Observations, Scanned};
 
 /// Every event of the fixtures: the `data:` lines' JSON payloads.
 pub fn data_events(fixtures: &[&'static str]) -> Vec<&'static str> {
@@ -19,9 +19,9 @@ pub fn data_events(fixtures: &[&'static str]) -> Vec<&'static str> {
 }
 
 /// Wherever the scanner reads `event`, it reads it as serde_json does, with and without the text.
-pub fn same_both_ways(both_ways: BothWays, event: &[u8]) {
+pub fn same_both_ways(scanned: Scanned, event: &[u8]) {
     for with_text in [false, true] {
-        let (fast, serde) = both_ways(event, &Observations::default(), with_text);
+        let (fast, serde) = scanned.both_ways(event, &Observations::default(), with_text);
         if let Some(fast) = fast {
             assert_eq!(
                 Some(fast),
@@ -58,10 +58,10 @@ pub const SNIPPETS: &[&str] = &[
 
 /// Every one of `events`: read as serde_json reads it, and by the scanner exactly where `fast` says it
 /// should be (a delta, its type spelled with an escape or not).
-pub fn fast_exactly_where(both_ways: BothWays, events: &[&str], fast: fn(&str) -> bool) {
+pub fn fast_exactly_where(scanned: Scanned, events: &[&str], fast: fn(&str) -> bool) {
     for event in events {
-        same_both_ways(both_ways, event.as_bytes());
-        let (read, _) = both_ways(event.as_bytes(), &Observations::default(), true);
+        same_both_ways(scanned, event.as_bytes());
+        let (read, _) = scanned.both_ways(event.as_bytes(), &Observations::default(), true);
         assert_eq!(read.is_some(), fast(event), "{event}");
     }
 }

@@ -407,6 +407,18 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// `data` as one object and nothing after it but white space, `member` called for each key as in
+    /// [`Cursor::object`]; `None` when it is not that (invalid UTF-8 included): an event's whole body.
+    pub(super) fn whole_object(
+        data: &'a [u8],
+        member: impl FnMut(&mut Self, &'a [u8]) -> Option<bool>,
+    ) -> Option<()> {
+        let mut c = Cursor::new(std::str::from_utf8(data).ok()?);
+        c.object(member)?;
+        c.ws();
+        c.at_end().then_some(())
+    }
+
     /// An array, the cursor on `[`.
     pub(super) fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         self.eat(b'[')?;

@@ -90,7 +90,20 @@ fn on_chunk(chunk: &Chunk<'_>, obs: &mut Observations, text: &mut EventOutput<'_
     }
 }
 
-fn read_by_serde(data: &[u8], obs: &mut Observations, text: &mut EventOutput<'_>) -> EventKind {
+/// The scanner's reading ([`scan`]), `None` when it leaves the event to serde_json.
+pub(super) fn read_fast(
+    data: &[u8],
+    obs: &mut Observations,
+    text: &mut EventOutput<'_>,
+) -> Option<EventKind> {
+    scan::chunk(data).map(|chunk| on_chunk(&chunk, obs, text))
+}
+
+pub(super) fn read_by_serde(
+    data: &[u8],
+    obs: &mut Observations,
+    text: &mut EventOutput<'_>,
+) -> EventKind {
     match serde_json::from_slice::<Chunk<'_>>(data) {
         Ok(chunk) => on_chunk(&chunk, obs, text),
         Err(_) => EventKind::Malformed,
@@ -104,10 +117,7 @@ impl Dialect for LlamaCpp {
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {
-        match scan::chunk(event.data) {
-            Some(chunk) => on_chunk(&chunk, obs, text),
-            None => read_by_serde(event.data, obs, text),
-        }
+        read_fast(event.data, obs, text).unwrap_or_else(|| read_by_serde(event.data, obs, text))
     }
 
     fn body_fields(&self) -> &'static [&'static str] {
@@ -123,23 +133,6 @@ impl Dialect for LlamaCpp {
         );
         record(timings.as_ref(), predicted, evaluated, obs);
     }
-}
-
-/// How the scanner ([`scan`], `None` when it left the event to serde_json) and serde_json read one
-/// event, from the same observations, with the text copied or not: for the differential tests and the
-/// `llamacpp_scan` fuzz target.
-#[doc(hidden)]
-pub fn llamacpp_both_ways(
-    data: &[u8],
-    before: &Observations,
-    with_text: bool,
-) -> (Option<super::Reading>, Option<super::Reading>) {
-    super::openai::both_readings(
-        before,
-        with_text,
-        |obs, out| scan::chunk(data).map(|chunk| on_chunk(&chunk, obs, out)),
-        |obs, out| read_by_serde(data, obs, out),
-    )
 }
 
 #[cfg(test)]

@@ -17,50 +17,18 @@ mod llamacpp;
 mod ollama;
 mod openai;
 mod responses;
+mod scanned;
 mod text;
 mod tgi;
 pub mod timings;
 
 #[doc(hidden)]
-pub use anthropic::anthropic_both_ways;
-pub use llamacpp::llamacpp_both_ways;
-pub use openai::{read_both_ways, Reading};
-pub use responses::responses_both_ways;
-pub use tgi::tgi_both_ways;
+pub use scanned::{Reading, Scanned};
 
 use crate::decode::event::FramedEvent;
 use crate::decode::json_scan::FieldScanner;
 use crate::record::api::Api;
 use crate::record::server::ServerTimings;
-
-/// One event read both ways, by a dialect's scanner (`None` when it left the event to serde_json) and
-/// by serde_json, from the same observations, with the text copied or not: the `*_both_ways` functions.
-#[doc(hidden)]
-pub type BothWays = fn(&[u8], &Observations, bool) -> (Option<Reading>, Option<Reading>);
-
-/// What each scanner's fuzz target runs: `input` is a byte of flags (bit 0: the text copied; bit 1: the
-/// observations filled as earlier events would have), then lines, each one event (a `data:` prefix
-/// taken off, so the SSE fixtures are a corpus as they are). Wherever the scanner reads an event, its
-/// reading must equal serde_json's.
-#[doc(hidden)]
-pub fn fuzz_both_ways(both_ways: BothWays, input: &[u8]) {
-    let [flags, events @ ..] = input else {
-        return;
-    };
-    let mut before = Observations::default();
-    if flags & 2 != 0 {
-        before.model = Some("earlier".to_owned());
-        before.cached_input_tokens = Some(4);
-        before.output_tokens = Some(1);
-    }
-    for line in events.split(|&b| b == b'\n') {
-        let event = line.strip_prefix(b"data:").unwrap_or(line).trim_ascii();
-        let (fast, serde) = both_ways(event, &before, flags & 1 != 0);
-        if let Some(fast) = fast {
-            assert_eq!(Some(fast), serde, "{:?}", String::from_utf8_lossy(event));
-        }
-    }
-}
 
 /// What one event meant for the request's timeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

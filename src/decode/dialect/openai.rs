@@ -251,7 +251,11 @@ fn parse_chunk(data: &[u8]) -> serde_json::Result<Chunk<'_>> {
 
 /// The serde_json reading of an event: every event the fast scanner leaves, and the reference the
 /// differential tests hold the scanner to.
-fn read_by_serde(data: &[u8], obs: &mut Observations, output: &mut EventOutput<'_>) -> EventKind {
+pub(super) fn read_by_serde(
+    data: &[u8],
+    obs: &mut Observations,
+    output: &mut EventOutput<'_>,
+) -> EventKind {
     let Ok(chunk) = parse_chunk(data) else {
         return EventKind::Malformed;
     };
@@ -278,7 +282,7 @@ fn read_by_serde(data: &[u8], obs: &mut Observations, output: &mut EventOutput<'
 
 /// The fast reading ([`scan`]), `None` when the scanner leaves the event to serde_json. Nothing is
 /// recorded before the scanner has read the whole event.
-fn read_fast(
+pub(super) fn read_fast(
     data: &[u8],
     obs: &mut Observations,
     output: &mut EventOutput<'_>,
@@ -344,67 +348,6 @@ fn copy_scanned_text(choice: &scan::Choice<'_>, output: &mut EventOutput<'_>) {
     if let Some(text) = choice.text {
         output.push(&text.value());
     }
-}
-
-/// One event read both ways, for the differential tests and the `openai_scan` fuzz target: what the
-/// fast scanner made of it (`None` when it left the event to serde_json) and what serde_json made of
-/// it (always there), from the same observations, with the text copied or not.
-#[doc(hidden)]
-pub fn read_both_ways(
-    data: &[u8],
-    before: &Observations,
-    with_text: bool,
-) -> (Option<Reading>, Option<Reading>) {
-    both_readings(
-        before,
-        with_text,
-        |obs, out| read_fast(data, obs, out),
-        |obs, out| read_by_serde(data, obs, out),
-    )
-}
-
-/// A scanner's reading of one event (`fast`: `None` when it left the event to serde_json) and
-/// serde_json's (`serde`), each from a copy of `before`, with the text copied or not.
-pub(super) fn both_readings(
-    before: &Observations,
-    with_text: bool,
-    fast: impl FnOnce(&mut Observations, &mut EventOutput<'_>) -> Option<EventKind>,
-    serde: impl FnOnce(&mut Observations, &mut EventOutput<'_>) -> EventKind,
-) -> (Option<Reading>, Option<Reading>) {
-    let fast_reading = reading(before, with_text, fast);
-    (
-        fast_reading,
-        reading(before, with_text, |obs, out| Some(serde(obs, out))),
-    )
-}
-
-fn reading(
-    before: &Observations,
-    with_text: bool,
-    read: impl FnOnce(&mut Observations, &mut EventOutput<'_>) -> Option<EventKind>,
-) -> Option<Reading> {
-    let (mut obs, mut choices, mut texts) = (before.clone(), Vec::new(), Vec::new());
-    let mut output = EventOutput::new(with_text.then_some(&mut texts), &mut choices);
-    let kind = read(&mut obs, &mut output)?;
-    let channels = output.channels();
-    Some(Reading {
-        kind,
-        obs,
-        channels,
-        choices,
-        texts,
-    })
-}
-
-/// Everything one event left behind, compared whole by the differential tests.
-#[doc(hidden)]
-#[derive(Debug, PartialEq)]
-pub struct Reading {
-    pub kind: EventKind,
-    pub obs: Observations,
-    pub channels: super::Channels,
-    pub choices: Vec<u32>,
-    pub texts: super::ChoiceTexts,
 }
 
 impl Dialect for OpenAi {

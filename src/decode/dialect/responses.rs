@@ -119,10 +119,7 @@ impl Dialect for Responses {
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {
-        if let Some(fast) = scan::delta_event(event.data) {
-            return on_delta(&fast.kind, &fast.delta, text);
-        }
-        read_by_serde(event.data, obs, text)
+        read_fast(event.data, obs, text).unwrap_or_else(|| read_by_serde(event.data, obs, text))
     }
 
     fn body_fields(&self) -> &'static [&'static str] {
@@ -162,7 +159,20 @@ fn on_delta(kind: &str, delta: &Text<'_>, text: &mut EventOutput<'_>) -> EventKi
     }
 }
 
-fn read_by_serde(data: &[u8], obs: &mut Observations, text: &mut EventOutput<'_>) -> EventKind {
+/// The scanner's reading ([`scan`]): a `response.*.delta` event, `None` for anything else.
+pub(super) fn read_fast(
+    data: &[u8],
+    _: &mut Observations,
+    text: &mut EventOutput<'_>,
+) -> Option<EventKind> {
+    scan::delta_event(data).map(|e| on_delta(&e.kind, &e.delta, text))
+}
+
+pub(super) fn read_by_serde(
+    data: &[u8],
+    obs: &mut Observations,
+    text: &mut EventOutput<'_>,
+) -> EventKind {
     let Ok(event) = serde_json::from_slice::<Event<'_>>(data) else {
         return EventKind::Malformed;
     };
@@ -193,23 +203,6 @@ fn read_by_serde(data: &[u8], obs: &mut Observations, text: &mut EventOutput<'_>
         _ if kind.ends_with(".delta") => on_delta(kind, &event.delta, text),
         _ => EventKind::Other,
     }
-}
-
-/// How the scanner ([`scan`], `None` when it left the event to serde_json) and serde_json read one
-/// event, from the same observations, with the text copied or not: for the differential tests and the
-/// `responses_scan` fuzz target.
-#[doc(hidden)]
-pub fn responses_both_ways(
-    data: &[u8],
-    before: &Observations,
-    with_text: bool,
-) -> (Option<super::Reading>, Option<super::Reading>) {
-    super::openai::both_readings(
-        before,
-        with_text,
-        |_, out| scan::delta_event(data).map(|e| on_delta(&e.kind, &e.delta, out)),
-        |obs, out| read_by_serde(data, obs, out),
-    )
 }
 
 #[cfg(test)]

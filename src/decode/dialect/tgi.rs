@@ -71,7 +71,20 @@ fn on_token(text: &Text<'_>, special: bool, out: &mut EventOutput<'_>) -> EventK
     EventKind::Output
 }
 
-fn read_by_serde(data: &[u8], obs: &mut Observations, out: &mut EventOutput<'_>) -> EventKind {
+/// The scanner's reading ([`scan`]): a per-token event, `None` for anything else.
+pub(super) fn read_fast(
+    data: &[u8],
+    _: &mut Observations,
+    out: &mut EventOutput<'_>,
+) -> Option<EventKind> {
+    scan::token_event(data).map(|token| on_token(&token.text, token.special, out))
+}
+
+pub(super) fn read_by_serde(
+    data: &[u8],
+    obs: &mut Observations,
+    out: &mut EventOutput<'_>,
+) -> EventKind {
     let Ok(event) = serde_json::from_slice::<Event<'_>>(data) else {
         return EventKind::Malformed;
     };
@@ -97,10 +110,7 @@ impl Dialect for Tgi {
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {
-        if let Some(token) = scan::token_event(event.data) {
-            return on_token(&token.text, token.special, text);
-        }
-        read_by_serde(event.data, obs, text)
+        read_fast(event.data, obs, text).unwrap_or_else(|| read_by_serde(event.data, obs, text))
     }
 
     fn body_fields(&self) -> &'static [&'static str] {
@@ -112,23 +122,6 @@ impl Dialect for Tgi {
             details.record(obs);
         }
     }
-}
-
-/// How the scanner ([`scan`], `None` when it left the event to serde_json) and serde_json read one
-/// event, from the same observations, with the text copied or not: for the differential tests and the
-/// `tgi_scan` fuzz target.
-#[doc(hidden)]
-pub fn tgi_both_ways(
-    data: &[u8],
-    before: &Observations,
-    with_text: bool,
-) -> (Option<super::Reading>, Option<super::Reading>) {
-    super::openai::both_readings(
-        before,
-        with_text,
-        |_, out| scan::token_event(data).map(|t| on_token(&t.text, t.special, out)),
-        |obs, out| read_by_serde(data, obs, out),
-    )
 }
 
 #[cfg(test)]

@@ -5,8 +5,8 @@
 
 use proptest::prelude::*;
 
-use crate::decode::dialect::anthropic_both_ways;
 use crate::decode::dialect::both_ways::{self, data_events};
+use crate::decode::dialect::Scanned;
 
 const FIXTURES: &[&str] = &[
     include_str!("../../../../tests/fixtures/anthropic/messages-stream.sse"),
@@ -55,14 +55,14 @@ fn every_fixture_delta_takes_the_fast_path_and_every_event_reads_as_serde_json_r
     assert!(deltas >= 10, "the fixtures hold deltas: {deltas}");
     // Every delta, its type spelled with an escape or not; no other event.
     let fast: fn(&str) -> bool = |event| event.contains("\"content_block_d");
-    both_ways::fast_exactly_where(anthropic_both_ways, &events, fast);
-    both_ways::fast_exactly_where(anthropic_both_ways, SHAPES, fast);
+    both_ways::fast_exactly_where(Scanned::Anthropic, &events, fast);
+    both_ways::fast_exactly_where(Scanned::Anthropic, SHAPES, fast);
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
     #[test]
     fn any_mutation_of_an_event_reads_as_serde_json_reads_it(event in both_ways::mutated(FIXTURES, SHAPES, SNIPPETS)) {
-        both_ways::same_both_ways(anthropic_both_ways, &event);
+        both_ways::same_both_ways(Scanned::Anthropic, &event);
     }
 }

@@ -15,9 +15,8 @@ use crate::decode::dialect::text::Text;
 /// The event's `delta` (`None`: absent or null), when the event is a `content_block_delta` the scanner
 /// read whole; `None` when serde_json is to read it.
 pub(super) fn content_block_delta(data: &[u8]) -> Option<Option<Delta<'_>>> {
-    let mut c = Cursor::new(std::str::from_utf8(data).ok()?);
     let (mut kind, mut delta, mut seen) = (None, None, Seen::default());
-    c.object(|c, key| match key {
+    Cursor::whole_object(data, |c, key| match key {
         b"type" => {
             seen.first(0)?;
             kind = c.opt_str()?;
@@ -33,8 +32,7 @@ pub(super) fn content_block_delta(data: &[u8]) -> Option<Option<Delta<'_>>> {
         b"message" | b"usage" => None,
         _ => Some(false),
     })?;
-    c.ws();
-    if !c.at_end() || kind?.value() != "content_block_delta" {
+    if kind?.value() != "content_block_delta" {
         return None;
     }
     Some(delta)

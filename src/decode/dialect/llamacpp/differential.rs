@@ -7,7 +7,7 @@
 use proptest::prelude::*;
 
 use crate::decode::dialect::both_ways::{self, data_events};
-use crate::decode::dialect::{llamacpp_both_ways, EventKind, Observations};
+use crate::decode::dialect::{EventKind, Observations, Scanned};
 
 const FIXTURES: &[&str] = &[include_str!(
     "../../../../tests/fixtures/llamacpp/completion-stream.sse"
@@ -61,9 +61,9 @@ fn every_fixture_token_takes_the_fast_path_and_every_event_reads_as_serde_json_r
     );
     // Every event but the last (it carries `timings`).
     let fast: fn(&str) -> bool = |event| !event.contains("\"timings\"");
-    both_ways::fast_exactly_where(llamacpp_both_ways, &events, fast);
+    both_ways::fast_exactly_where(Scanned::LlamaCpp, &events, fast);
     for event in SHAPES {
-        both_ways::same_both_ways(llamacpp_both_ways, event.as_bytes());
+        both_ways::same_both_ways(Scanned::LlamaCpp, event.as_bytes());
     }
 }
 
@@ -75,11 +75,11 @@ fn the_fast_path_keeps_what_earlier_events_left_and_adds_what_this_one_says() {
         ..Observations::default()
     };
     for event in [SHAPES[1], SHAPES[3], SHAPES[4], SHAPES[8]] {
-        let (fast, serde) = llamacpp_both_ways(event.as_bytes(), &before, true);
+        let (fast, serde) = Scanned::LlamaCpp.both_ways(event.as_bytes(), &before, true);
         let fast = fast.unwrap_or_else(|| panic!("not on the fast path: {event}"));
         assert_eq!(Some(&fast), serde.as_ref(), "{event}");
     }
-    let (fast, _) = llamacpp_both_ways(SHAPES[1].as_bytes(), &before, true);
+    let (fast, _) = Scanned::LlamaCpp.both_ways(SHAPES[1].as_bytes(), &before, true);
     let fast = fast.unwrap_or_else(|| panic!("not on the fast path"));
     assert_eq!(fast.kind, EventKind::Output);
     assert_eq!(
@@ -87,7 +87,7 @@ fn the_fast_path_keeps_what_earlier_events_left_and_adds_what_this_one_says() {
         (Some(2), Some(4))
     );
     assert_eq!(fast.obs.model.as_deref(), Some("qwen2.5-0.5b"));
-    let (stop, _) = llamacpp_both_ways(SHAPES[8].as_bytes(), &before, true);
+    let (stop, _) = Scanned::LlamaCpp.both_ways(SHAPES[8].as_bytes(), &before, true);
     let stop = stop.unwrap_or_else(|| panic!("not on the fast path"));
     assert_eq!((stop.kind, stop.obs.ended), (EventKind::Other, true));
 }
@@ -96,6 +96,6 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
     #[test]
     fn any_mutation_of_an_event_reads_as_serde_json_reads_it(event in both_ways::mutated(FIXTURES, SHAPES, SNIPPETS)) {
-        both_ways::same_both_ways(llamacpp_both_ways, &event);
+        both_ways::same_both_ways(Scanned::LlamaCpp, &event);
     }
 }

@@ -13,7 +13,6 @@ use crate::decode::dialect::cursor::{Cursor, Seen};
 use crate::decode::dialect::text::Text;
 
 pub(super) fn chunk(data: &[u8]) -> Option<Chunk<'_>> {
-    let mut c = Cursor::new(std::str::from_utf8(data).ok()?);
     let mut chunk = Chunk {
         content: Text::default(),
         model: Text::default(),
@@ -24,7 +23,7 @@ pub(super) fn chunk(data: &[u8]) -> Option<Chunk<'_>> {
         error: None,
     };
     let mut seen = Seen::default();
-    c.object(|c, key| {
+    Cursor::whole_object(data, |c, key| {
         match key {
             b"content" | b"model" => {
                 let (field, slot) = match key {
@@ -51,6 +50,5 @@ pub(super) fn chunk(data: &[u8]) -> Option<Chunk<'_>> {
         }
         Some(true)
     })?;
-    c.ws();
-    c.at_end().then_some(chunk)
+    Some(chunk)
 }

@@ -5,9 +5,9 @@
 
 use proptest::prelude::*;
 
-use super::{read_both_ways, Reading};
 use crate::decode::dialect::both_ways::data_events;
 use crate::decode::dialect::Observations;
+use crate::decode::dialect::{Reading, Scanned};
 use crate::record::server::ServerTimings;
 
 const FIXTURES: &[&str] = &[
@@ -134,7 +134,7 @@ fn agree(data: &[u8]) -> usize {
     for before in befores() {
         for with_text in [false, true] {
             let (fast, serde): (Option<Reading>, Option<Reading>) =
-                read_both_ways(data, &before, with_text);
+                Scanned::OpenAi.both_ways(data, &before, with_text);
             if let Some(fast) = fast {
                 assert_eq!(
                     Some(&fast),
@@ -225,7 +225,8 @@ fn what_serde_json_rejects_the_fast_path_never_reads() {
         .map(|s| (*s).to_owned()),
     );
     for event in &malformed {
-        let (fast, serde) = read_both_ways(event.as_bytes(), &Observations::default(), true);
+        let (fast, serde) =
+            Scanned::OpenAi.both_ways(event.as_bytes(), &Observations::default(), true);
         assert_eq!(fast, None, "{event}");
         let kind = serde.map(|r| r.kind);
         assert_eq!(
@@ -242,9 +243,11 @@ fn nesting_serde_json_skips_at_any_depth_is_left_to_it_past_the_scanners_bound()
         let value = format!("{}{}", "[".repeat(n), "]".repeat(n));
         format!(r#"{{"x":{value},"choices":[{{"delta":{{"content":"a"}}}}]}}"#)
     };
-    let (fast, serde) = read_both_ways(deep(128).as_bytes(), &Observations::default(), false);
+    let (fast, serde) =
+        Scanned::OpenAi.both_ways(deep(128).as_bytes(), &Observations::default(), false);
     assert_eq!(fast, serde);
-    let (fast, serde) = read_both_ways(deep(5000).as_bytes(), &Observations::default(), false);
+    let (fast, serde) =
+        Scanned::OpenAi.both_ways(deep(5000).as_bytes(), &Observations::default(), false);
     assert_eq!(fast, None);
     let kind = serde.map(|r| r.kind);
     assert_eq!(kind, Some(crate::decode::dialect::EventKind::Output));

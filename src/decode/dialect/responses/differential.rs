@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 
 use crate::decode::dialect::both_ways::{self, data_events};
-use crate::decode::dialect::responses_both_ways;
+use crate::decode::dialect::Scanned;
 
 const FIXTURES: &[&str] = &[
     include_str!("../../../../tests/fixtures/responses/responses-stream.sse"),
@@ -53,14 +53,14 @@ fn every_fixture_delta_takes_the_fast_path_and_every_event_reads_as_serde_json_r
     // Every delta event, its type spelled with an escape or not; no other event.
     let fast: fn(&str) -> bool =
         |event| event.contains(".delta\"") || event.contains(".d\\u0065lta\"");
-    both_ways::fast_exactly_where(responses_both_ways, &events, fast);
-    both_ways::fast_exactly_where(responses_both_ways, SHAPES, fast);
+    both_ways::fast_exactly_where(Scanned::Responses, &events, fast);
+    both_ways::fast_exactly_where(Scanned::Responses, SHAPES, fast);
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
     #[test]
     fn any_mutation_of_an_event_reads_as_serde_json_reads_it(event in both_ways::mutated(FIXTURES, SHAPES, SNIPPETS)) {
-        both_ways::same_both_ways(responses_both_ways, &event);
+        both_ways::same_both_ways(Scanned::Responses, &event);
     }
 }

@@ -18,9 +18,8 @@ pub(super) struct DeltaEvent<'a> {
 }
 
 pub(super) fn delta_event(data: &[u8]) -> Option<DeltaEvent<'_>> {
-    let mut c = Cursor::new(std::str::from_utf8(data).ok()?);
     let (mut kind, mut delta, mut seen) = (None, Text::default(), Seen::default());
-    c.object(|c, key| match key {
+    Cursor::whole_object(data, |c, key| match key {
         b"type" => {
             seen.first(0)?;
             kind = c.opt_str()?;
@@ -34,10 +33,6 @@ pub(super) fn delta_event(data: &[u8]) -> Option<DeltaEvent<'_>> {
         b"response" => None,
         _ => Some(false),
     })?;
-    c.ws();
-    if !c.at_end() {
-        return None;
-    }
     let kind = kind?.value();
     kind.ends_with(".delta")
         .then_some(DeltaEvent { kind, delta })

@@ -18,9 +18,8 @@ pub(super) struct TokenEvent<'a> {
 }
 
 pub(super) fn token_event(data: &[u8]) -> Option<TokenEvent<'_>> {
-    let mut c = Cursor::new(std::str::from_utf8(data).ok()?);
     let (mut token, mut seen) = (None, Seen::default());
-    c.object(|c, key| match key {
+    Cursor::whole_object(data, |c, key| match key {
         b"token" => {
             seen.first(0)?;
             token = Some(read_token(c)?);
@@ -34,10 +33,6 @@ pub(super) fn token_event(data: &[u8]) -> Option<TokenEvent<'_>> {
         b"error" => None,
         _ => Some(false),
     })?;
-    c.ws();
-    if !c.at_end() {
-        return None;
-    }
     token
 }
 
