@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue};
 use tokentap::scripted::{
-    chunk, framed, last_chunk, Chunks, RecordedRequest, Scripted, Step, Upstream, DONE,
+    chunk, framed, last_chunk, Chunks, Make, RecordedRequest, Scripted, Step, Upstream, DONE,
 };
 
 static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
@@ -112,20 +112,28 @@ fn answer(request: &RecordedRequest) -> Vec<Step> {
             String::new(),
         ),
     ];
-    for i in 0..script.tokens {
+    // One turn per content chunk, made as its time comes: the memory phase's streams are a million
+    // chunks long.
+    let (turn_id, tokens) = (id.clone(), script.tokens);
+    let turn: Make = Arc::new(move |i| {
         let word = WORDS[i as usize % WORDS.len()];
-        let finish = if i + 1 == script.tokens {
+        let finish = if i + 1 == u64::from(tokens) {
             "\"length\""
         } else {
             "null"
         };
-        steps.push(Step::At(script.prefill + script.gap * i));
-        steps.push(stamped(
-            &id,
-            format!(r#"{{"index":0,"delta":{{"content":"{word}"}},"logprobs":null,"finish_reason":{finish}}}"#),
-            String::new(),
-        ));
-    }
+        vec![
+            Step::At(script.prefill + script.gap * i as u32),
+            stamped(
+                &turn_id,
+                format!(
+                    r#"{{"index":0,"delta":{{"content":"{word}"}},"logprobs":null,"finish_reason":{finish}}}"#
+                ),
+                String::new(),
+            ),
+        ]
+    });
+    steps.push(Step::Each(0..u64::from(script.tokens), turn));
     let usage = format!(
         r#","usage":{{"prompt_tokens":24,"total_tokens":{},"completion_tokens":{}}}"#,
         24 + script.tokens,

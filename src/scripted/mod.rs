@@ -12,4 +12,4 @@ pub mod server;
 
 pub use answers::*;
 pub use chunked::{decode, Chunked};
-pub use server::{ConnectionLog, RecordedRequest, Render, Scripted, Step, Upstream};
+pub use server::{ConnectionLog, Make, RecordedRequest, Render, Scripted, Step, Upstream};

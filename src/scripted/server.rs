@@ -21,6 +21,9 @@ use super::chunked::{decode, Chunked};
 /// Bytes made when their step's turn comes (a send timestamp, say), not when the script is written.
 pub type Render = Arc<dyn Fn() -> Vec<u8> + Send + Sync>;
 
+/// Steps made for the `i`th turn of a [`Step::Each`].
+pub type Make = Arc<dyn Fn(u64) -> Vec<Step> + Send + Sync>;
+
 /// One step of the server's answer.
 #[derive(Clone)]
 pub enum Step {
@@ -31,6 +34,9 @@ pub enum Step {
     Sleep(Duration),
     /// Wait until this long after the script began (a paced stream that does not drift with its writes).
     At(Duration),
+    /// For each `i` of the range in turn, the steps `make(i)` gives, made when their turn comes: a
+    /// stream of a million chunks holds one turn's steps at a time, not a million.
+    Each(std::ops::Range<u64>, Make),
     /// Write these bytes one at a time, pausing after each.
     Trickle(Vec<u8>, Duration),
     /// Close the connection at once (FIN), whatever state the response is in.
@@ -54,6 +60,7 @@ impl std::fmt::Debug for Step {
             Step::Render(_) => f.write_str("Render"),
             Step::Sleep(d) => f.debug_tuple("Sleep").field(d).finish(),
             Step::At(d) => f.debug_tuple("At").field(d).finish(),
+            Step::Each(range, _) => f.debug_tuple("Each").field(range).finish(),
             Step::Trickle(bytes, d) => f
                 .debug_tuple("Trickle")
                 .field(&String::from_utf8_lossy(bytes))
@@ -390,8 +397,17 @@ impl Server {
 
 async fn play<W: AsyncWrite + Unpin>(wr: &mut W, steps: Vec<Step>) -> After {
     let began = Instant::now();
-    for step in steps {
+    let mut steps = std::collections::VecDeque::from(steps);
+    while let Some(step) = steps.pop_front() {
         match step {
+            Step::Each(mut range, make) => {
+                if let Some(i) = range.next() {
+                    steps.push_front(Step::Each(range, make.clone()));
+                    for step in make(i).into_iter().rev() {
+                        steps.push_front(step);
+                    }
+                }
+            }
             Step::Raw(bytes) => {
                 if wr.write_all(&bytes).await.is_err() || wr.flush().await.is_err() {
                     return After::Close;
@@ -574,6 +590,44 @@ mod tests {
         assert_eq!(server.requests()[0].body, b"{}");
         assert_eq!(server.requests()[0].path(), "/v1/x");
         assert_eq!(server.accepted(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_plays_its_turns_in_order_between_the_steps_around_it_and_stops_at_a_close() {
+        let turn: Make = Arc::new(|i| {
+            vec![
+                Step::At(ms(10 * (i + 1))),
+                Step::Raw(format!("{i},").into_bytes()),
+            ]
+        });
+        let steps = vec![
+            Step::Raw(b"<".to_vec()),
+            Step::Each(0..3, turn.clone()),
+            Step::Each(5..5, turn.clone()),
+            Step::Raw(b">".to_vec()),
+        ];
+        let mut out: Vec<u8> = Vec::new();
+        let began = Instant::now();
+        assert!(matches!(play(&mut out, steps).await, After::KeepAlive));
+        assert_eq!(out, b"<0,1,2,>");
+        assert_eq!(began.elapsed(), ms(30));
+        // A turn that closes ends the script there; the turns after it are never made.
+        let made = Arc::new(AtomicU64::new(0));
+        let counted = made.clone();
+        let closing: Make = Arc::new(move |i| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            match i {
+                1 => vec![Step::Close],
+                _ => vec![Step::Raw(b"x".to_vec())],
+            }
+        });
+        let mut out: Vec<u8> = Vec::new();
+        let after = play(&mut out, vec![Step::Each(0..1_000_000_000, closing)]).await;
+        assert!(matches!(after, After::Close));
+        assert_eq!(
+            (out.as_slice(), made.load(Ordering::Relaxed)),
+            (&b"x"[..], 2)
+        );
     }
 
     #[tokio::test(start_paused = true)]
