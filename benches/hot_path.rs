@@ -144,6 +144,13 @@ fn llamacpp_dialect_per_event(bencher: Bencher) {
     one_event(bencher, dialect_of("/completion"), data);
 }
 
+/// Ollama's per-token line on `/api/chat`, as its server sends it (NDJSON, one JSON object a line).
+#[divan::bench]
+fn ollama_dialect_per_event(bencher: Bencher) {
+    let data: &[u8] = br#"{"model":"llama3.2","created_at":"2025-10-17T14:43:01.123457789Z","message":{"role":"assistant","content":" sky"},"done":false}"#;
+    one_event(bencher, dialect_of("/api/chat"), data);
+}
+
 /// The Responses API's per-token event, `response.output_text.delta`, as vLLM sends it.
 #[divan::bench]
 fn responses_dialect_per_event(bencher: Bencher) {

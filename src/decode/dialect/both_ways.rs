@@ -1,4 +1,4 @@
-//! What the scanners' differential tests share: the fixtures' events (all three scanners), and for the
+//! What the scanners' differential tests share: the fixtures' events (every scanner), and for the
 //! Anthropic and Responses tests the check that the scanner reads an event as serde_json does (with and
 //! without the text) and the mutations of those events (bytes inserted, deleted and replaced, a value
 //! swapped for a snippet); the OpenAI test mutates chunks its own, finer way.
@@ -7,12 +7,12 @@ use proptest::prelude::*;
 
 use super::{Observations, Scanned};
 
-/// Every event of the fixtures: the `data:` lines' JSON payloads.
+/// Every event of the fixtures: the `data:` lines' JSON payloads, or an NDJSON fixture's lines.
 pub fn data_events(fixtures: &[&'static str]) -> Vec<&'static str> {
     fixtures
         .iter()
         .flat_map(|f| f.lines())
-        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|l| l.strip_prefix("data:").or(l.starts_with('{').then_some(l)))
         .map(str::trim)
         .filter(|d| d.starts_with('{'))
         .collect()

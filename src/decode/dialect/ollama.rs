@@ -12,6 +12,14 @@
 //! Reasoning: `thinking` / `message.thinking`; text and tool calls are answer. The server's timings: the
 //! `done` line's `load_duration`, `prompt_eval_duration` and `eval_duration` (nanoseconds). Ollama
 //! reports no cached prompt tokens (its `prompt_eval_count` counts only the prompt it evaluated).
+//!
+//! The per-token lines are read by a scanner of their own ([`scan`]) without serde_json; the `done` line,
+//! a line with tool calls or an error, and any the scanner is not sure to read as serde_json does, are
+//! read by serde_json (`differential.rs` holds the two equal).
+
+#[cfg(test)]
+mod differential;
+mod scan;
 
 use serde::de::IgnoredAny;
 use serde::Deserialize;
@@ -73,6 +81,70 @@ struct Function<'a> {
     name: Text<'a>,
 }
 
+/// What one line means, the same whichever reading made it.
+fn on_line(line: &Line<'_>, obs: &mut Observations, text: &mut EventOutput<'_>) -> EventKind {
+    obs.model(line.model.0.as_deref());
+    obs.record(line.eval_count, line.prompt_eval_count);
+    if line.done == Some(true) {
+        obs.ended = true;
+        let durations = OllamaDurations {
+            load_duration: line.load_duration,
+            prompt_eval_duration: line.prompt_eval_duration,
+            eval_duration: line.eval_duration,
+        };
+        obs.server.merge(durations.timings());
+    }
+    if line.error.is_some() {
+        return EventKind::Error;
+    }
+    let message = line.message.as_ref();
+    let mut kind = EventKind::Other;
+    let reasoning = [Some(&line.thinking), message.map(|m| &m.thinking)];
+    for part in reasoning.into_iter().flatten().filter_map(Text::non_empty) {
+        text.push_reasoning(part);
+        kind = EventKind::Output;
+    }
+    let answer = [Some(&line.response), message.map(|m| &m.content)];
+    for part in answer.into_iter().flatten().filter_map(Text::non_empty) {
+        text.answer();
+        text.push(part);
+        kind = EventKind::Output;
+    }
+    let calls = message
+        .and_then(|m| m.tool_calls.as_deref())
+        .unwrap_or_default();
+    if !calls.is_empty() {
+        text.answer();
+        text.tool_call();
+        let names = calls.iter().filter_map(|c| c.function.as_ref());
+        names
+            .filter_map(|f| f.name.non_empty())
+            .for_each(|n| text.push(n));
+        kind = EventKind::Output;
+    }
+    kind
+}
+
+/// The scanner's reading ([`scan`]), `None` when it leaves the line to serde_json.
+pub(super) fn read_fast(
+    data: &[u8],
+    obs: &mut Observations,
+    text: &mut EventOutput<'_>,
+) -> Option<EventKind> {
+    scan::line(data).map(|line| on_line(&line, obs, text))
+}
+
+pub(super) fn read_by_serde(
+    data: &[u8],
+    obs: &mut Observations,
+    text: &mut EventOutput<'_>,
+) -> EventKind {
+    match serde_json::from_slice::<Line<'_>>(data) {
+        Ok(line) => on_line(&line, obs, text),
+        Err(_) => EventKind::Malformed,
+    }
+}
+
 impl Dialect for Ollama {
     fn on_event(
         &mut self,
@@ -80,49 +152,7 @@ impl Dialect for Ollama {
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {
-        let Ok(line) = serde_json::from_slice::<Line<'_>>(event.data) else {
-            return EventKind::Malformed;
-        };
-        obs.model(line.model.0.as_deref());
-        obs.record(line.eval_count, line.prompt_eval_count);
-        if line.done == Some(true) {
-            obs.ended = true;
-            let durations = OllamaDurations {
-                load_duration: line.load_duration,
-                prompt_eval_duration: line.prompt_eval_duration,
-                eval_duration: line.eval_duration,
-            };
-            obs.server.merge(durations.timings());
-        }
-        if line.error.is_some() {
-            return EventKind::Error;
-        }
-        let message = line.message.as_ref();
-        let mut kind = EventKind::Other;
-        let reasoning = [Some(&line.thinking), message.map(|m| &m.thinking)];
-        for part in reasoning.into_iter().flatten().filter_map(Text::non_empty) {
-            text.push_reasoning(part);
-            kind = EventKind::Output;
-        }
-        let answer = [Some(&line.response), message.map(|m| &m.content)];
-        for part in answer.into_iter().flatten().filter_map(Text::non_empty) {
-            text.answer();
-            text.push(part);
-            kind = EventKind::Output;
-        }
-        let calls = message
-            .and_then(|m| m.tool_calls.as_deref())
-            .unwrap_or_default();
-        if !calls.is_empty() {
-            text.answer();
-            text.tool_call();
-            let names = calls.iter().filter_map(|c| c.function.as_ref());
-            names
-                .filter_map(|f| f.name.non_empty())
-                .for_each(|n| text.push(n));
-            kind = EventKind::Output;
-        }
-        kind
+        read_fast(event.data, obs, text).unwrap_or_else(|| read_by_serde(event.data, obs, text))
     }
 
     fn body_fields(&self) -> &'static [&'static str] {

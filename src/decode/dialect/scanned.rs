@@ -3,8 +3,8 @@
 //! fuzz targets hold equal.
 
 use super::{
-    anthropic, llamacpp, openai, responses, tgi, Channels, ChoiceTexts, EventKind, EventOutput,
-    Observations,
+    anthropic, llamacpp, ollama, openai, responses, tgi, Channels, ChoiceTexts, EventKind,
+    EventOutput, Observations,
 };
 
 /// A dialect with a scanner: its per-token events are read without serde_json, and whatever the
@@ -17,6 +17,7 @@ pub enum Scanned {
     Responses,
     Tgi,
     LlamaCpp,
+    Ollama,
 }
 
 /// How a dialect reads one event's data into observations and output.
@@ -42,6 +43,7 @@ impl Scanned {
             Scanned::Responses => (responses::read_fast, responses::read_by_serde),
             Scanned::Tgi => (tgi::read_fast, tgi::read_by_serde),
             Scanned::LlamaCpp => (llamacpp::read_fast, llamacpp::read_by_serde),
+            Scanned::Ollama => (ollama::read_fast, ollama::read_by_serde),
         }
     }
 
