@@ -16,7 +16,7 @@ const FIXTURES: &[&str] = &[
 
 /// Lines the fixtures may lack: thinking on chat, empty, null and escaped text, other members, members in
 /// another order or missing, whitespace, the done line, tool calls, an error, a message that is not an
-/// object, a number or boolean where text is read, a `done` that is not a boolean.
+/// object, a number or boolean where text is read, a `done` that is not a boolean, duplicate fields.
 const SHAPES: &[&str] = &[
     r#"{"model":"m","created_at":"t","message":{"role":"assistant","content":"","thinking":"hm"},"done":false}"#,
     r#"{"model":"m","created_at":"t","response":"","thinking":"so","done":false}"#,
@@ -38,6 +38,8 @@ const SHAPES: &[&str] = &[
     r#"{"model":"m","message":{"content":2},"done":false}"#,
     r#"{"model":"m","response":"a","done":"no"}"#,
     r#"{"model":"m","response":"a","done":0}"#,
+    r#"{"model":"m","message":{"content":"a"},"message":{"content":"b"},"done":false}"#,
+    r#"{"model":"m","message":{"content":"a","content":"b"},"done":false}"#,
     r#"{}"#,
 ];
 
