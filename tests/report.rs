@@ -876,3 +876,43 @@ fn turns_group_by_position_and_conversations_are_summarised() {
     // Records without conversations have no such section.
     assert!(json(&options(&[DAY])).get("conversations").is_none());
 }
+
+/// `--by turn` shows its groups in the order of the turns (`16+` after `8-15`, not after `1` as text sorts
+/// it), records outside any conversation after them; both in one report and in a comparison.
+#[test]
+fn turn_groups_are_shown_in_turn_order_not_as_text() {
+    let line = |turn: Option<u32>| {
+        let turn = turn.map_or(String::new(), |t| {
+            format!(",\"conversation\":\"c\",\"turn\":{t}")
+        });
+        format!(
+            "{{\"v\":1,\"start\":\"2026-12-03T08:00:00Z\",\"id\":\"r\",\"model\":\"m\",\"api\":\"chat\"{turn},\"status\":200,\"outcome\":\"ok\",\"stream\":true,\"e2e_s\":1.0,\"ttft_s\":0.1,\"goodput\":true}}\n"
+        )
+    };
+    let lines: String = [Some(20), None, Some(9), Some(1), Some(5), Some(2), Some(3)]
+        .map(line)
+        .concat();
+    let path = temp("turn-order.jsonl", lines.as_bytes());
+    let path = path.to_str().unwrap();
+    let in_order = ["1", "2", "3", "4-7", "8-15", "16+", "-"].map(|g| format!("turn = {g}\n"));
+    let positions = |table: &str| -> Vec<usize> {
+        in_order
+            .iter()
+            .map(|title| {
+                table
+                    .find(title.as_str())
+                    .unwrap_or_else(|| panic!("{title:?} missing:\n{table}"))
+            })
+            .collect()
+    };
+    let mut o = options(&[path]);
+    o.by = Some(By::Turn);
+    o.format = Format::Table;
+    let table = report(&o).unwrap().0;
+    let at = positions(&table);
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "{at:?}\n{table}");
+    o.compare = vec![path.to_owned()];
+    let table = report(&o).unwrap().0;
+    let at = positions(&table);
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "{at:?}\n{table}");
+}

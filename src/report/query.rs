@@ -42,16 +42,19 @@ impl By {
         }
     }
 
-    /// The record's group; a record without a tenant (or a turn) is in `-`.
+    /// The record's group; a record without a tenant (or a turn) is in [`NO_GROUP`].
     pub fn key(self, record: &RequestRecord) -> &str {
         match self {
             By::Model => &record.model,
-            By::Tenant => record.tenant.as_deref().unwrap_or("-"),
+            By::Tenant => record.tenant.as_deref().unwrap_or(NO_GROUP),
             By::Api => &record.api,
-            By::Turn => record.turn.map_or("-", turn_label),
+            By::Turn => record.turn.map_or(NO_GROUP, turn_label),
         }
     }
 }
+
+/// The group of records without a tenant (with `--by tenant`) or a turn (with `--by turn`).
+pub const NO_GROUP: &str = "-";
 
 /// `--since` / `--until`: a record is in the window when since ≤ start < until.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

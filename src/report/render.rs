@@ -8,10 +8,12 @@
 
 use std::fmt::Write as _;
 
+use crate::record::conversations::TURN_LABELS;
 use crate::report::conversations::ConversationsJson;
 use crate::report::json::{Side, SlowestJson, Stats, SummaryJson};
+use crate::report::query::NO_GROUP;
 use crate::report::sketch::{EXACT_UP_TO, RELATIVE_ERROR};
-use crate::report::summary::{Figure, Limit, Unit};
+use crate::report::summary::{Figure, Limit, Unit, OVERFLOW};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Style {
@@ -181,6 +183,21 @@ fn title(name: &str, style: Style, out: &mut String) {
             let _ = writeln!(out, "{name}\n{}", "=".repeat(name.chars().count()));
         }
     }
+}
+
+/// The groups' names in the order a report shows them: turns by position (`1`, `2`, `3`, `4-7`, `8-15`,
+/// `16+`), any other grouping by name; records without a group (`-`) and the overflow after them.
+fn ordered<'a>(by: Option<&str>, names: impl IntoIterator<Item = &'a String>) -> Vec<&'a String> {
+    let mut names: Vec<&String> = names.into_iter().collect();
+    let position = |name: &str| match by {
+        Some("turn") => TURN_LABELS.iter().position(|l| *l == name),
+        _ => None,
+    };
+    names.sort_by_key(|n| {
+        let last = [NO_GROUP, OVERFLOW].iter().position(|l| l == n);
+        (last, position(n), n.as_str())
+    });
+    names
 }
 
 fn group_name(side: &Side, group: Option<&str>) -> String {
@@ -457,9 +474,9 @@ pub fn single(side: &Side, style: Style) -> String {
     let mut out = String::new();
     title(&group_name(side, None), style, &mut out);
     summary(&side.total, style, &mut out);
-    for (name, s) in &side.groups {
+    for name in ordered(side.by, side.groups.keys()) {
         title(&group_name(side, Some(name)), style, &mut out);
-        summary(s, style, &mut out);
+        summary(&side.groups[name], style, &mut out);
     }
     if let Some(slowest) = &side.slowest {
         slowest_table(slowest, style, &mut out);
@@ -606,14 +623,15 @@ pub fn compare(before: &Side, after: &Side, style: Style) -> String {
     let mut out = String::new();
     title(&group_name(before, None), style, &mut out);
     compared(&before.total, &after.total, style, &mut out);
-    let mut names: Vec<&String> = before.groups.keys().collect();
-    names.extend(
-        after
-            .groups
-            .keys()
-            .filter(|k| !before.groups.contains_key(*k)),
+    let names = ordered(
+        before.by,
+        before.groups.keys().chain(
+            after
+                .groups
+                .keys()
+                .filter(|k| !before.groups.contains_key(*k)),
+        ),
     );
-    names.sort();
     let empty = crate::report::json::summary(&Default::default(), &[], None);
     for name in names {
         title(&group_name(before, Some(name)), style, &mut out);
