@@ -544,12 +544,14 @@ async fn main() {
         || itl != want_itl
         || in_flight != 0.0;
     println!("---");
-    if args.burst.is_none() {
-        println!(
+    match (args.burst.is_none(), held_samples) {
+        (true, 0) => println!("concurrent streams after ramp-up: none sampled (the run ended within its 10 s ramp-up)"),
+        (true, n) => println!(
             "concurrent streams after ramp-up: min {held_min}, mean {} (target {}, sampled each second)",
-            held_sum / held_samples.max(1),
+            held_sum / n,
             args.streams
-        );
+        ),
+        _ => {}
     }
     println!(
         "completed streams: {completed}, failed: {failed}, bytes received: {}",
