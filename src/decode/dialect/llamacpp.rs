@@ -34,7 +34,8 @@ use crate::decode::json_scan::FieldScanner;
 #[derive(Debug, Default)]
 pub struct LlamaCpp;
 
-#[derive(Deserialize)]
+/// One event, as serde_json reads it; the scanner fills the same struct (absent fields: the default).
+#[derive(Deserialize, Default)]
 struct Chunk<'a> {
     #[serde(borrow, default)]
     content: Text<'a>,

@@ -33,7 +33,8 @@ use crate::decode::json_scan::FieldScanner;
 #[derive(Debug, Default)]
 pub struct Ollama;
 
-#[derive(Deserialize)]
+/// One line, as serde_json reads it; the scanner fills the same struct (absent fields: the default).
+#[derive(Deserialize, Default)]
 struct Line<'a> {
     #[serde(borrow, default)]
     model: Text<'a>,
@@ -59,7 +60,7 @@ struct Line<'a> {
     eval_duration: Option<u64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct Message<'a> {
     #[serde(borrow, default)]
     content: Text<'a>,

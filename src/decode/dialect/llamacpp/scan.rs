@@ -13,15 +13,7 @@ use crate::decode::dialect::cursor::{Cursor, Seen};
 use crate::decode::dialect::text::Text;
 
 pub(super) fn chunk(data: &[u8]) -> Option<Chunk<'_>> {
-    let mut chunk = Chunk {
-        content: Text::default(),
-        model: Text::default(),
-        stop: None,
-        tokens_predicted: None,
-        tokens_evaluated: None,
-        timings: None,
-        error: None,
-    };
+    let mut chunk = Chunk::default();
     let mut seen = Seen::default();
     Cursor::whole_object(data, |c, key| {
         match key {

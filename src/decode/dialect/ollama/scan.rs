@@ -14,19 +14,7 @@ use crate::decode::dialect::cursor::{Cursor, Seen};
 use crate::decode::dialect::text::Text;
 
 pub(super) fn line(data: &[u8]) -> Option<Line<'_>> {
-    let mut line = Line {
-        model: Text::default(),
-        response: Text::default(),
-        thinking: Text::default(),
-        message: None,
-        done: None,
-        eval_count: None,
-        prompt_eval_count: None,
-        error: None,
-        load_duration: None,
-        prompt_eval_duration: None,
-        eval_duration: None,
-    };
+    let mut line = Line::default();
     let mut seen = Seen::default();
     Cursor::whole_object(data, |c, key| {
         match key {
@@ -68,11 +56,11 @@ fn read_message<'a>(c: &mut Cursor<'a>) -> Option<Option<Message<'a>>> {
     if c.null_or_object()? {
         return Some(None);
     }
-    let (mut content, mut thinking, mut seen) = (Text::default(), Text::default(), Seen::default());
+    let (mut message, mut seen) = (Message::default(), Seen::default());
     c.object(|c, key| {
         let (field, slot) = match key {
-            b"content" => (0, &mut content),
-            b"thinking" => (1, &mut thinking),
+            b"content" => (0, &mut message.content),
+            b"thinking" => (1, &mut message.thinking),
             b"tool_calls" => return None,
             _ => return Some(false),
         };
@@ -80,9 +68,5 @@ fn read_message<'a>(c: &mut Cursor<'a>) -> Option<Option<Message<'a>>> {
         *slot = Text(c.text_field()?.map(|s| s.value()));
         Some(true)
     })?;
-    Some(Some(Message {
-        content,
-        thinking,
-        tool_calls: None,
-    }))
+    Some(Some(message))
 }
