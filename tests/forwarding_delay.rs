@@ -73,3 +73,42 @@ async fn an_answer_tokentap_made_itself_is_not_observed() {
     assert!(m.has(&format!("{DELAY}_count"), &[]), "exported from start");
     assert_eq!(m.get(&format!("{DELAY}_count"), &[]), 0.0);
 }
+
+/// A client that stops reading: what the upstream sends meanwhile waits in tokentap's upstream socket,
+/// and its delay counts from when it arrived there (the kernel's receive timestamp), not from when
+/// tokentap got round to reading it. The client is h2 with a 1 KiB window: tokentap reads no more from
+/// the upstream than it can send, so all but a frame or two of what waits is in its upstream socket.
+/// Counted from the read, only those one or two could show the pause.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn frames_that_waited_in_the_upstream_socket_count_from_their_arrival() {
+    const TOKENS: usize = 2000;
+    let upstream = upstream(|_| token_stream(TOKENS, ms(0))).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    // The kernel turns receive timestamps on a moment after the first socket asks.
+    tokio::time::sleep(ms(100)).await;
+
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .http2_initial_stream_window_size(1024)
+        .http2_initial_connection_window_size(1024)
+        .build_http::<Full<Bytes>>();
+    let response = client
+        .request(post(&proxy, "/v1/chat/completions", &chat_request("m")))
+        .await
+        .expect("response head");
+    assert_eq!(response.status(), 200);
+    tokio::time::sleep(ms(600)).await;
+    let body = response.into_body().collect().await.expect("whole body");
+    assert_eq!(count(&body.to_bytes(), b"data: "), TOKENS + 2);
+    settle(&proxy).await;
+
+    let m = scrape(&proxy).await;
+    let frames = m.get(&format!("{DELAY}_count"), &[]);
+    let paused = frames - m.get(&format!("{DELAY}_bucket"), &[("le", "0.25")]);
+    assert!(frames >= (TOKENS + 2) as f64, "{frames} frames");
+    assert!(
+        paused > 50.0,
+        "{paused} of {frames} frames show the client's pause"
+    );
+}

@@ -1,7 +1,9 @@
 //! tokentap's own delay per forwarded frame, measured where it ends: at the client socket.
 //!
-//! A response frame's clock starts when it comes off the upstream connection (the response tap keeps that
-//! instant: [`ReadAt`]) and stops when the client write that took its last byte returns. [`Forwarding`]
+//! A response frame's clock starts when its bytes reached tokentap's upstream socket (the kernel's receive
+//! timestamp, `proxy/upstream/arrival.rs`; else when it came off the upstream connection: the response tap
+//! keeps that instant, [`ReadAt`]) and stops when the client write that took its last byte returns. So
+//! what tokentap adds before it reads (its worker waking up, other connections served first) is inside it. [`Forwarding`]
 //! wraps the response body on its way into hyper and notes each data frame's start in the connection's
 //! [`FrameDelay`]; the client socket (`TimedIo` in `client_conn.rs`) reads the clock once per
 //! write that took everything it was offered, and observes every noted frame into

@@ -12,6 +12,8 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::Sleep;
 
+use super::Arrived;
+
 pub enum Step {
     Data(Bytes),
     Trailers(HeaderMap),
@@ -27,6 +29,8 @@ pub struct MockBody {
     /// Whether the body says it has ended once its script is used up (else it answers `None` first).
     eos_with_last: bool,
     hint: SizeHint,
+    /// What the body says of how long ago its frames' bytes reached the socket.
+    waited: Option<Duration>,
 }
 
 impl MockBody {
@@ -37,6 +41,7 @@ impl MockBody {
             sleep: None,
             eos_with_last: true,
             hint: SizeHint::default(),
+            waited: None,
         }
     }
 
@@ -49,6 +54,18 @@ impl MockBody {
     pub fn with_size_hint(mut self, hint: SizeHint) -> Self {
         self.hint = hint;
         self
+    }
+
+    /// A body whose frames' bytes each reached the socket `waited` before they are returned.
+    pub fn arrived(mut self, waited: Duration) -> Self {
+        self.waited = Some(waited);
+        self
+    }
+}
+
+impl Arrived for MockBody {
+    fn waited(&self) -> Option<Duration> {
+        self.waited
     }
 }
 

@@ -14,4 +14,4 @@ mod response;
 
 pub use idle::IdleTimer;
 pub use request::{Leftover, RequestSeen, RequestTap};
-pub use response::{BoxError, ReadAt, ResponseTap, StreamCut};
+pub use response::{Arrived, BoxError, ReadAt, ResponseTap, StreamCut};

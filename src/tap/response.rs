@@ -6,8 +6,10 @@
 //! passed on as an error, so the client's stream breaks instead of ending as if it were complete, and
 //! the upstream body is dropped with this one, closing its connection.
 //!
-//! The instant a data frame came off the upstream connection is kept until the next one ([`ReadAt`]), so
-//! the client's side can tell how long tokentap held it (`net/delay.rs`) without reading the clock again.
+//! The instant a data frame's bytes reached tokentap is kept until the next one ([`ReadAt`]), so the
+//! client's side can tell how long tokentap held it (`net/delay.rs`) without reading the clock again: the
+//! upstream socket's receive timestamp where the body knows it ([`Arrived`]), else the instant the frame
+//! came off the upstream connection.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -49,9 +51,18 @@ pin_project! {
 
 /// A response body that can say when the data frame it last returned came off the upstream connection.
 pub trait ReadAt {
-    /// The instant the last data frame `poll_frame` returned came off the upstream connection; `None` for a
-    /// body tokentap made itself, or before its first data frame.
+    /// The instant the bytes of the last data frame `poll_frame` returned reached tokentap (see the
+    /// module's documentation); `None` for a body tokentap made itself, or before its first data frame.
     fn read_at(&self) -> Option<Instant>;
+}
+
+/// A body that can say how long ago the bytes of the data frame it last returned reached tokentap's socket
+/// (the upstream connection's receive timestamp, `proxy/upstream/arrival.rs`).
+pub trait Arrived {
+    /// `None` when it cannot tell: the frame's clock then starts when it came off the upstream connection.
+    fn waited(&self) -> Option<Duration> {
+        None
+    }
 }
 
 impl<B> ReadAt for ResponseTap<B> {
@@ -97,7 +108,7 @@ impl<B> ResponseTap<B> {
 
 impl<B> Body for ResponseTap<B>
 where
-    B: Body<Data = Bytes>,
+    B: Body<Data = Bytes> + Arrived,
     B::Error: Into<BoxError>,
 {
     type Data = Bytes;
@@ -117,7 +128,8 @@ where
             match &polled {
                 Some(Ok(frame)) => {
                     if let Some(data) = frame.data_ref() {
-                        *this.read_at = Some(now);
+                        let waited = this.inner.waited().unwrap_or_default();
+                        *this.read_at = Some(now.checked_sub(waited).unwrap_or(now));
                         if let Some(exchange) = this.exchange.get_mut() {
                             exchange.on_data(data, now);
                         }
@@ -321,6 +333,25 @@ mod tests {
         assert_eq!(in_flight(&metrics), 0.0);
         drop(body);
         assert_eq!(recorded(&metrics), ["upstream_error 1"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_frames_clock_starts_when_its_bytes_reached_the_socket_where_the_body_knows_it() {
+        let (mut body, _) = tap(MockBody::new([data(CHUNK)]).arrived(Duration::from_micros(70)));
+        assert!(next(&mut body).await.is_some());
+        assert_eq!(
+            body.read_at(),
+            Some(Instant::now() - Duration::from_micros(70))
+        );
+
+        let (mut body, _) = tap(MockBody::new([data(CHUNK)]));
+        assert_eq!(body.read_at(), None, "no data frame yet");
+        assert!(next(&mut body).await.is_some());
+        assert_eq!(
+            body.read_at(),
+            Some(Instant::now()),
+            "else when it came off the connection"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -10,11 +10,15 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
+use crate::tap::Arrived;
+
+use super::arrival::Arrival;
 use super::pool::{Conn, Pool};
 use super::wake::{LookAgain, LOOK_AGAIN};
 
@@ -39,12 +43,16 @@ pub struct UpstreamResponse {
     wake: LookAgain,
     /// An error read in the same wake-up as frames before it, held back for one poll (see `poll_frame`).
     broke: Option<hyper::Error>,
+    /// When the bytes of the last read on the connection reached its socket: those of the frame just
+    /// returned, since hyper reads only when it has handed on everything it read before.
+    arrival: Arc<Arrival>,
 }
 
 impl UpstreamResponse {
     pub(super) fn new(body: Incoming, lease: Lease, wake: LookAgain) -> Self {
         UpstreamResponse {
             body,
+            arrival: lease.conn.arrival.clone(),
             lease: Some(lease),
             wake,
             broke: None,
@@ -88,6 +96,12 @@ fn look(
         _ => {}
     }
     frame
+}
+
+impl Arrived for UpstreamResponse {
+    fn waited(&self) -> Option<Duration> {
+        self.arrival.waited()
+    }
 }
 
 impl Body for UpstreamResponse {

@@ -3,7 +3,7 @@
 //! with the system's roots or a configured CA bundle. `timeouts.connect` bounds both together.
 //!
 //! The stream counts the bytes it has read (after TLS: what the upstream said, not the records that
-//! carried it). A request that failed on a reused connection is sent again only if this count did not
+//! carried it), and its TCP reads note when their bytes reached the socket (`arrival.rs`). A request that failed on a reused connection is sent again only if this count did not
 //! move while it was out: the upstream closed the connection without answering it (see `mod.rs`).
 
 use std::io;
@@ -20,11 +20,11 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::RootCertStore;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 use tower_service::Service;
 
+use super::arrival::{Arrival, Keeper, Stamped};
 use crate::config::Config;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -79,6 +79,7 @@ pub(super) struct Connector {
     tls: Option<(TlsConnector, ServerName<'static>)>,
     timeout: Duration,
     base: Uri,
+    _stamping: Keeper,
 }
 
 impl Connector {
@@ -116,6 +117,7 @@ impl Connector {
             tls,
             timeout: config.timeouts.connect,
             base,
+            _stamping: Keeper::new(),
         })
     }
 
@@ -124,7 +126,11 @@ impl Connector {
         let open = async {
             let mut tcp = self.tcp.clone();
             std::future::poll_fn(|cx| tcp.poll_ready(cx)).await?;
-            let socket = tcp.call(self.base.clone()).await?.into_inner();
+            let arrival = Arc::<Arrival>::default();
+            let socket = Stamped::new(
+                tcp.call(self.base.clone()).await?.into_inner(),
+                arrival.clone(),
+            );
             let inner = match &self.tls {
                 None => Inner::Plain(socket),
                 Some((tls, name)) => Inner::Tls(Box::new(tls.connect(name.clone(), socket).await?)),
@@ -132,6 +138,7 @@ impl Connector {
             Ok::<_, BoxError>(Stream {
                 inner,
                 read: Arc::default(),
+                arrival,
             })
         };
         match tokio::time::timeout(self.timeout, open).await {
@@ -142,20 +149,27 @@ impl Connector {
 }
 
 enum Inner {
-    Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
+    Plain(Stamped),
+    Tls(Box<TlsStream<Stamped>>),
 }
 
-/// An open connection to the upstream, and how many bytes have been read from it.
+/// An open connection to the upstream, how many bytes have been read from it, and when the last read's
+/// bytes reached the socket.
 pub struct Stream {
     inner: Inner,
     read: Arc<AtomicU64>,
+    arrival: Arc<Arrival>,
 }
 
 impl Stream {
     /// The count of bytes read, shared with whoever holds the connection it carries.
     pub(super) fn read_count(&self) -> Arc<AtomicU64> {
         self.read.clone()
+    }
+
+    /// When the last read's bytes reached the socket, shared likewise.
+    pub(super) fn arrival(&self) -> Arc<Arrival> {
+        self.arrival.clone()
     }
 }
 

@@ -17,11 +17,13 @@
 //! as it was handed over) is sent again whatever its body. Each is counted in
 //! `tokentap_upstream_requests_resent_total`.
 
+mod arrival;
 mod body;
 mod connect;
 mod pool;
 mod wake;
 
+pub use arrival::{Arrival, Stamped};
 pub use body::UpstreamResponse;
 pub(crate) use connect::roots;
 pub use connect::TlsSetupError;
@@ -167,9 +169,9 @@ impl Upstream {
             .connect()
             .await
             .map_err(UpstreamError::Connect)?;
-        let read = stream.read_count();
+        let (read, arrival) = (stream.read_count(), stream.arrival());
         let (sender, driver) = self.handshake.handshake(TokioIo::new(stream)).await?;
-        Ok(Box::new(pool::Conn::new(sender, driver, read)))
+        Ok(Box::new(pool::Conn::new(sender, driver, read, arrival)))
     }
 }
 

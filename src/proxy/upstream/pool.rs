@@ -30,6 +30,7 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::arrival::Arrival;
 use super::connect::{bytes_read, Stream};
 use super::Outgoing;
 use crate::record::metrics::UpstreamCounters;
@@ -39,6 +40,8 @@ pub struct Conn {
     pub(super) sender: SendRequest<Outgoing>,
     driver: Connection<TokioIo<Stream>, Outgoing>,
     read: Arc<AtomicU64>,
+    /// When the last read's bytes reached the socket.
+    pub(super) arrival: Arc<Arrival>,
 }
 
 impl Conn {
@@ -46,11 +49,13 @@ impl Conn {
         sender: SendRequest<Outgoing>,
         driver: Connection<TokioIo<Stream>, Outgoing>,
         read: Arc<AtomicU64>,
+        arrival: Arc<Arrival>,
     ) -> Self {
         Conn {
             sender,
             driver,
             read,
+            arrival,
         }
     }
 

@@ -444,9 +444,9 @@ pub const LABELS_RETIRED: Family = single(
 );
 pub const FORWARDING_DELAY: Family = single(
     "tokentap_forwarding_delay_seconds",
-    "The delay tokentap itself adds to each forwarded response frame: from the frame coming off the upstream \
-     connection (after its read and HTTP/1 decoding) to the return of the client write that took it. \
-     Metering is inside it; the kernel's time before the upstream read returned is not.",
+    "The delay tokentap itself adds to each forwarded response frame: from its bytes reaching tokentap's \
+     upstream socket (the kernel's receive timestamp; where there is none, the upstream read) to the return \
+     of the client write that took it. Waking up, the read, decoding and metering are inside it.",
     H(B::Forwarding),
 );
 
