@@ -1,6 +1,9 @@
 //! The load generator: K users, each on its own keep-alive HTTP/1.1 connection, sending streaming chat
 //! requests back to back until the phase ends. Every SSE event is timestamped when its bytes arrive; the
-//! upstream's send time inside it gives the exact delivery latency of that chunk.
+//! upstream's send time inside it gives the exact delivery latency of that chunk. The clients' sockets
+//! also give the kernel's receive timestamp of each read (tokentap's own `Stamped`), so each chunk's
+//! latency is known twice: to the client's parse, and to the client's socket (which leaves out the
+//! harness's own scheduling, the same on every path).
 //!
 //! Only requests sent after the warm-up count toward latency figures; only events received inside the
 //! measuring window `[warmup, duration)` count toward throughput, so the proxy's CPU can be read over the
@@ -16,6 +19,7 @@ use http::{header, Request};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use tokentap::proxy::upstream::{Arrival, Stamped};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
@@ -38,6 +42,10 @@ pub struct Spec {
 pub struct Samples {
     /// Per content chunk: client receive − upstream send, ns.
     pub chunk_ns: Vec<u64>,
+    /// Per stamped event (the role chunk, each content chunk, the usage chunk): its bytes reaching the
+    /// client's socket (the kernel's receive timestamp) − upstream send, ns; empty where the socket gives
+    /// no timestamps.
+    pub socket_ns: Vec<u64>,
     /// Per request: first content chunk received − request sent, ns (client TTFT).
     pub ttft_ns: Vec<u64>,
     /// Per request: what the path adds to TTFT: (upstream got the request − client sent it) + first
@@ -55,6 +63,7 @@ pub struct Samples {
 impl Samples {
     fn merge(&mut self, other: Samples) {
         self.chunk_ns.extend(other.chunk_ns);
+        self.socket_ns.extend(other.socket_ns);
         self.ttft_ns.extend(other.ttft_ns);
         self.ttft_path_ns.extend(other.ttft_path_ns);
         self.itl_ns.extend(other.itl_ns);
@@ -122,17 +131,26 @@ pub fn hold(spec: Spec, open: Arc<AtomicUsize>, first_user: usize) -> JoinSet<Sa
 
 /// One HTTP/1.1 connection (nodelay) driven by its own task; the benchmark's only client handshake.
 pub async fn connect(target: SocketAddr) -> Result<SendRequest<Full<Bytes>>, String> {
+    Ok(connect_stamped(target).await?.0)
+}
+
+/// A connection as [`connect`], and when the bytes of its last read reached its socket.
+async fn connect_stamped(
+    target: SocketAddr,
+) -> Result<(SendRequest<Full<Bytes>>, Arc<Arrival>), String> {
     let stream = TcpStream::connect(target)
         .await
         .map_err(|e| format!("connect: {e}"))?;
     let _ = stream.set_nodelay(true);
+    let arrival = Arc::<Arrival>::default();
+    let stream = Stamped::new(stream, arrival.clone());
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| format!("handshake: {e}"))?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
-    Ok(sender)
+    Ok((sender, arrival))
 }
 
 async fn user(spec: Spec, index: usize, start: u64, open: Option<Arc<AtomicUsize>>) -> Samples {
@@ -141,12 +159,12 @@ async fn user(spec: Spec, index: usize, start: u64, open: Option<Arc<AtomicUsize
     tokio::time::sleep(offset).await;
     let warmup_ns = start + spec.warmup.as_nanos() as u64;
     let end_ns = start + spec.duration.as_nanos() as u64;
-    let mut sender: Option<SendRequest<Full<Bytes>>> = None;
+    let mut sender: Option<(SendRequest<Full<Bytes>>, Arc<Arrival>)> = None;
     let mut failures = 0u32;
     while now_ns() < end_ns && failures < 50 {
         let mut s = match sender.take() {
             Some(s) => s,
-            None => match connect(spec.target).await {
+            None => match connect_stamped(spec.target).await {
                 Ok(s) => s,
                 Err(e) => {
                     samples.error(e);
@@ -156,11 +174,12 @@ async fn user(spec: Spec, index: usize, start: u64, open: Option<Arc<AtomicUsize
                 }
             },
         };
-        if s.ready().await.is_err() {
+        if s.0.ready().await.is_err() {
             continue;
         }
         match stream_once(
-            &mut s,
+            &mut s.0,
+            &s.1,
             &spec,
             warmup_ns,
             end_ns,
@@ -181,6 +200,7 @@ async fn user(spec: Spec, index: usize, start: u64, open: Option<Arc<AtomicUsize
 
 async fn stream_once(
     sender: &mut SendRequest<Full<Bytes>>,
+    arrival: &Arrival,
     spec: &Spec,
     warmup_ns: u64,
     end_ns: u64,
@@ -214,6 +234,7 @@ async fn stream_once(
     let mut last_content: Option<u64> = None;
     let mut done = false;
     let mut local_chunks: Vec<u64> = Vec::new();
+    let mut local_socket: Vec<u64> = Vec::new();
     let mut local_itl: Vec<u64> = Vec::new();
     let mut ttft = None;
     while let Some(frame) = body.frame().await {
@@ -222,6 +243,10 @@ async fn stream_once(
             continue;
         };
         let now = now_ns();
+        // Its connection reads only once this frame is taken, so the last read is the one that brought it.
+        let landed = arrival
+            .waited()
+            .map(|waited| now.saturating_sub(u64::try_from(waited.as_nanos()).unwrap_or(0)));
         carry.extend_from_slice(data);
         let mut consumed = 0;
         while let Some(end) = memchr::memmem::find(&carry[consumed..], b"\n\n") {
@@ -233,6 +258,9 @@ async fn stream_once(
             if event == b"data: [DONE]" {
                 done = true;
                 continue;
+            }
+            if let Some((landed, sent_at)) = landed.zip(sent_ns(event)) {
+                local_socket.push(landed.saturating_sub(sent_at));
             }
             let is_content = memchr::memmem::find(event, b"\"delta\":{\"content\"").is_some();
             if !is_content {
@@ -263,6 +291,7 @@ async fn stream_once(
     samples.requests_ok += 1;
     if measured {
         samples.chunk_ns.extend(local_chunks);
+        samples.socket_ns.extend(local_socket);
         samples.itl_ns.extend(local_itl);
         if let Some((ttft, first_delivery)) = ttft {
             samples.ttft_ns.push(ttft);

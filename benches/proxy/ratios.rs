@@ -1,6 +1,7 @@
 //! The figures issue 25's targets are stated in, as ratios of tokentap to each anchor (nginx, HAProxy)
 //! measured in the same run, and tokentap's own delay histogram (`tokentap_forwarding_delay_seconds`)
-//! beside the delay the wire shows it adds (its chunk latency minus the direct path's).
+//! beside the delay the wire shows it adds (its chunk latency to the client's socket minus the direct
+//! path's).
 //!
 //! - CPU per chunk: proxy CPU seconds per million chunks at each latency load (100 and 1,000 streams).
 //! - Moderate p99: chunk latency p99 at the lighter latency load (100 streams), not the added figure.
@@ -10,6 +11,7 @@
 
 use std::fmt::Write;
 
+use crate::load::Samples;
 use crate::report::{p, LatencyRow, Report};
 use crate::stats::{buckets, delta, histogram_quantile};
 use crate::target::Kind;
@@ -154,8 +156,8 @@ fn render_self_delay(o: &mut String, rows: &[LatencyRow]) {
         o,
         "### tokentap's own delay per frame (its histogram) against the wire\n"
     );
-    let _ = writeln!(o, "| streams | frames observed | self p50 (interpolated) | wire added p50 | null relay added p50 | wire beyond the relay p50 | self − wire beyond the relay | self − wire | self mean | wire added mean | wire beyond the relay, mean |");
-    let _ = writeln!(o, "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+    let _ = writeln!(o, "| streams | frames observed | self p50 (interpolated) | wire added p50, socket to socket | **self − wire** | null relay added p50, socket to socket | wire added p50, to the client's parse | self mean | wire added mean, socket to socket |");
+    let _ = writeln!(o, "|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for row in rows.iter().filter(|r| !r.self_delay.is_empty()) {
         let mut pooled: Vec<(f64, f64)> = Vec::new();
         let (mut sum, mut count) = (0.0, 0.0);
@@ -172,20 +174,21 @@ fn render_self_delay(o: &mut String, rows: &[LatencyRow]) {
         }
         let self_p50 = histogram_quantile(0.5, &pooled).map(|s| s * 1e6);
         let self_mean = (count > 0.0).then(|| sum / count * 1e6);
-        let chunks = |k: Kind| row.pooled(k).map(|k| k.samples.chunk_ns);
-        let (tc, dc, rc) = (
-            chunks(Kind::Tokentap),
-            chunks(Kind::Direct),
-            chunks(Kind::Relay),
-        );
-        let added = |t: &Option<Vec<u64>>, stat: &dyn Fn(&[u64]) -> Option<f64>| {
-            Some(stat(t.as_ref()?)? - stat(dc.as_ref()?)?)
-        };
+        // What a path adds over the direct one, by `stat` of each chunk's latency as `of` gives it.
+        let added =
+            |k: Kind, of: &dyn Fn(&Samples) -> &Vec<u64>, stat: &dyn Fn(&[u64]) -> Option<f64>| {
+                let path = row.pooled(k)?;
+                let direct = row.pooled(Kind::Direct)?;
+                Some(stat(of(&path.samples))? - stat(of(&direct.samples))?)
+            };
+        fn socket(s: &Samples) -> &Vec<u64> {
+            &s.socket_ns
+        }
+        fn parse(s: &Samples) -> &Vec<u64> {
+            &s.chunk_ns
+        }
         let median = |v: &[u64]| p(v, 0.5);
-        let (wire_p50, relay_p50) = (added(&tc, &median), added(&rc, &median));
-        let beyond_p50 = wire_p50.zip(relay_p50).map(|(w, r)| w - r);
-        let wire_mean = added(&tc, &mean_us);
-        let beyond_mean = wire_mean.zip(added(&rc, &mean_us)).map(|(w, r)| w - r);
+        let wire_p50 = added(Kind::Tokentap, &socket, &median);
         let f = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0} µs"));
         let diff = |a: Option<f64>, b: Option<f64>| {
             a.zip(b)
@@ -193,25 +196,27 @@ fn render_self_delay(o: &mut String, rows: &[LatencyRow]) {
         };
         let _ = writeln!(
             o,
-            "| {} | {count:.0} | {} | {} | {} | {} | **{}** | {} | {} | {} | {} |",
+            "| {} | {count:.0} | {} | {} | **{}** | {} | {} | {} | {} |",
             row.users,
             f(self_p50),
             f(wire_p50),
-            f(relay_p50),
-            f(beyond_p50),
-            diff(self_p50, beyond_p50),
             diff(self_p50, wire_p50),
+            f(added(Kind::Relay, &socket, &median)),
+            f(added(Kind::Tokentap, &parse, &median)),
             f(self_mean),
-            f(wire_mean),
-            f(beyond_mean),
+            f(added(Kind::Tokentap, &socket, &mean_us)),
         );
     }
     let _ = writeln!(
         o,
-        "\nself: from the frame coming off the upstream connection to the return of the client write that took it \
-         (every frame: role, content, usage, `[DONE]`); wire: tokentap's chunk latency minus the direct path's \
-         (content chunks), which also holds what any proxy in a separate process adds before doing anything (the \
-         second loopback hop, the kernel waking the proxy on its core and the client on its own): the null \
-         relay's added delay (`relay.rs`). Wire beyond the relay = tokentap's added p50 − the relay's.\n"
+        "\nself: from the frame's bytes reaching tokentap's upstream socket (the kernel's receive timestamp) to the \
+         return of the client write that took it (every frame: role, content, usage, `[DONE]`). Wire, socket to \
+         socket: each event's bytes (role, content and usage chunks: those the upstream stamps) reaching the client's socket (the kernel's receive timestamp there) \
+         minus the upstream's send, tokentap's p50 minus the direct path's: what tokentap holds a chunk, plus a \
+         loopback hop, without the harness's own scheduling (on the direct path the upstream and the client share \
+         a thread, and the client's parse waits behind the upstream's other writes; through a proxy it runs \
+         while the proxy works). To the client's parse: the same to the moment the client parsed the chunk, the \
+         figure the latency tables use. The null relay (`relay.rs`, a process that only copies bytes) shows \
+         what any proxy in a separate process adds: the kernel waking it on its core.\n"
     );
 }

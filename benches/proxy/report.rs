@@ -98,6 +98,7 @@ impl LatencyRow {
         let mut samples = Samples::default();
         for r in &runs {
             samples.chunk_ns.extend(&r.samples.chunk_ns);
+            samples.socket_ns.extend(&r.samples.socket_ns);
             samples.ttft_ns.extend(&r.samples.ttft_ns);
             samples.ttft_path_ns.extend(&r.samples.ttft_path_ns);
             samples.requests_ok += r.samples.requests_ok;
