@@ -283,9 +283,10 @@ def dashboard() -> dict:
         ),
         timeseries(
             "tokentap's own delay per frame",
-            "What tokentap itself adds to each forwarded response frame, from the frame coming off the upstream "
-            "connection to the client write that took it (tokentap_forwarding_delay_seconds, all replicas; metering "
-            "included). Tens of microseconds when the proxy keeps up; it climbs when its CPU is short or clients read slowly.",
+            "What tokentap itself adds to each forwarded response frame, from its bytes reaching tokentap's upstream "
+            "socket to the client write that took it (tokentap_forwarding_delay_seconds, all replicas; waking up, "
+            "reading and metering included). Tens of microseconds on a busy core, a few hundred where each frame "
+            "wakes an idle vCPU; it climbs when its CPU is short or clients read slowly.",
             [
                 target("histogram_quantile(0.5, sum by (le) (rate(tokentap_forwarding_delay_seconds_bucket[$__rate_interval])))", "p50"),
                 target("histogram_quantile(0.99, sum by (le) (rate(tokentap_forwarding_delay_seconds_bucket[$__rate_interval])))", "p99", "B"),
