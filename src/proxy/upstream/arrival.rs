@@ -57,7 +57,12 @@ impl Arrival {
 /// only while some socket wants it, and turns stamping on a moment after the first one asks: so without
 /// a socket that always wants it, the first packets of a fresh connection after a lull with none open
 /// would come unstamped. An unbound UDP socket that asks, and receives nothing.
-pub(super) struct Keeper(#[allow(dead_code)] Option<std::os::fd::OwnedFd>);
+pub(super) struct Keeper(#[allow(dead_code)] Option<Kept>);
+
+#[cfg(target_os = "linux")]
+type Kept = std::os::fd::OwnedFd;
+#[cfg(not(target_os = "linux"))]
+type Kept = ();
 
 impl Keeper {
     #[cfg(target_os = "linux")]
