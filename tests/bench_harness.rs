@@ -116,6 +116,9 @@ async fn harness_streams_direct_and_through_tokentap_and_renders_a_table() {
         .and_then(|c| c.trim().parse().ok())
         .unwrap_or_default();
     assert!(frames > 0.0, "{own}");
+    // The wire's side, socket to socket: the clients' sockets gave their receive timestamps.
+    let wire = own.split('|').nth(4).unwrap_or_default();
+    assert!(wire.trim().ends_with("µs"), "{own}");
 }
 
 #[test]

@@ -49,7 +49,7 @@ pin_project! {
     }
 }
 
-/// A response body that can say when the data frame it last returned came off the upstream connection.
+/// A response body that can say when the bytes of the data frame it last returned reached tokentap ([`ReadAt::read_at`]).
 pub trait ReadAt {
     /// The instant the bytes of the last data frame `poll_frame` returned reached tokentap (see the
     /// module's documentation); `None` for a body tokentap made itself, or before its first data frame.
