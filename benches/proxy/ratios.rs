@@ -210,7 +210,7 @@ fn render_self_delay(o: &mut String, rows: &[LatencyRow]) {
     let _ = writeln!(
         o,
         "\nself: from the frame's bytes reaching tokentap's upstream socket (the kernel's receive timestamp) to the \
-         return of the client write that took it (every frame: role, content, usage, `[DONE]`). Wire, socket to \
+         start of the client write that took it (every frame: role, content, usage, `[DONE]`). Wire, socket to \
          socket: each event's bytes (role, content and usage chunks: those the upstream stamps) reaching the client's socket (the kernel's receive timestamp there) \
          minus the upstream's send, tokentap's p50 minus the direct path's: what tokentap holds a chunk, plus a \
          loopback hop, without the harness's own scheduling (on the direct path the upstream and the client share \

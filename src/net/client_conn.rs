@@ -177,11 +177,12 @@ impl<T> TimedIo<T> {
         self
     }
 
-    /// After a write: a write that took all of the `offered` bytes carried every frame handed over before it.
-    fn wrote(&self, polled: &Poll<io::Result<usize>>, offered: usize) {
-        if let (Some(frames), Poll::Ready(Ok(n))) = (&self.frames, polled) {
+    /// After a write that began at `began`: a write that took all of the `offered` bytes carried every
+    /// frame handed over before it.
+    fn wrote(&self, polled: &Poll<io::Result<usize>>, offered: usize, began: Option<Instant>) {
+        if let (Some(frames), Poll::Ready(Ok(n)), Some(began)) = (&self.frames, polled, began) {
             if *n == offered {
-                frames.written();
+                frames.written(began);
             }
         }
     }
@@ -265,8 +266,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        let began = this.frames.is_some().then(Instant::now);
         let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
-        this.wrote(&polled, buf.len());
+        this.wrote(&polled, buf.len(), began);
         match &mut this.send {
             Some(send) => send.check(cx, polled),
             None => polled,
@@ -297,9 +299,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        let began = this.frames.is_some().then(Instant::now);
         let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
         if this.frames.is_some() {
-            this.wrote(&polled, bufs.iter().map(|b| b.len()).sum());
+            this.wrote(&polled, bufs.iter().map(|b| b.len()).sum(), began);
         }
         match &mut this.send {
             Some(send) => send.check(cx, polled),

@@ -2,11 +2,13 @@
 //!
 //! A response frame's clock starts when its bytes reached tokentap's upstream socket (the kernel's receive
 //! timestamp, `proxy/upstream/arrival.rs`; else when it came off the upstream connection: the response tap
-//! keeps that instant, [`ReadAt`]) and stops when the client write that took its last byte returns. So
-//! what tokentap adds before it reads (its worker waking up, other connections served first) is inside it. [`Forwarding`]
-//! wraps the response body on its way into hyper and notes each data frame's start in the connection's
-//! [`FrameDelay`]; the client socket (`TimedIo` in `client_conn.rs`) reads the clock once per
-//! write that took everything it was offered, and observes every noted frame into
+//! keeps that instant, [`ReadAt`]) and stops when the client write that took its last byte begins: the
+//! bytes are handed to the client's socket then, and the rest of that system call is the kernel's, as the
+//! part before the receive timestamp is. So what tokentap adds before it reads (its worker waking up, other
+//! connections served first) is inside it. [`Forwarding`] wraps the response body on its way into hyper and
+//! notes each data frame's start in the connection's [`FrameDelay`]; the client socket (`TimedIo` in
+//! `client_conn.rs`) reads the clock before each write, and after one that took everything it was offered
+//! observes every noted frame into
 //! `tokentap_forwarding_delay_seconds`. hyper writes what it has been handed in order and polls the body for
 //! more only while it can buffer it, so the frames noted before such a write are the ones it carried. A
 //! write that took only part of what it was offered (the client's socket is full) observes nothing: the
@@ -52,16 +54,20 @@ impl FrameDelay {
         }
     }
 
-    /// A write took everything it was offered: every frame handed over before it is on its way.
-    pub fn written(&self) {
+    /// A write that began at `began` took everything it was offered: every frame handed over before it
+    /// was handed to the client's socket then. A frame whose bytes arrived after the write began was
+    /// handed over while it ran (an h2 stream's task, on another thread): it counts to the write's end.
+    pub fn written(&self, began: Instant) {
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        if waiting.is_empty() {
-            return;
-        }
-        let now = Instant::now();
+        let mut ended = None;
         for read_at in waiting.drain(..) {
+            let at = if read_at <= began {
+                began
+            } else {
+                *ended.get_or_insert_with(Instant::now)
+            };
             self.histogram
-                .observe(now.saturating_duration_since(read_at).as_secs_f64());
+                .observe(at.saturating_duration_since(read_at).as_secs_f64());
         }
     }
 }
@@ -106,5 +112,38 @@ impl<B: Body<Data = Bytes> + ReadAt> Body for Forwarding<B> {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use prometheus::HistogramOpts;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_frame_counts_to_the_start_of_the_write_that_took_it_or_to_its_end_if_it_came_during_it(
+    ) {
+        let Ok(histogram) = Histogram::with_opts(HistogramOpts::new("h", "h")) else {
+            panic!("a histogram");
+        };
+        let delay = FrameDelay::new(histogram.clone());
+        delay.handed(Instant::now());
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        let began = Instant::now();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        // Handed over by another stream's task while the write ran.
+        delay.handed(Instant::now());
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        delay.written(began);
+        assert_eq!(histogram.get_sample_count(), 2);
+        assert!(
+            (histogram.get_sample_sum() - 0.005).abs() < 1e-9,
+            "3 ms + 2 ms"
+        );
+        delay.written(Instant::now());
+        assert_eq!(histogram.get_sample_count(), 2, "each frame once");
     }
 }

@@ -445,8 +445,8 @@ pub const LABELS_RETIRED: Family = single(
 pub const FORWARDING_DELAY: Family = single(
     "tokentap_forwarding_delay_seconds",
     "The delay tokentap itself adds to each forwarded response frame: from its bytes reaching tokentap's \
-     upstream socket (the kernel's receive timestamp; where there is none, the upstream read) to the return \
-     of the client write that took it. Waking up, the read, decoding and metering are inside it.",
+     upstream socket (the kernel's receive timestamp; where there is none, the upstream read) to the start \
+     of the client write that took its last byte. Waking up, the read, decoding and metering are inside it.",
     H(B::Forwarding),
 );
 

@@ -1,6 +1,6 @@
 //! tokentap's own cost, as a figure operators see in production: the delay it adds to each response
 //! frame it forwards, from its bytes reaching the upstream socket (the kernel's receive timestamp,
-//! `proxy/upstream/arrival.rs`) to the return of the client write that took its last byte (`net/delay.rs`
+//! `proxy/upstream/arrival.rs`) to the start of the client write that took its last byte (`net/delay.rs`
 //! measures it). One unlabelled histogram for the whole process:
 //! the figure is the proxy's, not a model's, and observing it resolves no label. Its row is
 //! [`super::family::FORWARDING_DELAY`]; its boundaries are these.
