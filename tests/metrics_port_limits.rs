@@ -63,10 +63,11 @@ async fn three_hundred_live_views_asked_for_at_once_and_never_read_hold_a_few_vi
     let refresh = started.elapsed();
     assert_eq!(status, 200);
     // Before views were cached and bounded, 1,000 distinct windows queued 18 s of work under the
-    // ring's lock and this refresh took 9.3 s; now the page's own view is shared (about 35 ms here,
-    // in a debug build). The two views of other windows computed meanwhile take the two cores: on a
-    // loaded machine the bound is twice the time of one view, still far below 300 of them in turn.
-    let bound = Duration::from_secs(2).max(2 * one);
+    // ring's lock and this refresh took 9.3 s; now the page's own view is shared. The two views of other
+    // windows computed meanwhile take the two cores, and the refresh shares them: on a loaded machine
+    // it took up to 2.2 times one view (a debug build's view of this ring is 1.5-2 s here), so the
+    // bound is three times one view, still a hundred times below 300 of them in turn.
+    let bound = Duration::from_secs(2).max(3 * one);
     assert!(
         refresh < bound,
         "a default refresh took {refresh:?} (bound {bound:?}) while 300 windows were asked for"
