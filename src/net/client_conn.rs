@@ -177,11 +177,21 @@ impl<T> TimedIo<T> {
         self
     }
 
-    /// After a write that began at `began`: a write that took all of the `offered` bytes carried every
-    /// frame handed over before it.
-    fn wrote(&self, polled: &Poll<io::Result<usize>>, offered: usize, began: Option<Instant>) {
+    /// The instant a write begins, read only where frames are timed (the proxy port).
+    fn begin(&self) -> Option<Instant> {
+        self.frames.is_some().then(Instant::now)
+    }
+
+    /// After a write that began at `began` (see [`TimedIo::begin`]): a write that took all of the
+    /// `offered` bytes carried every frame handed over before it.
+    fn wrote(
+        &self,
+        polled: &Poll<io::Result<usize>>,
+        offered: impl FnOnce() -> usize,
+        began: Option<Instant>,
+    ) {
         if let (Some(frames), Poll::Ready(Ok(n)), Some(began)) = (&self.frames, polled, began) {
-            if *n == offered {
+            if *n == offered() {
                 frames.written(began);
             }
         }
@@ -266,9 +276,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let began = this.frames.is_some().then(Instant::now);
+        let began = this.begin();
         let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
-        this.wrote(&polled, buf.len(), began);
+        this.wrote(&polled, || buf.len(), began);
         match &mut this.send {
             Some(send) => send.check(cx, polled),
             None => polled,
@@ -299,11 +309,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let began = this.frames.is_some().then(Instant::now);
+        let began = this.begin();
         let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        if this.frames.is_some() {
-            this.wrote(&polled, bufs.iter().map(|b| b.len()).sum(), began);
-        }
+        this.wrote(&polled, || bufs.iter().map(|b| b.len()).sum(), began);
         match &mut this.send {
             Some(send) => send.check(cx, polled),
             None => polled,

@@ -3,8 +3,9 @@
 //! with the system's roots or a configured CA bundle. `timeouts.connect` bounds both together.
 //!
 //! The stream counts the bytes it has read (after TLS: what the upstream said, not the records that
-//! carried it), and its TCP reads note when their bytes reached the socket (`arrival.rs`). A request that failed on a reused connection is sent again only if this count did not
-//! move while it was out: the upstream closed the connection without answering it (see `mod.rs`).
+//! carried it), and its TCP reads note when their bytes reached the socket (`arrival.rs`). A request
+//! that failed on a reused connection is sent again only if this count did not move while it was out:
+//! the upstream closed the connection without answering it (see `mod.rs`).
 
 use std::io;
 use std::path::Path;
