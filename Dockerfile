@@ -16,6 +16,10 @@
 # GET /healthz on port 9464 from outside (Kubernetes httpGet probes: deploy/kubernetes/).
 
 FROM rust:1.95-slim-bookworm AS build
+# The default `jemalloc` feature builds jemalloc from C with make, which the slim image lacks.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends make=4.3-4.1 \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src

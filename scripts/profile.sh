@@ -9,6 +9,8 @@
 #   bash scripts/profile.sh cpu nginx       # either of those through nginx (one process) instead
 #   bash scripts/profile.sh cpu haproxy     # or through HAProxy (one process, one thread)
 #   bash scripts/profile.sh heap [BINARY]   # heaptrack at 1,000 held-open streams: where the bytes are
+#                                           # (BINARY defaults to a build without jemalloc, in target/glibc:
+#                                           # heaptrack sees only the allocations that go through malloc)
 #   bash scripts/profile.sh rss  [BINARY]   # RSS per held-open stream at 1,000 streams (no profiler)
 #   bash scripts/profile.sh micro [HOT_PATH] # callgrind: instructions per iteration of every benches/hot_path.rs
 #                                           # function (HOT_PATH: a built hot_path bench binary; built if absent)
@@ -165,6 +167,10 @@ cpu | sys)
     fi
     ;;
 heap)
+    if [ -z "${2:-}" ]; then
+        cargo build --release --quiet --no-default-features --features tokenizer --target-dir target/glibc
+        BINARY=$(readlink -f target/glibc/release/tokentap)
+    fi
     PRELOAD=$(find /usr/lib -name libheaptrack_preload.so | head -1)
     INTERPRET=$(find /usr/lib -name heaptrack_interpret | head -1)
     rm -f "$DIR"/heap.*
