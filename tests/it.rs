@@ -31,6 +31,7 @@ mod limits;
 mod live_page;
 mod log_line;
 mod metering;
+mod process_memory;
 mod prometheus;
 mod properties;
 mod records;

@@ -1,6 +1,7 @@
 //! The `tokentap` command: parses the command line, loads the config and hands over to the library.
 #![forbid(unsafe_code)]
 
+mod allocator;
 mod demo;
 mod fleet;
 mod top;
@@ -12,13 +13,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tokentap::config::{self, Config};
-
-/// The allocator of the binary (the library does not choose one): jemalloc unless built without the
-/// `jemalloc` feature. Its per-thread caches serve the many small allocations of a request without the
-/// locks and bin searches of glibc's malloc, which were a tenth of tokentap's CPU per request.
-#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// A transparent measuring reverse proxy for LLM inference servers: forwards every byte unchanged and
 /// exports TTFT, ITL, TPOT, E2E and SLO goodput on a Prometheus endpoint.
@@ -326,12 +320,14 @@ fn execute(cli: Cli) -> Result<(), String> {
                 ui: demo.ui,
             };
             let config = load(&proxy, demo::default_config)?;
+            allocator::return_freed_memory();
             runtime()?
                 .block_on(demo::run(config, duration))
                 .map_err(|e| e.to_string())
         }
         None => {
             let config = load(&cli.proxy, Config::default)?;
+            allocator::return_freed_memory();
             runtime()?
                 .block_on(tokentap::run(&config))
                 .map_err(|e| e.to_string())
