@@ -42,7 +42,7 @@ pub fn init() -> WorkerGuard {
         .lossy(true)
         .buffered_lines_limit(QUEUE_LINES)
         .thread_name("tokentap-log")
-        .finish(Stderr);
+        .finish(Stderr::new(io::stderr()));
     let _ = OVERFLOWED.set(writer.error_counter());
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -59,20 +59,66 @@ pub fn init() -> WorkerGuard {
     guard
 }
 
-/// stderr for the log thread: a failed write is counted and the line given up, never retried, and
-/// never reported anywhere that could fail in turn.
-struct Stderr;
+/// stderr for the log thread, one system call per batch: the thread writes each line the queue holds
+/// and then flushes (`tracing-appender`'s worker drains the queue between flushes), so the lines of a
+/// batch are gathered here and written together at the flush, or whenever [`BATCH_BYTES`] have gathered.
+/// A failed write is given up, never retried, and never reported anywhere that could fail in turn; the
+/// lines it did not finish (a line cut in the middle too) are counted as dropped.
+struct Batched<W: Write> {
+    out: W,
+    pending: Vec<u8>,
+    /// Where each line in `pending` ends.
+    ends: Vec<usize>,
+}
 
-impl Write for Stderr {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if io::stderr().write_all(buf).is_err() {
-            REFUSED.fetch_add(1, Ordering::Relaxed);
+/// Bytes gathered before they are written even if the queue still holds lines.
+const BATCH_BYTES: usize = 64 << 10;
+
+/// The log thread's stderr.
+type Stderr = Batched<io::Stderr>;
+
+impl<W: Write> Batched<W> {
+    fn new(out: W) -> Self {
+        Batched {
+            out,
+            pending: Vec::new(),
+            ends: Vec::new(),
         }
-        Ok(buf.len())
+    }
+
+    fn write_out(&mut self) {
+        let mut written = 0;
+        while written < self.pending.len() {
+            match self.out.write(&self.pending[written..]) {
+                Ok(0) => break,
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let unwritten = self.ends.iter().filter(|&&end| end > written).count();
+        REFUSED.fetch_add(unwritten as u64, Ordering::Relaxed);
+        self.pending.clear();
+        self.ends.clear();
+        // One long line (a panic's backtrace) does not keep its buffer for the life of the process.
+        self.pending.shrink_to(BATCH_BYTES * 2);
+    }
+}
+
+impl<W: Write> Write for Batched<W> {
+    /// One line (the worker writes each with one `write_all`).
+    fn write(&mut self, line: &[u8]) -> io::Result<usize> {
+        self.pending.extend_from_slice(line);
+        self.ends.push(self.pending.len());
+        if self.pending.len() >= BATCH_BYTES {
+            self.write_out();
+        }
+        Ok(line.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        let _ = io::stderr().flush();
+        self.write_out();
+        let _ = self.out.flush();
         Ok(())
     }
 }
@@ -105,5 +151,93 @@ impl prometheus::core::Collector for DroppedLinesCollector {
         let behind = dropped_lines().saturating_sub(self.counter.get());
         self.counter.inc_by(behind);
         self.counter.collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that notes each write it is asked for; with `takes` set it accepts only that many
+    /// bytes more, then refuses (a pipe whose reader left).
+    #[derive(Default)]
+    struct Noted {
+        writes: Vec<Vec<u8>>,
+        takes: Option<usize>,
+    }
+
+    impl Write for Noted {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let n = match self.takes {
+                Some(0) => return Err(io::ErrorKind::BrokenPipe.into()),
+                Some(left) => {
+                    let n = left.min(buf.len());
+                    self.takes = Some(left - n);
+                    n
+                }
+                None => buf.len(),
+            };
+            self.writes.push(buf[..n].to_vec());
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_lines_of_a_batch_go_out_in_one_write_at_the_flush() {
+        let mut out = Batched::new(Noted::default());
+        for line in ["one\n", "two\n", "three\n"] {
+            out.write_all(line.as_bytes()).unwrap();
+        }
+        assert!(
+            out.out.writes.is_empty(),
+            "nothing is written before the flush"
+        );
+        out.flush().unwrap();
+        assert_eq!(out.out.writes, vec![b"one\ntwo\nthree\n".to_vec()]);
+        out.flush().unwrap();
+        assert_eq!(out.out.writes.len(), 1, "an empty batch writes nothing");
+    }
+
+    #[test]
+    fn a_batch_that_grows_past_its_bound_is_written_without_waiting_for_the_flush() {
+        let mut out = Batched::new(Noted::default());
+        let line = vec![b'x'; 1000];
+        for _ in 0..BATCH_BYTES / 1000 + 1 {
+            out.write_all(&line).unwrap();
+        }
+        assert_eq!(out.out.writes.len(), 1);
+        assert_eq!(out.out.writes[0].len(), (BATCH_BYTES / 1000 + 1) * 1000);
+        assert!(out.pending.is_empty());
+    }
+
+    #[test]
+    fn a_refused_write_counts_the_lines_it_did_not_finish_as_dropped() {
+        let before = REFUSED.load(Ordering::Relaxed);
+        // The reader takes "one\ntw" and leaves: "two" is cut, "three" never written.
+        let mut out = Batched::new(Noted {
+            takes: Some(6),
+            ..Noted::default()
+        });
+        for line in ["one\n", "two\n", "three\n"] {
+            out.write_all(line.as_bytes()).unwrap();
+        }
+        out.flush().unwrap();
+        assert_eq!(out.out.writes.concat(), b"one\ntw");
+        assert_eq!(REFUSED.load(Ordering::Relaxed) - before, 2);
+        assert!(
+            out.pending.is_empty() && out.ends.is_empty(),
+            "the lines are given up"
+        );
+        out.write_all(b"four\n").unwrap();
+        out.flush().unwrap();
+        assert_eq!(
+            REFUSED.load(Ordering::Relaxed) - before,
+            3,
+            "a write refused outright drops its line"
+        );
     }
 }
