@@ -93,6 +93,18 @@ pub fn start_binary_after(name: &str, yaml: &str, setup: Option<&str>, stdout: S
     }
 }
 
+/// A test that fails before [`Process::wait`] does not leave its tokentap running: the process is
+/// killed and its temp dir removed.
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 impl Process {
     /// Sends a signal by name (`TERM`, `HUP`, `KILL`).
     pub fn signal(&self, name: &str) {
@@ -121,8 +133,9 @@ impl Process {
             let _ = stderr.read_to_string(&mut self.log);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
-        let exit = exit.unwrap_or_else(|| panic!("tokentap did not exit:\n{}", self.log));
-        (exit, self.log)
+        let log = std::mem::take(&mut self.log);
+        let exit = exit.unwrap_or_else(|| panic!("tokentap did not exit:\n{log}"));
+        (exit, log)
     }
 
     /// The temp dir the config is in (removed by [`Process::wait`]).
