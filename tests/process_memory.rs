@@ -8,23 +8,11 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use support::{chunk, content_chunk, last_chunk, ms, sse_head, start_binary, Step};
+use support::{chunk, content_chunk, last_chunk, ms, rss_kib_of, sse_head, start_binary, Step};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const STREAMS: usize = 400;
-
-/// The child's resident memory, KiB.
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 /// A streamed request whose answer has begun (its head and first chunk read); the connection is held.
 async fn open_stream(proxy: &str) -> TcpStream {
@@ -66,13 +54,13 @@ async fn the_memory_a_burst_of_streams_took_goes_back_to_the_kernel_in_the_lull_
     // One stream first, so what is made once (pools, caches, the first connection's buffers) is made.
     drop(open_stream(&process.proxy).await);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let idle = rss_kib(pid);
+    let idle = rss_kib_of(pid);
     let mut held = Vec::new();
     for _ in 0..STREAMS {
         held.push(open_stream(&process.proxy).await);
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let peak = rss_kib(pid);
+    let peak = rss_kib_of(pid);
     let grown = peak.saturating_sub(idle);
     assert!(
         grown > 4 << 10,
@@ -84,7 +72,7 @@ async fn the_memory_a_burst_of_streams_took_goes_back_to_the_kernel_in_the_lull_
     let mut seen = Vec::new();
     while left.elapsed() < Duration::from_secs(40) {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        now = rss_kib(pid);
+        now = rss_kib_of(pid);
         seen.push(now);
         if now <= idle + grown / 2 {
             break;

@@ -93,8 +93,8 @@ pub fn start_binary_after(name: &str, yaml: &str, setup: Option<&str>, stdout: S
     }
 }
 
-/// A test that fails before [`Process::wait`] does not leave its tokentap running: the process is
-/// killed and its temp dir removed.
+/// Dropped, after [`Process::wait`] or in a test that failed before it: a tokentap still running is
+/// killed (a failed test does not leave it behind), and its temp dir removed.
 impl Drop for Process {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
@@ -132,13 +132,12 @@ impl Process {
         if let Some(mut stderr) = self.stderr.take() {
             let _ = stderr.read_to_string(&mut self.log);
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
         let log = std::mem::take(&mut self.log);
         let exit = exit.unwrap_or_else(|| panic!("tokentap did not exit:\n{log}"));
         (exit, log)
     }
 
-    /// The temp dir the config is in (removed by [`Process::wait`]).
+    /// The temp dir the config is in (removed when the process is dropped, as [`Process::wait`] does).
     pub fn dir(&self) -> &std::path::Path {
         &self.dir
     }

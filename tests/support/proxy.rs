@@ -40,7 +40,12 @@ pub fn open_fds() -> usize {
 
 /// Resident set size of this process in KiB.
 pub fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+    rss_kib_of(std::process::id())
+}
+
+/// Resident set size of process `pid` in KiB (0 if it cannot be read).
+pub fn rss_kib_of(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
