@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The end-to-end benchmark: tokentap vs a direct connection vs nginx and HAProxy, in one run, on loopback only.
+# The end-to-end benchmark: tokentap vs a direct connection vs nginx, HAProxy and a plain hyper proxy (the stack's
+# floor), in one run, on loopback only.
 # Builds the release binary and the harness, installs Debian's nginx and haproxy if missing, pins the scripted
 # upstream + load generator to one core and the proxy under test to another, and prints a Markdown table.
 #
-#   bash scripts/bench.sh                 # the full run (about 6 minutes), table on stdout
-#   bash scripts/bench.sh --quick         # a small-scale smoke run (about 40 s)
+#   bash scripts/bench.sh                 # the full run (about 11 minutes), table on stdout
+#   bash scripts/bench.sh --quick         # a small-scale smoke run (about 2 minutes)
 #   BENCH_OUT=docs/benchmark-table.md bash scripts/bench.sh   # also write the table to a file
 #
 # Extra arguments go to the harness (benches/proxy/main.rs): --reps N, --only latency,sweep,requests,memory,

@@ -8,6 +8,8 @@
 #                                           # context switches per request and per event (from /proc)
 #   bash scripts/profile.sh cpu nginx       # either of those through nginx (one process) instead
 #   bash scripts/profile.sh cpu haproxy     # or through HAProxy (one process, one thread)
+#   bash scripts/profile.sh cpu hyper       # or through the stack's floor, a plain hyper proxy
+#                                           # (benches/proxy/hyper_floor.rs)
 #   bash scripts/profile.sh heap [BINARY]   # heaptrack at 1,000 held-open streams: where the bytes are
 #                                           # (BINARY defaults to a build without jemalloc, in target/glibc:
 #                                           # heaptrack sees only the allocations that go through malloc)
@@ -63,6 +65,10 @@ if [ "${2:-}" = nginx ] || [ "${2:-}" = haproxy ]; then
     ANCHOR=$2
     NGINX=$(command -v "$2" || echo "/usr/sbin/$2")
     set -- "$1"
+elif [ "${2:-}" = hyper ]; then
+    # The stack's floor is the harness itself, run as a plain hyper proxy (set below, once it is built).
+    ANCHOR=hyper
+    set -- "$1"
 fi
 BINARY=$(readlink -f "${2:-target/release/tokentap}")
 DIR=${PROFILE_DIR:-/tmp/tokentap-profile}
@@ -75,6 +81,7 @@ fi
 HARNESS=$(cargo bench --bench proxy --no-run --message-format=json 2>/dev/null \
     | grep '"name":"proxy"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
 [ -x "$HARNESS" ] || { echo "profile.sh: could not find the harness binary" >&2; exit 1; }
+if [ "$ANCHOR" = hyper ]; then NGINX=$HARNESS; fi
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 PIN=(taskset -c 0)
@@ -137,7 +144,7 @@ cpu | sys)
     rm -f "$DIR"/cg.* "$DIR"/sys.*
     WRAP="$DIR/wrap.sh"
     PROG=${NGINX:-$BINARY}
-    LABEL=$(basename "$PROG")
+    LABEL=${ANCHOR:-$(basename "$PROG")}
     if [ -n "$NGINX" ]; then
         TARGET=(--tokentap "$BINARY" "--$ANCHOR" "$WRAP" --profile "$ANCHOR")
     else

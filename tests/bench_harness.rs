@@ -1,8 +1,11 @@
 //! Smoke test of the benchmark harness (benches/proxy): the scripted upstream, the load generator and the
-//! report run at a tiny scale, direct and through tokentap started in-process, and produce a table. It
+//! report run at a tiny scale, direct, through tokentap started in-process and through the stack's floor
+//! (the plain hyper proxy), and produce a table. It
 //! asserts that every stream arrived whole and that the report has its rows — never on a timing.
 #![allow(dead_code)]
 
+#[path = "../benches/proxy/hyper_floor.rs"]
+mod hyper_floor;
 #[path = "../benches/proxy/load.rs"]
 mod load;
 #[path = "../benches/proxy/ratios.rs"]
@@ -53,7 +56,7 @@ async fn run(kind: Kind, target: SocketAddr) -> Run {
 }
 
 #[tokio::test]
-async fn harness_streams_direct_and_through_tokentap_and_renders_a_table() {
+async fn harness_streams_direct_through_tokentap_and_through_the_floor_and_renders_a_table() {
     let upstream = upstream::spawn().await.expect("scripted upstream");
     let config = tokentap::Config {
         listen: "127.0.0.1:0".parse().expect("addr"),
@@ -62,11 +65,18 @@ async fn harness_streams_direct_and_through_tokentap_and_renders_a_table() {
         ..tokentap::Config::default()
     };
     let proxy = tokentap::start(&config).await.expect("tokentap starts");
+    // The stack's floor, a plain hyper proxy, served on this runtime.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the floor");
+    let floor = listener.local_addr().expect("the floor's address");
+    let floor_task = tokio::spawn(hyper_floor::serve(listener, upstream));
 
     let mut row = LatencyRow::new(4, spec(upstream).script);
     for (kind, addr) in [
         (Kind::Direct, upstream),
         (Kind::Tokentap, proxy.proxy_addr()),
+        (Kind::Hyper, floor),
     ] {
         let before = target::scrape(proxy.metrics_addr()).await.expect("scrape");
         let run = run(kind, addr).await;
@@ -104,6 +114,8 @@ async fn harness_streams_direct_and_through_tokentap_and_renders_a_table() {
     let table = report.render();
     println!("{table}");
     assert!(table.contains("| direct |") && table.contains("| tokentap |"));
+    assert!(table.contains("| hyper |"), "{table}");
+    floor_task.abort();
     // tokentap's own delay histogram observed every frame it forwarded, and is set beside the wire's.
     let own = table
         .lines()

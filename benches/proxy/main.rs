@@ -6,9 +6,12 @@
 //! is repeated, alternating the targets, and the figures are pooled; the report ([`report`]) is a Markdown
 //! table on stdout. `scripts/bench.sh` builds everything, pins the cores and runs it.
 //!
-//! Usage: `proxy --tokentap PATH [--nginx PATH] [--haproxy PATH] [--baseline PATH] [--proxy-cpu N] [--reps N] [--quick] [--out FILE]
+//! Usage: `proxy --tokentap PATH [--nginx PATH] [--haproxy PATH] [--hyper WRAPPER] [--baseline PATH] [--proxy-cpu N] [--reps N] [--quick] [--out FILE]
 //! [--only latency,sweep,requests,memory] [--memory-steps 100,1000] [--logs on|off] [--baseline-records stalled]
-//! [--profile tokentap|nginx|haproxy [--profile-secs S]]`
+//! [--profile tokentap|nginx|haproxy|hyper [--profile-secs S]]`
+//!
+//! Beside the anchors runs the stack's floor (`hyper_floor.rs`: this binary as a plain hyper proxy), so
+//! the report splits what tokentap costs beyond nginx into the stack's part and tokentap's own.
 //!
 //! `--logs off` runs tokentap without its per-request log line (`RUST_LOG=warn`) and nginx without its
 //! access log; by default both log each request (nginx's access log buffered), so the figures say what
@@ -18,6 +21,7 @@
 //! around the proxy (see [`profile`] and `scripts/profile.sh`).
 #![forbid(unsafe_code)]
 
+mod hyper_floor;
 mod load;
 mod profile;
 mod ratios;
@@ -63,6 +67,7 @@ fn parse_args() -> Result<Args, String> {
     let mut tokentap = None;
     let mut nginx = None;
     let mut haproxy = None;
+    let mut hyper = None;
     let mut baseline = None;
     let mut proxy_cpu = None;
     let mut reps = 3;
@@ -81,6 +86,7 @@ fn parse_args() -> Result<Args, String> {
             "--tokentap" => tokentap = Some(PathBuf::from(value("--tokentap")?)),
             "--nginx" => nginx = Some(PathBuf::from(value("--nginx")?)),
             "--haproxy" => haproxy = Some(PathBuf::from(value("--haproxy")?)),
+            "--hyper" => hyper = Some(PathBuf::from(value("--hyper")?)),
             "--baseline" => baseline = Some(PathBuf::from(value("--baseline")?)),
             "--proxy-cpu" => {
                 proxy_cpu = Some(value("--proxy-cpu")?.parse().map_err(|e| format!("{e}"))?)
@@ -103,7 +109,12 @@ fn parse_args() -> Result<Args, String> {
                     "tokentap" => Kind::Tokentap,
                     "nginx" => Kind::Nginx,
                     "haproxy" => Kind::Haproxy,
-                    other => return Err(format!("--profile {other}: tokentap, nginx or haproxy")),
+                    "hyper" => Kind::Hyper,
+                    other => {
+                        return Err(format!(
+                            "--profile {other}: tokentap, nginx, haproxy or hyper"
+                        ))
+                    }
                 })
             }
             "--profile-secs" => {
@@ -138,6 +149,7 @@ fn parse_args() -> Result<Args, String> {
             baseline,
             nginx,
             haproxy,
+            hyper,
             proxy_cpu,
             dir,
             nginx_single: profile == Some(Kind::Nginx),
@@ -159,6 +171,9 @@ fn main() -> ExitCode {
     if let [_, flag, listen, upstream, ..] = argv.as_slice() {
         if flag == "--relay" {
             return relay::main(listen, upstream);
+        }
+        if flag == "--hyper-floor" {
+            return hyper_floor::main(listen, upstream);
         }
     }
     let args = match parse_args() {
@@ -227,6 +242,8 @@ struct Targets {
     baseline: Option<Proxy>,
     /// The null relay, measured in the latency phase only.
     relay: Option<Proxy>,
+    /// The plain hyper proxy: the stack's floor.
+    hyper: Proxy,
 }
 
 impl Targets {
@@ -241,6 +258,7 @@ impl Targets {
         if self.baseline.is_some() {
             kinds.push(Kind::Baseline);
         }
+        kinds.push(Kind::Hyper);
         kinds
     }
 
@@ -252,6 +270,7 @@ impl Targets {
             Kind::Haproxy => self.haproxy.as_ref().map_or(self.upstream, |n| n.addr),
             Kind::Baseline => self.baseline.as_ref().map_or(self.upstream, |n| n.addr),
             Kind::Relay => self.relay.as_ref().map_or(self.upstream, |n| n.addr),
+            Kind::Hyper => self.hyper.addr,
         }
     }
 
@@ -263,6 +282,7 @@ impl Targets {
             Kind::Haproxy => self.haproxy.as_ref(),
             Kind::Baseline => self.baseline.as_ref(),
             Kind::Relay => self.relay.as_ref(),
+            Kind::Hyper => Some(&self.hyper),
         }
     }
 }
@@ -337,6 +357,8 @@ async fn bench(args: &Args) -> Result<Report, String> {
     let mut nginx = anchor(&args.setup.nginx, Kind::Nginx)?;
     let mut haproxy = anchor(&args.setup.haproxy, Kind::Haproxy)?;
     let mut relay = Some(target::start(&args.setup, upstream, Kind::Relay)?);
+    let mut hyper = target::start(&args.setup, upstream, Kind::Hyper)?;
+    hyper.ready().await?;
     for proxy in [nginx.as_mut(), haproxy.as_mut(), relay.as_mut()]
         .into_iter()
         .flatten()
@@ -350,6 +372,7 @@ async fn bench(args: &Args) -> Result<Report, String> {
         haproxy,
         baseline,
         relay,
+        hyper,
     };
     let kinds = targets.kinds();
     let mut latency_kinds = kinds.clone();
@@ -481,6 +504,9 @@ async fn bench(args: &Args) -> Result<Report, String> {
     }
     if args.runs("memory") && args.setup.baseline.is_some() {
         proxies.push(Kind::Baseline);
+    }
+    if args.runs("memory") {
+        proxies.push(Kind::Hyper);
     }
     for kind in proxies {
         progress(&format!("memory {}", kind.name()));

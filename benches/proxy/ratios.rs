@@ -1,5 +1,6 @@
 //! The figures issue 25's targets are stated in, as ratios of tokentap to each anchor (nginx, HAProxy)
-//! measured in the same run, and tokentap's own delay histogram (`tokentap_forwarding_delay_seconds`)
+//! and to the stack's floor (a plain hyper proxy) measured in the same run, with the floor's own ratio to
+//! nginx (the part of each target the stack spends before tokentap does anything), and tokentap's own delay histogram (`tokentap_forwarding_delay_seconds`)
 //! beside the delay the wire shows it adds (its chunk latency to the client's socket minus the direct
 //! path's).
 //!
@@ -43,7 +44,8 @@ impl SelfDelay {
     }
 }
 
-const ANCHORS: [Kind; 2] = [Kind::Nginx, Kind::Haproxy];
+/// The columns beside tokentap: the two anchors, and the stack's floor (a plain hyper proxy).
+const ANCHORS: [Kind; 3] = [Kind::Nginx, Kind::Haproxy, Kind::Hyper];
 
 fn row(
     o: &mut String,
@@ -63,12 +65,16 @@ fn row(
             None => "–".into(),
         });
     }
+    let ratio = |a: Option<f64>, b: Option<f64>, bold: bool| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 && bold => format!("**{:.2}×**", a / b),
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+        _ => "–".into(),
+    };
     for anchor in ANCHORS {
-        cells.push(match (t, value(anchor)) {
-            (Some(t), Some(a)) if a > 0.0 => format!("**{:.2}×**", t / a),
-            _ => "–".into(),
-        });
+        cells.push(ratio(t, value(anchor), true));
     }
+    // The stack's floor against nginx: how much of the target a plain hyper proxy already spends.
+    cells.push(ratio(value(Kind::Hyper), value(Kind::Nginx), false));
     let _ = writeln!(o, "| {figure} | {target} | {} |", cells.join(" | "));
 }
 
@@ -83,9 +89,9 @@ pub fn render(o: &mut String, report: &Report) {
     );
     let _ = writeln!(
         o,
-        "| figure | target | tokentap | nginx | haproxy | / nginx | / haproxy |"
+        "| figure | target | tokentap | nginx | haproxy | hyper | / nginx | / haproxy | / hyper | hyper / nginx |"
     );
-    let _ = writeln!(o, "|---|---|--:|--:|--:|--:|--:|");
+    let _ = writeln!(o, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|");
     for row_ in &report.latency {
         let users = row_.users;
         row(

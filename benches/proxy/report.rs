@@ -1,6 +1,7 @@
 //! Pools the repeated runs and renders the Markdown report: added latency per chunk and to TTFT, CPU per
 //! million chunks, the chunks/s sweep, requests/s, memory per open stream, tokentap's ratios to each
-//! anchor (nginx, HAProxy), and how tokentap's own histograms compare with what the clients saw (the
+//! anchor (nginx, HAProxy) and to the stack's floor (hyper), and how tokentap's own histograms compare
+//! with what the clients saw (the
 //! target ratios and the self-measured delay are rendered by `ratios.rs`).
 
 use std::fmt::Write;
@@ -313,7 +314,7 @@ impl Report {
         }
         let _ = writeln!(o);
         for kind in [Kind::Tokentap, Kind::Baseline] {
-            for anchor in [Kind::Nginx, Kind::Haproxy] {
+            for anchor in [Kind::Nginx, Kind::Haproxy, Kind::Hyper] {
                 let (Some(t), Some(n)) = (added.get(&(kind as u8)), added.get(&(anchor as u8)))
                 else {
                     continue;
@@ -335,6 +336,7 @@ impl Report {
             Kind::Baseline,
             Kind::Nginx,
             Kind::Haproxy,
+            Kind::Hyper,
             Kind::Relay,
         ] {
             let p50 = row.added_per_rep(kind, 0.5);
@@ -418,6 +420,7 @@ impl Report {
             Kind::Baseline,
             Kind::Nginx,
             Kind::Haproxy,
+            Kind::Hyper,
         ] {
             if let Some((users, rate, capacity)) = best.get(&(kind as u8)) {
                 let _ = writeln!(
@@ -464,7 +467,7 @@ impl Report {
         let warm_errors: u64 = self.memory.iter().map(|m| m.errors).sum();
         let _ = writeln!(
             o,
-            "\nnginx RSS is its master plus its worker; HAProxy's its one process. Errors during the warm-up requests: {warm_errors}.\n"
+            "\nnginx RSS is its master plus its worker; HAProxy's and hyper's their one process. Errors during the warm-up requests: {warm_errors}.\n"
         );
     }
 }

@@ -22,6 +22,8 @@ pub enum Kind {
     Baseline,
     /// The null relay (`relay.rs`): the floor of what a proxy in a separate process adds.
     Relay,
+    /// The plain hyper proxy (`hyper_floor.rs`): what the stack tokentap is built on costs by itself.
+    Hyper,
 }
 
 impl Kind {
@@ -33,6 +35,7 @@ impl Kind {
             Kind::Haproxy => "haproxy",
             Kind::Baseline => "baseline",
             Kind::Relay => "relay",
+            Kind::Hyper => "hyper",
         }
     }
 }
@@ -44,6 +47,9 @@ pub struct Setup {
     pub baseline: Option<PathBuf>,
     pub nginx: Option<PathBuf>,
     pub haproxy: Option<PathBuf>,
+    /// The program run as `PROGRAM --hyper-floor LISTEN UPSTREAM` for the stack's floor: this binary
+    /// unless a profiler's wrapper is given (`--hyper PATH`).
+    pub hyper: Option<PathBuf>,
     pub proxy_cpu: Option<u32>,
     pub dir: PathBuf,
     /// nginx without its master process (`master_process off`): one process serves, so a profiler
@@ -280,19 +286,39 @@ pub fn start_haproxy(setup: &Setup, upstream: SocketAddr) -> Result<Proxy, Strin
 
 /// The null relay: this very binary, run again as `--relay LISTEN UPSTREAM` (`relay.rs`).
 pub fn start_relay(setup: &Setup, upstream: SocketAddr) -> Result<Proxy, String> {
-    let addr = free_port().map_err(|e| e.to_string())?;
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let child = pinned(setup, &me)
-        .arg("--relay")
+    start_self(setup, &me, "--relay", upstream, Kind::Relay)
+}
+
+/// The stack's floor: this binary (or the profiler's wrapper around it), run again as
+/// `--hyper-floor LISTEN UPSTREAM` (`hyper_floor.rs`).
+pub fn start_hyper(setup: &Setup, upstream: SocketAddr) -> Result<Proxy, String> {
+    let program = match &setup.hyper {
+        Some(path) => path.clone(),
+        None => std::env::current_exe().map_err(|e| e.to_string())?,
+    };
+    start_self(setup, &program, "--hyper-floor", upstream, Kind::Hyper)
+}
+
+fn start_self(
+    setup: &Setup,
+    program: &Path,
+    flag: &str,
+    upstream: SocketAddr,
+    kind: Kind,
+) -> Result<Proxy, String> {
+    let addr = free_port().map_err(|e| e.to_string())?;
+    let child = pinned(setup, program)
+        .arg(flag)
         .arg(addr.to_string())
         .arg(upstream.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("starting the relay: {e}"))?;
+        .map_err(|e| format!("starting the {}: {e}", kind.name()))?;
     Ok(Proxy {
-        kind: Kind::Relay,
+        kind,
         addr,
         metrics: None,
         child,
@@ -306,6 +332,7 @@ pub fn start(setup: &Setup, upstream: SocketAddr, kind: Kind) -> Result<Proxy, S
         Kind::Nginx => start_nginx(setup, upstream),
         Kind::Haproxy => start_haproxy(setup, upstream),
         Kind::Relay => start_relay(setup, upstream),
+        Kind::Hyper => start_hyper(setup, upstream),
         other => start_tokentap(setup, upstream, other),
     }
 }
