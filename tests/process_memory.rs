@@ -17,12 +17,10 @@ const STREAMS: usize = 400;
 /// A streamed request whose answer has begun (its head and first chunk read); the connection is held.
 async fn open_stream(proxy: &str) -> TcpStream {
     let mut stream = TcpStream::connect(proxy).await.expect("connect");
-    let body = support::chat_request("m");
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.expect("ask");
+    stream
+        .write_all(&support::raw_chat("m", false))
+        .await
+        .expect("ask");
     let mut first = [0u8; 256];
     let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut first))
         .await

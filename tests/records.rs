@@ -235,12 +235,7 @@ fn chat_blocking(proxy: &str, model: &str) -> u16 {
         return 0;
     };
     stream.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    let body = chat_request(model);
-    let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    if stream.write_all(head.as_bytes()).is_err() {
+    if stream.write_all(&support::raw_chat(model, true)).is_err() {
         return 0;
     }
     let mut answer = Vec::new();

@@ -21,13 +21,9 @@ use support::{ok_stream, start_binary_after, upstream, Metrics, Process};
 fn chat(proxy: &str) -> String {
     let mut stream = TcpStream::connect(proxy).expect("connect");
     stream.set_read_timeout(Some(Duration::from_secs(30))).ok();
-    let body = support::chat_request("m");
-    write!(
-        stream,
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("write");
+    stream
+        .write_all(&support::raw_chat("m", true))
+        .expect("write");
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
     String::from_utf8_lossy(&answer)

@@ -28,13 +28,9 @@ fn get(addr: &str, path: &str) -> String {
 fn stream_request(proxy: &str) -> Vec<u8> {
     let mut stream = TcpStream::connect(proxy).expect("connect");
     stream.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    let body = support::chat_request("m");
-    write!(
-        stream,
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("write");
+    stream
+        .write_all(&support::raw_chat("m", true))
+        .expect("write");
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
     answer

@@ -8,6 +8,18 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use tokentap::scripted::{decode, Chunked};
 
+/// A streamed chat request for `model` as the bytes an HTTP/1.1 client writes (`Connection: close`
+/// when `close`, so the answer ends where the connection does).
+pub fn raw_chat(model: &str, close: bool) -> Vec<u8> {
+    let body = super::chat_request(model);
+    let connection = if close { "connection: close\r\n" } else { "" };
+    format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{connection}content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
 /// Writes `request` as it is to the proxy port and reads the answer until the proxy closes the
 /// connection (bounded by 5 s). Returns everything read.
 pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
