@@ -4,6 +4,7 @@
 use crate::support;
 
 use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokentap::record::metrics::family;
@@ -14,12 +15,29 @@ fn tokentap() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tokentap"))
 }
 
-fn write_temp(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("tokentap-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join(name);
-    std::fs::write(&path, text).expect("write");
-    path
+/// A directory of one test's own under the temp dir, removed with what is in it when dropped (the
+/// tests of this file run at once: one directory for all of them would be removed under the others).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(test: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("tokentap-cli-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        Scratch(dir)
+    }
+
+    /// Writes `text` to the file `name` in the directory; its path.
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).expect("write");
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 #[test]
@@ -51,8 +69,9 @@ fn check_config_rejects_bad_values_naming_key_and_value() {
         ),
         ("max_models: 0\n", ["max_models", "0"]),
     ];
+    let scratch = Scratch::new("bad-values");
     for (i, (yaml, needles)) in cases.iter().enumerate() {
-        let path = write_temp(&format!("bad{i}.yaml"), yaml);
+        let path = scratch.write(&format!("bad{i}.yaml"), yaml);
         let out = tokentap()
             .arg("check-config")
             .arg(&path)
@@ -76,8 +95,9 @@ fn check_config_checks_tokenizers_as_this_binary_can_use_them() {
         "/tests/fixtures/tokenizer/words.json"
     );
     let not_json = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    let scratch = Scratch::new("tokenizers");
     let run = |name: &str, path: &str| {
-        let config = write_temp(name, &format!("tokenizers:\n  my-model: {path}\n"));
+        let config = scratch.write(name, &format!("tokenizers:\n  my-model: {path}\n"));
         let out = tokentap()
             .arg("check-config")
             .arg(&config)
@@ -109,7 +129,8 @@ fn check_config_lists_each_tokenizer_it_found_for_which_model_and_where_it_looks
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/tokenizer/words.json"
     );
-    let dir = write_temp("discovery.yaml", "").with_file_name("discovery");
+    let scratch = Scratch::new("discovery");
+    let dir = scratch.0.join("discovery");
     let place = |relative: &str| {
         let path = dir.join(relative);
         std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
@@ -125,7 +146,7 @@ fn check_config_lists_each_tokenizer_it_found_for_which_model_and_where_it_looks
         models.display()
     );
     let run = |name: &str, yaml: &str| {
-        let config = write_temp(name, yaml);
+        let config = scratch.write(name, yaml);
         let out = tokentap()
             .arg("check-config")
             .arg(&config)
@@ -176,16 +197,16 @@ fn check_config_lists_each_tokenizer_it_found_for_which_model_and_where_it_looks
     assert!(ok, "{stderr}");
     let off = "\ntokenizer from the upstream's model list (a served model's root): off\n";
     assert!(stdout.ends_with(off), "{stdout}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn check_config_refuses_a_short_or_documented_hash_key_and_says_how_to_make_one() {
     // With a key anyone can read (the one the example showed), a six-digit token was found again
     // from its tenant tag in 1.4 s.
+    let scratch = Scratch::new("hash-key");
     for key in ["at least 16 bytes", "0123456789abcdef0123"] {
         let yaml = format!("tenants: {{bearer_hash: true, hash_key: \"{key}\"}}\n");
-        let path = write_temp("hash-key.yaml", &yaml);
+        let path = scratch.write("hash-key.yaml", &yaml);
         let out = tokentap()
             .arg("check-config")
             .arg(&path)
@@ -204,7 +225,8 @@ fn check_config_refuses_a_short_or_documented_hash_key_and_says_how_to_make_one(
 
 #[test]
 fn check_config_rejects_unknown_keys() {
-    let path = write_temp("unknown.yaml", "slo:\n  ttft: 1s\n  tffts: 2s\n");
+    let scratch = Scratch::new("unknown-keys");
+    let path = scratch.write("unknown.yaml", "slo:\n  ttft: 1s\n  tffts: 2s\n");
     let out = tokentap()
         .arg("check-config")
         .arg(&path)
@@ -236,7 +258,8 @@ fn a_bad_upstream_flag_is_an_error_naming_the_flag() {
 
 #[test]
 fn demo_serves_metered_traffic_and_stops_on_sigterm() {
-    let log = write_temp("demo.log", "");
+    let scratch = Scratch::new("demo");
+    let log = scratch.write("demo.log", "");
     let mut child = tokentap()
         .args([
             "demo",

@@ -7,7 +7,7 @@
 // console must have no error, and the page must fit a phone's width.
 // Screenshots: target/browser/live.png (1280x800), live-dark.png, live-phone.png.
 import { spawn } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import net from "node:net";
 import os from "node:os";
@@ -305,6 +305,7 @@ async function main() {
     proc.kill("SIGTERM");
     up.close();
     prom.close();
+    rmSync(config, { force: true });
   }
 }
 
