@@ -1,8 +1,10 @@
 //! The proxies under test, each a separate process pinned to its own core with `taskset`: tokentap (the
 //! release binary, with a config written to a temp dir), nginx (Debian's, with its own prefix and
 //! config: `proxy_buffering off`, HTTP/1.1 and keep-alive to the upstream) and HAProxy (Debian's, one
-//! process and one thread, `option http-no-delay`, keep-alive to the upstream), the two anchors. CPU time
-//! and resident memory are read from `/proc`, for nginx summed over the master and its workers.
+//! process and one thread, `option http-no-delay`, keep-alive to the upstream), the two anchors; and this
+//! binary run again as the null relay (`relay.rs`) and as the stack's floor, a plain hyper proxy
+//! (`hyper_floor.rs`). CPU time and resident memory are read from `/proc`, for nginx summed over the
+//! master and its workers.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
