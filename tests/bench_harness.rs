@@ -1,7 +1,7 @@
 //! Smoke test of the benchmark harness (benches/proxy): the scripted upstream, the load generator and the
 //! report run at a tiny scale, direct, through tokentap started in-process and through the stack's floor
-//! (the plain hyper proxy), and produce a table. It
-//! asserts that every stream arrived whole and that the report has its rows — never on a timing.
+//! (the plain hyper proxy), and produce a table. It asserts that every stream arrived whole and that the
+//! report has its rows — never on a timing.
 #![allow(dead_code)]
 
 #[path = "../benches/proxy/hyper_floor.rs"]

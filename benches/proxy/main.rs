@@ -358,10 +358,14 @@ async fn bench(args: &Args) -> Result<Report, String> {
     let mut haproxy = anchor(&args.setup.haproxy, Kind::Haproxy)?;
     let mut relay = Some(target::start(&args.setup, upstream, Kind::Relay)?);
     let mut hyper = target::start(&args.setup, upstream, Kind::Hyper)?;
-    hyper.ready().await?;
-    for proxy in [nginx.as_mut(), haproxy.as_mut(), relay.as_mut()]
-        .into_iter()
-        .flatten()
+    for proxy in [
+        nginx.as_mut(),
+        haproxy.as_mut(),
+        relay.as_mut(),
+        Some(&mut hyper),
+    ]
+    .into_iter()
+    .flatten()
     {
         proxy.ready().await?;
     }

@@ -1,8 +1,8 @@
 //! The figures issue 25's targets are stated in, as ratios of tokentap to each anchor (nginx, HAProxy)
 //! and to the stack's floor (a plain hyper proxy) measured in the same run, with the floor's own ratio to
-//! nginx (the part of each target the stack spends before tokentap does anything), and tokentap's own delay histogram (`tokentap_forwarding_delay_seconds`)
-//! beside the delay the wire shows it adds (its chunk latency to the client's socket minus the direct
-//! path's).
+//! nginx (the part of each target the stack spends before tokentap does anything); and tokentap's own
+//! delay histogram (`tokentap_forwarding_delay_seconds`) beside the delay the wire shows it adds (its
+//! chunk latency to the client's socket minus the direct path's).
 //!
 //! - CPU per chunk: proxy CPU seconds per million chunks at each latency load (100 and 1,000 streams).
 //! - Moderate p99: chunk latency p99 at the lighter latency load (100 streams), not the added figure.

@@ -1,8 +1,7 @@
 //! Pools the repeated runs and renders the Markdown report: added latency per chunk and to TTFT, CPU per
 //! million chunks, the chunks/s sweep, requests/s, memory per open stream, tokentap's ratios to each
 //! anchor (nginx, HAProxy) and to the stack's floor (hyper), and how tokentap's own histograms compare
-//! with what the clients saw (the
-//! target ratios and the self-measured delay are rendered by `ratios.rs`).
+//! with what the clients saw (the target ratios and the self-measured delay are rendered by `ratios.rs`).
 
 use std::fmt::Write;
 
