@@ -174,13 +174,16 @@ async fn a_body_above_the_hold_size_streams_through_unchanged() {
 }
 
 /// When the held bytes of all requests together would pass `limits.max_held_request_bytes`, a body
-/// streams instead of waiting: it goes upstream as it arrives, and is answered.
+/// waits for room instead of streaming onto an upstream slot: nothing of it goes upstream until the
+/// other body is sent and its budget given back, then it is held whole, sent and answered. (Before, it
+/// streamed: its head went upstream before its body was whole, and such uploads took every slot.)
 #[tokio::test]
-async fn a_body_beyond_the_held_bytes_budget_streams_instead() {
+async fn a_body_with_no_room_in_the_held_bytes_budget_waits_for_it_and_goes_upstream_whole() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
     let yaml = "limits:\n  hold_request_body_bytes: 2KiB\n  max_held_request_bytes: 2KiB\n";
     let proxy = proxy(&upstream.url(), yaml).await;
-    // One h2 stream holds most of the budget with an unfinished body.
+    // One h2 stream without a declared length holds the whole budget with an unfinished body.
     let (mut sender, _conn) = open_h2::<Fed>(&proxy).await;
     let (feed, body) = mpsc::channel(1);
     feed.send(Bytes::from(vec![b' '; 1500]))
@@ -191,9 +194,7 @@ async fn a_body_beyond_the_held_bytes_budget_streams_instead() {
         .expect("request");
     let parked = tokio::spawn(async move { sender.send_request(request).await });
     tokio::time::sleep(ms(200)).await;
-    // Another request's 1,000 bytes do not fit what is left: its head goes upstream before its body ends.
     let body = format!("{{\"model\":\"m\",\"pad\":\"{}\"}}", "z".repeat(1000));
-    let (first, rest) = body.as_bytes().split_at(600);
     let mut stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
         .await
         .expect("connect");
@@ -201,25 +202,151 @@ async fn a_body_beyond_the_held_bytes_budget_streams_instead() {
         "POST {CHAT} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     stream.write_all(head.as_bytes()).await.expect("head");
-    stream.write_all(first).await.expect("first part");
-    let mut opened = false;
+    stream.write_all(body.as_bytes()).await.expect("body");
+    tokio::time::sleep(ms(300)).await;
+    assert_eq!(
+        upstream.connection_count(),
+        0,
+        "a body with no room in the budget went upstream"
+    );
+    // The first body ends: it is sent and answered, and its budget is given back to the waiting one.
+    feed.send(Bytes::from_static(b"{}")).await.expect("feed");
+    drop(feed);
+    let first = tokio::time::timeout(Duration::from_secs(5), parked)
+        .await
+        .expect("the first request is answered")
+        .expect("task")
+        .expect("response");
+    assert_eq!(first.status(), 200);
+    let mut answer = [0u8; 12];
+    tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut answer))
+        .await
+        .expect("the waiting request is answered")
+        .expect("answer");
+    assert_eq!(&answer, b"HTTP/1.1 200");
+    let bodies: Vec<Vec<u8>> = upstream.requests().into_iter().map(|r| r.body).collect();
+    assert!(
+        bodies.contains(&body.into_bytes()),
+        "sent whole and unchanged"
+    );
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get(family::HELD_BYTES_WAITED.name, &[]), 1.0);
+    assert_eq!(m.get(family::HELD_BYTES_REFUSED.name, &[]), 0.0);
+}
+
+/// A body that finds no room in the held-bytes budget within `timeouts.request_body_idle` is answered
+/// `503` with `Retry-After: 1`, counted, and never reaches the upstream; once the budget has room,
+/// the next request is served.
+#[tokio::test]
+async fn a_body_that_finds_no_room_in_time_is_answered_503_and_never_sent() {
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let yaml = "timeouts:\n  request_body_idle: 300ms\n\
+                limits:\n  hold_request_body_bytes: 2KiB\n  max_held_request_bytes: 2KiB\n";
+    let proxy = proxy(&upstream.url(), yaml).await;
+    let (mut sender, _conn) = open_h2::<Fed>(&proxy).await;
+    let (feed, body) = mpsc::channel(1);
+    feed.send(Bytes::from(vec![b' '; 1500]))
+        .await
+        .expect("feed");
+    let request = http::Request::post(format!("http://{}{CHAT}", proxy.proxy_addr()))
+        .body(Fed(body))
+        .expect("request");
+    let parked = tokio::spawn(async move { sender.send_request(request).await });
+    // It keeps sending a byte now and then: a slow body, never idle, holding the budget.
+    let trickle = tokio::spawn(async move {
+        for _ in 0..30 {
+            tokio::time::sleep(ms(100)).await;
+            if feed.send(Bytes::from_static(b" ")).await.is_err() {
+                break;
+            }
+        }
+    });
+    tokio::time::sleep(ms(100)).await;
+    let refused = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+    assert_eq!(refused.status, 503);
+    assert_eq!(
+        refused.headers.get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"1"[..])
+    );
+    assert!(String::from_utf8_lossy(&refused.body).contains("limits.max_held_request_bytes"));
+    assert!(upstream.requests().is_empty());
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get(family::HELD_BYTES_REFUSED.name, &[]), 1.0);
+    assert_eq!(m.get(family::HELD_BYTES_WAITED.name, &[]), 1.0);
+    // The slow body stops and is cut for going idle: its budget is given back.
+    trickle.abort();
+    let _ = parked.await;
+    let served = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
+    assert_eq!(served.status, 200);
+}
+
+/// A body larger than the hold size streams and holds an upstream slot while its client uploads it:
+/// one client address may have `limits.max_streamed_uploads_per_client` such uploads unfinished at once.
+/// A third is answered `503` at once, never sent; once one upload is finished, another is taken.
+#[tokio::test]
+async fn a_client_address_has_at_most_its_share_of_unfinished_streamed_uploads() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let yaml = "limits:\n  hold_request_body_bytes: 1KiB\n  max_streamed_uploads_per_client: 2\n";
+    let proxy = proxy(&upstream.url(), yaml).await;
+    let body = format!("{{\"model\":\"m\",\"pad\":\"{}\"}}", "z".repeat(4000));
+    let (first, rest) = body.as_bytes().split_at(2000);
+    let head = format!(
+        "POST {CHAT} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut uploading = Vec::new();
+    for _ in 0..2 {
+        let mut stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
+            .await
+            .expect("connect");
+        stream.write_all(head.as_bytes()).await.expect("head");
+        stream.write_all(first).await.expect("first half");
+        uploading.push(stream);
+    }
     for _ in 0..50 {
-        opened = upstream.connection_count() == 1;
-        if opened {
+        if upstream.connection_count() == 2 {
             break;
         }
         tokio::time::sleep(ms(20)).await;
     }
-    assert!(opened, "the body was held though the budget had no room");
-    stream.write_all(rest).await.expect("the rest");
+    assert_eq!(
+        upstream.connection_count(),
+        2,
+        "both uploads stream upstream"
+    );
+    let mut third = tokio::net::TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    third.write_all(head.as_bytes()).await.expect("head");
+    third.write_all(first).await.expect("first half");
+    let mut answer = vec![0u8; 12];
+    tokio::time::timeout(Duration::from_secs(5), third.read_exact(&mut answer))
+        .await
+        .expect("the third is answered at once")
+        .expect("read");
+    assert_eq!(&answer, b"HTTP/1.1 503");
+    assert_eq!(
+        upstream.connection_count(),
+        2,
+        "the third never went upstream"
+    );
+    // One upload finishes: its client's place is free again.
+    let mut done = uploading.remove(0);
+    done.write_all(rest).await.expect("the rest");
     let mut answer = [0u8; 12];
-    stream.read_exact(&mut answer).await.expect("answer");
+    done.read_exact(&mut answer).await.expect("answer");
     assert_eq!(&answer, b"HTTP/1.1 200");
-    assert_eq!(upstream.requests()[0].body, body.as_bytes());
-    drop(feed);
-    parked.abort();
+    let mut next = tokio::net::TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    next.write_all(head.as_bytes()).await.expect("head");
+    next.write_all(body.as_bytes()).await.expect("body");
+    next.read_exact(&mut answer).await.expect("answer");
+    assert_eq!(&answer, b"HTTP/1.1 200");
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get(family::UPLOADS_PER_CLIENT_REFUSED.name, &[]), 1.0);
 }
 
 /// A client that sends `Expect: 100-continue` waits for `100 Continue` before its body: tokentap, which

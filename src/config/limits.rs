@@ -61,9 +61,13 @@ pub struct Limits {
     /// Request bodies up to this size are read whole before an upstream slot is taken; 0: none.
     #[serde(with = "values::size")]
     pub hold_request_body_bytes: u64,
-    /// The bytes all held request bodies may take together; a body that does not fit streams.
+    /// The bytes all held request bodies may take together; a body waits for room (at most
+    /// `timeouts.request_body_idle`, then 503).
     #[serde(with = "values::size")]
     pub max_held_request_bytes: u64,
+    /// Request bodies larger than `hold_request_body_bytes` one client address may be uploading at
+    /// once (each holds an upstream slot while it does); beyond it: 503.
+    pub max_streamed_uploads_per_client: usize,
     /// Connections served at once on the metrics port; further ones are closed at once.
     pub max_metrics_connections: usize,
 }
@@ -94,6 +98,7 @@ impl Default for Limits {
             max_upstream_per_connection: None,
             hold_request_body_bytes: 1 << 20,
             max_held_request_bytes: 64 << 20,
+            max_streamed_uploads_per_client: 32,
             max_metrics_connections: 64,
         }
     }
@@ -160,6 +165,13 @@ impl Limits {
                 "must be at least limits.hold_request_body_bytes ({hold} bytes), or no body of that size could be held"
             );
             return Err(invalid(key, "size", &held.to_string(), reason));
+        }
+        if self.max_streamed_uploads_per_client == 0 {
+            let (key, reason) = (
+                "limits.max_streamed_uploads_per_client",
+                "must be at least 1",
+            );
+            return Err(invalid(key, "value", "0", reason));
         }
         let metrics = self.max_metrics_connections;
         if !(1..=Self::MAX_METRICS_CONNECTIONS).contains(&metrics) {

@@ -29,6 +29,7 @@ use crate::logging::repeated::RepeatedWarning;
 use crate::net::admin::{serve_metrics, MetricsPort};
 use crate::net::client_conn::{accept, sniff, Activity, InProgress, Speaks, TimedIo, Tracked};
 use crate::net::delay::{Forwarding, FrameDelay};
+use crate::proxy::service::ClientConn;
 use crate::proxy::Proxy;
 use crate::record::metrics::Refusals;
 use crate::shutdown::{Count, Counted, Phase, Shutdown};
@@ -207,6 +208,7 @@ impl ServeProxy {
     }
 
     async fn serve(&self, stream: tokio::net::TcpStream) {
+        let addr = stream.peer_addr().ok().map(|a| a.ip());
         let activity = Arc::new(Activity::default());
         let (header_read, idle) = (
             self.port.timeouts.client_header_read,
@@ -232,10 +234,13 @@ impl ServeProxy {
         let io = TokioIo::new(io);
         let proxy = self.port.proxy.clone();
         // An HTTP/1.1 connection carries one request at a time: only h2 needs a share of its own.
-        let share = (!matches!(speaks, Speaks::Http1)).then(|| proxy.connection_share());
+        let client = ClientConn {
+            share: (!matches!(speaks, Speaks::Http1)).then(|| proxy.connection_share()),
+            addr,
+        };
         let service = service_fn(move |request| {
             let in_progress = activity.begin();
-            let handled = proxy.clone().handle(request, share.clone());
+            let handled = proxy.clone().handle(request, client.clone());
             respond(handled, in_progress, frames.clone())
         });
         let conn = builder.serve_connection(io, service);

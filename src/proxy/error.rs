@@ -35,6 +35,10 @@ pub enum ProxyError {
     UpstreamOverloaded { limit: usize },
     #[error("this connection already has {limit} upstream requests in progress (limits.max_upstream_per_connection); retry shortly, or spread requests over more connections")]
     ConnectionShare { limit: usize },
+    #[error("no room to hold the request body within {after:?} (limits.max_held_request_bytes is taken by other requests' bodies); retry shortly")]
+    HeldBytesFull { after: Duration },
+    #[error("this client address already has {limit} request bodies larger than limits.hold_request_body_bytes being uploaded (limits.max_streamed_uploads_per_client); retry shortly")]
+    UploadsPerClient { limit: usize },
     #[error("shutting down: the grace period ran out before the upstream answered")]
     ShutdownCut,
     #[error("the request target cannot be forwarded: {reason}")]
@@ -106,6 +110,8 @@ impl ProxyError {
             ProxyError::RequestBodyIdle { .. } => StatusCode::REQUEST_TIMEOUT,
             ProxyError::UpstreamOverloaded { .. }
             | ProxyError::ConnectionShare { .. }
+            | ProxyError::HeldBytesFull { .. }
+            | ProxyError::UploadsPerClient { .. }
             | ProxyError::ShutdownCut => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::NotImplemented { .. } => StatusCode::NOT_IMPLEMENTED,
         }
@@ -125,6 +131,8 @@ impl ProxyError {
             ProxyError::RequestBodyTooLarge { .. }
             | ProxyError::UpstreamOverloaded { .. }
             | ProxyError::ConnectionShare { .. }
+            | ProxyError::HeldBytesFull { .. }
+            | ProxyError::UploadsPerClient { .. }
             | ProxyError::BadTarget { .. }
             | ProxyError::NotImplemented { .. } => Refusal::Declined,
         }
@@ -145,6 +153,7 @@ impl ProxyError {
             ProxyError::UpstreamOverloaded { .. } | ProxyError::ConnectionShare { .. } => {
                 "upstream_overloaded"
             }
+            ProxyError::HeldBytesFull { .. } | ProxyError::UploadsPerClient { .. } => "overloaded",
             ProxyError::NotImplemented { .. } => "not_implemented",
             ProxyError::ShutdownCut => "shutting_down",
         }
@@ -165,7 +174,11 @@ impl ProxyError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if let ProxyError::UpstreamOverloaded { .. } | ProxyError::ConnectionShare { .. } = self {
+        if let ProxyError::UpstreamOverloaded { .. }
+        | ProxyError::ConnectionShare { .. }
+        | ProxyError::HeldBytesFull { .. }
+        | ProxyError::UploadsPerClient { .. } = self
+        {
             let retry = HeaderValue::from_static("1");
             response.headers_mut().insert(header::RETRY_AFTER, retry);
         }

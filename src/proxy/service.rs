@@ -15,6 +15,7 @@
 //! queue would only hold the client's connection and hide the overload from its retry logic.
 
 use std::future::Future;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 use std::time::Duration;
@@ -33,12 +34,12 @@ use crate::decode::dialect;
 use crate::logging::repeated::RepeatedWarning;
 use crate::proxy::error::ProxyError;
 use crate::proxy::hop_by_hop::{self, Direction, NextHop};
-use crate::proxy::request_body::{self, HoldLimits};
+use crate::proxy::request_body::{self, HoldError, HoldLimits, UploadsPerClient};
 use crate::proxy::request_target::{self, Target, TargetError};
 use crate::proxy::upstream::{Upstream, UpstreamResponse};
 use crate::record::outcome::End;
 use crate::shutdown::{Phase, Shutdown};
-use crate::tap::exchange::{Exchange, ExchangeContext, ExchangeGuard};
+use crate::tap::exchange::{Exchange, ExchangeContext, ExchangeGuard, HeldBody};
 use crate::tap::{RequestSeen, RequestTap, ResponseTap};
 
 /// How long a request the upstream refused may take to yield its `model` before the error answer goes out.
@@ -65,6 +66,8 @@ struct Inner {
     max_body_bytes: u64,
     /// What a request body may hold before it is sent.
     hold: HoldLimits,
+    /// Each client address's unfinished streamed uploads (`limits.max_streamed_uploads_per_client`).
+    uploads: UploadsPerClient,
     /// One permit per upstream request in progress, `limits.max_upstream_connections` in all.
     upstream_slots: Arc<Semaphore>,
     max_upstream: usize,
@@ -101,7 +104,12 @@ impl Proxy {
                             .unwrap_or(usize::MAX)
                             .min(Semaphore::MAX_PERMITS),
                     )),
+                    wait: config.timeouts.request_body_idle,
                 },
+                uploads: UploadsPerClient::new(
+                    (config.limits.max_streamed_uploads_per_client)
+                        .min(config.limits.max_upstream_connections),
+                ),
                 upstream_slots: Arc::new(Semaphore::new(config.limits.max_upstream_connections)),
                 max_upstream: config.limits.max_upstream_connections,
                 per_connection: config.limits.upstream_per_connection(),
@@ -111,12 +119,11 @@ impl Proxy {
         }
     }
 
-    /// Forwards one request. `share` is its client connection's share of the upstream slots
-    /// (`limits.max_upstream_per_connection`), for a connection that may carry several requests at once.
+    /// Forwards one request that came on `client`.
     pub async fn handle(
         self,
         request: Request<Incoming>,
-        share: Option<Arc<Semaphore>>,
+        client: ClientConn,
     ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
         let arrive = Instant::now();
         let inner = &self.inner;
@@ -157,19 +164,38 @@ impl Proxy {
             slot.clone(),
         );
         // A small body is read whole before anything upstream is taken (see `request_body`).
+        let declared = declared_length(&parts.headers);
         let held = tokio::select! {
-            held = request_body::hold(body, &inner.hold) => held.map_err(|_| {
-                ProxyError::from_body(&slot, (inner.max_body_bytes, inner.body_idle))
+            held = request_body::hold(body, &inner.hold, declared) => held.map_err(|error| match error {
+                HoldError::Body(_) => ProxyError::from_body(&slot, (inner.max_body_bytes, inner.body_idle)),
+                HoldError::Budget(after) => ProxyError::HeldBytesFull { after },
             }),
             () = inner.shutdown.reached(Phase::Cut) => Err(ProxyError::ShutdownCut),
         };
-        let body = match held {
-            Ok(body) => body,
+        let refusals = &inner.context.metrics.refusals;
+        let mut body = match held {
+            Ok(held) => {
+                if held.waited {
+                    refusals.held_bytes_waited.inc();
+                }
+                held.body
+            }
             Err(error) => {
+                if let ProxyError::HeldBytesFull { .. } = error {
+                    refusals.held_bytes_waited.inc();
+                    refusals.held_bytes.inc();
+                }
                 tracing::warn!(%error, "request refused");
                 return Ok(refuse(&mut guard, &error));
             }
         };
+        if !body.count_upload(&inner.uploads, client.addr) {
+            refusals.uploads_per_client.inc();
+            let error = ProxyError::UploadsPerClient {
+                limit: inner.uploads.limit(),
+            };
+            return Ok(self.overloaded(&mut guard, arrive, &error));
+        }
         let Ok(permit) = inner.upstream_slots.clone().try_acquire_owned() else {
             inner.context.metrics.refusals.upstream_requests.inc();
             let error = ProxyError::UpstreamOverloaded {
@@ -178,7 +204,7 @@ impl Proxy {
             return Ok(self.overloaded(&mut guard, arrive, &error));
         };
         // The connection's own share, once there is room upstream at all: a refusal is the connection's.
-        let share = match share.map(Semaphore::try_acquire_owned).transpose() {
+        let share = match client.share.map(Semaphore::try_acquire_owned).transpose() {
             Ok(share) => share,
             Err(_) => {
                 inner.context.metrics.refusals.connection_share.inc();
@@ -191,7 +217,7 @@ impl Proxy {
         if let Some(exchange) = guard.get_mut() {
             exchange.hold(permit, share);
         }
-        let held = body.held_frames();
+        let held = body.held().map(|held| held as HeldBody);
         let client_version = parts.version;
         parts.uri = origin_form(&inner.prefix, target.path_and_query());
         parts.version = Version::HTTP_11;
@@ -272,6 +298,16 @@ impl Proxy {
             }
         }
     }
+}
+
+/// What a request knows of the client connection it came on.
+#[derive(Clone, Default)]
+pub struct ClientConn {
+    /// The connection's share of the upstream slots (`limits.max_upstream_per_connection`), for a
+    /// connection that may carry several requests at once (h2).
+    pub share: Option<Arc<Semaphore>>,
+    /// The client's address.
+    pub addr: Option<IpAddr>,
 }
 
 impl Proxy {

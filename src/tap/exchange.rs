@@ -63,6 +63,9 @@ pub struct ExchangeContext {
     pub conversations: Option<Conversations>,
 }
 
+/// A request body held whole before it was sent, shared with the forwarding (and its budget with it).
+pub type HeldBody = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
 /// Where finished requests' records go, and what they list.
 pub struct Records {
     pub writer: Arc<RecordWriter>,
@@ -151,22 +154,19 @@ impl Exchange {
     /// works, for the conversation this request continues: here for a small body (tens of
     /// microseconds), on the blocking pool for a larger one (its result is taken at the end if it is
     /// ready by then). `None`: the body streams (too large to hold), so its list is not read.
-    pub fn read_messages(&mut self, body: Option<Vec<bytes::Bytes>>) {
+    pub fn read_messages(&mut self, body: Option<HeldBody>) {
         if self.context.conversations.is_none() || !messages::has_messages(self.api) {
             return;
         }
         let slot = Arc::new(OnceLock::new());
         self.messages = Some(slot.clone());
-        let Some(frames) = body else {
+        let Some(body) = body else {
             return;
         };
         let api = self.api;
-        let len: usize = frames_len(&frames);
+        let len = (*body).as_ref().len();
         let read = move || {
-            let list = match frames.as_slice() {
-                [one] => messages::read(api, one),
-                many => messages::read(api, &many.concat()),
-            };
+            let list = messages::read(api, (*body).as_ref());
             let _ = slot.set(list);
         };
         if len > READ_INLINE_BYTES {
@@ -438,10 +438,6 @@ impl Exchange {
             });
         }
     }
-}
-
-fn frames_len(frames: &[bytes::Bytes]) -> usize {
-    frames.iter().map(bytes::Bytes::len).sum()
 }
 
 /// A figure of the log line: milliseconds to the microsecond (`12.345`), written from integers.

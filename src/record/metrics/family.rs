@@ -379,6 +379,21 @@ pub const CONNECTION_SHARE_REFUSED: Family = single(
     "Requests answered 503 because their client connection already had limits.max_upstream_per_connection upstream requests in progress.",
     Counter,
 );
+pub const HELD_BYTES_REFUSED: Family = single(
+    "tokentap_held_bytes_refused_total",
+    "Requests answered 503 because limits.max_held_request_bytes had no room for their body within timeouts.request_body_idle.",
+    Counter,
+);
+pub const HELD_BYTES_WAITED: Family = single(
+    "tokentap_held_bytes_waited_total",
+    "Requests whose body waited for room in limits.max_held_request_bytes before it was held (and then sent, or refused).",
+    Counter,
+);
+pub const UPLOADS_PER_CLIENT_REFUSED: Family = single(
+    "tokentap_streamed_uploads_refused_total",
+    "Requests answered 503 because their client address was already uploading limits.max_streamed_uploads_per_client bodies larger than limits.hold_request_body_bytes.",
+    Counter,
+);
 /// The values of `reason` on [`METRICS_PORT_REFUSED`], all exported from the start.
 pub const METRICS_PORT_REASONS: &[&str] = &["max_connections", "send_timeout", "live_busy", "host"];
 pub const METRICS_PORT_REFUSED: Family = every(
@@ -522,6 +537,9 @@ pub const ALL: &[&Family] = &[
     &IN_FLIGHT,
     &UPSTREAM_REFUSED,
     &CONNECTION_SHARE_REFUSED,
+    &HELD_BYTES_REFUSED,
+    &HELD_BYTES_WAITED,
+    &UPLOADS_PER_CLIENT_REFUSED,
     &CONNECTIONS_REFUSED,
     &UPSTREAM_IDLE,
     &UPSTREAM_CLOSED_BY_UPSTREAM,

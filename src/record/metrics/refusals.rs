@@ -24,6 +24,12 @@ pub struct Refusals {
     /// Requests answered 503 because their client connection had `limits.max_upstream_per_connection`
     /// upstream requests in progress.
     pub connection_share: IntCounter,
+    /// Requests answered 503 because `limits.max_held_request_bytes` had no room for their body in time.
+    pub held_bytes: IntCounter,
+    /// Requests whose body waited for room in `limits.max_held_request_bytes`.
+    pub held_bytes_waited: IntCounter,
+    /// Requests answered 503 at `limits.max_streamed_uploads_per_client`.
+    pub uploads_per_client: IntCounter,
     /// What the metrics port turned away: `tokentap_metrics_port_refused_total{reason}`.
     pub metrics_port: MetricsPortRefusals,
 }
@@ -51,6 +57,9 @@ impl Refusals {
             header_too_large: rows.single_counter(&family::HEADER_TOO_LARGE)?,
             upstream_requests: rows.single_counter(&family::UPSTREAM_REFUSED)?,
             connection_share: rows.single_counter(&family::CONNECTION_SHARE_REFUSED)?,
+            held_bytes: rows.single_counter(&family::HELD_BYTES_REFUSED)?,
+            held_bytes_waited: rows.single_counter(&family::HELD_BYTES_WAITED)?,
+            uploads_per_client: rows.single_counter(&family::UPLOADS_PER_CLIENT_REFUSED)?,
             metrics_port: MetricsPortRefusals::register(rows)?,
         })
     }
