@@ -513,6 +513,7 @@ fn compose_mounts_files_that_exist_and_the_image_matches_the_docs() {
 fn record_fields() -> BTreeSet<String> {
     use tokentap::record::request_record::{RequestRecord, ServerRecord};
     let record = RequestRecord {
+        client_request_id: Some(String::new()),
         tenant: Some(String::new()),
         conversation: Some(String::new()),
         turn: Some(1),

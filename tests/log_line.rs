@@ -219,7 +219,16 @@ async fn client_chosen_values_are_quoted_so_they_add_no_keys_and_no_raw_separato
             for (key, _) in &pairs {
                 *keys.entry(key.as_str()).or_default() += 1;
             }
-            for key in ["status", "outcome", "slo", "model", "path", "method", "id"] {
+            for key in [
+                "status",
+                "outcome",
+                "slo",
+                "model",
+                "path",
+                "method",
+                "id",
+                "client_request_id",
+            ] {
                 assert_eq!(keys.get(key), Some(&1), "{key} in {line}");
             }
             let value = |k: &str| {
@@ -245,5 +254,5 @@ async fn client_chosen_values_are_quoted_so_they_add_no_keys_and_no_raw_separato
             .map(|(_, v)| v.as_str())
     };
     assert_eq!(value("path"), Some(odd_path), "{}", lines[3]);
-    assert_eq!(value("id"), Some("x\"y=z"), "{}", lines[3]);
+    assert_eq!(value("client_request_id"), Some("x\"y=z"), "{}", lines[3]);
 }

@@ -163,8 +163,12 @@ async fn records_say_exactly_what_the_metrics_say_for_the_same_traffic() {
     );
     let stream = records
         .iter()
-        .find(|r| r.id == "client-id-1")
+        .find(|r| r.client_request_id.as_deref() == Some("client-id-1"))
         .expect("the client's id");
+    assert_ne!(
+        stream.id, "client-id-1",
+        "the record's id is tokentap's own"
+    );
     assert_eq!(
         (stream.status, stream.stream, stream.gaps),
         (Some(200), true, 3)

@@ -18,6 +18,7 @@ CREATE TABLE IF NOT EXISTS tokentap.requests
     -- The arrival of the request head, UTC, microseconds (the record's RFC 3339 `start`).
     start DateTime64(6, 'UTC') CODEC(Delta, ZSTD(1)),
     id String,
+    client_request_id Nullable(String),
     -- Bounded label values (max_models, 8 APIs, tenants.max, 4 outcomes): LowCardinality.
     model LowCardinality(String),
     api LowCardinality(String),

@@ -29,8 +29,11 @@ pub struct RequestRecord {
     pub v: u32,
     /// Wall-clock time the request arrived, RFC 3339 UTC with microseconds.
     pub start: String,
-    /// The client's `x-request-id` when it sent one, else tokentap's own; also in the info log line.
+    /// tokentap's own id of the request, unique within the process; also in the info log line.
     pub id: String,
+    /// The client's `x-request-id`, when it sent a usable one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request_id: Option<String>,
     /// The `model` label the metrics counted the request under.
     pub model: String,
     /// The `api` label.
@@ -122,6 +125,7 @@ pub struct ServerRecord {
 #[derive(Debug, Clone)]
 pub struct Identity<'a> {
     pub id: &'a str,
+    pub client_id: Option<&'a str>,
     /// Wall-clock arrival.
     pub start: SystemTime,
     pub model: &'a str,
@@ -150,6 +154,7 @@ impl RequestRecord {
             v: RECORD_VERSION,
             start: rfc3339_micros(identity.start),
             id: identity.id.to_owned(),
+            client_request_id: identity.client_id.map(str::to_owned),
             model: identity.model.to_owned(),
             api: identity.api.to_owned(),
             tenant: identity.tenant.map(str::to_owned),
@@ -296,6 +301,7 @@ mod tests {
         );
         let identity = Identity {
             id: "r1",
+            client_id: Some("c1"),
             start: UNIX_EPOCH + Duration::from_secs(1_796_288_442),
             model: "m",
             api: "chat",
@@ -317,6 +323,7 @@ mod tests {
             (r.v, r.id.as_str(), r.tenant.as_deref()),
             (1, "r1", Some("acme"))
         );
+        assert_eq!(r.client_request_id.as_deref(), Some("c1"));
         assert_eq!(r.start, "2026-12-03T09:00:42.000000Z");
         assert_eq!(
             (r.conversation.as_deref(), r.turn, r.think_s),

@@ -399,10 +399,12 @@ impl Exchange {
         let status = record.status.as_ref().map_or("none", StatusCode::as_str);
         let streaming = record.streaming;
         let id = self.identity.as_ref().map_or("", |i| i.id.as_str());
+        let client_id = self.identity.as_ref().and_then(|i| i.client_id.as_deref());
         // Every value a client chooses is a `&str`, written quoted and escaped (`Debug`), so none can
         // add a key to the line or break it (control characters, U+2028/U+2029).
         tracing::info!(
             id,
+            client_request_id = client_id,
             method = self.method.as_str(),
             path = self.path.as_str(),
             model = &*series.model,
@@ -426,6 +428,7 @@ impl Exchange {
         if let (Some(records), Some((start, gaps))) = (&self.context.records, &self.recording) {
             let identity = request_record::Identity {
                 id,
+                client_id,
                 start: *start,
                 model: &series.model,
                 api: self.api.as_str(),

@@ -1,5 +1,6 @@
-//! Who sent a request, read from its head and never changed in it: the request id (the client's
-//! `x-request-id`, else tokentap's own) and, with `tenants:`, the tenant (a configured header's value,
+//! Who sent a request, read from its head and never changed in it: the request id (tokentap's own,
+//! unique within the process, so no client can make two records share one), the client's own
+//! `x-request-id` beside it when it sent one, and, with `tenants:`, the tenant (a configured header's value,
 //! or a short keyed hash of the bearer token). Neither is added to the forwarded request: its bytes
 //! stay the client's.
 //!
@@ -39,7 +40,10 @@ enum TenantSource {
 /// A request's id and tenant as read from its head.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
+    /// tokentap's own id.
     pub id: String,
+    /// The client's `x-request-id`, when it sent a usable one (visible ASCII, at most 128 bytes).
+    pub client_id: Option<String>,
     /// The tenant the request names (before the label's cap); `None`: it names none.
     pub tenant: Option<String>,
 }
@@ -79,11 +83,11 @@ impl Identify {
 
     /// The id and tenant of a request with `headers`.
     pub fn of(&self, headers: &HeaderMap) -> Identity {
-        let id = headers
+        let client_id = headers
             .get("x-request-id")
             .and_then(|v| v.to_str().ok())
             .filter(|v| usable_id(v))
-            .map_or_else(|| self.own_id(), str::to_owned);
+            .map(str::to_owned);
         let tenant = match &self.tenant {
             None => None,
             Some(TenantSource::Header(name)) => headers
@@ -96,7 +100,11 @@ impl Identify {
                 bearer(headers).and_then(|token| hash(key, token))
             }
         };
-        Identity { id, tenant }
+        Identity {
+            id: self.own_id(),
+            client_id,
+            tenant,
+        }
     }
 
     /// tokentap's own id: the process's random prefix and a counter (`3f2a9c1e-1b`).
@@ -172,16 +180,23 @@ mod tests {
     }
 
     #[test]
-    fn the_clients_request_id_is_kept_when_usable_else_tokentap_gives_its_own() {
+    fn the_id_is_always_tokentaps_own_and_the_clients_is_kept_beside_it_when_usable() {
         let identify = Identify::new(None);
-        let of = |value: &str| identify.of(&headers(&[("x-request-id", value)])).id;
-        assert_eq!(of("abc-123_X.y"), "abc-123_X.y");
-        let own = [
+        let of = |value: &str| identify.of(&headers(&[("x-request-id", value)]));
+        let sent = of("abc-123_X.y");
+        assert_eq!(sent.client_id.as_deref(), Some("abc-123_X.y"));
+        // Two requests with the same client id still have ids of their own.
+        assert_ne!(sent.id, of("abc-123_X.y").id);
+        let unusable = [
             of(""),
             of("has space"),
             of(&"x".repeat(129)),
             of("tab\there"),
         ];
+        for identity in &unusable {
+            assert_eq!(identity.client_id, None, "{identity:?}");
+        }
+        let own: Vec<String> = unusable.into_iter().map(|i| i.id).collect();
         for id in &own {
             assert_eq!(id.len(), 10, "{id}");
         }

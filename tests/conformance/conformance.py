@@ -247,7 +247,7 @@ def conversations(suite):
 
 def aiperf_conversations(suite, binary, model_dir, out, conversations=6, turns=3):
     """aiperf's multi-turn mode through a tokentap that writes its records: each of aiperf's requests
-    (joined by its X-Request-ID, which tokentap records as the id) is in the conversation and at the
+    (joined by its X-Request-ID, which tokentap records as client_request_id) is in the conversation and at the
     turn aiperf says, tokentap's ids partitioning the requests as aiperf's conversation ids do."""
     group = f"aiperf multi-turn, {conversations} conversations x {turns} turns"
     os.makedirs(out, exist_ok=True)
@@ -260,7 +260,7 @@ def aiperf_conversations(suite, binary, model_dir, out, conversations=6, turns=3
     finally:
         tokentap.stop()
     with open(records) as f:
-        ours = {r["id"]: r for r in map(json.loads, filter(str.strip, f))}
+        ours = {r["client_request_id"]: r for r in map(json.loads, filter(str.strip, f)) if "client_request_id" in r}
     joined = [(m, ours.get(m.get("x_request_id"))) for m in theirs]
     suite.exact(group, "aiperf requests found in tokentap's records", sum(r is not None for _, r in joined), len(theirs))
     # aiperf's conversation of each of tokentap's, and the other way round: a partition agrees when
