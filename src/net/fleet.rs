@@ -4,7 +4,9 @@
 //! shipped recording rules (deploy/prometheus/rules), which sum the replicas' histograms and counters
 //! per model before any quantile or ratio is taken: the fleet's figures, not an average of replicas'.
 //!
-//! Each answer is read up to [`MAX_BODY`], and a round of queries within [`TIMEOUT`]. For the page, a
+//! Each answer is read up to [`MAX_BODY`] and parsed into the few fields the table shows (never a JSON
+//! tree of the whole answer: 16 MiB of samples made +565 MiB of one), at most [`MAX_MODELS`] rows are
+//! kept, and a round of queries runs within [`TIMEOUT`]. For the page, a
 //! [`FleetPage`] asks at most once per [`FleetPage::EVERY`] however many browsers refresh, and keeps a
 //! failure as long as a result, so a page left open on a Prometheus that is down does not hammer it.
 
@@ -16,8 +18,7 @@ use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -39,8 +40,10 @@ pub enum FleetError {
 
 /// How long one round of queries may take, first head to last byte.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
-/// The largest answer read (a vector of a few hundred models is a few hundred KiB).
-const MAX_BODY: usize = 16 << 20;
+/// The largest answer read: a vector of a thousand models is about 150 KiB.
+const MAX_BODY: usize = 4 << 20;
+/// The most models one answer gives the table; a Prometheus with more is cut there (in name order).
+pub const MAX_MODELS: usize = 1000;
 
 /// How a column's values read.
 #[derive(Clone, Copy, PartialEq, Debug, Serialize)]
@@ -206,30 +209,66 @@ impl Prometheus {
             .await
             .map_err(|e| fail(e.to_string()))?
             .to_bytes();
-        let answer: Value = serde_json::from_slice(&body)
-            .map_err(|e| fail(format!("{status}: not Prometheus' API answer: {e}")))?;
-        samples(&answer).map_err(|e| fail(format!("{status}: {e}")))
+        samples(&body).map_err(|e| fail(format!("{status}: {e}")))
     }
 }
 
+/// An instant query's answer (Prometheus' HTTP API): only the fields the table reads; every other
+/// field and label is skipped unread.
+#[derive(Deserialize)]
+struct Answer {
+    status: String,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    data: Option<Data>,
+}
+
+#[derive(Deserialize)]
+struct Data {
+    result: Vec<Sample>,
+}
+
+#[derive(Deserialize)]
+struct Sample {
+    #[serde(default)]
+    metric: Labels,
+    /// `[time, "value"]`.
+    value: (serde::de::IgnoredAny, String),
+}
+
+#[derive(Deserialize, Default)]
+struct Labels {
+    #[serde(default)]
+    model: Option<String>,
+}
+
 /// The samples of an instant query's answer (`resultType` `vector`): the `model` label (empty when
-/// the series has none) and the value (`NaN` for a value that is not a number).
-pub fn samples(answer: &Value) -> Result<Vec<(String, f64)>, String> {
-    if answer["status"] != "success" {
-        let error = answer["error"].as_str().unwrap_or("no error text");
+/// the series has none) and the value (`NaN` for a value that is not a number), the first
+/// [`MAX_MODELS`] in name order.
+pub fn samples(answer: &[u8]) -> Result<Vec<(String, f64)>, String> {
+    let answer: Answer =
+        serde_json::from_slice(answer).map_err(|e| format!("not Prometheus' API answer: {e}"))?;
+    if answer.status != "success" {
+        let error = answer.error.as_deref().unwrap_or("no error text");
         return Err(format!("Prometheus answered an error: {error}"));
     }
-    let result = answer["data"]["result"]
-        .as_array()
-        .ok_or("no data.result vector in the answer")?;
-    Ok(result
-        .iter()
+    let result = answer
+        .data
+        .ok_or("no data.result vector in the answer")?
+        .result;
+    let mut samples: Vec<(String, f64)> = result
+        .into_iter()
         .map(|sample| {
-            let model = sample["metric"]["model"].as_str().unwrap_or("");
-            let value = sample["value"][1].as_str().and_then(|v| v.parse().ok());
-            (model.to_owned(), value.unwrap_or(f64::NAN))
+            let value = sample.value.1.parse().unwrap_or(f64::NAN);
+            (sample.metric.model.unwrap_or_default(), value)
         })
-        .collect())
+        .collect();
+    if samples.len() > MAX_MODELS {
+        samples.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        samples.truncate(MAX_MODELS);
+    }
+    Ok(samples)
 }
 
 /// A query's text percent-encoded for the URL (every byte but RFC 3986's unreserved ones).
@@ -330,14 +369,16 @@ impl FleetPage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
-    fn vector(samples: &[(&str, &str)]) -> Value {
+    fn vector(samples: &[(&str, &str)]) -> Vec<u8> {
         let result: Vec<Value> = samples
             .iter()
-            .map(|(model, v)| json!({"metric": {"model": model}, "value": [1764752442.5, v]}))
+            .map(|(model, v)| json!({"metric": {"model": model, "job": "tokentap"}, "value": [1764752442.5, v]}))
             .collect();
-        json!({"status": "success", "data": {"resultType": "vector", "result": result}})
+        let answer =
+            json!({"status": "success", "data": {"resultType": "vector", "result": result}});
+        answer.to_string().into_bytes()
     }
 
     #[test]
@@ -346,12 +387,29 @@ mod tests {
         let got = samples(&answer).expect("samples");
         assert_eq!(got[0], ("llama".to_owned(), 0.75));
         assert!(got[1].1.is_nan());
+        let unlabelled =
+            br#"{"status":"success","data":{"result":[{"metric":{},"value":[1,"3"]}]}}"#;
+        assert_eq!(samples(unlabelled), Ok(vec![(String::new(), 3.0)]));
         let error = json!({"status": "error", "errorType": "bad_data", "error": "parse error"});
         assert_eq!(
-            samples(&error),
+            samples(error.to_string().as_bytes()),
             Err("Prometheus answered an error: parse error".to_owned())
         );
-        assert!(samples(&json!({"status": "success"})).is_err());
+        assert!(samples(br#"{"status": "success"}"#).is_err());
+        assert!(samples(b"<html>").is_err());
+    }
+
+    #[test]
+    fn an_answer_with_more_models_than_the_table_keeps_the_first_in_name_order() {
+        let names: Vec<String> = (0..MAX_MODELS + 500)
+            .rev()
+            .map(|i| format!("m{i:05}"))
+            .collect();
+        let many: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "1")).collect();
+        let got = samples(&vector(&many)).expect("samples");
+        assert_eq!(got.len(), MAX_MODELS);
+        assert_eq!(got[0].0, "m00000");
+        assert_eq!(got[MAX_MODELS - 1].0, format!("m{:05}", MAX_MODELS - 1));
     }
 
     #[test]
