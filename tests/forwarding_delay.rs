@@ -75,13 +75,14 @@ async fn an_answer_tokentap_made_itself_is_not_observed() {
 }
 
 /// A client that stops reading: what the upstream sends meanwhile waits in tokentap's upstream socket,
-/// and its delay counts from when it arrived there (the kernel's receive timestamp), not from when
-/// tokentap got round to reading it. The client is h2 with a 1 KiB window: tokentap reads no more from
-/// the upstream than it can send, so all but a frame or two of what waits is in its upstream socket.
-/// Counted from the read, only those one or two could show the pause.
+/// and the client's pause is the client's, not tokentap's: a frame counts from when it arrived or from
+/// when hyper asked for it (the client's window open again), whichever is later. The client is h2
+/// with a 1 KiB window that it leaves closed for 600 ms: only the frame or two hyper already held when
+/// the window closed may show the pause. Counted from the arrival alone (before), nearly every frame
+/// that waited in the upstream socket did: 1,950 of 2,002 here.
 #[cfg(target_os = "linux")]
 #[tokio::test]
-async fn frames_that_waited_in_the_upstream_socket_count_from_their_arrival() {
+async fn frames_a_client_held_back_with_its_window_do_not_count_its_pause() {
     const TOKENS: usize = 2000;
     let upstream = upstream(|_| token_stream(TOKENS, ms(0))).await;
     let proxy = proxy(&upstream.url(), "").await;
@@ -108,7 +109,7 @@ async fn frames_that_waited_in_the_upstream_socket_count_from_their_arrival() {
     let paused = frames - m.get(&format!("{DELAY}_bucket"), &[("le", "0.25")]);
     assert!(frames >= (TOKENS + 2) as f64, "{frames} frames");
     assert!(
-        paused > 50.0,
-        "{paused} of {frames} frames show the client's pause"
+        paused <= 4.0,
+        "{paused} of {frames} frames show the client's pause as tokentap's own delay"
     );
 }
