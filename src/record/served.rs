@@ -6,8 +6,8 @@
 //! 300 made-up names took all 100 places and the real model was counted as `other`. So the proxy's list
 //! fetcher (`proxy/models.rs`) pushes the upstream's list here, and admission (`metrics`) asks it which
 //! of three states holds ([`ListState`]): *pending* until the fetcher's first answer (no name but the
-//! configured ones takes a place: 100 made-up names sent in the first second took every place and made
-//! 138,958 series before), *listed* (a listed name takes a place on its first request, no other name does,
+//! configured ones takes a place: 100 made-up names sent in the first second took every place before,
+//! and the listed model was counted as `other`), *listed* (a listed name takes a place on its first request, no other name does,
 //! and a 2xx for a name the list lacks asks the fetcher to look again, for an adapter loaded since), or
 //! *unlisted* (the upstream said twice in a row that it has no list, or none is asked for: a name takes a
 //! place on its first 2xx). A list is kept until the upstream answers another one or says it has none:
@@ -53,7 +53,7 @@ pub struct ServedModels {
     listed: RwLock<Listed>,
     /// Names always admitted: `model_list.names` and `slo.models`.
     configured: HashSet<String>,
-    /// Wakes the fetcher: a name the list lacks got a 2xx.
+    /// Wakes the fetcher: a name the list lacks (or a pending one) got a 2xx.
     wanted: Notify,
     /// `tokentap_upstream_models_listed`: names in the upstream's last list; -1 while pending.
     gauge: IntGauge,
