@@ -17,7 +17,7 @@ use tokentap::Running;
 const CHAT: &str = "/v1/chat/completions";
 
 /// The name a request's body asks for.
-fn requested_model(request: &RecordedRequest) -> String {
+pub(crate) fn requested_model(request: &RecordedRequest) -> String {
     let body = String::from_utf8_lossy(&request.body);
     body.split("\"model\":\"")
         .nth(1)
@@ -27,7 +27,7 @@ fn requested_model(request: &RecordedRequest) -> String {
 }
 
 /// A streamed answer that names `model`, as a gateway answering any name echoes it.
-fn stream_naming(model: &str) -> Vec<Step> {
+pub(crate) fn stream_naming(model: &str) -> Vec<Step> {
     let event = format!("data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"{model}\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"a\"}},\"finish_reason\":null}}]}}\n\n");
     vec![
         sse_head(),
@@ -37,7 +37,7 @@ fn stream_naming(model: &str) -> Vec<Step> {
     ]
 }
 
-const LIST: &str = r#"{"object":"list","data":[{"id":"real-model","object":"model","created":1,"owned_by":"vllm","root":"/models/Real-Model-8B","parent":null,"max_model_len":8192},{"id":"real-lora","object":"model","root":"/adapters/real-lora","parent":"real-model"}]}"#;
+pub(crate) const LIST: &str = r#"{"object":"list","data":[{"id":"real-model","object":"model","created":1,"owned_by":"vllm","root":"/models/Real-Model-8B","parent":null,"max_model_len":8192},{"id":"real-lora","object":"model","root":"/adapters/real-lora","parent":"real-model"}]}"#;
 
 /// Lists `real-model` and `real-lora`, and answers every chat request 200 whatever its name.
 fn answers_anything(request: &RecordedRequest) -> Vec<Step> {
@@ -47,7 +47,7 @@ fn answers_anything(request: &RecordedRequest) -> Vec<Step> {
     stream_naming(&requested_model(request))
 }
 
-fn label_values(m: &Metrics, family: &str) -> BTreeSet<String> {
+pub(crate) fn label_values(m: &Metrics, family: &str) -> BTreeSet<String> {
     values_of(m, family, "model")
 }
 
@@ -62,14 +62,16 @@ fn values_of(m: &Metrics, family: &str, label: &str) -> BTreeSet<String> {
         .collect()
 }
 
-async fn flood(proxy: &Running, names: usize) {
+/// Sends `names` requests, each for a made-up name of its own (`junk-{first + i}`), eight at a time;
+/// the upstream answers each 200.
+pub(crate) async fn flood_from(proxy: &Running, first: usize, names: usize) {
     let client = client();
     let mut tasks = tokio::task::JoinSet::new();
     for worker in 0..8 {
         let client = client.clone();
         let requests: Vec<_> = (worker..names)
             .step_by(8)
-            .map(|i| post(proxy, CHAT, &chat_request(&format!("junk-{i}"))))
+            .map(|i| post(proxy, CHAT, &chat_request(&format!("junk-{}", first + i))))
             .collect();
         tasks.spawn(async move {
             for request in requests {
@@ -87,7 +89,7 @@ async fn a_junk_flood_against_an_upstream_that_answers_anything_leaves_the_real_
     let upstream = upstream(answers_anything).await;
     let proxy = proxy(&upstream.url(), "model_list: {enabled: true}\n").await;
     listed(&proxy, 2.0).await;
-    flood(&proxy, 300).await;
+    flood_from(&proxy, 0, 300).await;
     let client = client();
     for name in ["real-model", "real-lora"] {
         let got = send(&client, post(&proxy, CHAT, &chat_request(name))).await;
@@ -113,7 +115,7 @@ async fn a_junk_flood_against_an_upstream_that_answers_anything_leaves_the_real_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upstream_that_lists_nothing_admits_a_name_on_its_first_2xx() {
+async fn an_upstream_that_says_twice_it_lists_nothing_admits_a_name_on_its_first_2xx() {
     // 404 on both paths, as a server without a list; a 404 for a name it does not serve.
     let upstream = upstream(|request: &RecordedRequest| {
         let model = requested_model(request);
@@ -125,27 +127,48 @@ async fn an_upstream_that_lists_nothing_admits_a_name_on_its_first_2xx() {
     })
     .await;
     let proxy = proxy(&upstream.url(), "model_list: {enabled: true}\n").await;
-    // Both paths asked, neither a list.
+    // Both paths asked once, neither a list: not yet taken as no list (a server starting, a router
+    // between backends), so the name is still pending, and the upstream is asked again 5 s later.
     for _ in 0..200 {
-        let asked = upstream
-            .requests()
-            .iter()
-            .filter(|r| r.request_line().starts_with("GET /api/tags "))
-            .count();
-        if asked > 0 {
+        if asked(&upstream, "GET /api/tags ") > 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let client = client();
+    assert_eq!(
+        send(&client, post(&proxy, CHAT, &chat_request("served")))
+            .await
+            .status,
+        200
+    );
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get(family::MODELS_LISTED.name, &[]), -1.0, "pending");
+    assert_eq!(
+        m.get(family::REQUESTS.name, &[("model", "unadmitted")]),
+        1.0
+    );
+    // The second round says it again: from now on a name takes a place on its first 2xx.
+    listed(&proxy, 0.0).await;
     for name in ["junk", "served"] {
         send(&client, post(&proxy, CHAT, &chat_request(name))).await;
     }
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(m.get(family::MODELS_LISTED.name, &[]), 0.0);
     let models = label_values(&m, family::REQUESTS.name);
     assert_eq!(models, ["served", "unadmitted"].map(str::to_owned).into());
+    assert_eq!(m.get(family::REQUESTS.name, &[("model", "served")]), 1.0);
+    assert_eq!(asked(&upstream, "GET /api/tags "), 2);
+}
+
+/// How many requests whose line starts with `line` the upstream has had.
+pub(crate) fn asked(upstream: &Upstream, line: &str) -> usize {
+    let requests = upstream.requests();
+    requests
+        .iter()
+        .filter(|r| r.request_line().starts_with(line))
+        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

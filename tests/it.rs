@@ -9,6 +9,7 @@
 mod support;
 
 mod admission;
+mod admission_faults;
 mod architecture;
 mod cancellation;
 mod cli;

@@ -297,6 +297,8 @@ async fn a_list_that_comes_after_the_first_requests_is_used_from_the_next_one() 
     let upstream = upstream(listing(root.clone())).await;
     let yaml = "tokenizer_dirs: []\nmodel_list: {refresh: 1s}\n";
     let proxy = proxy(&upstream.url(), yaml).await;
+    // Said twice (404 on both paths): no list, so the name takes its label on its 2xx.
+    listed(&proxy, 0.0).await;
     assert_eq!(one_more(&proxy).await, (0.0, 1.0, 3.0));
     assert!(proxy.settle_tokenizers(SETTLE));
     assert_eq!(one_more(&proxy).await, (0.0, 2.0, 6.0));

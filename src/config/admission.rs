@@ -1,8 +1,9 @@
 //! `model_list:`: which model names may take a `model` label place. By default tokentap asks the
 //! upstream which models it serves (`GET /v1/models` on OpenAI-compatible servers, vLLM, SGLang, TGI and
-//! llama.cpp; `/api/tags` on Ollama) and admits those names, plus the ones named here; only when the
-//! upstream lists nothing does a name take a place on its first 2xx answer, as a client could otherwise
-//! fill every place with names an upstream that answers any name accepts.
+//! llama.cpp; `/api/tags` on Ollama) and admits those names, plus the ones named here (until its first
+//! answer, only these); only when the upstream says it has no list does a name take a place on its first
+//! 2xx answer, as a client could otherwise fill every place with names an upstream that answers any name
+//! accepts.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,8 +17,8 @@ use super::{format_duration, invalid, values, ConfigError};
 pub struct ModelList {
     /// Ask the upstream for its list; `false`: admission on a 2xx answer (and `names`) only.
     pub enabled: bool,
-    /// Time between two fetches of the list (sooner while the upstream has not answered one, and when a
-    /// name it does not list gets a 2xx).
+    /// Time between two fetches of the list (sooner while the upstream has not answered one, after a
+    /// first "no list", and when a name it does not list gets a 2xx).
     #[serde(with = "values::duration")]
     pub refresh: Duration,
     /// Names admitted as if the upstream listed them; like `slo.models`, each always has its own label.

@@ -1,16 +1,25 @@
 //! Asking the upstream which models it serves, in the background: `GET /v1/models` (OpenAI-compatible
-//! servers, vLLM, SGLang, TGI, llama.cpp, Ollama's compatibility layer), else Ollama's `/api/tags`, every
-//! `model_list.refresh`, the answer pushed into `record::served` where label admission reads it.
+//! servers, vLLM, SGLang, TGI, llama.cpp, Ollama's compatibility layer), else Ollama's `/api/tags`, at
+//! start and every `model_list.refresh`, the answer pushed into `record::served` where label admission
+//! reads it.
 //!
 //! The list decides which model names may take a `model` label place, so a client cannot fill them with
 //! made-up names an upstream answers anyway. It is fetched off the request path, on a connection of its
 //! own (TLS as the proxy's, the upstream's path prefix put before the path, `model_list.api_key_file`'s
 //! token as a bearer token when set), the whole answer within 10 s and at most 8 MiB; entries whose name
-//! no real model has are skipped. An upstream that answers no list (404, not JSON, an empty list) lists
-//! nothing, and admission falls back to a name's first 2xx answer. An upstream that cannot be reached
-//! keeps the last list it gave, and is asked again after 5 s while it never gave one. A name the list
-//! lacks that the upstream answers 2xx anyway (an adapter loaded since) asks for the list again, no
-//! sooner than 5 s after the last fetch.
+//! no real model has are skipped.
+//!
+//! Admission fails closed. Until the first answer that says what the upstream serves, no name but the
+//! configured ones takes a place (`record::served` is pending from [`ModelList::new`] on). A list, once
+//! read, stays until the upstream answers another one or says it has none: an answer that cannot be read
+//! (a 5xx, 429 or other status, a body that is not a list, a timeout, no connection) keeps it and is
+//! logged once, and while no list ever came the upstream is asked again every 5 s. Only an upstream that
+//! says it has no list (404, 405, 410 or 501 on both paths, or an empty list), twice in a row 5 s apart
+//! (one could be a server starting or a router between backends), lists nothing, and admission falls
+//! back to a name's first 2xx answer. A refusal (401, 403) is a list that cannot be read once a list was
+//! seen; before that it counts as no list, with a warning naming `model_list.api_key_file` (else a server
+//! that wants a token would never give a name a label). A name the list lacks that the upstream answers
+//! 2xx anyway (an adapter loaded since) asks for the list again, no sooner than 5 s after the last fetch.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +37,7 @@ use tower_service::Service;
 
 use crate::config::Config;
 use crate::proxy::upstream::{roots, TlsSetupError};
-use crate::record::served::{ServedModel, ServedModels};
+use crate::record::served::{ListState, ServedModel, ServedModels};
 
 /// The largest list read; a larger answer is not a model list.
 const MAX_LIST_BYTES: usize = 8 << 20;
@@ -40,6 +49,15 @@ const RETRY: Duration = Duration::from_secs(5);
 const MAX_ENTRIES: usize = 100_000;
 /// The paths asked, in order: the first that answers a list wins.
 const PATHS: [&str; 2] = ["/v1/models", "/api/tags"];
+/// The statuses that say a path has no list (rather than that it could not give it now).
+const NO_LIST: [StatusCode; 4] = [
+    StatusCode::NOT_FOUND,
+    StatusCode::METHOD_NOT_ALLOWED,
+    StatusCode::GONE,
+    StatusCode::NOT_IMPLEMENTED,
+];
+/// Rounds in a row that must say "no list" before the upstream lists nothing.
+const NO_LIST_ROUNDS: u32 = 2;
 
 /// The fetcher: started with the proxy when `model_list.enabled`, stopped with it.
 pub struct ModelList {
@@ -58,9 +76,11 @@ pub struct ModelList {
 #[derive(Debug, PartialEq)]
 enum Fetched {
     List(Vec<ServedModel>),
-    /// The upstream answered, but no path gave a list: why, per path.
+    /// Every path said it has no list ([`NO_LIST`], or an empty list): why, per path.
     Nothing(String),
-    /// The upstream could not be asked.
+    /// No path gave a list, one refused the fetcher (401, 403) and the others have none.
+    Refused(String),
+    /// A path's answer could not be read, or the upstream could not be asked.
     Failed(String),
 }
 
@@ -84,6 +104,86 @@ struct OllamaTags {
 #[derive(Deserialize)]
 struct OllamaModel {
     name: String,
+}
+
+/// What the rounds so far said, for the next one's decision.
+#[derive(Default)]
+struct Rounds {
+    /// The last list or trouble logged, so that each is logged once.
+    said: String,
+    /// Rounds in a row that said there is no list.
+    no_list: u32,
+}
+
+impl Rounds {
+    /// Acts on one round's answer: pushes a list into `served`, or no list once the upstream said so
+    /// [`NO_LIST_ROUNDS`] times in a row (anything else leaves admission as it is), logs what changed
+    /// once, and says how long until the next round.
+    fn take(&mut self, fetched: Fetched, served: &ServedModels, refresh: Duration) -> Duration {
+        let state = served.state();
+        let fetched = match fetched {
+            // Once a list was seen, a refusal is a list that cannot be read, not no list.
+            Fetched::Refused(why) if state == ListState::Listed => Fetched::Failed(why),
+            fetched => fetched,
+        };
+        self.no_list = match fetched {
+            Fetched::Nothing(_) | Fetched::Refused(_) => self.no_list.saturating_add(1),
+            Fetched::List(_) | Fetched::Failed(_) => 0,
+        };
+        match fetched {
+            Fetched::List(models) => {
+                let names: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
+                if self.first(format!("{names:?}")) {
+                    let shown: Vec<&str> = names.iter().take(20).copied().collect();
+                    tracing::info!(count = names.len(), models = ?shown, "the upstream's model list: these names take model labels");
+                }
+                served.set(models);
+                refresh
+            }
+            Fetched::Nothing(why) | Fetched::Refused(why) if self.no_list < NO_LIST_ROUNDS => {
+                tracing::debug!(%why, "the upstream gave no model list; asked again before it is taken to have none");
+                RETRY.min(refresh)
+            }
+            Fetched::Nothing(why) => {
+                if self.first(why.clone()) {
+                    tracing::warn!(%why, "the upstream lists no models: a model name takes a label on its first 2xx answer (docs/metrics.md: which model names take a label)");
+                }
+                served.set(Vec::new());
+                refresh
+            }
+            Fetched::Refused(why) => {
+                if self.first(why.clone()) {
+                    tracing::warn!(%why, "the upstream refuses its model list without a token (set model_list.api_key_file): until it gives one, a model name takes a label on its first 2xx answer");
+                }
+                served.set(Vec::new());
+                refresh
+            }
+            Fetched::Failed(why) => {
+                match (self.first(why.clone()), state) {
+                    (true, ListState::Listed) => {
+                        tracing::warn!(%why, "the upstream's model list could not be read; the last one stays")
+                    }
+                    (true, ListState::Pending) => {
+                        tracing::warn!(%why, "the upstream's model list could not be read: until it is, no model name but the configured ones takes a label (model_list.names; model_list.enabled: false admits on the first 2xx)")
+                    }
+                    _ => {
+                        tracing::debug!(%why, "the upstream's model list could not be read; admission stays as it is")
+                    }
+                }
+                match state {
+                    ListState::Listed => refresh,
+                    ListState::Pending | ListState::Unlisted => RETRY,
+                }
+            }
+        }
+    }
+
+    /// Whether `what` differs from what was logged last; it is then the last.
+    fn first(&mut self, what: String) -> bool {
+        let first = self.said != what;
+        self.said = what;
+        first
+    }
 }
 
 /// The models of a `/v1/models` or `/api/tags` answer; `None` if it is neither.
@@ -154,6 +254,7 @@ impl ModelList {
             }
             None => None,
         };
+        served.ask();
         Ok(ModelList {
             tcp,
             tls,
@@ -168,64 +269,48 @@ impl ModelList {
     /// Fetches the list now and every `refresh` (or sooner, see the module), for ever: the caller
     /// aborts the task.
     pub async fn run(self) {
-        let mut said = String::new();
+        let mut rounds = Rounds::default();
         loop {
             let started = tokio::time::Instant::now();
-            let next = match self.fetch().await {
-                Fetched::List(models) => {
-                    let names: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
-                    let now = format!("{names:?}");
-                    if now != said {
-                        let shown: Vec<&str> = names.iter().take(20).copied().collect();
-                        tracing::info!(count = names.len(), models = ?shown, "the upstream's model list: these names take model labels");
-                        said = now;
-                    }
-                    self.served.set(models);
-                    self.refresh
-                }
-                Fetched::Nothing(why) => {
-                    if said != why {
-                        tracing::warn!(%why, "the upstream lists no models: a model name takes a label on its first 2xx answer (docs/metrics.md: which model names take a label)");
-                        said = why;
-                    }
-                    self.served.set(Vec::new());
-                    self.refresh
-                }
-                Fetched::Failed(why) => {
-                    tracing::debug!(%why, "the upstream's model list could not be fetched; the last one stays");
-                    if self.served.has_list() {
-                        self.refresh
-                    } else {
-                        RETRY
-                    }
-                }
-            };
+            let fetched = self.fetch().await;
+            let next = rounds.take(fetched, &self.served, self.refresh);
+            // A wish for a refresh brings the next round forward, to no sooner than 5 s after this
+            // one began; it never puts it off.
+            let due = tokio::time::Instant::now() + next;
             tokio::select! {
-                () = tokio::time::sleep(next) => {}
+                () = tokio::time::sleep_until(due) => {}
                 () = self.served.refresh_wanted() => {
-                    tokio::time::sleep_until(started + RETRY).await;
+                    tokio::time::sleep_until(due.min(started + RETRY)).await;
                 }
             }
         }
     }
 
     async fn fetch(&self) -> Fetched {
-        let mut why = Vec::new();
+        let (mut none, mut refused, mut failed) = (Vec::new(), Vec::new(), Vec::new());
         for path in PATHS {
             match self.get(path).await {
                 Ok((status, body)) if status.is_success() => match parse(&body) {
                     Some(models) if !models.is_empty() => return Fetched::List(models),
-                    Some(_) => why.push(format!("{path}: an empty list")),
-                    None => why.push(format!("{path}: {status}, not a model list")),
+                    Some(_) => none.push(format!("{path}: an empty list")),
+                    None => failed.push(format!("{path}: {status}, not a model list")),
                 },
-                Ok((StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN, _)) => why.push(format!(
+                Ok((status, _)) if NO_LIST.contains(&status) => {
+                    none.push(format!("{path}: {status}"))
+                }
+                Ok((StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN, _)) => refused.push(format!(
                     "{path}: refused without a token (set model_list.api_key_file)"
                 )),
-                Ok((status, _)) => why.push(format!("{path}: {status}")),
+                Ok((status, _)) => failed.push(format!("{path}: {status}")),
                 Err(error) => return Fetched::Failed(format!("{path}: {error}")),
             }
         }
-        Fetched::Nothing(why.join("; "))
+        let why = |parts: Vec<String>| parts.join("; ");
+        match (failed.is_empty(), refused.is_empty()) {
+            (false, _) => Fetched::Failed(why([failed, refused, none].concat())),
+            (true, false) => Fetched::Refused(why([refused, none].concat())),
+            (true, true) => Fetched::Nothing(why(none)),
+        }
     }
 
     /// GETs `path` under the upstream's prefix on a connection of its own: the status and the whole
@@ -353,8 +438,83 @@ mod tests {
         );
     }
 
+    fn one(id: &str) -> Vec<ServedModel> {
+        vec![ServedModel {
+            id: id.into(),
+            root: None,
+        }]
+    }
+
+    /// The state after each of `answers`, and the wait before the next round, from a fetcher's start.
+    fn after(answers: Vec<Fetched>) -> Vec<(ListState, Duration)> {
+        let gauge = prometheus::IntGauge::new("listed", "test").unwrap();
+        let served = ServedModels::new(std::iter::empty(), gauge);
+        served.ask();
+        let mut rounds = Rounds::default();
+        let refresh = Duration::from_secs(60);
+        answers
+            .into_iter()
+            .map(|fetched| {
+                let next = rounds.take(fetched, &served, refresh);
+                (served.state(), next)
+            })
+            .collect()
+    }
+
     #[test]
-    fn what_is_not_a_list_lists_nothing_and_names_no_model_has_are_skipped() {
+    fn a_list_stays_until_another_comes_or_no_list_is_said_twice_in_a_row() {
+        use Fetched::*;
+        use ListState::*;
+        let (minute, retry) = (Duration::from_secs(60), RETRY);
+        let failed = || Failed("/v1/models: 503 Service Unavailable".into());
+        let nothing = || Nothing("/v1/models: 404 Not Found; /api/tags: 404 Not Found".into());
+        let refused = || Refused("/v1/models: refused".into());
+        assert_eq!(
+            after(vec![failed(), nothing(), failed(), nothing(), nothing()]),
+            [
+                (Pending, retry),
+                (Pending, retry),
+                (Pending, retry),
+                (Pending, retry),
+                (Unlisted, minute)
+            ],
+            "pending until no list is said twice in a row"
+        );
+        assert_eq!(
+            after(vec![
+                List(one("a")),
+                failed(),
+                refused(),
+                refused(),
+                nothing()
+            ]),
+            [
+                (Listed, minute),
+                (Listed, minute),
+                (Listed, minute),
+                (Listed, minute),
+                (Listed, retry)
+            ],
+            "a refusal once a list was seen is a list that cannot be read"
+        );
+        assert_eq!(
+            after(vec![List(one("a")), nothing(), nothing(), List(one("b"))]),
+            [
+                (Listed, minute),
+                (Listed, retry),
+                (Unlisted, minute),
+                (Listed, minute)
+            ]
+        );
+        assert_eq!(
+            after(vec![refused(), refused(), failed()]),
+            [(Pending, retry), (Unlisted, minute), (Unlisted, retry)],
+            "refused before any list: no list, with a warning"
+        );
+    }
+
+    #[test]
+    fn what_is_not_a_list_is_not_read_as_one_and_names_no_model_has_are_skipped() {
         for body in [
             &b"<html>not found</html>"[..],
             b"{}",

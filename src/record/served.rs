@@ -4,11 +4,15 @@
 //! A name took a place on its first 2xx answer, which keeps out the names a client makes up only while
 //! the upstream checks them: against a gateway or server that answers any name (TGI, a catch-all route),
 //! 300 made-up names took all 100 places and the real model was counted as `other`. So the proxy's list
-//! fetcher (`proxy/models.rs`) pushes the upstream's list here, and admission (`metrics`) asks it: a listed
-//! name takes a place on its first request, and while the upstream lists anything, no other name does
-//! (a 2xx for a name it does not list asks the fetcher to look again, for an adapter loaded since). Only
-//! an upstream that lists nothing leaves admission to the 2xx. The fetcher pushes, `record` never
-//! reaches back up to the proxy.
+//! fetcher (`proxy/models.rs`) pushes the upstream's list here, and admission (`metrics`) asks it which
+//! of three states holds ([`ListState`]): *pending* until the fetcher's first answer (no name but the
+//! configured ones takes a place: 100 made-up names sent in the first second took every place before,
+//! and the listed model was counted as `other`), *listed* (a listed name takes a place on its first request, no other name does,
+//! and a 2xx for a name the list lacks asks the fetcher to look again, for an adapter loaded since), or
+//! *unlisted* (the upstream said twice in a row that it has no list, or none is asked for: a name takes a
+//! place on its first 2xx). A list is kept until the upstream answers another one or says it has none:
+//! an answer that cannot be read (a 5xx, a timeout) changes nothing, where one 503 used to open the gate
+//! for an hour of junk names. The fetcher pushes, `record` never reaches back up to the proxy.
 //!
 //! Each entry keeps the server's `id` and, where it gives one, `root` (vLLM names the served model's
 //! local directory there, and a LoRA adapter's path), for whoever needs the served models' files: the
@@ -30,14 +34,28 @@ pub struct ServedModel {
     pub root: Option<String>,
 }
 
+/// What decides, now, which names may take a place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListState {
+    /// A fetcher asks, and has had no answer yet that says what the upstream serves (the first moments
+    /// after start, or an upstream whose list cannot be read): only the configured names.
+    Pending,
+    /// The upstream's last list, kept until it answers another one or says it has none: the names it
+    /// lists and the configured ones.
+    Listed,
+    /// The upstream lists nothing, or no list is asked for (`model_list.enabled: false`): a name takes
+    /// a place on its first 2xx (the configured names always).
+    Unlisted,
+}
+
 /// The upstream's last list and the configured names.
 pub struct ServedModels {
     listed: RwLock<Listed>,
     /// Names always admitted: `model_list.names` and `slo.models`.
     configured: HashSet<String>,
-    /// Wakes the fetcher: a name the list lacks got a 2xx.
+    /// Wakes the fetcher: a name the list lacks (or a pending one) got a 2xx.
     wanted: Notify,
-    /// `tokentap_upstream_models_listed`: names in the upstream's last list.
+    /// `tokentap_upstream_models_listed`: names in the upstream's last list; -1 while pending.
     gauge: IntGauge,
     /// Called after each change of the list.
     watchers: Mutex<Vec<Watcher>>,
@@ -45,8 +63,9 @@ pub struct ServedModels {
 
 type Watcher = Box<dyn Fn() + Send + Sync>;
 
-#[derive(Default)]
 struct Listed {
+    state: ListState,
+    /// Empty unless `state` is `Listed`.
     models: Arc<[ServedModel]>,
     /// Each `id`, and for Ollama's `name:latest` also `name`, which Ollama takes for it.
     names: HashSet<String>,
@@ -54,14 +73,34 @@ struct Listed {
     generation: u64,
 }
 
+/// What the gauge shows while no answer came.
+const PENDING: i64 = -1;
+
 impl ServedModels {
+    /// Unlisted (admission on the 2xx) until a fetcher says it will ask ([`ServedModels::ask`]).
     pub fn new<'a>(configured: impl Iterator<Item = &'a str>, gauge: IntGauge) -> Self {
+        let listed = Listed {
+            state: ListState::Unlisted,
+            models: Arc::new([]),
+            names: HashSet::new(),
+            generation: 0,
+        };
         ServedModels {
-            listed: RwLock::default(),
+            listed: RwLock::new(listed),
             configured: configured.map(str::to_owned).collect(),
             wanted: Notify::new(),
             gauge,
             watchers: Mutex::default(),
+        }
+    }
+
+    /// A fetcher will ask the upstream for its list: until it pushes an answer, only the configured
+    /// names take a place. Called before the proxy serves, so no request sees the 2xx admission first.
+    pub fn ask(&self) {
+        let mut listed = self.listed.write().unwrap_or_else(PoisonError::into_inner);
+        if listed.state != ListState::Listed {
+            listed.state = ListState::Pending;
+            self.gauge.set(PENDING);
         }
     }
 
@@ -79,8 +118,13 @@ impl ServedModels {
         let count = i64::try_from(models.len()).unwrap_or(i64::MAX);
         let mut listed = self.listed.write().unwrap_or_else(PoisonError::into_inner);
         let changed = *listed.models != *models;
+        listed.state = match models.is_empty() {
+            true => ListState::Unlisted,
+            false => ListState::Listed,
+        };
         if changed {
             *listed = Listed {
+                state: listed.state,
                 models: models.into(),
                 names,
                 generation: listed.generation.wrapping_add(1),
@@ -125,11 +169,17 @@ impl ServedModels {
 
     /// Whether the upstream's last list names anything.
     pub fn has_list(&self) -> bool {
-        let listed = self.listed.read().unwrap_or_else(PoisonError::into_inner);
-        !listed.models.is_empty()
+        self.state() == ListState::Listed
     }
 
-    /// Whether `name` is listed by the upstream or named in the configuration.
+    /// What decides, now, which names may take a place.
+    pub fn state(&self) -> ListState {
+        let listed = self.listed.read().unwrap_or_else(PoisonError::into_inner);
+        listed.state
+    }
+
+    /// Whether `name` is listed by the upstream or named in the configuration (while pending or
+    /// unlisted, only the configured names are).
     pub fn lists(&self, name: &str) -> bool {
         if self.configured.contains(name) {
             return true;
@@ -188,6 +238,35 @@ mod tests {
         models.set(Vec::new());
         assert!(!models.has_list() && !models.lists("llama3"));
         assert_eq!(models.gauge.get(), 0);
+    }
+
+    #[test]
+    fn a_fetcher_that_asks_makes_names_pending_until_its_answer_and_an_empty_list_is_no_list() {
+        let models = served(&["configured"]);
+        assert_eq!(
+            models.state(),
+            ListState::Unlisted,
+            "no fetcher: the 2xx admits"
+        );
+        models.ask();
+        assert_eq!(models.state(), ListState::Pending);
+        assert_eq!(models.gauge.get(), -1);
+        assert!(models.lists("configured") && !models.lists("anything"));
+        let one = vec![ServedModel {
+            id: "llama".into(),
+            root: None,
+        }];
+        models.set(one.clone());
+        assert_eq!((models.state(), models.gauge.get()), (ListState::Listed, 1));
+        models.ask(); // a list held stays
+        assert_eq!(models.state(), ListState::Listed);
+        models.set(Vec::new());
+        assert_eq!(
+            (models.state(), models.gauge.get()),
+            (ListState::Unlisted, 0)
+        );
+        models.set(one);
+        assert!(models.has_list() && models.lists("llama"));
     }
 
     #[test]

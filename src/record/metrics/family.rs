@@ -430,7 +430,8 @@ pub const UPSTREAM_RESENT: Family = single(
 pub const MODELS_LISTED: Family = single(
     "tokentap_upstream_models_listed",
     "Model names in the upstream's last list (GET /v1/models or /api/tags): those names may take a model \
-     label; 0 (it lists nothing, or model_list.enabled is false): a name takes one on its first 2xx.",
+     label; 0 (it lists nothing, or model_list.enabled is false): a name takes one on its first 2xx; -1 \
+     (no answer yet, or a list that cannot be read): only the configured names take one.",
     Gauge,
 );
 
@@ -453,8 +454,8 @@ pub const ENCODES: Family = single(
 );
 pub const LABELS_RETIRED: Family = single(
     "tokentap_model_labels_retired_total",
-    "Model label values removed after metrics.model_idle without a request; their series restart \
-     from zero if the model comes back.",
+    "Model label values removed after metrics.model_idle without a request, or because the upstream's \
+     list no longer names them; their series restart from zero if the model comes back.",
     Counter,
 );
 pub const FORWARDING_DELAY: Family = single(

@@ -1,11 +1,12 @@
 //! The two label values that come from outside: `model` (from the request body, a client's choice) and
 //! `status` (from the upstream), each kept to a bounded set.
 //!
-//! A model name takes one of the `max_models` places only once the upstream has confirmed a real request
-//! for it (a 2xx answer): junk names a client makes up, which a model server answers with 404, never take
-//! a place. Until then the request counts under `unadmitted`. A place is freed again when its name has had
-//! no request for `metrics.model_idle` and no request in flight holds it; the caller then removes the
-//! name's series while the set is still locked, so a name admitted again starts from fresh series.
+//! A model name takes one of the `max_models` places only when the caller admits it (a name the
+//! upstream lists, or confirmed by a 2xx where it lists nothing: `admission.rs`): junk names a client
+//! makes up never take a place, and count under `unadmitted`. A place is freed again when its name has
+//! had no request for `metrics.model_idle`, or the caller says it is dropped (the upstream's list no
+//! longer names it), and no request in flight holds it; the caller then removes the name's series while
+//! the set is still locked, so a name admitted again starts from fresh series.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -55,6 +56,13 @@ pub fn status_label(status: Option<StatusCode>) -> &'static str {
     }
     let class = usize::from(status.as_u16() / 100).clamp(1, 5);
     STATUS_CLASSES[class - 1]
+}
+
+/// Whether `model` is a name no real model has: a control character is in none (admitted, it would
+/// take one of the capped places and carry line breaks into the per-request log line), nor is a name
+/// over [`MAX_MODEL_LEN`].
+fn impossible(model: &str) -> bool {
+    model.len() > MAX_MODEL_LEN || model.chars().any(char::is_control)
 }
 
 /// The capped set of `model` label values. Models named in the SLO config are always admitted and
@@ -138,9 +146,7 @@ impl ModelLabels {
         let Some(model) = model.filter(|m| !m.is_empty()) else {
             return Lookup::Label(self.unknown.clone());
         };
-        // A control character is in no real model's name; admitted, it would take one of the capped
-        // places and carry line breaks into the per-request log line.
-        if model.len() > MAX_MODEL_LEN || model.chars().any(char::is_control) {
+        if impossible(model) {
             return Lookup::Label(self.other.clone());
         }
         let now = Instant::now();
@@ -166,9 +172,14 @@ impl ModelLabels {
         Lookup::Label(label)
     }
 
-    /// Whether `name` has a place now.
-    pub fn holds(&self, name: &str) -> bool {
-        self.lock().contains_key(name)
+    /// The label of a request whose name may not be counted under its own label now, even if it still
+    /// holds a place: `unadmitted` (`unknown` and `other` as [`ModelLabels::lookup`] gives them).
+    pub fn refused(&self, model: Option<&str>) -> Arc<str> {
+        match model.filter(|m| !m.is_empty()) {
+            None => self.unknown.clone(),
+            Some(model) if impossible(model) => self.other.clone(),
+            Some(_) => self.unadmitted.clone(),
+        }
     }
 
     /// The label of a request that names nothing (`unknown` model, `none` tenant).
@@ -188,23 +199,26 @@ impl ModelLabels {
         }
     }
 
-    /// Frees the places of names idle for `model_idle` that no request in flight holds, and calls `purge`
-    /// with them while the set is locked, so no request can take a name back before its series are gone.
-    /// Returns how many were retired.
-    pub fn retire(&self, purge: impl FnOnce(&HashSet<Arc<str>>)) -> usize {
-        let Some(idle) = self.idle else {
-            return 0;
-        };
+    /// Frees the places of names idle for `model_idle`, or `dropped`, that no request in flight holds
+    /// (pinned names never), and calls `purge` with them while the set is locked, so no request can take
+    /// a name back before its series are gone. Returns how many were retired.
+    pub fn retire(
+        &self,
+        dropped: impl Fn(&str) -> bool,
+        purge: impl FnOnce(&HashSet<Arc<str>>),
+    ) -> usize {
         let now = Instant::now();
+        let idle = |entry: &Admitted| {
+            self.idle
+                .is_some_and(|idle| now.saturating_duration_since(entry.last_request) >= idle)
+        };
         let mut admitted = self.lock();
         // Every label a request holds is a clone of the map's key: a count of one means no request
         // resolved its series with it and is still running.
         let retired: HashSet<Arc<str>> = admitted
             .iter()
             .filter(|(label, entry)| {
-                !entry.pinned
-                    && Arc::strong_count(label) == 1
-                    && now.saturating_duration_since(entry.last_request) >= idle
+                !entry.pinned && Arc::strong_count(label) == 1 && (idle(entry) || dropped(label))
             })
             .map(|(label, _)| label.clone())
             .collect();
@@ -270,18 +284,56 @@ mod tests {
         };
         assert!(matches!(labels.lookup(Some("a"), true), Lookup::Full));
         tokio::time::advance(Duration::from_secs(59)).await;
-        assert_eq!(labels.retire(|_| panic!("nothing is idle yet")), 0);
+        assert_eq!(
+            labels.retire(|_| false, |_| panic!("nothing is idle yet")),
+            0
+        );
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(labels.retire(|_| panic!("`held` is in use")), 0);
+        assert_eq!(labels.retire(|_| false, |_| panic!("`held` is in use")), 0);
         drop(held);
         let mut purged = Vec::new();
-        let retired = labels.retire(|names| purged.extend(names.iter().map(|n| n.to_string())));
+        let retired = labels.retire(
+            |_| false,
+            |names| purged.extend(names.iter().map(|n| n.to_string())),
+        );
         assert_eq!((retired, purged), (1, vec!["held".to_owned()]));
         assert!(matches!(labels.lookup(Some("a"), true), Lookup::Label(l) if &*l == "a"));
         tokio::time::advance(Duration::from_secs(30)).await;
         labels.touch("a");
         tokio::time::advance(Duration::from_secs(30)).await;
-        assert_eq!(labels.retire(|_| panic!("`a` was used 30 s ago")), 0);
+        assert_eq!(
+            labels.retire(|_| false, |_| panic!("`a` was used 30 s ago")),
+            0
+        );
+    }
+
+    #[test]
+    fn a_dropped_name_gives_its_place_back_once_no_request_holds_it_and_pinned_ones_never() {
+        let labels = ModelLabels::new(2, None, ["pinned"].into_iter());
+        let Lookup::Label(held) = labels.lookup(Some("dropped"), true) else {
+            panic!("a place was free");
+        };
+        assert!(matches!(labels.lookup(Some("listed"), true), Lookup::Full));
+        let all = |_: &str| true;
+        assert_eq!(labels.retire(all, |_| panic!("`dropped` is in use")), 0);
+        assert_eq!(&*labels.refused(Some("dropped")), UNADMITTED_MODEL);
+        assert_eq!(&*labels.refused(None), UNKNOWN_MODEL);
+        assert_eq!(&*labels.refused(Some("a\nb")), OTHER_MODEL);
+        drop(held);
+        let mut purged = Vec::new();
+        let retired = labels.retire(all, |names| {
+            purged.extend(names.iter().map(|n| n.to_string()))
+        });
+        assert_eq!((retired, purged), (1, vec!["dropped".to_owned()]));
+        let unconfirmed = |name| match labels.lookup(Some(name), false) {
+            Lookup::Label(label) => label.to_string(),
+            Lookup::Full => panic!("an unconfirmed name asks for no place"),
+        };
+        assert_eq!(
+            [unconfirmed("pinned"), unconfirmed("dropped")],
+            ["pinned", UNADMITTED_MODEL]
+        );
+        assert!(matches!(labels.lookup(Some("listed"), true), Lookup::Label(l) if &*l == "listed"));
     }
 
     #[test]

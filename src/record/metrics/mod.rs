@@ -19,6 +19,7 @@ use crate::config::{Config, SloKind};
 use crate::record::api::Api;
 use crate::record::served::ServedModels;
 
+mod admission;
 mod agents;
 mod bound;
 pub mod family;
@@ -32,7 +33,7 @@ mod upstream;
 
 pub use agents::Agents;
 pub use bound::SeriesBound;
-use family::{Label, Registrar};
+use family::Registrar;
 pub use inside::Inside;
 pub use labels::{
     status_label, status_labels, Lookup, ModelLabels, NO_TENANT, OTHER_MODEL, UNADMITTED_MODEL,
@@ -229,73 +230,6 @@ impl Metrics {
         &self.bound
     }
 
-    /// The `tenant` label for a request's tenant (`None`: it named none), `two_xx` when the upstream
-    /// answered 2xx; `None` when `tenants:` is not configured. Capped as the model is; with
-    /// `tenants.allow`, only those values (and the `tenants.slo` ones) take a place, else a value takes
-    /// one on its first 2xx.
-    pub fn tenant_label(&self, tenant: Option<&str>, two_xx: bool) -> Option<Arc<str>> {
-        let tenants = self.tenants.as_ref()?;
-        let admit = match self.tenants_allowed.is_empty() {
-            true => two_xx,
-            false => tenant.is_some_and(|t| self.tenants_allowed.contains(t)),
-        };
-        Some(match tenants.lookup(tenant, admit) {
-            Lookup::Label(label) => label,
-            Lookup::Full if self.retire_idle() == 0 => tenants.overflow(),
-            Lookup::Full => match tenants.lookup(tenant, admit) {
-                Lookup::Label(label) => label,
-                Lookup::Full => tenants.overflow(),
-            },
-        })
-    }
-
-    /// The `model` label of a request that named `request` (its body's `model`) and whose response named
-    /// `response`, `two_xx` when the upstream answered 2xx. While the upstream lists its models, a name
-    /// it lists (or the configuration names) takes a place, the request's own name first, else the one
-    /// the response gives (the model that answered, when the client's name was an alias); any other is
-    /// `unadmitted`. An upstream that lists nothing admits a name with its first 2xx. When every place
-    /// is taken, names idle for `metrics.model_idle` are retired first.
-    pub fn model_label(
-        &self,
-        request: Option<&str>,
-        response: Option<&str>,
-        two_xx: bool,
-    ) -> Arc<str> {
-        let (model, admit) = self.admission(request, response, two_xx);
-        match self.models.lookup(model, admit) {
-            Lookup::Label(label) => label,
-            Lookup::Full if self.retire_idle() == 0 => self.models.overflow(),
-            Lookup::Full => match self.models.lookup(model, admit) {
-                Lookup::Label(label) => label,
-                Lookup::Full => self.models.overflow(),
-            },
-        }
-    }
-
-    /// Which name a request is counted under, and whether that name may take a place.
-    fn admission<'a>(
-        &self,
-        request: Option<&'a str>,
-        response: Option<&'a str>,
-        two_xx: bool,
-    ) -> (Option<&'a str>, bool) {
-        let named = request.filter(|n| !n.is_empty()).or(response);
-        if !self.served.has_list() {
-            return (named, two_xx);
-        }
-        if let Some(held) = request.filter(|n| self.models.holds(n)) {
-            return (Some(held), true);
-        }
-        let listed = [request, response].into_iter().flatten();
-        if let Some(listed) = listed.into_iter().find(|n| self.served.lists(n)) {
-            return (Some(listed), true);
-        }
-        if two_xx && named.is_some() {
-            self.served.want_refresh();
-        }
-        (named, false)
-    }
-
     pub fn series(&self, model: Arc<str>, api: Api) -> Series {
         self.series_of(model, None, api)
     }
@@ -330,23 +264,6 @@ impl Metrics {
             tenant,
             api,
         }
-    }
-
-    /// Retires the model names idle for `metrics.model_idle` (and not in use): each one's series are
-    /// removed from every family labelled by model, and its place under `max_models` is free again;
-    /// tenants likewise.
-    pub fn retire_idle(&self) -> usize {
-        let mut retired = self
-            .models
-            .retire(|names| self.families.purge(Label::Model, names));
-        if let Some(tenants) = &self.tenants {
-            retired += tenants.retire(|names| self.families.purge(Label::Tenant, names));
-        }
-        if retired > 0 {
-            self.retired.inc_by(retired as u64);
-            tracing::debug!(retired, "idle model labels retired");
-        }
-        retired
     }
 
     /// Every family's current values, as a scrape would see them (the live page's snapshots read this).

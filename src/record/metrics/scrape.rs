@@ -124,7 +124,7 @@ impl Metrics {
     }
 
     fn encode_page(&self) -> Vec<u8> {
-        self.retire_idle();
+        self.retire();
         self.encodes.inc();
         let mut families = self.registry.gather();
         let count = families.iter().map(series_in).sum::<usize>();
