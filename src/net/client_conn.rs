@@ -1,16 +1,19 @@
-//! One client connection as the proxy port sees it, below HTTP: the two downstream timeouts. A client
-//! must send a complete request head within `client_header_read` of connecting, or of the first byte
-//! of its next request on a kept-alive connection (slowloris); a connection with no request in progress
-//! is closed after `client_idle`. While a request is in progress (from its head being read until its
-//! response body is done) neither runs, so a long wait for the first token is never cut here.
+//! One client connection as a port sees it, below HTTP: the two downstream timeouts, and the close of a
+//! connection whose place was reclaimed. A client must send a complete request head within
+//! `client_header_read` (metrics port: `metrics_header_read`) of connecting, or of the first byte of its
+//! next request on a kept-alive connection (slowloris); a connection with no request in progress is
+//! closed after `client_idle` (`metrics_idle`). While a request is in progress (from its head being
+//! read until its response body is done) neither runs, so a long wait for the first token is never cut
+//! here.
 //!
-//! [`TimedIo`] wraps the socket and sees every read; [`Activity`] counts the connection's requests in
-//! progress, each held by an [`InProgress`] that lives in the response body ([`Tracked`]). A timeout
-//! reads as end of file, so hyper closes the connection as if the client had. [`accept`] takes the
-//! next connection off a listener, both ports'.
+//! [`TimedIo`] wraps the socket and sees every read and write; what the connection is doing is its
+//! [`Activity`] (`activity.rs`): requests in progress, an answer left in a full socket (from the write
+//! that found it full until hyper's flush), a place reclaimed by the connection cap (`places.rs`). A
+//! timeout, or a reclaimed place once idle, reads as end of file, so hyper closes the connection as if
+//! the client had. [`accept`] takes the next connection off a listener, both ports'.
 //!
 //! On the metrics port the write side is timed too ([`TimedIo::with_send_timeout`]): a client that asks
-//! for a page and does not read it would otherwise hold the page, and its socket, until `client_idle`.
+//! for a page and does not read it would otherwise hold the page, and its socket, until `metrics_idle`.
 //! From the moment a write finds the client's socket full, what hyper has to send must be taken within
 //! `timeouts.metrics_send`; else the write fails and hyper closes the connection. Unlike nginx's
 //! `send_timeout`, the clock is not reset by each bit of progress, so a client that reads a byte now and
@@ -19,69 +22,22 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
-use pin_project_lite::pin_project;
 use prometheus::IntCounter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, Sleep};
 
 use crate::logging::repeated::RepeatedWarning;
+use crate::net::activity::{Activity, Now};
 use crate::net::delay::FrameDelay;
 
 /// The HTTP/2 connection preface: its clients are timed by `client_idle` only (h2 has its own
 /// flow control and stream limits against slow senders).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// Requests in progress on one connection, and the reader to wake when the last one is done (it was
-/// told to wait for the socket only, and must now start the idle timer).
-#[derive(Debug, Default)]
-pub struct Activity {
-    in_progress: AtomicUsize,
-    reader: Mutex<Option<Waker>>,
-}
-
-impl Activity {
-    /// Marks a request in progress until the returned guard is dropped.
-    pub fn begin(self: &Arc<Self>) -> InProgress {
-        self.in_progress.fetch_add(1, Ordering::AcqRel);
-        InProgress(self.clone())
-    }
-
-    /// Whether a request is in progress; if so, `waker` is woken when none is.
-    fn busy(&self, waker: &Waker) -> bool {
-        let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
-        let busy = self.in_progress.load(Ordering::Acquire) > 0;
-        if busy && !reader.as_ref().is_some_and(|w| w.will_wake(waker)) {
-            *reader = Some(waker.clone());
-        }
-        busy
-    }
-}
-
-pub struct InProgress(Arc<Activity>);
-
-impl Drop for InProgress {
-    fn drop(&mut self) {
-        let activity = &self.0;
-        let mut reader = activity
-            .reader
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if activity.in_progress.fetch_sub(1, Ordering::AcqRel) == 1 {
-            if let Some(waker) = reader.take() {
-                drop(reader);
-                waker.wake();
-            }
-        }
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Armed {
@@ -104,6 +60,8 @@ pub struct TimedIo<T> {
     /// The response frames waiting for a write, on the proxy port (`delay.rs`).
     frames: Option<Arc<FrameDelay>>,
     send: Option<SendTimer>,
+    /// A write found the socket full and hyper has not flushed since (mirrored in `activity`).
+    unsent: bool,
 }
 
 /// The write side's deadline: armed when a write finds the socket full, lifted when everything hyper
@@ -168,6 +126,7 @@ impl<T> TimedIo<T> {
             head_timeouts: None,
             send: None,
             frames: None,
+            unsent: false,
         }
     }
 
@@ -194,6 +153,15 @@ impl<T> TimedIo<T> {
             if *n == offered() {
                 frames.written(began);
             }
+        }
+    }
+
+    /// Notes an answer left waiting in the client's socket by a write that found it full: until hyper's
+    /// next flush the connection is not idle.
+    fn blocked<R>(&mut self, polled: &Poll<R>) {
+        if polled.is_pending() && !self.unsent {
+            self.unsent = true;
+            self.activity.unsent(true);
         }
     }
 
@@ -225,7 +193,14 @@ impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
         let this = self.get_mut();
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        let busy = this.activity.busy(cx.waker());
+        let now = this.activity.watch(cx.waker());
+        // An answer waiting in the socket is bounded by the send timeout where there is one; elsewhere
+        // the idle timer bounds it, as it always has.
+        let busy = match now {
+            Now::Busy => true,
+            Now::Unsent => this.send.is_some(),
+            Now::Idle | Now::Reclaimed => false,
+        };
         if busy {
             this.armed = Armed::None;
         }
@@ -250,6 +225,10 @@ impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
         }
         if busy {
             return Poll::Pending;
+        }
+        if now == Now::Reclaimed {
+            tracing::debug!("closing an idle client connection whose place was reclaimed");
+            return Poll::Ready(Ok(()));
         }
         if this.armed == Armed::None {
             this.armed = Armed::Idle;
@@ -279,6 +258,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
         let began = this.begin();
         let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
         this.wrote(&polled, || buf.len(), began);
+        this.blocked(&polled);
         match &mut this.send {
             Some(send) => send.check(cx, polled),
             None => polled,
@@ -288,6 +268,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_flush(cx);
+        if this.unsent && matches!(polled, Poll::Ready(Ok(()))) {
+            this.unsent = false;
+            this.activity.unsent(false);
+        }
         match &mut this.send {
             // hyper flushes once it has written all it had: the answer has been taken.
             Some(send) if matches!(polled, Poll::Ready(Ok(()))) => {
@@ -312,6 +296,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
         let began = this.begin();
         let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
         this.wrote(&polled, || bufs.iter().map(|b| b.len()).sum(), began);
+        this.blocked(&polled);
         match &mut this.send {
             Some(send) => send.check(cx, polled),
             None => polled,
@@ -320,49 +305,6 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
 
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
-    }
-}
-
-pin_project! {
-    /// A response body that keeps its request counted as in progress on its connection until done.
-    pub struct Tracked<B> {
-        #[pin]
-        inner: B,
-        in_progress: Option<InProgress>,
-    }
-}
-
-impl<B> Tracked<B> {
-    pub fn new(inner: B, in_progress: InProgress) -> Self {
-        Tracked {
-            inner,
-            in_progress: Some(in_progress),
-        }
-    }
-}
-
-impl<B: Body<Data = Bytes>> Body for Tracked<B> {
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let this = self.project();
-        let polled = this.inner.poll_frame(cx);
-        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
-            this.in_progress.take();
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 
@@ -427,6 +369,8 @@ pub async fn accept(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
+    use http_body::{Body, Frame};
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
     const HEAD_READ: Duration = Duration::from_secs(2);
@@ -586,6 +530,48 @@ mod tests {
             IDLE,
             "idle counted from the request's end"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reclaimed_idle_connection_reads_as_closed_at_once() {
+        let start = Instant::now();
+        let (mut io, _client, activity) = timed();
+        let reclaimer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            activity.reclaim()
+        });
+        let (read, ended) = read_to_timeout(&mut io).await;
+        assert!(reclaimer.await.unwrap_or(false));
+        assert_eq!((read.len(), ended - start), (0, Duration::from_millis(300)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reclaimed_connection_with_an_answer_unsent_closes_only_once_it_is_taken() {
+        let counter = IntCounter::new("send_timeouts", "test").expect("counter");
+        let (server, mut client) = tokio::io::duplex(64);
+        let activity = Arc::new(Activity::default());
+        let mut io = TimedIo::new(server, activity.clone(), HEAD_READ, IDLE)
+            .with_send_timeout(Duration::from_secs(60), counter);
+        // The answer fills the socket: the connection is not idle and cannot be reclaimed.
+        let written = io.write(&[7u8; 128]).await.unwrap_or_default();
+        let rest = [7u8; 128];
+        let blocked = tokio::time::timeout(Duration::from_secs(1), io.write(&rest[written..])).await;
+        assert!(blocked.is_err(), "the socket is full");
+        assert!(!activity.reclaim());
+        // Taken 5 s later, whole: the flush makes it idle, and now it may go.
+        let reader = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let mut got = vec![0u8; 128];
+            client.read_exact(&mut got).await.expect("read");
+            client
+        });
+        io.write_all(&rest[written..]).await.expect("taken");
+        io.flush().await.expect("flushed");
+        let _client = reader.await.expect("reader");
+        assert!(activity.reclaim());
+        let start = Instant::now();
+        let (read, ended) = read_to_timeout(&mut io).await;
+        assert_eq!((read.len(), ended - start), (0, Duration::ZERO));
     }
 
     /// Data frames that came off the upstream at `at`.
