@@ -5,9 +5,10 @@
 //! its idle timer would close it (`client_conn.rs`), never under a request.
 //!
 //! A request is in progress from its head being read (the service is called) until its response body
-//! is done ([`InProgress`], held by the body: [`Tracked`]); an answer is unsent from the moment a write
-//! finds the client's socket full until hyper's flush takes the rest. A connection with neither is
-//! idle: a kept-alive one waiting for its next request, or one that has not sent a whole head yet.
+//! is done ([`InProgress`], held by the body: [`Tracked`]); its answer is then unsent until hyper's next
+//! flush that completes (`client_conn.rs`): the body's last bytes are in hyper's buffer, not yet in the
+//! socket, when the body ends, and a connection closed then would lose them. A connection with neither
+//! is idle: a kept-alive one waiting for its next request, or one that has not sent a whole head yet.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,7 +21,7 @@ use pin_project_lite::pin_project;
 
 /// The cap took the connection's place: it closes once idle.
 const RECLAIMED: usize = 1 << (usize::BITS - 1);
-/// A write found the client's socket full and hyper has not flushed since.
+/// A request ended and hyper has not flushed since.
 const UNSENT: usize = 1 << (usize::BITS - 2);
 /// The low bits: requests in progress.
 const REQUESTS: usize = UNSENT - 1;
@@ -39,8 +40,8 @@ pub struct Activity {
 pub enum Now {
     /// A request is in progress: no timer runs.
     Busy,
-    /// No request, but the last answer is still waiting in the client's socket: the connection is not
-    /// reclaimed; its timers run only where no send timeout bounds the wait (the proxy port).
+    /// No request, but the last answer is not all written yet: the connection is not reclaimed; its
+    /// timers run only where no send timeout bounds the wait (the proxy port).
     Unsent,
     /// Nothing in progress: the head or idle timer runs.
     Idle,
@@ -89,13 +90,15 @@ impl Activity {
         exchanged.is_ok()
     }
 
-    /// Marks (or clears) an answer waiting in the client's socket; clearing it wakes the reader, whose
-    /// timers, or close, wait on it.
-    pub fn unsent(&self, unsent: bool) {
-        if unsent {
-            self.state.fetch_or(UNSENT, Ordering::AcqRel);
-        } else {
-            self.state.fetch_and(!UNSENT, Ordering::AcqRel);
+    /// After a flush that completed: every answer so far is written. Wakes the reader when `reader`
+    /// waits on it (its timers, where a send timeout bounds the wait) or the place was reclaimed (it
+    /// may close now).
+    pub fn sent(&self, reader: bool) {
+        if self.state.load(Ordering::Acquire) & UNSENT == 0 {
+            return;
+        }
+        let before = self.state.fetch_and(!UNSENT, Ordering::AcqRel);
+        if reader || before & RECLAIMED != 0 {
             self.wake();
         }
     }
@@ -130,6 +133,8 @@ pub struct InProgress(Arc<Activity>);
 impl Drop for InProgress {
     fn drop(&mut self) {
         let activity = &self.0;
+        // Unsent first, so that the connection is never idle in between.
+        activity.state.fetch_or(UNSENT, Ordering::AcqRel);
         if activity.state.fetch_sub(1, Ordering::AcqRel) & REQUESTS == 1 {
             activity.wake();
         }
@@ -201,19 +206,21 @@ mod tests {
     fn only_an_idle_connection_is_reclaimed_and_its_reader_is_woken() {
         let activity = Arc::new(Activity::default());
         let (waker, woken) = waker();
+        let woken = || woken.0.load(Ordering::Relaxed);
         assert_eq!(activity.watch(&waker), Now::Idle);
         let request = activity.begin();
         assert!(!activity.reclaim(), "a request in progress");
         drop(request);
-        assert_eq!(woken.0.load(Ordering::Relaxed), 1, "the last request ended");
-        activity.unsent(true);
-        assert!(!activity.reclaim(), "an answer still in the socket");
+        assert_eq!(woken(), 1, "the last request ended");
+        assert!(!activity.reclaim(), "its answer not flushed yet");
         assert_eq!(activity.watch(&waker), Now::Unsent);
-        activity.unsent(false);
-        assert_eq!(woken.0.load(Ordering::Relaxed), 2, "the answer was taken");
+        activity.sent(false);
+        assert_eq!(woken(), 1, "no reader waits on it");
         assert_eq!(activity.watch(&waker), Now::Idle);
+        activity.sent(true);
+        assert_eq!(woken(), 1, "nothing was unsent");
         assert!(activity.reclaim());
-        assert_eq!(woken.0.load(Ordering::Relaxed), 3, "told to close");
+        assert_eq!(woken(), 2, "told to close");
         assert!(!activity.reclaim(), "reclaimed once");
         assert_eq!(activity.watch(&waker), Now::Reclaimed);
     }
@@ -227,6 +234,8 @@ mod tests {
         let request = activity.begin();
         assert_eq!(activity.watch(&waker), Now::Busy);
         drop(request);
+        assert_eq!(activity.watch(&waker), Now::Unsent);
+        activity.sent(false);
         assert_eq!(activity.watch(&waker), Now::Reclaimed);
     }
 }

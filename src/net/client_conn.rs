@@ -7,8 +7,8 @@
 //! here.
 //!
 //! [`TimedIo`] wraps the socket and sees every read and write; what the connection is doing is its
-//! [`Activity`] (`activity.rs`): requests in progress, an answer left in a full socket (from the write
-//! that found it full until hyper's flush), a place reclaimed by the connection cap (`places.rs`). A
+//! [`Activity`] (`activity.rs`): requests in progress, an answer not all written (from its body's end
+//! until hyper's flush), a place reclaimed by the connection cap (`places.rs`). A
 //! timeout, or a reclaimed place once idle, reads as end of file, so hyper closes the connection as if
 //! the client had. [`accept`] takes the next connection off a listener, both ports'.
 //!
@@ -60,8 +60,6 @@ pub struct TimedIo<T> {
     /// The response frames waiting for a write, on the proxy port (`delay.rs`).
     frames: Option<Arc<FrameDelay>>,
     send: Option<SendTimer>,
-    /// A write found the socket full and hyper has not flushed since (mirrored in `activity`).
-    unsent: bool,
 }
 
 /// The write side's deadline: armed when a write finds the socket full, lifted when everything hyper
@@ -126,7 +124,6 @@ impl<T> TimedIo<T> {
             head_timeouts: None,
             send: None,
             frames: None,
-            unsent: false,
         }
     }
 
@@ -153,15 +150,6 @@ impl<T> TimedIo<T> {
             if *n == offered() {
                 frames.written(began);
             }
-        }
-    }
-
-    /// Notes an answer left waiting in the client's socket by a write that found it full: until hyper's
-    /// next flush the connection is not idle.
-    fn blocked<R>(&mut self, polled: &Poll<R>) {
-        if polled.is_pending() && !self.unsent {
-            self.unsent = true;
-            self.activity.unsent(true);
         }
     }
 
@@ -258,7 +246,6 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
         let began = this.begin();
         let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
         this.wrote(&polled, || buf.len(), began);
-        this.blocked(&polled);
         match &mut this.send {
             Some(send) => send.check(cx, polled),
             None => polled,
@@ -268,9 +255,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_flush(cx);
-        if this.unsent && matches!(polled, Poll::Ready(Ok(()))) {
-            this.unsent = false;
-            this.activity.unsent(false);
+        if matches!(polled, Poll::Ready(Ok(()))) {
+            // hyper flushes once everything it had is written: the answers so far are out.
+            this.activity.sent(this.send.is_some());
         }
         match &mut this.send {
             // hyper flushes once it has written all it had: the answer has been taken.
@@ -296,7 +283,6 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
         let began = this.begin();
         let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
         this.wrote(&polled, || bufs.iter().map(|b| b.len()).sum(), began);
-        this.blocked(&polled);
         match &mut this.send {
             Some(send) => send.check(cx, polled),
             None => polled,
@@ -546,19 +532,21 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_reclaimed_connection_with_an_answer_unsent_closes_only_once_it_is_taken() {
+    async fn a_connection_whose_answer_is_not_all_written_is_not_reclaimed_until_it_is() {
         let counter = IntCounter::new("send_timeouts", "test").expect("counter");
         let (server, mut client) = tokio::io::duplex(64);
         let activity = Arc::new(Activity::default());
         let mut io = TimedIo::new(server, activity.clone(), HEAD_READ, IDLE)
             .with_send_timeout(Duration::from_secs(60), counter);
-        // The answer fills the socket: the connection is not idle and cannot be reclaimed.
+        // The request ends with its answer still to be written, which then fills the socket.
+        drop(activity.begin());
         let written = io.write(&[7u8; 128]).await.unwrap_or_default();
         let rest = [7u8; 128];
-        let blocked = tokio::time::timeout(Duration::from_secs(1), io.write(&rest[written..])).await;
+        let blocked =
+            tokio::time::timeout(Duration::from_secs(1), io.write(&rest[written..])).await;
         assert!(blocked.is_err(), "the socket is full");
         assert!(!activity.reclaim());
-        // Taken 5 s later, whole: the flush makes it idle, and now it may go.
+        // Taken 5 s later, whole: the flush makes it idle, and now it may go, at once.
         let reader = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(5)).await;
             let mut got = vec![0u8; 128];
@@ -566,6 +554,7 @@ mod tests {
             client
         });
         io.write_all(&rest[written..]).await.expect("taken");
+        assert!(!activity.reclaim(), "written, not yet flushed");
         io.flush().await.expect("flushed");
         let _client = reader.await.expect("reader");
         assert!(activity.reclaim());

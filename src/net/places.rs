@@ -133,8 +133,10 @@ mod tests {
         let (_busy_c, _busy_d) = (c.begin(), d.begin());
         assert!(matches!(places.admit(&e), Admission::Refused));
         assert_eq!([a.watch(waker), c.watch(waker)], [Now::Busy; 2]);
-        // The oldest's request ends: it is the one to go.
+        // The oldest's request ends: once its answer is written, it is the one to go.
         drop(busy_a);
+        assert!(matches!(places.admit(&e), Admission::Refused));
+        a.sent(false);
         let (_place_e, reclaimed) = admitted(places.admit(&e));
         assert!(reclaimed);
         assert_eq!(a.watch(waker), Now::Reclaimed);

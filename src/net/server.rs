@@ -26,8 +26,8 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, Limits, Timeouts};
 use crate::logging::repeated::RepeatedWarning;
-use crate::net::admin::{serve_metrics, MetricsPort};
 use crate::net::activity::{Activity, InProgress, Tracked};
+use crate::net::admin::{serve_metrics, MetricsPort};
 use crate::net::client_conn::{accept, sniff, Speaks, TimedIo};
 use crate::net::delay::{Forwarding, FrameDelay};
 use crate::net::places::{Admission, Places};
