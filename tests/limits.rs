@@ -305,6 +305,44 @@ async fn at_max_connections_the_oldest_idle_connection_makes_room_and_busy_ones_
 }
 
 #[tokio::test]
+async fn an_h2c_connection_with_a_stream_open_is_never_reclaimed_and_an_idle_one_is() {
+    let upstream = upstream(slow_chat_or_quick).await;
+    let proxy = proxy(&upstream.url(), "limits:\n  max_connections: 2\n").await;
+    // The oldest connection is h2c with a stream open; the other an idle HTTP/1.1 one.
+    let (mut h2, h2_conn) = open_h2(&proxy).await;
+    let response = h2
+        .send_request(post(&proxy, CHAT, &chat_request("m")))
+        .await
+        .expect("head");
+    let (mut a, a_conn) = open(&proxy).await;
+    assert_eq!(quick(&mut a, &proxy).await, 200);
+    // A newcomer takes the idle one's place, not the older h2c one's.
+    let (mut c, _c_conn) = open(&proxy).await;
+    assert_eq!(quick(&mut c, &proxy).await, 200);
+    let closed = tokio::time::timeout(Duration::from_secs(2), a_conn).await;
+    assert!(matches!(closed, Ok(Ok(Ok(())))), "{closed:?}");
+    let got = response
+        .into_body()
+        .collect()
+        .await
+        .expect("the stream is not disturbed");
+    assert!(got.to_bytes().ends_with(DONE.as_bytes()));
+    // Its stream done, the h2c connection is idle and the oldest: the next newcomer takes its place.
+    let (mut d, _d_conn) = open(&proxy).await;
+    assert_eq!(quick(&mut d, &proxy).await, 200);
+    let closed = tokio::time::timeout(Duration::from_secs(2), h2_conn).await;
+    assert!(closed.is_ok(), "the idle h2c connection was not closed");
+    assert_eq!(
+        quick(&mut c, &proxy).await,
+        200,
+        "the newer idle one serves on"
+    );
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get(family::CONNECTIONS_RECLAIMED.name, &[]), 2.0);
+    assert_eq!(m.get(family::CONNECTIONS_REFUSED.name, &[]), 0.0);
+}
+
+#[tokio::test]
 async fn an_h2c_header_list_over_the_limit_gets_431_and_the_connection_serves_on() {
     let upstream = upstream(|_| ok_upstream_steps()).await;
     let yaml = "limits:\n  max_request_header_bytes: 8KiB\n";

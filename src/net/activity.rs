@@ -81,6 +81,11 @@ impl Activity {
     /// Takes the connection's place back if it is idle at this instant, and wakes it to close. False if
     /// a request is in progress, an answer unsent, or it was reclaimed already.
     pub fn reclaim(&self) -> bool {
+        // A plain load first: at a cap of busy connections the walk reads each one, and a failed
+        // exchange would still take each one's cache line from the core serving it.
+        if self.state.load(Ordering::Acquire) != 0 {
+            return false;
+        }
         let exchanged =
             self.state
                 .compare_exchange(0, RECLAIMED, Ordering::AcqRel, Ordering::Acquire);

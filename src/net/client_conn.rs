@@ -39,11 +39,19 @@ use crate::net::delay::FrameDelay;
 /// flow control and stream limits against slow senders).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// How long a reclaimed h2 connection stays open once idle. An h2 stream ends on a task of its own,
+/// with its last frame queued for the connection's task to write: the connection's flush can complete
+/// just before that frame is written, and a close read at that instant would lose it. The connection's
+/// task has been woken to write it, so it is out well within this.
+const H2_RECLAIM_GRACE: Duration = Duration::from_millis(250);
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Armed {
     None,
     Head,
     Idle,
+    /// An idle h2 connection whose place was reclaimed: [`H2_RECLAIM_GRACE`].
+    Reclaimed,
 }
 
 /// The client's socket, with the header-read and idle timers on its read side.
@@ -215,8 +223,14 @@ impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
             return Poll::Pending;
         }
         if now == Now::Reclaimed {
-            tracing::debug!("closing an idle client connection whose place was reclaimed");
-            return Poll::Ready(Ok(()));
+            if !this.h2 {
+                tracing::debug!("closing an idle client connection whose place was reclaimed");
+                return Poll::Ready(Ok(()));
+            }
+            if this.armed != Armed::Reclaimed {
+                this.armed = Armed::Reclaimed;
+                this.timer.as_mut().reset(Instant::now() + H2_RECLAIM_GRACE);
+            }
         }
         if this.armed == Armed::None {
             this.armed = Armed::Idle;
@@ -529,6 +543,23 @@ mod tests {
         let (read, ended) = read_to_timeout(&mut io).await;
         assert!(reclaimer.await.unwrap_or(false));
         assert_eq!((read.len(), ended - start), (0, Duration::from_millis(300)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reclaimed_idle_h2_connection_closes_after_a_short_grace() {
+        let (mut io, mut client, activity) = timed();
+        client.write_all(H2_PREFACE).await.unwrap_or_default();
+        let reclaimed = Instant::now() + Duration::from_secs(3);
+        let reclaimer = tokio::spawn(async move {
+            tokio::time::sleep_until(reclaimed).await;
+            activity.reclaim()
+        });
+        let (read, ended) = read_to_timeout(&mut io).await;
+        assert!(reclaimer.await.unwrap_or(false));
+        assert_eq!(
+            (read.len(), ended - reclaimed),
+            (H2_PREFACE.len(), H2_RECLAIM_GRACE)
+        );
     }
 
     #[tokio::test(start_paused = true)]

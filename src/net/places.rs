@@ -9,7 +9,7 @@
 //! The pick and the connection's own state are one atomic step ([`Activity::reclaim`]): a connection
 //! whose request began a moment earlier is passed over, and one whose request begins a moment later
 //! is served before it closes. A reclaimed connection's place passes to the newcomer at once; the
-//! connection closes at its next read.
+//! connection closes at its next read (an h2 one a moment later: `client_conn.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
