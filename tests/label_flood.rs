@@ -114,7 +114,7 @@ async fn a_flood_of_junk_names_and_paths_stays_under_the_series_limit_and_the_re
     // counters) = 158; the `other` API's 4 + 1 + 88 = 93; the conversation families, by model and
     // turn but not by API: 6 turns × 4 (TTFT) + 6 × 11 (prompt tokens) + 17 (think time) = 107; plus
     // the three lookup results, in-flight per API, skipped metering per API and reason, the metrics
-    // port's four refusal reasons, and the unlabelled counters, gauges and histograms (their buckets
+    // port's five refusal reasons, and the unlabelled counters, gauges and histograms (their buckets
     // carry only `le`).
     let unlabelled = m
         .text
@@ -123,7 +123,7 @@ async fn a_flood_of_junk_names_and_paths_stays_under_the_series_limit_and_the_re
         .count();
     assert_eq!(
         limit,
-        (6 * (7 * 158 + 93 + 107) + 8 + 14 + 4 + 3 + unlabelled) as f64
+        (6 * (7 * 158 + 93 + 107) + 8 + 14 + 5 + 3 + unlabelled) as f64
     );
 }
 

@@ -1,7 +1,8 @@
 //! Every limit, end to end: an oversized request head gets 431 and a body over the limit 413 (declared
 //! up front: refused before the upstream is contacted; chunked: cut mid-way, so the upstream sees an
-//! aborted request, never a complete truncated one), and beyond `limits.max_connections` a new client's
-//! connection is closed at once and counted while the streams already open carry on untouched.
+//! aborted request, never a complete truncated one); at `limits.max_connections` the oldest idle
+//! connection makes room for a new client, counted, and only when every connection is busy is a new
+//! client's connection closed at once and counted, while the streams already open carry on untouched.
 
 use crate::support;
 
@@ -206,6 +207,139 @@ async fn beyond_max_connections_a_new_connection_is_closed_at_once_counted_and_o
     assert_eq!(m.get(family::CONNECTIONS_REFUSED.name, &[]), 1.0);
     assert_eq!(m.get(family::REQUESTS.name, &[("outcome", "ok")]), 2.0);
     assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
+}
+
+/// A slow stream for a chat request, a quick JSON answer for anything else.
+fn slow_chat_or_quick(request: &RecordedRequest) -> Vec<Step> {
+    if !request.request_line().contains(CHAT) {
+        return ok_upstream_steps();
+    }
+    let mut steps = vec![sse_head()];
+    for i in 0..5 {
+        steps.push(Step::Sleep(ms(100)));
+        steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
+    }
+    steps.push(chunk(DONE.as_bytes()));
+    steps.push(last_chunk());
+    steps
+}
+
+/// One quick request on a kept-alive connection: its status.
+async fn quick(
+    sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    proxy: &tokentap::Running,
+) -> u16 {
+    let request = http::Request::get(format!("http://{}/v1/models", proxy.proxy_addr()))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let response = sender.send_request(request).await.expect("answered");
+    let status = response.status().as_u16();
+    response.into_body().collect().await.expect("body");
+    status
+}
+
+#[tokio::test]
+async fn at_max_connections_the_oldest_idle_connection_makes_room_and_busy_ones_are_never_reclaimed(
+) {
+    let upstream = upstream(slow_chat_or_quick).await;
+    let proxy = proxy(&upstream.url(), "limits:\n  max_connections: 2\n").await;
+    // Both places held: a connection that never sent a head, then a kept-alive one between requests.
+    let mut silent = TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    tokio::time::sleep(ms(50)).await;
+    let (mut a, a_conn) = open(&proxy).await;
+    assert_eq!(quick(&mut a, &proxy).await, 200);
+    // A new client is served at once: the silent connection, the oldest idle one, made room.
+    let asked = tokio::time::Instant::now();
+    let (mut c, _c_conn) = open(&proxy).await;
+    assert_eq!(quick(&mut c, &proxy).await, 200);
+    let (got, ended) = drain(&mut silent, Duration::from_secs(2)).await;
+    assert_eq!((got, ended), (0, true), "the silent connection was closed");
+    assert_eq!(
+        quick(&mut a, &proxy).await,
+        200,
+        "the newer idle one still serves"
+    );
+    // Another: now the kept-alive connection is the oldest idle one, and is closed cleanly.
+    let (mut d, _d_conn) = open(&proxy).await;
+    assert_eq!(quick(&mut d, &proxy).await, 200);
+    let closed = tokio::time::timeout(Duration::from_secs(2), a_conn).await;
+    assert!(matches!(closed, Ok(Ok(Ok(())))), "{closed:?}");
+    println!(
+        "a new client at the cap of idle connections served within {:?}",
+        asked.elapsed()
+    );
+    // Both places busy with streams: a further client is closed at once without an answer, and
+    // neither stream is disturbed.
+    let streams: Vec<_> = [&mut c, &mut d]
+        .into_iter()
+        .map(|sender| sender.send_request(post(&proxy, CHAT, &chat_request("m"))))
+        .collect();
+    let mut bodies = Vec::new();
+    for stream in streams {
+        bodies.push(stream.await.expect("head").into_body());
+    }
+    let asked = tokio::time::Instant::now();
+    let answer = raw_exchange(
+        proxy.proxy_addr(),
+        b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n",
+    )
+    .await;
+    assert!(answer.is_empty(), "{answer:?}");
+    assert!(asked.elapsed() < Duration::from_secs(2), "closed at once");
+    for body in bodies {
+        let got = body.collect().await.expect("the stream is not disturbed");
+        assert!(got.to_bytes().ends_with(DONE.as_bytes()));
+    }
+    assert_eq!(
+        quick(&mut c, &proxy).await,
+        200,
+        "a busy connection serves on"
+    );
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get(family::CONNECTIONS_RECLAIMED.name, &[]), 2.0);
+    assert_eq!(m.get(family::CONNECTIONS_REFUSED.name, &[]), 1.0);
+    assert_eq!(m.get(family::REQUESTS.name, &[("outcome", "ok")]), 7.0);
+}
+
+#[tokio::test]
+async fn an_h2c_connection_with_a_stream_open_is_never_reclaimed_and_an_idle_one_is() {
+    let upstream = upstream(slow_chat_or_quick).await;
+    let proxy = proxy(&upstream.url(), "limits:\n  max_connections: 2\n").await;
+    // The oldest connection is h2c with a stream open; the other an idle HTTP/1.1 one.
+    let (mut h2, h2_conn) = open_h2(&proxy).await;
+    let response = h2
+        .send_request(post(&proxy, CHAT, &chat_request("m")))
+        .await
+        .expect("head");
+    let (mut a, a_conn) = open(&proxy).await;
+    assert_eq!(quick(&mut a, &proxy).await, 200);
+    // A newcomer takes the idle one's place, not the older h2c one's.
+    let (mut c, _c_conn) = open(&proxy).await;
+    assert_eq!(quick(&mut c, &proxy).await, 200);
+    let closed = tokio::time::timeout(Duration::from_secs(2), a_conn).await;
+    assert!(matches!(closed, Ok(Ok(Ok(())))), "{closed:?}");
+    let got = response
+        .into_body()
+        .collect()
+        .await
+        .expect("the stream is not disturbed");
+    assert!(got.to_bytes().ends_with(DONE.as_bytes()));
+    // Its stream done, the h2c connection is idle and the oldest: the next newcomer takes its place.
+    let (mut d, _d_conn) = open(&proxy).await;
+    assert_eq!(quick(&mut d, &proxy).await, 200);
+    let closed = tokio::time::timeout(Duration::from_secs(2), h2_conn).await;
+    assert!(closed.is_ok(), "the idle h2c connection was not closed");
+    assert_eq!(
+        quick(&mut c, &proxy).await,
+        200,
+        "the newer idle one serves on"
+    );
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get(family::CONNECTIONS_RECLAIMED.name, &[]), 2.0);
+    assert_eq!(m.get(family::CONNECTIONS_REFUSED.name, &[]), 0.0);
 }
 
 #[tokio::test]

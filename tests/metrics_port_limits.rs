@@ -1,8 +1,9 @@
 //! The metrics port's other bounds: the live page's JSON asked for hundreds of distinct windows at once by
 //! clients that never read holds a few views, not one each, and the page's own refresh is still answered;
-//! a connection beyond `limits.max_metrics_connections` is closed at once; with
-//! `metrics.allowed_hosts`, another `Host` gets 403. Each refusal is counted in
-//! `tokentap_metrics_port_refused_total{reason}`. Apart from `metrics_port.rs`, whose memory figure
+//! at `limits.max_metrics_connections` the oldest idle connection makes room for a newcomer, and the
+//! probes are answered whatever the clients hold (64 idle keep-alive connections, 1,000 silent ones,
+//! every place busy); with `metrics.allowed_hosts`, another `Host` gets 403. Each refusal is counted
+//! in `tokentap_metrics_port_refused_total{reason}`. Apart from `metrics_port.rs`, whose memory figure
 //! the live views' work would move.
 
 mod support;
@@ -14,6 +15,10 @@ use support::*;
 use tokentap::record::metrics::family;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// Held by the tests that load the machine (hundreds of views, 400 models, 1,000 connections), so that the
+/// live views' timing bound is not measured while another of them runs beside it.
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
@@ -33,6 +38,7 @@ async fn get(addr: SocketAddr, target: &str) -> (u16, Vec<u8>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_hundred_live_views_asked_for_at_once_and_never_read_hold_a_few_views() {
+    let _alone = ALONE.lock().await;
     let upstream = upstream(|_| ok_stream()).await;
     // Views larger than the kernel's socket buffers take, so a view not read stays in tokentap.
     let extra = "ui: {interval: 1s, history: 30m, max_models: 20}\nlimits: {max_metrics_connections: 400}\n";
@@ -111,51 +117,142 @@ async fn three_hundred_live_views_asked_for_at_once_and_never_read_hold_a_few_vi
     );
 }
 
+/// GETs a probe on a connection of its own, within 1 s: its status and how long it took.
+async fn probe(addr: SocketAddr, path: &str) -> (u16, Duration) {
+    let asked = std::time::Instant::now();
+    let request =
+        format!("GET {path} HTTP/1.1\r\nhost: 10.0.0.1:9464\r\nconnection: close\r\n\r\n");
+    let answer = tokio::time::timeout(
+        Duration::from_secs(1),
+        raw_exchange(addr, request.as_bytes()),
+    )
+    .await;
+    (raw_status(&answer.unwrap_or_default()), asked.elapsed())
+}
+
+/// Asks both probes and asserts they are answered 200 within 1 s; the slower one's time.
+async fn probes_answered(addr: SocketAddr, held: &str) -> Duration {
+    let mut slowest = Duration::ZERO;
+    for path in ["/healthz", "/readyz"] {
+        let (status, took) = probe(addr, path).await;
+        assert_eq!(status, 200, "{path} with {held} held");
+        assert!(
+            took < Duration::from_secs(1),
+            "{path} took {took:?} with {held} held"
+        );
+        slowest = slowest.max(took);
+    }
+    slowest
+}
+
 #[tokio::test]
-async fn connections_beyond_the_cap_are_closed_at_once_and_counted() {
+async fn the_probes_are_answered_at_once_with_64_idle_keep_alive_or_1000_silent_connections_held() {
+    let _alone = ALONE.lock().await;
     let upstream = upstream(|_| ok_stream()).await;
-    let proxy = proxy(&upstream.url(), "limits: {max_metrics_connections: 4}\n").await;
+    let proxy = proxy(&upstream.url(), "").await;
     let addr = proxy.metrics_addr();
+    // Every place of the default 64 held by a scraper's kept-alive connection between scrapes.
+    let mut kept = Vec::new();
+    for _ in 0..64 {
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("ask");
+        let mut answer = [0u8; 512];
+        let n = stream.read(&mut answer).await.expect("answer");
+        assert_eq!(raw_status(&answer[..n]), 200);
+        kept.push(stream);
+    }
+    let idle = probes_answered(addr, "64 idle keep-alive connections").await;
+    // The oldest made room, closed cleanly (the second probe found the first one's place free); the
+    // newest is untouched.
+    assert_eq!(drain(&mut kept[0], Duration::from_secs(1)).await, (0, true));
+    let mut buf = [0u8; 1];
+    let open = tokio::time::timeout(Duration::from_millis(100), kept[63].read(&mut buf)).await;
+    assert!(
+        open.is_err(),
+        "the newest kept-alive connection is still open"
+    );
+    // 1,000 connections that never send a byte, all held open by the client.
+    let mut silent = Vec::new();
+    for _ in 0..1000 {
+        silent.push(TcpStream::connect(addr).await.expect("connect"));
+    }
+    let silent_took = probes_answered(addr, "1,000 silent connections").await;
+    println!("probes answered within {idle:?} with 64 idle keep-alive connections held, {silent_took:?} with 1,000 silent ones");
+    let m = scrape(&proxy).await;
+    let reason = |r| m.get(family::METRICS_PORT_REFUSED.name, &[("reason", r)]);
+    assert_eq!(reason("max_connections"), 0.0, "no connection refused");
+    assert!(reason("reclaimed") >= 1000.0, "{}", reason("reclaimed"));
+}
+
+/// Room for 400 model labels: a `/metrics` page of several MiB, larger than the sockets' buffers.
+const MANY_MODELS: &str = "max_models: 400\nmetrics: {max_series: 5000000}\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_an_idle_connection_makes_room_and_only_when_all_are_busy_is_a_newcomer_refused()
+{
+    let _alone = ALONE.lock().await;
+    let upstream = upstream(|_| ok_stream()).await;
+    let extra = format!("{MANY_MODELS}limits: {{max_metrics_connections: 4}}\n");
+    let proxy = proxy(&upstream.url(), &extra).await;
+    let addr = proxy.metrics_addr();
+    // Four silent connections hold every place: a fifth is served, the oldest closed to make room.
     let mut held = Vec::new();
     for _ in 0..4 {
         held.push(TcpStream::connect(addr).await.expect("connect"));
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    // The fifth is accepted and closed without an answer.
-    let mut fifth = TcpStream::connect(addr).await.expect("connect");
-    let _ = fifth
-        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
-        .await;
-    let (got, ended) = drain(&mut fifth, Duration::from_secs(10)).await;
-    assert_eq!((got, ended), (0, true));
-    // One of the four asks and is served; once one goes, a new connection is served too.
-    let mut first = held.remove(0);
-    first
-        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .await
-        .expect("ask");
-    let mut answer = Vec::new();
-    first.read_to_end(&mut answer).await.expect("answer");
-    assert_eq!(raw_status(&answer), 200);
-    drop(first);
-    let mut status = 0;
-    for _ in 0..100 {
-        let mut stream = TcpStream::connect(addr).await.expect("connect");
-        let ask = b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
-        let _ = stream.write_all(ask).await;
-        let mut answer = Vec::new();
-        let _ = stream.read_to_end(&mut answer).await;
-        status = raw_status(&answer);
-        if status != 0 {
-            let (_, body) = raw_split(&answer);
-            let m = Metrics::parse(std::str::from_utf8(&body).expect("utf-8"));
-            let refused = [("reason", "max_connections")];
-            assert!(m.get(family::METRICS_PORT_REFUSED.name, &refused) >= 1.0);
-            break;
-        }
-        // The freed place is given back when the closed connection's task ends.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (status, _) = get(addr, "/metrics").await;
     assert_eq!(status, 200);
+    assert_eq!(drain(&mut held[0], Duration::from_secs(1)).await, (0, true));
+    let mut buf = [0u8; 1];
+    for stream in &mut held[1..] {
+        let open = tokio::time::timeout(Duration::from_millis(50), stream.read(&mut buf)).await;
+        assert!(open.is_err(), "a newer idle connection was closed");
+    }
+    drop(held);
+    // Four scrapers that ask for a large page and do not read it: busy, so never reclaimed.
+    send_distinct_models(&proxy, 400).await;
+    settle(&proxy).await;
+    let mut busy = Vec::new();
+    for _ in 0..4 {
+        let (stream, status) = ask_and_never_read(addr, "/metrics").await;
+        assert_eq!(status, 200);
+        busy.push(stream);
+    }
+    // Every place busy: a further scrape is refused (503, counted), the probes are answered.
+    let (status, body) = get(addr, "/metrics").await;
+    assert_eq!(status, 503, "{}", String::from_utf8_lossy(&body[..200]));
+    probes_answered(addr, "four busy scrapers").await;
+    // The busy scrapers lost nothing: one reads its whole page.
+    let mut page = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = busy[0].read(&mut buf).await.expect("read");
+            page.extend_from_slice(&buf[..n]);
+            let (head, body) = raw_split(&page);
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .and_then(|v| v.parse::<usize>().ok());
+            if n == 0 || length.is_some_and(|length| body.len() >= length) {
+                return (length, body.len());
+            }
+        }
+    })
+    .await;
+    let (length, got) = read.expect("the page within 30 s");
+    assert!(
+        length.is_some_and(|l| l == got && l > 1 << 20),
+        "{length:?} {got}"
+    );
+    let m = scrape(&proxy).await;
+    let reason = |r| m.get(family::METRICS_PORT_REFUSED.name, &[("reason", r)]);
+    assert_eq!(reason("max_connections"), 1.0);
+    assert!(reason("reclaimed") >= 1.0);
 }
 
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! Every timeout, end to end: what the client saw, when the upstream's connection was closed, and what
 //! `/metrics` says. Upstream-side: `timeouts.response_headers` (504) and `timeouts.idle` (the client's
 //! stream is broken, never ended cleanly). Client-side: `timeouts.client_header_read` (slowloris) and
-//! `timeouts.client_idle` (kept-alive connections), neither of which ever cuts a request in progress.
+//! `timeouts.client_idle` (kept-alive connections), neither of which ever cuts a request in progress;
+//! the metrics port's own, shorter `metrics_header_read` and `metrics_idle`.
 //! On tokio's paused clock, so the instants are exact (but for h2c, see below).
 
 use crate::support;
@@ -261,9 +262,45 @@ async fn an_h2c_connection_is_timed_by_client_idle_only_and_never_while_a_stream
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_metrics_port_has_the_same_client_timers() {
+async fn the_metrics_port_has_short_timers_of_its_own() {
     let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
-    let yaml = "timeouts:\n  client_header_read: 2s\n  client_idle: 60s\n";
+    // The proxy port's client timers are long: the metrics port does not use them.
+    let yaml = "timeouts:\n  client_header_read: 2m\n  client_idle: 1h\n";
+    let proxy = proxy(&upstream.url(), yaml).await;
+    let addr = proxy.metrics_addr();
+    // A connection that never sends a byte: closed after metrics_header_read (default 5 s).
+    let connected = Instant::now();
+    let mut silent = TcpStream::connect(addr).await.expect("connect");
+    let mut buf = [0u8; 256];
+    let read = tokio::time::timeout(secs(300), silent.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+    assert_near(
+        "a silent connection closed after",
+        connected.elapsed(),
+        secs(5),
+    );
+    // A scraper's kept-alive connection after its answer: closed after metrics_idle (default 30 s).
+    let mut kept = TcpStream::connect(addr).await.expect("connect");
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .expect("ask");
+    let n = kept.read(&mut buf).await.expect("answer");
+    assert_eq!(raw_status(&buf[..n]), 200);
+    let answered = Instant::now();
+    let read = tokio::time::timeout(secs(300), kept.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+    assert_near(
+        "an idle connection closed after",
+        answered.elapsed(),
+        secs(30),
+    );
+    assert_eq!(scrape(&proxy).await.get(family::REQUESTS.name, &[]), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_metrics_port_timers_are_configured_apart() {
+    let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
+    let yaml = "timeouts:\n  metrics_header_read: 2s\n  metrics_idle: 7s\n";
     let proxy = proxy(&upstream.url(), yaml).await;
     let connected = Instant::now();
     let mut stream = TcpStream::connect(proxy.metrics_addr())
@@ -273,9 +310,28 @@ async fn the_metrics_port_has_the_same_client_timers() {
         .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n")
         .await
         .expect("partial head");
-    let mut buf = [0u8; 64];
+    let mut buf = [0u8; 256];
     let read = tokio::time::timeout(secs(30), stream.read(&mut buf)).await;
     assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
-    assert_near("closed after", connected.elapsed(), secs(2));
-    assert_eq!(scrape(&proxy).await.get(family::REQUESTS.name, &[]), 0.0);
+    assert_near(
+        "an unfinished head closed after",
+        connected.elapsed(),
+        secs(2),
+    );
+    let mut kept = TcpStream::connect(proxy.metrics_addr())
+        .await
+        .expect("connect");
+    kept.write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .expect("ask");
+    let n = kept.read(&mut buf).await.expect("answer");
+    assert_eq!(raw_status(&buf[..n]), 200);
+    let answered = Instant::now();
+    let read = tokio::time::timeout(secs(30), kept.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+    assert_near(
+        "an idle connection closed after",
+        answered.elapsed(),
+        secs(7),
+    );
 }

@@ -37,6 +37,14 @@ pub struct Timeouts {
     /// within this, or the connection is closed.
     #[serde(with = "values::duration")]
     pub metrics_send: Duration,
+    /// Metrics port: a request head must be complete within this, counted from the connection's start
+    /// or the first byte of a later request (a scraper or probe sends its head at once).
+    #[serde(with = "values::duration")]
+    pub metrics_header_read: Duration,
+    /// Metrics port: a connection with no request in progress is closed after this (a scraper
+    /// reconnects cheaply).
+    #[serde(with = "values::duration")]
+    pub metrics_idle: Duration,
 }
 
 /// Bounds on what clients may send and how many may connect at once.
@@ -49,7 +57,8 @@ pub struct Limits {
     /// Request body; beyond it: 413.
     #[serde(with = "values::size")]
     pub max_request_body_bytes: u64,
-    /// Client connections served at once; further ones are closed at once.
+    /// Client connections served at once; at it the oldest idle one is closed for a new one, and a new
+    /// one is closed at once only when every one is busy.
     pub max_connections: usize,
     /// Upstream requests in progress at once (h1 requests and h2 streams alike); beyond it: 503.
     pub max_upstream_connections: usize,
@@ -68,7 +77,8 @@ pub struct Limits {
     /// Request bodies larger than `hold_request_body_bytes` one client address may be uploading at
     /// once (each holds an upstream slot while it does); beyond it: 503.
     pub max_streamed_uploads_per_client: usize,
-    /// Connections served at once on the metrics port; further ones are closed at once.
+    /// Connections served at once on the metrics port; at it the oldest idle one is closed for a new
+    /// one (and, every one busy, a new one may still ask `/healthz` or `/readyz`).
     pub max_metrics_connections: usize,
 }
 
@@ -83,6 +93,8 @@ impl Default for Timeouts {
             request_body_idle: Duration::from_secs(60),
             upstream_idle: Duration::from_millis(1500),
             metrics_send: Duration::from_secs(60),
+            metrics_header_read: Duration::from_secs(5),
+            metrics_idle: Duration::from_secs(30),
         }
     }
 }

@@ -4,12 +4,23 @@
 //! the fleet's table `/api/v1/fleet` (`ui/`, `fleet.rs`).
 //!
 //! The port binds every interface by default, so what a client can hold here is bounded like the proxy
-//! port: at most `limits.max_metrics_connections` connections (one more is closed at once), each answer
-//! taken within `timeouts.metrics_send` once the client's socket is full (`client_conn.rs`), the pages
-//! and views in memory bounded however many ask (`record::metrics` and `record::live::views`), and, with
+//! port: at most `limits.max_metrics_connections` connections, the oldest idle one closed to make room
+//! for a newcomer (`places.rs`), timed by the port's own short timers (`timeouts.metrics_header_read`,
+//! `timeouts.metrics_idle`: a scraper reconnects cheaply), each answer taken within
+//! `timeouts.metrics_send` once the client's socket is full (`client_conn.rs`), the pages and views in
+//! memory bounded however many ask (`record::metrics` and `record::live::views`), and, with
 //! `metrics.allowed_hosts`, only requests naming an expected `Host` answered (against DNS rebinding:
 //! a page elsewhere that resolves its own name to this address can then read nothing). Each refusal is
 //! counted in `tokentap_metrics_port_refused_total{reason}`.
+//!
+//! `/healthz` and `/readyz` are answered whatever the clients hold: idle connections give their place,
+//! and when every place is busy (clients that asked for a page and do not read it, for up to
+//! `metrics_send`) a newcomer takes one of [`PROBE_PLACES`] kept apart, where only the probes are
+//! answered (anything else gets 503 and is counted as refused), one request a connection. A probe's
+//! answer is a few bytes that the socket takes at once, so no client can hold a probe place busy; a
+//! silent one is reclaimed like any idle connection. Kubernetes restarts a pod whose liveness probe
+//! fails, cutting every stream in flight: a probe refused for a scraper's sake would cost far more than
+//! the scrape.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -20,13 +31,14 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
 
 use crate::config::Timeouts;
 use crate::logging::repeated::RepeatedWarning;
-use crate::net::client_conn::{accept, Activity, TimedIo, Tracked};
+use crate::net::activity::{Activity, Tracked};
+use crate::net::client_conn::{accept, TimedIo};
 use crate::net::fleet::FleetPage;
+use crate::net::places::{Admission, Place, Places};
 use crate::net::ui;
 use crate::record::live::Live;
 use crate::record::metrics::MetricsPortRefusals;
@@ -40,7 +52,7 @@ pub struct MetricsPort {
     pub live: Option<Arc<Live>>,
     /// The live page's fleet table (`ui.prometheus`), when the page is on and one is configured.
     pub fleet: Option<Arc<FleetPage>>,
-    /// The client timers (`client_header_read`, `client_idle`) and `metrics_send`.
+    /// The port's timers: `metrics_header_read`, `metrics_idle`, `metrics_send`.
     pub timeouts: Timeouts,
     /// `limits.max_metrics_connections`.
     pub max_connections: usize,
@@ -48,52 +60,55 @@ pub struct MetricsPort {
     pub allowed_hosts: Vec<String>,
 }
 
-/// The metrics port: no request limits (it serves only tokentap's own answers), the proxy port's client
-/// timers, a send timeout and a cap on connections.
+/// Connections kept apart for `/healthz` and `/readyz`, taken only when every one of
+/// `limits.max_metrics_connections` is busy: room for a kubelet's liveness, readiness and startup probes
+/// and a load balancer's check at once, each on a connection of its own, with a margin.
+pub const PROBE_PLACES: usize = 8;
+
+/// Where a connection was admitted.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kept {
+    /// One of `limits.max_metrics_connections`.
+    Open,
+    /// One of [`PROBE_PLACES`]: only the probes are answered, one request.
+    ForProbes,
+}
+
+/// The metrics port: no request limits (it serves only tokentap's own answers), short timers of its own,
+/// a send timeout and a cap on connections.
 pub async fn serve_metrics(listener: TcpListener, port: MetricsPort) {
     let port = Arc::new(port);
     let refused = port.context.metrics.refusals.metrics_port.clone();
-    let slots = Arc::new(Semaphore::new(port.max_connections));
+    let (open, probes) = (Places::new(port.max_connections), Places::new(PROBE_PLACES));
     let (mut failures, mut refusals) = (RepeatedWarning::default(), RepeatedWarning::default());
     loop {
         let stream = accept(&listener, "metrics", &mut failures).await;
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
+        let activity = Arc::new(Activity::default());
+        let admitted = match open.admit(&activity) {
+            Admission::Refused => kept(probes.admit(&activity), Kept::ForProbes),
+            admitted => kept(admitted, Kept::Open),
+        };
+        let Some((place, reclaimed, kept)) = admitted else {
             refused.connections.inc();
             if let Some(refused) = refusals.occurred(tokio::time::Instant::now()) {
                 let limit = port.max_connections;
-                tracing::warn!(limit, refused, "metrics-port connections closed at limits.max_metrics_connections (count since the last such line)");
+                tracing::warn!(limit, refused, "metrics-port connections closed at limits.max_metrics_connections, every one and every probe place busy (count since the last such line)");
             }
             drop(stream);
             continue;
         };
-        let activity = Arc::new(Activity::default());
-        let t = &port.timeouts;
-        let io = TimedIo::new(
-            stream,
-            activity.clone(),
-            t.client_header_read,
-            t.client_idle,
-        )
-        .with_send_timeout(t.metrics_send, refused.send_timeouts.clone());
-        let io = TokioIo::new(io);
-        let port = port.clone();
-        tokio::spawn(async move {
-            let service = service_fn(|request| {
-                let in_progress = activity.begin();
-                let port = port.clone();
-                async move {
-                    let response = port.endpoint(&request).await;
-                    Ok::<_, Infallible>(response.map(|b| Tracked::new(b, in_progress)))
-                }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .header_read_timeout(None)
-                .serve_connection(io, service);
-            if let Err(err) = conn.await {
-                tracing::debug!(%err, "metrics connection ended with an error");
-            }
-            drop(permit);
-        });
+        if reclaimed {
+            refused.reclaimed.inc();
+        }
+        tokio::spawn(port.clone().serve(stream, activity, kept, place));
+    }
+}
+
+/// An admitted connection's place, whether it was reclaimed from an idle one, and which kind it is.
+fn kept(admission: Admission, kind: Kept) -> Option<(Place, bool, Kept)> {
+    match admission {
+        Admission::Admitted { place, reclaimed } => Some((place, reclaimed, kind)),
+        Admission::Refused => None,
     }
 }
 
@@ -107,6 +122,61 @@ fn plain(status: StatusCode, content_type: &'static str, body: Bytes) -> Respons
 }
 
 impl MetricsPort {
+    async fn serve(
+        self: Arc<Self>,
+        stream: TcpStream,
+        activity: Arc<Activity>,
+        kept: Kept,
+        place: Place,
+    ) {
+        let t = &self.timeouts;
+        let io = TimedIo::new(
+            stream,
+            activity.clone(),
+            t.metrics_header_read,
+            t.metrics_idle,
+        )
+        .with_send_timeout(t.metrics_send, self.refused().send_timeouts.clone());
+        let io = TokioIo::new(io);
+        let service = service_fn(|request| {
+            let in_progress = activity.begin();
+            let port = self.clone();
+            async move {
+                let response = match kept {
+                    Kept::Open => port.endpoint(&request).await,
+                    Kept::ForProbes => port.probe_only(&request).await,
+                };
+                Ok::<_, Infallible>(response.map(|b| Tracked::new(b, in_progress)))
+            }
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .header_read_timeout(None)
+            .keep_alive(kept == Kept::Open)
+            .serve_connection(io, service);
+        if let Err(err) = conn.await {
+            tracing::debug!(%err, "metrics connection ended with an error");
+        }
+        drop(place);
+    }
+
+    /// A connection in a probe place: the probes answered, anything else refused.
+    async fn probe_only(&self, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+        if matches!(request.uri().path(), "/healthz" | "/readyz") {
+            return self.endpoint(request).await;
+        }
+        self.refused().connections.inc();
+        let body = "every connection of limits.max_metrics_connections is busy; only /healthz and /readyz are answered now\n";
+        let mut response = plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            Bytes::from_static(body.as_bytes()),
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        response
+    }
+
     fn refused(&self) -> &MetricsPortRefusals {
         &self.context.metrics.refusals.metrics_port
     }

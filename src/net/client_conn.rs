@@ -1,16 +1,19 @@
-//! One client connection as the proxy port sees it, below HTTP: the two downstream timeouts. A client
-//! must send a complete request head within `client_header_read` of connecting, or of the first byte
-//! of its next request on a kept-alive connection (slowloris); a connection with no request in progress
-//! is closed after `client_idle`. While a request is in progress (from its head being read until its
-//! response body is done) neither runs, so a long wait for the first token is never cut here.
+//! One client connection as a port sees it, below HTTP: the two downstream timeouts, and the close of a
+//! connection whose place was reclaimed. A client must send a complete request head within
+//! `client_header_read` (metrics port: `metrics_header_read`) of connecting, or of the first byte of its
+//! next request on a kept-alive connection (slowloris); a connection with no request in progress is
+//! closed after `client_idle` (`metrics_idle`). While a request is in progress (from its head being
+//! read until its response body is done) neither runs, so a long wait for the first token is never cut
+//! here.
 //!
-//! [`TimedIo`] wraps the socket and sees every read; [`Activity`] counts the connection's requests in
-//! progress, each held by an [`InProgress`] that lives in the response body ([`Tracked`]). A timeout
-//! reads as end of file, so hyper closes the connection as if the client had. [`accept`] takes the
-//! next connection off a listener, both ports'.
+//! [`TimedIo`] wraps the socket and sees every read and write; what the connection is doing is its
+//! [`Activity`] (`activity.rs`): requests in progress, an answer not all written (from its body's end
+//! until hyper's flush), a place reclaimed by the connection cap (`places.rs`). A
+//! timeout, or a reclaimed place once idle, reads as end of file, so hyper closes the connection as if
+//! the client had. [`accept`] takes the next connection off a listener, both ports'.
 //!
 //! On the metrics port the write side is timed too ([`TimedIo::with_send_timeout`]): a client that asks
-//! for a page and does not read it would otherwise hold the page, and its socket, until `client_idle`.
+//! for a page and does not read it would otherwise hold the page, and its socket, until `metrics_idle`.
 //! From the moment a write finds the client's socket full, what hyper has to send must be taken within
 //! `timeouts.metrics_send`; else the write fails and hyper closes the connection. Unlike nginx's
 //! `send_timeout`, the clock is not reset by each bit of progress, so a client that reads a byte now and
@@ -19,75 +22,36 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
-use pin_project_lite::pin_project;
 use prometheus::IntCounter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, Sleep};
 
 use crate::logging::repeated::RepeatedWarning;
+use crate::net::activity::{Activity, Now};
 use crate::net::delay::FrameDelay;
 
 /// The HTTP/2 connection preface: its clients are timed by `client_idle` only (h2 has its own
 /// flow control and stream limits against slow senders).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Requests in progress on one connection, and the reader to wake when the last one is done (it was
-/// told to wait for the socket only, and must now start the idle timer).
-#[derive(Debug, Default)]
-pub struct Activity {
-    in_progress: AtomicUsize,
-    reader: Mutex<Option<Waker>>,
-}
-
-impl Activity {
-    /// Marks a request in progress until the returned guard is dropped.
-    pub fn begin(self: &Arc<Self>) -> InProgress {
-        self.in_progress.fetch_add(1, Ordering::AcqRel);
-        InProgress(self.clone())
-    }
-
-    /// Whether a request is in progress; if so, `waker` is woken when none is.
-    fn busy(&self, waker: &Waker) -> bool {
-        let mut reader = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
-        let busy = self.in_progress.load(Ordering::Acquire) > 0;
-        if busy && !reader.as_ref().is_some_and(|w| w.will_wake(waker)) {
-            *reader = Some(waker.clone());
-        }
-        busy
-    }
-}
-
-pub struct InProgress(Arc<Activity>);
-
-impl Drop for InProgress {
-    fn drop(&mut self) {
-        let activity = &self.0;
-        let mut reader = activity
-            .reader
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if activity.in_progress.fetch_sub(1, Ordering::AcqRel) == 1 {
-            if let Some(waker) = reader.take() {
-                drop(reader);
-                waker.wake();
-            }
-        }
-    }
-}
+/// How long a reclaimed h2 connection stays open once idle. An h2 stream ends on a task of its own,
+/// with its last frame queued for the connection's task to write: the connection's flush can complete
+/// just before that frame is written, and a close read at that instant would lose it. The connection's
+/// task has been woken to write it, so it is out well within this.
+const H2_RECLAIM_GRACE: Duration = Duration::from_millis(250);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Armed {
     None,
     Head,
     Idle,
+    /// An idle h2 connection whose place was reclaimed: [`H2_RECLAIM_GRACE`].
+    Reclaimed,
 }
 
 /// The client's socket, with the header-read and idle timers on its read side.
@@ -225,7 +189,14 @@ impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
         let this = self.get_mut();
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        let busy = this.activity.busy(cx.waker());
+        let now = this.activity.watch(cx.waker());
+        // An answer waiting in the socket is bounded by the send timeout where there is one; elsewhere
+        // the idle timer bounds it, as it always has.
+        let busy = match now {
+            Now::Busy => true,
+            Now::Unsent => this.send.is_some(),
+            Now::Idle | Now::Reclaimed => false,
+        };
         if busy {
             this.armed = Armed::None;
         }
@@ -250,6 +221,16 @@ impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
         }
         if busy {
             return Poll::Pending;
+        }
+        if now == Now::Reclaimed {
+            if !this.h2 {
+                tracing::debug!("closing an idle client connection whose place was reclaimed");
+                return Poll::Ready(Ok(()));
+            }
+            if this.armed != Armed::Reclaimed {
+                this.armed = Armed::Reclaimed;
+                this.timer.as_mut().reset(Instant::now() + H2_RECLAIM_GRACE);
+            }
         }
         if this.armed == Armed::None {
             this.armed = Armed::Idle;
@@ -288,6 +269,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_flush(cx);
+        if matches!(polled, Poll::Ready(Ok(()))) {
+            // hyper flushes once everything it had is written: the answers so far are out.
+            this.activity.sent(this.send.is_some());
+        }
         match &mut this.send {
             // hyper flushes once it has written all it had: the answer has been taken.
             Some(send) if matches!(polled, Poll::Ready(Ok(()))) => {
@@ -320,49 +305,6 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
 
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
-    }
-}
-
-pin_project! {
-    /// A response body that keeps its request counted as in progress on its connection until done.
-    pub struct Tracked<B> {
-        #[pin]
-        inner: B,
-        in_progress: Option<InProgress>,
-    }
-}
-
-impl<B> Tracked<B> {
-    pub fn new(inner: B, in_progress: InProgress) -> Self {
-        Tracked {
-            inner,
-            in_progress: Some(in_progress),
-        }
-    }
-}
-
-impl<B: Body<Data = Bytes>> Body for Tracked<B> {
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let this = self.project();
-        let polled = this.inner.poll_frame(cx);
-        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
-            this.in_progress.take();
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 
@@ -427,6 +369,8 @@ pub async fn accept(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
+    use http_body::{Body, Frame};
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
     const HEAD_READ: Duration = Duration::from_secs(2);
@@ -586,6 +530,68 @@ mod tests {
             IDLE,
             "idle counted from the request's end"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reclaimed_idle_connection_reads_as_closed_at_once() {
+        let start = Instant::now();
+        let (mut io, _client, activity) = timed();
+        let reclaimer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            activity.reclaim()
+        });
+        let (read, ended) = read_to_timeout(&mut io).await;
+        assert!(reclaimer.await.unwrap_or(false));
+        assert_eq!((read.len(), ended - start), (0, Duration::from_millis(300)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reclaimed_idle_h2_connection_closes_after_a_short_grace() {
+        let (mut io, mut client, activity) = timed();
+        client.write_all(H2_PREFACE).await.unwrap_or_default();
+        let reclaimed = Instant::now() + Duration::from_secs(3);
+        let reclaimer = tokio::spawn(async move {
+            tokio::time::sleep_until(reclaimed).await;
+            activity.reclaim()
+        });
+        let (read, ended) = read_to_timeout(&mut io).await;
+        assert!(reclaimer.await.unwrap_or(false));
+        assert_eq!(
+            (read.len(), ended - reclaimed),
+            (H2_PREFACE.len(), H2_RECLAIM_GRACE)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_whose_answer_is_not_all_written_is_not_reclaimed_until_it_is() {
+        let counter = IntCounter::new("send_timeouts", "test").expect("counter");
+        let (server, mut client) = tokio::io::duplex(64);
+        let activity = Arc::new(Activity::default());
+        let mut io = TimedIo::new(server, activity.clone(), HEAD_READ, IDLE)
+            .with_send_timeout(Duration::from_secs(60), counter);
+        // The request ends with its answer still to be written, which then fills the socket.
+        drop(activity.begin());
+        let written = io.write(&[7u8; 128]).await.unwrap_or_default();
+        let rest = [7u8; 128];
+        let blocked =
+            tokio::time::timeout(Duration::from_secs(1), io.write(&rest[written..])).await;
+        assert!(blocked.is_err(), "the socket is full");
+        assert!(!activity.reclaim());
+        // Taken 5 s later, whole: the flush makes it idle, and now it may go, at once.
+        let reader = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let mut got = vec![0u8; 128];
+            client.read_exact(&mut got).await.expect("read");
+            client
+        });
+        io.write_all(&rest[written..]).await.expect("taken");
+        assert!(!activity.reclaim(), "written, not yet flushed");
+        io.flush().await.expect("flushed");
+        let _client = reader.await.expect("reader");
+        assert!(activity.reclaim());
+        let start = Instant::now();
+        let (read, ended) = read_to_timeout(&mut io).await;
+        assert_eq!((read.len(), ended - start), (0, Duration::ZERO));
     }
 
     /// Data frames that came off the upstream at `at`.

@@ -3,9 +3,10 @@
 //! proxy in-process on `127.0.0.1:0`); [`Listeners::serve`] runs their accept loops with what each
 //! connection needs, handed in by the caller (`app/`, which builds it all and shuts it down).
 //!
-//! The proxy port holds at most `limits.max_connections` client connections: a connection accepted
-//! beyond them is closed at once and counted (as Envoy and nginx do at their limits: a client left in
-//! the listen backlog would have a connection that looks open and a request nobody reads), while the
+//! The proxy port holds at most `limits.max_connections` client connections. At the cap the oldest idle
+//! one gives its place to the newcomer (`places.rs`) and is counted; when every one is busy the
+//! newcomer is closed at once and counted (as Envoy and nginx do at their limits: a client left in the
+//! listen backlog would have a connection that looks open and a request nobody reads), while the
 //! connections already open carry on untouched. Each connection is timed by `client_conn.rs`, its
 //! request heads are bounded by `limits.max_request_header_bytes` (and hyper's 100 headers), and an
 //! h2 connection may open `limits.max_concurrent_streams` streams at once. Accept failures (out of
@@ -21,15 +22,16 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, Limits, Timeouts};
 use crate::logging::repeated::RepeatedWarning;
+use crate::net::activity::{Activity, InProgress, Tracked};
 use crate::net::admin::{serve_metrics, MetricsPort};
-use crate::net::client_conn::{accept, sniff, Activity, InProgress, Speaks, TimedIo, Tracked};
+use crate::net::client_conn::{accept, sniff, Speaks, TimedIo};
 use crate::net::delay::{Forwarding, FrameDelay};
 use crate::proxy::service::ClientConn;
+use crate::net::places::{Admission, Places};
 use crate::proxy::Proxy;
 use crate::record::metrics::Refusals;
 use crate::shutdown::{Count, Counted, Phase, Shutdown};
@@ -75,7 +77,7 @@ impl Listeners {
     /// Starts accepting on both ports.
     pub fn serve(self, proxy: ProxyPort, metrics: MetricsPort) -> Serving {
         let serve = ServeProxy {
-            slots: Arc::new(Semaphore::new(proxy.limits.max_connections)),
+            places: Places::new(proxy.limits.max_connections),
             builders: Builders::new(connection_builder(&proxy.limits)),
             port: proxy,
         };
@@ -99,7 +101,8 @@ pub struct ProxyPort {
     pub limits: Limits,
     /// The client timers (`client_header_read`, `client_idle`).
     pub timeouts: Timeouts,
-    /// The counters of `tokentap_connections_refused_total` and its kin.
+    /// The counters of `tokentap_connections_refused_total`, `tokentap_connections_reclaimed_total`
+    /// and their kin.
     pub refused: Refusals,
     /// `tokentap_forwarding_delay_seconds`.
     pub forwarding_delay: prometheus::Histogram,
@@ -178,8 +181,8 @@ impl Builders {
 /// The proxy port's accept loop and what each connection needs.
 struct ServeProxy {
     port: ProxyPort,
-    /// One permit per connection served, `limits.max_connections` in all.
-    slots: Arc<Semaphore>,
+    /// One place per connection served, `limits.max_connections` in all.
+    places: Arc<Places>,
     builders: Builders,
 }
 
@@ -189,27 +192,35 @@ impl ServeProxy {
         let (mut failures, mut refusals) = (RepeatedWarning::default(), RepeatedWarning::default());
         loop {
             let stream = accept(&listener, "proxy", &mut failures).await;
-            let Ok(permit) = this.slots.clone().try_acquire_owned() else {
-                this.port.refused.connections.inc();
-                if let Some(refused) = refusals.occurred(tokio::time::Instant::now()) {
-                    let limit = this.port.limits.max_connections;
-                    tracing::warn!(limit, refused, "client connections closed at limits.max_connections (count since the last such line)");
+            let activity = Arc::new(Activity::default());
+            let place = match this.places.admit(&activity) {
+                Admission::Admitted { place, reclaimed } => {
+                    if reclaimed {
+                        this.port.refused.reclaimed.inc();
+                    }
+                    place
                 }
-                drop(stream);
-                continue;
+                Admission::Refused => {
+                    this.port.refused.connections.inc();
+                    if let Some(refused) = refusals.occurred(tokio::time::Instant::now()) {
+                        let limit = this.port.limits.max_connections;
+                        tracing::warn!(limit, refused, "client connections closed at limits.max_connections, every one busy (count since the last such line)");
+                    }
+                    drop(stream);
+                    continue;
+                }
             };
             let open: Counted = this.port.connections.enter();
             let this = this.clone();
             tokio::spawn(async move {
-                this.serve(stream).await;
-                drop((open, permit));
+                this.serve(stream, activity).await;
+                drop((open, place));
             });
         }
     }
 
-    async fn serve(&self, stream: tokio::net::TcpStream) {
+    async fn serve(&self, stream: tokio::net::TcpStream, activity: Arc<Activity>) {
         let addr = stream.peer_addr().ok().map(|a| a.ip());
-        let activity = Arc::new(Activity::default());
         let (header_read, idle) = (
             self.port.timeouts.client_header_read,
             self.port.timeouts.client_idle,
@@ -225,6 +236,7 @@ impl ServeProxy {
             // A connection that has sent nothing yet is closed, as hyper-util closes one still
             // reading its first bytes.
             () = &mut draining => return,
+            () = std::future::poll_fn(|cx| activity.poll_reclaimed(cx)) => return,
         };
         let builder = match speaks {
             Speaks::Http1 => &self.builders.http1,

@@ -1,4 +1,4 @@
-//! The keys that bound what hostile clients can do: the metrics port's connections, send timeout and
+//! The keys that bound what hostile clients can do: the metrics port's connections, timers and
 //! allowed hosts, which model names may take a label (`model_list`), the tenant allowlist and the
 //! bearer-hash key. Each default, and each bad value's error naming the key.
 
@@ -8,11 +8,15 @@ use super::*;
 fn the_metrics_port_keys_have_their_defaults_and_checked_bounds() {
     let d = Config::default();
     assert_eq!(d.timeouts.metrics_send, Duration::from_secs(60));
+    assert_eq!(d.timeouts.metrics_header_read, Duration::from_secs(5));
+    assert_eq!(d.timeouts.metrics_idle, Duration::from_secs(30));
     assert_eq!(d.limits.max_metrics_connections, 64);
     assert!(d.metrics.allowed_hosts.is_empty());
-    let yaml = "timeouts: {metrics_send: 5s}\nlimits: {max_metrics_connections: 8}\nmetrics: {allowed_hosts: [LocalHost, 10.0.0.5, '[::1]', tokentap.example.com]}";
+    let yaml = "timeouts: {metrics_send: 5s, metrics_header_read: 250ms, metrics_idle: 2m}\nlimits: {max_metrics_connections: 8}\nmetrics: {allowed_hosts: [LocalHost, 10.0.0.5, '[::1]', tokentap.example.com]}";
     let c = Config::from_yaml_str(yaml).unwrap();
     assert_eq!(c.timeouts.metrics_send, Duration::from_secs(5));
+    assert_eq!(c.timeouts.metrics_header_read, Duration::from_millis(250));
+    assert_eq!(c.timeouts.metrics_idle, Duration::from_secs(120));
     assert_eq!(c.limits.max_metrics_connections, 8);
     assert_eq!(
         c.metrics.allowed_hosts,
@@ -20,6 +24,8 @@ fn the_metrics_port_keys_have_their_defaults_and_checked_bounds() {
     );
     for (yaml, want) in [
         ("timeouts: {metrics_send: 0s}", "timeouts.metrics_send: invalid duration \"0s\": must be greater than zero"),
+        ("timeouts: {metrics_header_read: 0s}", "timeouts.metrics_header_read: invalid duration \"0s\": must be greater than zero"),
+        ("timeouts: {metrics_idle: 0ms}", "timeouts.metrics_idle: invalid duration \"0ms\": must be greater than zero"),
         ("limits: {max_metrics_connections: 0}", "limits.max_metrics_connections: invalid value \"0\": must be between 1 and 10000"),
         ("metrics: {allowed_hosts: ['localhost:9464']}", "metrics.allowed_hosts[0]: invalid host \"localhost:9464\": must be a host name or an IP address, without a port (e.g. localhost, 10.0.0.5, tokentap.example.com)"),
         ("metrics: {allowed_hosts: ['']}", "metrics.allowed_hosts[0]: invalid host \"\": must be a host name or an IP address, without a port (e.g. localhost, 10.0.0.5, tokentap.example.com)"),

@@ -359,6 +359,11 @@ pub const CONNECTIONS_REFUSED: Family = single(
     "Client connections closed at once because limits.max_connections were open.",
     Counter,
 );
+pub const CONNECTIONS_RECLAIMED: Family = single(
+    "tokentap_connections_reclaimed_total",
+    "Idle client connections (between requests, or before a whole head) closed at limits.max_connections to make room for a new one.",
+    Counter,
+);
 pub const HEAD_TIMEOUTS: Family = single(
     "tokentap_request_head_timeouts_total",
     "Client connections closed because a request head was not complete within timeouts.client_header_read.",
@@ -395,13 +400,20 @@ pub const UPLOADS_PER_CLIENT_REFUSED: Family = single(
     Counter,
 );
 /// The values of `reason` on [`METRICS_PORT_REFUSED`], all exported from the start.
-pub const METRICS_PORT_REASONS: &[&str] = &["max_connections", "send_timeout", "live_busy", "host"];
+pub const METRICS_PORT_REASONS: &[&str] = &[
+    "max_connections",
+    "send_timeout",
+    "live_busy",
+    "host",
+    "reclaimed",
+];
 pub const METRICS_PORT_REFUSED: Family = every(
     "tokentap_metrics_port_refused_total",
     "What the metrics port turned away, by reason: max_connections (limits.max_metrics_connections \
-     were open), send_timeout (an answer not taken within timeouts.metrics_send), live_busy \
+     were open, every one busy), send_timeout (an answer not taken within timeouts.metrics_send), live_busy \
      (/api/v1/live answered 503: too many distinct views held), host (a Host not in \
-     metrics.allowed_hosts).",
+     metrics.allowed_hosts), reclaimed (an idle connection closed at limits.max_metrics_connections \
+     to make room for a new one).",
     Counter,
     &[Label::Reason(METRICS_PORT_REASONS)],
 );
@@ -542,6 +554,7 @@ pub const ALL: &[&Family] = &[
     &HELD_BYTES_WAITED,
     &UPLOADS_PER_CLIENT_REFUSED,
     &CONNECTIONS_REFUSED,
+    &CONNECTIONS_RECLAIMED,
     &UPSTREAM_IDLE,
     &UPSTREAM_CLOSED_BY_UPSTREAM,
     &UPSTREAM_EXPIRED,

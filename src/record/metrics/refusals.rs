@@ -1,7 +1,7 @@
 //! What tokentap's own limits turn away, counted: on the proxy port a connection beyond
-//! `limits.max_connections`, a head too slow or too large, a request beyond
+//! `limits.max_connections` (or the idle one that made room for it), a head too slow or too large, a request beyond
 //! `limits.max_upstream_connections` or its connection's share of them; on the metrics port a connection beyond
-//! `limits.max_metrics_connections`, an answer not taken within `timeouts.metrics_send`, a live view
+//! `limits.max_metrics_connections` (or the idle one that made room for it), an answer not taken within `timeouts.metrics_send`, a live view
 //! refused for want of a place, a `Host` not allowed. None of these is a request, so none is in
 //! `tokentap_requests_total`; each has its own series, all of them there from the start.
 
@@ -13,8 +13,10 @@ use super::family::{self, Registrar};
 /// forwarding it. Unlabelled, or labelled from a fixed set: nothing a client sends chooses a series.
 #[derive(Clone)]
 pub struct Refusals {
-    /// Client connections closed at once because `limits.max_connections` were open.
+    /// Client connections closed at once because `limits.max_connections` were open, every one busy.
     pub connections: IntCounter,
+    /// Idle client connections closed at `limits.max_connections` to make room for a new one.
+    pub reclaimed: IntCounter,
     /// Client connections closed because a request head was not complete in `client_header_read`.
     pub head_timeouts: IntCounter,
     /// HTTP/1.1 request heads hyper answered with 431 (or 414) because they were too large.
@@ -39,7 +41,8 @@ pub use super::family::METRICS_PORT_REASONS;
 /// The metrics port's refusals, one counter per reason of [`METRICS_PORT_REASONS`].
 #[derive(Clone)]
 pub struct MetricsPortRefusals {
-    /// Connections closed at once because `limits.max_metrics_connections` were open.
+    /// Connections refused because `limits.max_metrics_connections` were open, every one busy: closed
+    /// at once, or, in a probe place, answered 503 for anything but `/healthz` and `/readyz`.
     pub connections: IntCounter,
     /// Connections closed because the client did not take an answer within `timeouts.metrics_send`.
     pub send_timeouts: IntCounter,
@@ -47,12 +50,15 @@ pub struct MetricsPortRefusals {
     pub live_busy: IntCounter,
     /// Requests answered 403 because their `Host` is not in `metrics.allowed_hosts`.
     pub host: IntCounter,
+    /// Idle connections closed at `limits.max_metrics_connections` to make room for a new one.
+    pub reclaimed: IntCounter,
 }
 
 impl Refusals {
     pub(super) fn register(rows: &Registrar<'_>) -> Result<Self, prometheus::Error> {
         Ok(Refusals {
             connections: rows.single_counter(&family::CONNECTIONS_REFUSED)?,
+            reclaimed: rows.single_counter(&family::CONNECTIONS_RECLAIMED)?,
             head_timeouts: rows.single_counter(&family::HEAD_TIMEOUTS)?,
             header_too_large: rows.single_counter(&family::HEADER_TOO_LARGE)?,
             upstream_requests: rows.single_counter(&family::UPSTREAM_REFUSED)?,
@@ -68,13 +74,14 @@ impl Refusals {
 impl MetricsPortRefusals {
     pub(super) fn register(rows: &Registrar<'_>) -> Result<Self, prometheus::Error> {
         let family = rows.fixed_counter(&family::METRICS_PORT_REFUSED)?;
-        let [connections, send_timeouts, live_busy, host] =
-            [0, 1, 2, 3].map(|i| family.with_label_values(&[METRICS_PORT_REASONS[i]]));
+        let [connections, send_timeouts, live_busy, host, reclaimed] =
+            [0, 1, 2, 3, 4].map(|i| family.with_label_values(&[METRICS_PORT_REASONS[i]]));
         Ok(MetricsPortRefusals {
             connections,
             send_timeouts,
             live_busy,
             host,
+            reclaimed,
         })
     }
 }
