@@ -6,7 +6,8 @@
 //! a client that uploads slowly holds no upstream slot or connection while it does (as nginx, which
 //! buffers bodies); a body that breaks off, stalls or outgrows `limits.max_request_body_bytes` is
 //! answered without the upstream ever seeing a part of it; and a held request can be sent again, whole,
-//! when a reused upstream connection closed under it without a byte of answer ([`Outgoing::replay`]).
+//! when a reused upstream connection closed under it without a byte of answer and it cannot have been
+//! served (`upstream/resend.rs`, [`Outgoing::replay`]).
 //!
 //! A body that grows past the hold size, or that would take the held bytes of all requests together over
 //! `limits.max_held_request_bytes`, streams as it arrives: what was read so far goes first, then the
