@@ -2,7 +2,8 @@
 //! Idle connections the upstream closed are noticed at once and never handed out, however many there are;
 //! tokentap closes its idle connections before a server's keep-alive would; and a request that a reused
 //! connection closed under, without a byte of answer, is sent once more on a new connection (and only
-//! then: never after a response byte, never for a new connection, never for a body it does not hold).
+//! then: never after a response byte, never for a new connection, never for a body it does not hold),
+//! and never a POST the upstream may have served: one it read and worked on before it closed.
 
 use crate::support;
 
@@ -185,7 +186,14 @@ enum Second {
     Reset,
     /// Part of a response head, then a close.
     PartialHead,
+    /// Reads the request, works on it for 2 s, then closes (FIN) without a byte of answer.
+    WorksThenCloses,
+    /// As `WorksThenCloses`, with a reset (SO_LINGER 0).
+    WorksThenResets,
 }
+
+/// How long a server works on the request before `WorksThenCloses` and `WorksThenResets`.
+const WORK: Duration = Duration::from_secs(2);
 
 /// An upstream that answers its first request and keeps the connection, meets the second with `second`,
 /// and answers every later one.
@@ -198,6 +206,8 @@ fn closes_under_the_second(
         (1, Second::Close) => vec![Step::Close],
         (1, Second::Reset) => vec![Step::Reset],
         (1, Second::PartialHead) => vec![Step::Raw(b"HTTP/1.1 200 OK\r\n".to_vec()), Step::Close],
+        (1, Second::WorksThenCloses) => vec![Step::Sleep(WORK), Step::Close],
+        (1, Second::WorksThenResets) => vec![Step::Sleep(WORK), Step::Reset],
         _ => answer(request),
     }
 }
@@ -211,6 +221,8 @@ fn answer_any(request: &RecordedRequest) -> Vec<Step> {
         vec![json_response(200, "OK", "{\"choices\":[]}")]
     }
 }
+
+type Make = fn(&Running) -> http::Request<Full<Bytes>>;
 
 fn get(proxy: &Running, path: &str) -> http::Request<Full<Bytes>> {
     http::Request::get(format!("http://{}{path}", proxy.proxy_addr()))
@@ -235,7 +247,6 @@ fn streamed_post(proxy: &Running) -> http::Request<Full<Bytes>> {
 /// byte for byte as the first time, and counted.
 #[tokio::test]
 async fn a_reused_connection_closed_under_a_request_has_it_sent_again_and_answered() {
-    type Make = fn(&Running) -> http::Request<Full<Bytes>>;
     let kinds: [(&str, Make); 3] = [
         ("streamed POST", streamed_post),
         ("JSON POST", json_post),
@@ -265,6 +276,68 @@ async fn a_reused_connection_closed_under_a_request_has_it_sent_again_and_answer
                 2.0,
                 "{what}"
             );
+        }
+    }
+}
+
+/// A POST the upstream read, worked on for 2 s and then closed (FIN) or reset the connection under,
+/// without a byte of answer, may have been served (a generation run, a tool called): it is never sent
+/// again. The upstream sees it once, and the client gets the 502.
+#[tokio::test(start_paused = true)]
+async fn a_post_the_upstream_worked_on_before_it_closed_is_never_sent_again() {
+    let kinds: [(&str, Make); 2] = [("JSON POST", json_post), ("streamed POST", streamed_post)];
+    for second in [Second::WorksThenCloses, Second::WorksThenResets] {
+        for (kind, make) in kinds {
+            let what = format!("{kind}, {second:?}");
+            let upstream = upstream(closes_under_the_second(second, answer_any)).await;
+            let proxy = proxy(&upstream.url(), "timeouts:\n  upstream_idle: 1h\n").await;
+            let client = client();
+            assert_eq!(send(&client, make(&proxy)).await.status, 200, "{what}");
+            let got = send(&client, make(&proxy)).await;
+            assert_eq!(got.status, 502, "{what}: {:?}", got.body);
+            let requests = upstream.requests();
+            assert_eq!(requests.len(), 2, "{what}: the POST arrived more than once");
+            assert_eq!(upstream.connection_count(), 1, "{what}");
+            assert_eq!(scrape(&proxy).await.get(RESENT, &[]), 0.0, "{what}");
+        }
+    }
+}
+
+/// A request its sender called idempotent (its method, or an `Idempotency-Key` or `X-Idempotency-Key`
+/// header) may be served twice: read, worked on for 2 s and closed or reset under, it is sent again on a
+/// new connection, byte for byte, and answered.
+#[tokio::test(start_paused = true)]
+async fn an_idempotent_request_the_upstream_worked_on_before_it_closed_is_sent_again() {
+    fn keyed(proxy: &Running, name: &'static str) -> http::Request<Full<Bytes>> {
+        let mut request = json_post(proxy);
+        let key = http::HeaderValue::from_static("3f1c2a9e-req-1");
+        request.headers_mut().insert(name, key);
+        request
+    }
+    let kinds: [(&str, Make); 3] = [
+        ("GET", |p| get(p, "/v1/models")),
+        ("POST with Idempotency-Key", |p| keyed(p, "idempotency-key")),
+        ("POST with X-Idempotency-Key", |p| {
+            keyed(p, "x-idempotency-key")
+        }),
+    ];
+    for second in [Second::WorksThenCloses, Second::WorksThenResets] {
+        for (kind, make) in kinds {
+            let what = format!("{kind}, {second:?}");
+            let upstream = upstream(closes_under_the_second(second, answer_any)).await;
+            let proxy = proxy(&upstream.url(), "timeouts:\n  upstream_idle: 1h\n").await;
+            let client = client();
+            let first = send(&client, make(&proxy)).await;
+            assert_eq!(first.status, 200, "{what}");
+            let again = send(&client, make(&proxy)).await;
+            assert_eq!(again.status, 200, "{what}: {:?}", again.body);
+            assert_eq!(again.body, first.body, "{what}");
+            let requests = upstream.requests();
+            assert_eq!(requests.len(), 3, "{what}");
+            assert_eq!(requests[1].raw_head, requests[2].raw_head, "{what}");
+            assert_eq!(requests[1].body, requests[2].body, "{what}");
+            assert_eq!(upstream.connection_count(), 2, "{what}");
+            assert_eq!(scrape(&proxy).await.get(RESENT, &[]), 1.0, "{what}");
         }
     }
 }

@@ -6,7 +6,8 @@
 //! a client that uploads slowly holds no upstream slot or connection while it does (as nginx, which
 //! buffers bodies); a body that breaks off, stalls or outgrows `limits.max_request_body_bytes` is
 //! answered without the upstream ever seeing a part of it; and a held request can be sent again, whole,
-//! when a reused upstream connection closed under it without a byte of answer ([`Outgoing::replay`]).
+//! when a reused upstream connection closed under it without a byte of answer and it cannot have been
+//! served (`upstream/resend.rs`, [`Outgoing::replay`]).
 //!
 //! **One buffer, counted by what it allocates.** A held body is copied out of the client's frames into
 //! one buffer of its own as it arrives, so a body sent in a thousand small frames pins none of hyper's

@@ -334,7 +334,11 @@ impl Server {
                         std::future::pending::<()>().await;
                     }
                 };
+                // A request that has arrived is served even if the keep-alive ran out meanwhile (this
+                // task ran late), as an event loop that handles readable sockets before due timers
+                // (asyncio's) does: an idle connection is closed only when nothing was there to read.
                 tokio::select! {
+                    biased;
                     more = fill(&mut rd, &mut buf) => if more.is_none() {
                         note(&|log| {
                             log.closed_by_peer_at.get_or_insert_with(Instant::now);

@@ -2,10 +2,11 @@
 //! a token is never held back by Nagle, keep-alive probes), then TLS by rustls for an `https://` upstream,
 //! with the system's roots or a configured CA bundle. `timeouts.connect` bounds both together.
 //!
-//! The stream counts the bytes it has read (after TLS: what the upstream said, not the records that
-//! carried it), and its TCP reads note when their bytes reached the socket (`arrival.rs`). A request
-//! that failed on a reused connection is sent again only if this count did not move while it was out:
-//! the upstream closed the connection without answering it (see `mod.rs`).
+//! The stream counts the bytes it has read and written (after TLS: what the upstream said and what it
+//! was sent, not the records that carried them) and notes when its last write went out ([`Traffic`]);
+//! its TCP reads note when their bytes reached the socket (`arrival.rs`). Whether a request that failed
+//! on a reused connection may be sent again is read from these: not a byte read while it was out, and
+//! how long after its last byte the connection closed (see `resend.rs`).
 
 use std::io;
 use std::path::Path;
@@ -21,6 +22,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::RootCertStore;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 use tower_service::Service;
@@ -138,7 +140,7 @@ impl Connector {
             };
             Ok::<_, BoxError>(Stream {
                 inner,
-                read: Arc::default(),
+                traffic: Arc::new(Traffic::new()),
                 arrival,
             })
         };
@@ -154,29 +156,79 @@ enum Inner {
     Tls(Box<TlsStream<Stamped>>),
 }
 
-/// An open connection to the upstream, how many bytes have been read from it, and when the last read's
-/// bytes reached the socket.
+/// An open connection to the upstream, what has crossed it, and when the last read's bytes reached the
+/// socket.
 pub struct Stream {
     inner: Inner,
-    read: Arc<AtomicU64>,
+    traffic: Arc<Traffic>,
     arrival: Arc<Arrival>,
 }
 
 impl Stream {
-    /// The count of bytes read, shared with whoever holds the connection it carries.
-    pub(super) fn read_count(&self) -> Arc<AtomicU64> {
-        self.read.clone()
+    /// What has crossed the connection, shared with whoever holds the connection it carries.
+    pub(super) fn traffic(&self) -> Arc<Traffic> {
+        self.traffic.clone()
     }
 
     /// When the last read's bytes reached the socket, shared likewise.
     pub(super) fn arrival(&self) -> Arc<Arrival> {
         self.arrival.clone()
     }
+
+    fn note_written(&self, polled: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        if let Poll::Ready(Ok(n)) = polled {
+            if n > 0 {
+                self.traffic.wrote(n);
+            }
+        }
+        polled
+    }
 }
 
-/// Bytes read so far from a [`Stream`].
-pub(super) fn bytes_read(count: &AtomicU64) -> u64 {
-    count.load(Ordering::Relaxed)
+/// The bytes read from and written to a connection, and when the last write went out.
+pub(super) struct Traffic {
+    read: AtomicU64,
+    written: AtomicU64,
+    /// When the last write went out, in nanoseconds after `opened`.
+    last_write: AtomicU64,
+    opened: Instant,
+}
+
+/// The counts of a [`Traffic`] at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Counts {
+    pub(super) read: u64,
+    pub(super) written: u64,
+}
+
+impl Traffic {
+    fn new() -> Self {
+        Traffic {
+            read: AtomicU64::new(0),
+            written: AtomicU64::new(0),
+            last_write: AtomicU64::new(0),
+            opened: Instant::now(),
+        }
+    }
+
+    pub(super) fn counts(&self) -> Counts {
+        Counts {
+            read: self.read.load(Ordering::Relaxed),
+            written: self.written.load(Ordering::Relaxed),
+        }
+    }
+
+    /// When the last write went out (when the connection opened, if nothing was written).
+    pub(super) fn last_write(&self) -> Instant {
+        self.opened + Duration::from_nanos(self.last_write.load(Ordering::Relaxed))
+    }
+
+    fn wrote(&self, n: usize) {
+        let at = Instant::now().saturating_duration_since(self.opened);
+        self.written.fetch_add(n as u64, Ordering::Relaxed);
+        let at = u64::try_from(at.as_nanos()).unwrap_or(u64::MAX);
+        self.last_write.store(at, Ordering::Relaxed);
+    }
 }
 
 impl AsyncRead for Stream {
@@ -193,7 +245,7 @@ impl AsyncRead for Stream {
         };
         let read = (buf.filled().len() - before) as u64;
         if read > 0 {
-            this.read.fetch_add(read, Ordering::Relaxed);
+            this.traffic.read.fetch_add(read, Ordering::Relaxed);
         }
         polled
     }
@@ -205,10 +257,12 @@ impl AsyncWrite for Stream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match &mut self.get_mut().inner {
+        let this = self.get_mut();
+        let polled = match &mut this.inner {
             Inner::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Inner::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
+        };
+        this.note_written(polled)
     }
 
     fn poll_write_vectored(
@@ -216,10 +270,12 @@ impl AsyncWrite for Stream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match &mut self.get_mut().inner {
+        let this = self.get_mut();
+        let polled = match &mut this.inner {
             Inner::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Inner::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
+        };
+        this.note_written(polled)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -8,19 +8,20 @@
 //! socket in one wake-up of one task, and the frames that one read brought go out in one write.
 //!
 //! **Sending again.** A server may close a kept-alive connection at the very moment tokentap sends the
-//! next request on it (its idle timer fired as the request was on the wire). That request was never
-//! answered: the server closed the connection without reading it, or without a byte of reply. It is sent
-//! once more, on a new connection, when all of these hold: the connection was reused (a new connection
-//! that fails is the server's answer), not a single byte came back after the request went out, the
-//! failure is a close or a reset (not a timeout, not a malformed reply), and tokentap holds the whole
-//! body ([`Outgoing::replay`]). A request that was never written at all (the connection was found closed
-//! as it was handed over) is sent again whatever its body. Each is counted in
+//! next request on it (its idle timer fired as the request was on the wire). A request that failed so is
+//! sent once more, on a new connection, only when it cannot have been served: hyper handed it back
+//! unsent (whatever its body), or, with its whole body held ([`Outgoing::replay`]), the reused
+//! connection closed or reset without a byte of answer and either nothing of the request was written,
+//! or the request is idempotent (its method, or an `Idempotency-Key`), or the close came within
+//! `resend::WINDOW` (100 ms) of its last byte leaving. A server that read a POST, worked on it and then
+//! closed does not get it twice. `resend.rs` has the rule and why; each resend is counted in
 //! `tokentap_upstream_requests_resent_total`.
 
 mod arrival;
 mod body;
 mod connect;
 mod pool;
+mod resend;
 mod wake;
 
 pub use arrival::{Arrival, Stamped};
@@ -39,6 +40,7 @@ use http_body::Body;
 use hyper::client::conn::http1;
 use hyper::client::conn::TrySendError;
 use hyper_util::rt::TokioIo;
+use tokio::time::Instant;
 
 use crate::config::Config;
 pub use crate::proxy::request_body::Outgoing;
@@ -123,7 +125,7 @@ impl Upstream {
             .then(|| request.body().replay())
             .flatten()
             .map(|body| Request::from_parts(clone_head(&request), body));
-        let answered_before = conn.bytes_read();
+        let before = conn.traffic.counts();
         let wake = LookAgain::new();
         let response = match exchange(&mut conn, request, &wake).await {
             Ok(response) => response,
@@ -136,18 +138,19 @@ impl Upstream {
                     .map_err(Failed::into_error)?
             }
             Err(Failed::Failed(error)) => {
-                let unanswered = conn.bytes_read() == answered_before && error.is_close();
-                match again {
-                    Some(request) if unanswered => {
-                        tracing::debug!(%error, "a reused upstream connection closed without answering: sending the request again");
-                        self.counters.resent.inc();
-                        conn = self.connect().await?;
-                        exchange(&mut conn, request, &wake)
-                            .await
-                            .map_err(Failed::into_error)?
-                    }
-                    _ => return Err(error),
-                }
+                let failure = failure(&conn, before, &wake, &error);
+                let Some((request, why)) = again.and_then(|request| {
+                    let why = resend::again(&request, &failure)?;
+                    Some((request, why))
+                }) else {
+                    return Err(error);
+                };
+                tracing::debug!(%error, ?why, after_last_write = ?failure.after_last_write, "a reused upstream connection closed without answering: sending the request again");
+                self.counters.resent.inc();
+                conn = self.connect().await?;
+                exchange(&mut conn, request, &wake)
+                    .await
+                    .map_err(Failed::into_error)?
             }
             Err(failed) => return Err(failed.into_error()),
         };
@@ -169,9 +172,31 @@ impl Upstream {
             .connect()
             .await
             .map_err(UpstreamError::Connect)?;
-        let (read, arrival) = (stream.read_count(), stream.arrival());
+        let (traffic, arrival) = (stream.traffic(), stream.arrival());
         let (sender, driver) = self.handshake.handshake(TokioIo::new(stream)).await?;
-        Ok(Box::new(pool::Conn::new(sender, driver, read, arrival)))
+        Ok(Box::new(pool::Conn::new(sender, driver, traffic, arrival)))
+    }
+}
+
+/// What is known of a try on `conn` that failed with `error`; `before` are the connection's counts
+/// when it began. The close is timed by when it woke the request's task, not by when the task ran.
+fn failure(
+    conn: &pool::Conn,
+    before: connect::Counts,
+    wake: &LookAgain,
+    error: &UpstreamError,
+) -> resend::Failure {
+    let after = conn.traffic.counts();
+    let last_write = conn.traffic.last_write();
+    let seen = wake
+        .woken_at()
+        .filter(|woken| *woken >= last_write)
+        .unwrap_or_else(Instant::now);
+    resend::Failure {
+        answered: after.read != before.read,
+        written: after.written != before.written,
+        closed: error.is_close(),
+        after_last_write: seen.saturating_duration_since(last_write),
     }
 }
 
@@ -219,6 +244,7 @@ async fn exchange(
 ) -> Result<Response<hyper::body::Incoming>, Failed> {
     let mut answer = pin!(conn.sender.try_send_request(request));
     let mut over = false;
+    wake.time_wakes(true);
     let answer = poll_fn(|cx| {
         for _ in 0..LOOK_AGAIN {
             let (polled, woken) = wake.poll(cx, |cx| {
@@ -246,6 +272,7 @@ async fn exchange(
         Poll::Pending
     })
     .await;
+    wake.time_wakes(false);
     match answer {
         Some(answer) => answer.map_err(Failed::from),
         None => Err(Failed::Failed(UpstreamError::Closed)),

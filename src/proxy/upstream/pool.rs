@@ -20,7 +20,7 @@
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
@@ -31,7 +31,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::arrival::Arrival;
-use super::connect::{bytes_read, Stream};
+use super::connect::{Stream, Traffic};
 use super::Outgoing;
 use crate::record::metrics::UpstreamCounters;
 
@@ -39,7 +39,8 @@ use crate::record::metrics::UpstreamCounters;
 pub struct Conn {
     pub(super) sender: SendRequest<Outgoing>,
     driver: Connection<TokioIo<Stream>, Outgoing>,
-    read: Arc<AtomicU64>,
+    /// What has crossed the connection (`connect.rs`).
+    pub(super) traffic: Arc<Traffic>,
     /// When the last read's bytes reached the socket.
     pub(super) arrival: Arc<Arrival>,
 }
@@ -48,20 +49,15 @@ impl Conn {
     pub(super) fn new(
         sender: SendRequest<Outgoing>,
         driver: Connection<TokioIo<Stream>, Outgoing>,
-        read: Arc<AtomicU64>,
+        traffic: Arc<Traffic>,
         arrival: Arc<Arrival>,
     ) -> Self {
         Conn {
             sender,
             driver,
-            read,
+            traffic,
             arrival,
         }
-    }
-
-    /// Bytes the upstream has sent on this connection so far.
-    pub(super) fn bytes_read(&self) -> u64 {
-        bytes_read(&self.read)
     }
 
     /// Does the connection's I/O: reads what the upstream sent (a response head, body frames, a close)

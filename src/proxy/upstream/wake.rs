@@ -8,10 +8,16 @@
 //! that comes while the poll is running only notes that something changed, and the poll looks again
 //! before it returns. A wake that comes at any other time (the socket is readable, a timer fired) wakes
 //! the task as usual.
+//!
+//! While the request waits for its response head, such a wake is also timed ([`LookAgain::woken_at`]):
+//! it is when the connection's socket became ready (a close, an answer), before the task got to run,
+//! which is what `resend.rs` measures a close by.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Wake, Waker};
+
+use tokio::time::Instant;
 
 /// How many times one poll looks again after a wake among the connection's own parts before it leaves the
 /// rest to the scheduler (so that a connection with a lot to read cannot hold its task).
@@ -22,6 +28,10 @@ struct Shared {
     polling: AtomicBool,
     woken: AtomicBool,
     task: Mutex<Option<Waker>>,
+    /// Whether a wake from outside a poll is timed; only while a head is awaited, so that a streamed
+    /// body's frames cost no clock read.
+    timing: AtomicBool,
+    woken_at: Mutex<Option<Instant>>,
 }
 
 impl Wake for Shared {
@@ -32,7 +42,12 @@ impl Wake for Shared {
     fn wake_by_ref(self: &Arc<Self>) {
         if self.polling.load(Ordering::Acquire) {
             self.woken.store(true, Ordering::Release);
-        } else if let Some(task) = &*self.task.lock().unwrap_or_else(PoisonError::into_inner) {
+            return;
+        }
+        if self.timing.load(Ordering::Relaxed) {
+            *self.woken_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        }
+        if let Some(task) = &*self.task.lock().unwrap_or_else(PoisonError::into_inner) {
             task.wake_by_ref();
         }
     }
@@ -52,6 +67,20 @@ impl LookAgain {
             waker: Waker::from(shared.clone()),
             shared,
         }
+    }
+
+    /// Times the wakes from outside a poll from now on, or no longer.
+    pub(super) fn time_wakes(&self, on: bool) {
+        self.shared.timing.store(on, Ordering::Relaxed);
+    }
+
+    /// When the last timed wake came from outside a poll: when the task was woken, not when it ran.
+    pub(super) fn woken_at(&self) -> Option<Instant> {
+        *self
+            .shared
+            .woken_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Runs `poll` with this waker in place of `cx`'s. Also says whether anything was woken while it ran,

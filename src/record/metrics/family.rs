@@ -436,7 +436,8 @@ pub const UPSTREAM_EXPIRED: Family = single(
 );
 pub const UPSTREAM_RESENT: Family = single(
     "tokentap_upstream_requests_resent_total",
-    "Requests sent again on a new connection because a reused one closed without answering them.",
+    "Requests sent again on a new connection because a reused one closed without answering them and \
+     they cannot have been served: not written, idempotent, or closed within 100 ms of their last byte.",
     Counter,
 );
 pub const MODELS_LISTED: Family = single(
