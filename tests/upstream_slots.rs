@@ -235,6 +235,49 @@ async fn a_body_with_no_room_in_the_held_bytes_budget_waits_for_it_and_goes_upst
     assert_eq!(m.get(family::HELD_BYTES_REFUSED.name, &[]), 0.0);
 }
 
+/// A large held body on a reused connection keeps a copy only for the keep-alive race (a close within
+/// 100 ms of its last byte): once that is over, the copy and its share of the held-bytes budget go,
+/// instead of waiting for the answer's head, which a non-streamed generation sends only at its end.
+/// Here the first answer takes 1.5 s, and a second large body, which the budget has no room for while
+/// the first's copy is kept, reaches the upstream long before it (before, only after it).
+#[tokio::test]
+async fn a_large_held_body_gives_its_budget_back_once_it_can_no_longer_be_sent_again() {
+    let upstream = upstream(|r| match r.body.len() > 1000 {
+        true => vec![Step::Sleep(ms(1500)), json_response(200, "OK", "{}")],
+        false => vec![json_response(200, "OK", "{}")],
+    })
+    .await;
+    let yaml = "limits:\n  hold_request_body_bytes: 300KiB\n  max_held_request_bytes: 300KiB\n";
+    let proxy = proxy(&upstream.url(), yaml).await;
+    let c = client();
+    // A connection to reuse.
+    assert_eq!(send(&c, post(&proxy, CHAT, "{}")).await.status, 200);
+    let big = format!("{{\"model\":\"m\",\"pad\":\"{}\"}}", "z".repeat(200_000));
+    let started = std::time::Instant::now();
+    let (one, two) = (c.clone(), c.clone());
+    let first_request = post(&proxy, CHAT, &big);
+    let first = tokio::spawn(async move { send(&one, first_request).await });
+    tokio::time::sleep(ms(300)).await;
+    let second_request = post(&proxy, CHAT, &big);
+    let second = tokio::spawn(async move { send(&two, second_request).await });
+    let mut arrived = None;
+    for _ in 0..100 {
+        if upstream.requests().len() == 3 {
+            arrived = Some(started.elapsed());
+            break;
+        }
+        tokio::time::sleep(ms(10)).await;
+    }
+    let arrived = arrived.expect("the second large body reached the upstream");
+    assert!(
+        arrived < ms(1200),
+        "the second large body reached the upstream after {arrived:?}: the first's copy held the budget"
+    );
+    for answer in [first, second] {
+        assert_eq!(answer.await.expect("task").status, 200);
+    }
+}
+
 /// A body that finds no room in the held-bytes budget within `timeouts.request_body_idle` is answered
 /// `503` with `Retry-After: 1`, counted, and never reaches the upstream; once the budget has room,
 /// the next request is served.

@@ -16,7 +16,8 @@
 //! that length, for a larger one, so a client that declares a large body and stalls holds what it sent
 //! (at most twice), not what it declared. Every byte the buffer allocates is taken from `limits.max_held_request_bytes`,
 //! the budget all held bodies share, and given back when the body and every copy of it (a resend's, the
-//! conversation reader's) are dropped. When the budget has no room, the body waits for it (its client's
+//! conversation reader's) are dropped; a large body's resend copy goes as soon as only the keep-alive race
+//! could have used it (`proxy/upstream/resend.rs`), not when the answer's head comes. When the budget has no room, the body waits for it (its client's
 //! bytes wait in the kernel, at no cost here) at most `timeouts.request_body_idle`, then the request is
 //! answered `503` with `Retry-After` ([`HoldError::Budget`]): it never streams onto an upstream slot for
 //! want of memory.

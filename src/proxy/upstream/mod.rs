@@ -121,13 +121,33 @@ impl Upstream {
             None => (self.connect().await?, false),
         };
         // A copy to send again, only where it may be: a fresh connection never is.
-        let again = reused
+        let mut again = reused
             .then(|| request.body().replay())
             .flatten()
             .map(|body| Request::from_parts(clone_head(&request), body));
         let before = conn.traffic.counts();
         let wake = LookAgain::new();
-        let response = match exchange(&mut conn, request, &wake).await {
+        // A large copy that only the keep-alive race could send again goes once that race is over.
+        let release = again.as_ref().is_some_and(|r| {
+            !resend::idempotent(r) && r.body().size_hint().lower() >= resend::RELEASE_COPY_BYTES
+        });
+        let traffic = conn.traffic.clone();
+        let answered = {
+            let mut answer = pin!(exchange(&mut conn, request, &wake));
+            loop {
+                tokio::select! {
+                    biased;
+                    answered = &mut answer => break answered,
+                    () = tokio::time::sleep(resend::WINDOW), if release && again.is_some() => {
+                        let written = traffic.counts().written != before.written;
+                        if written && traffic.last_write().elapsed() >= resend::WINDOW {
+                            again = None;
+                        }
+                    }
+                }
+            }
+        };
+        let response = match answered {
             Ok(response) => response,
             Err(Failed::NotSent(request, error)) if reused => {
                 tracing::debug!(%error, "a reused upstream connection was closed before the request was written: sending it on a new one");

@@ -36,6 +36,11 @@ use http::Request;
 /// non-streamed generation's seconds).
 pub(super) const WINDOW: Duration = Duration::from_millis(100);
 
+/// A held body at least this large gives its copy back once it can no longer be sent again (see
+/// `Upstream::send`): its share of `limits.max_held_request_bytes` should not wait for the answer's head,
+/// which a non-streamed generation sends only at its end. A smaller one is not worth a timer.
+pub(super) const RELEASE_COPY_BYTES: u64 = 64 << 10;
+
 /// Why a request is sent again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Why {
@@ -76,7 +81,7 @@ pub(super) fn again<B>(request: &Request<B>, failure: &Failure) -> Option<Why> {
 
 /// RFC 9110 §9.2.2's idempotent methods, or a request that names itself idempotent by its key (the
 /// headers Go's Transport honours).
-fn idempotent<B>(request: &Request<B>) -> bool {
+pub(super) fn idempotent<B>(request: &Request<B>) -> bool {
     let headers = request.headers();
     request.method().is_idempotent()
         || headers.contains_key("idempotency-key")
