@@ -132,6 +132,13 @@ impl Millis {
         }
     }
 
+    /// `secs` seconds rounded to the microsecond, as [`Millis::of`] rounds a duration of as many.
+    pub fn of_secs(secs: f64) -> Self {
+        Millis {
+            micros: (secs * 1e6).round() as u64,
+        }
+    }
+
     /// The same figure as an `f64` of milliseconds.
     pub fn as_f64(self) -> f64 {
         self.micros as f64 / 1e3

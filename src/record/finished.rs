@@ -10,6 +10,7 @@ use http::StatusCode;
 use tokio::time::Instant;
 
 use crate::config::Ceilings;
+use crate::record::figure::Figure;
 use crate::record::outcome::{End, Outcome};
 use crate::record::server::ServerTimings;
 use crate::record::slo::{judge, judged, Ending, Judged, Verdict};
@@ -90,6 +91,13 @@ pub struct FinishedRecord {
 }
 
 impl FinishedRecord {
+    /// The value of `figure` this request carries (in its record, log line and span): none where its
+    /// row says it does not apply (`record::figure`).
+    pub fn carried(&self, figure: Figure) -> Option<f64> {
+        let applies = (figure.row().carried).holds(self.streaming, self.outcome == Outcome::Ok);
+        figure.of(&self.figures).filter(|_| applies)
+    }
+
     /// The `slo` field of the log line: `met`, or why not.
     pub fn slo(&self) -> String {
         self.verdict.describe(self.outcome.as_str(), self.status)

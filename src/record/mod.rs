@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod conversations;
+pub mod figure;
 pub mod finished;
 pub mod gaps;
 pub mod live;

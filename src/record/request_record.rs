@@ -18,6 +18,7 @@ use crate::record::finished::FinishedRecord;
 use crate::record::gaps::GapSummary;
 use crate::record::server::outside;
 use crate::record::slo::Ending;
+use crate::record::figure::Figure;
 use crate::record::timeline::Figures;
 
 /// The `v` field of every record.
@@ -137,11 +138,10 @@ pub struct Identity<'a> {
 
 impl RequestRecord {
     /// The record of a finished request; `gaps` is its own gap summary (docs/records.md).
-    pub fn of(identity: &Identity<'_>, finished: &FinishedRecord, gaps: GapSummary) -> Self {
+    pub fn of(identity: &Identity<'_>, finished: &FinishedRecord, gaps: &GapSummary) -> Self {
         let f = &finished.figures;
         let streaming = finished.streaming;
         let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
-        let stream = |d: Option<Duration>| secs(d.filter(|_| streaming));
         let server = &finished.server;
         let server_record = (!server.is_empty()).then(|| ServerRecord {
             queue_s: secs(server.queue),
@@ -150,7 +150,7 @@ impl RequestRecord {
             generation_s: secs(server.generation),
         });
         let ttft_outside_server_s = outside(f.ttft, server.ttft).map(|o| o.duration.as_secs_f64());
-        RequestRecord {
+        let mut record = RequestRecord {
             v: RECORD_VERSION,
             start: rfc3339_micros(identity.start),
             id: identity.id.to_owned(),
@@ -165,20 +165,12 @@ impl RequestRecord {
             outcome: finished.outcome.as_str().to_owned(),
             stream: streaming,
             e2e_s: f.e2e.as_secs_f64(),
-            ttft_s: secs(f.ttft),
-            time_to_first_answer_s: secs(f.time_to_first_answer),
-            time_to_first_tool_call_s: stream(f.time_to_first_tool_call),
-            reasoning_s: secs(f.reasoning_time),
-            tpot_s: stream(f.tpot),
-            generation_s: stream(f.generation),
-            output_tokens_per_s: f.output_tokens_per_second.filter(|_| streaming),
             output_tokens: finished.output_tokens,
             output_tokens_source: finished.token_source.map(|s| s.as_str().to_owned()),
             input_tokens: finished.input_tokens,
             cached_input_tokens: finished.cached_input_tokens,
             reasoning_tokens: finished.reasoning_tokens,
             gaps: gaps.count,
-            max_gap_s: stream(f.max_gap),
             itl_p50_s: gaps.p50,
             itl_p99_s: gaps.p99,
             goodput: finished.verdict.goodput,
@@ -190,8 +182,52 @@ impl RequestRecord {
                 .collect(),
             server: server_record,
             ttft_outside_server_s,
-            gaps_s: gaps.listed,
+            gaps_s: gaps.listed.clone(),
+            ..RequestRecord::default()
+        };
+        for figure in Figure::ALL {
+            if let Some(field) = record.figure_mut(figure) {
+                *field = finished.carried(figure);
+            }
         }
+        record
+    }
+
+    /// The record's value of `figure` (its field: `Row::record_field`).
+    pub fn figure(&self, figure: Figure) -> Option<f64> {
+        match figure {
+            Figure::E2e => Some(self.e2e_s),
+            _ => self.figure_ref(figure).copied().flatten(),
+        }
+    }
+
+    fn figure_ref(&self, figure: Figure) -> Option<&Option<f64>> {
+        Some(match figure {
+            Figure::Ttft => &self.ttft_s,
+            Figure::TimeToFirstAnswer => &self.time_to_first_answer_s,
+            Figure::TimeToFirstToolCall => &self.time_to_first_tool_call_s,
+            Figure::ReasoningTime => &self.reasoning_s,
+            Figure::Tpot => &self.tpot_s,
+            Figure::Generation => &self.generation_s,
+            Figure::OutputTokensPerSecond => &self.output_tokens_per_s,
+            Figure::MaxGap => &self.max_gap_s,
+            // Every record has one: a field of its own, `e2e_s`.
+            Figure::E2e => return None,
+        })
+    }
+
+    fn figure_mut(&mut self, figure: Figure) -> Option<&mut Option<f64>> {
+        Some(match figure {
+            Figure::Ttft => &mut self.ttft_s,
+            Figure::TimeToFirstAnswer => &mut self.time_to_first_answer_s,
+            Figure::TimeToFirstToolCall => &mut self.time_to_first_tool_call_s,
+            Figure::ReasoningTime => &mut self.reasoning_s,
+            Figure::Tpot => &mut self.tpot_s,
+            Figure::Generation => &mut self.generation_s,
+            Figure::OutputTokensPerSecond => &mut self.output_tokens_per_s,
+            Figure::MaxGap => &mut self.max_gap_s,
+            Figure::E2e => return None,
+        })
     }
 
     /// The figures the SLO ceilings are judged on, read back from the record (the inverse of [`of`]
@@ -199,16 +235,11 @@ impl RequestRecord {
     ///
     /// [`of`]: RequestRecord::of
     pub fn figures(&self) -> Figures {
-        let secs = |v: Option<f64>| v.and_then(|v| Duration::try_from_secs_f64(v).ok());
-        Figures {
-            e2e: secs(Some(self.e2e_s)).unwrap_or_default(),
-            ttft: secs(self.ttft_s),
-            time_to_first_answer: secs(self.time_to_first_answer_s),
-            time_to_first_tool_call: secs(self.time_to_first_tool_call_s),
-            tpot: secs(self.tpot_s),
-            max_gap: secs(self.max_gap_s),
-            ..Figures::default()
+        let mut figures = Figures::default();
+        for figure in Figure::ALL {
+            figure.set(&mut figures, self.figure(figure));
         }
+        figures
     }
 
     /// How the request ended, as judging goes. The gap still open when a request broke off is not in
@@ -318,7 +349,7 @@ mod tests {
             p99: Some(0.05),
             listed: None,
         };
-        let r = RequestRecord::of(&identity, &finished, gaps);
+        let r = RequestRecord::of(&identity, &finished, &gaps);
         assert_eq!(
             (r.v, r.id.as_str(), r.tenant.as_deref()),
             (1, "r1", Some("acme"))

@@ -2,11 +2,9 @@
 //! user waited through, the prompt tokens the server's prefix cache served, and the server's own
 //! timings beside tokentap's.
 //!
-//! The time to first answer is resolved with the request's other token families (nearly every stream
-//! has one). The rest are resolved only when a request has the figure, once per request: a deployment
-//! whose server reports no timings and whose model does not reason exports none of these series.
-
-use std::time::Duration;
+//! The time to first answer and the reasoning time are figures (`record::figure`), observed with the
+//! others. These are resolved only when a request has the figure, once per request: a deployment whose
+//! server reports no timings and whose model does not reason exports none of these series.
 
 use prometheus::{HistogramVec, IntCounterVec};
 
@@ -15,8 +13,6 @@ use super::Series;
 use crate::record::server::{Outside, ServerTimings};
 
 pub struct Inside {
-    pub(super) time_to_first_answer: HistogramVec,
-    reasoning_time: HistogramVec,
     reasoning_tokens: IntCounterVec,
     cached_input_tokens: IntCounterVec,
     server_queue: HistogramVec,
@@ -30,8 +26,6 @@ pub struct Inside {
 impl Inside {
     pub fn register(rows: &mut Registrar<'_>) -> Result<Self, prometheus::Error> {
         Ok(Inside {
-            time_to_first_answer: rows.histogram(&family::TIME_TO_FIRST_ANSWER)?,
-            reasoning_time: rows.histogram(&family::REASONING_TIME)?,
             reasoning_tokens: rows.counter(&family::REASONING_TOKENS)?,
             cached_input_tokens: rows.counter(&family::CACHED_INPUT_TOKENS)?,
             server_queue: rows.histogram(&family::SERVER_QUEUE)?,
@@ -45,13 +39,6 @@ impl Inside {
 
     fn labels(series: &Series) -> [&str; 2] {
         [&*series.model, series.api.as_str()]
-    }
-
-    /// The reasoning time of a stream whose reasoning came before its answer.
-    pub fn observe_reasoning_time(&self, series: &Series, time: Duration) {
-        self.reasoning_time
-            .with_label_values(&Self::labels(series))
-            .observe(time.as_secs_f64());
     }
 
     /// A finished request's token counts from the usage details, where it has them.

@@ -17,6 +17,7 @@ use prometheus::{
 
 use crate::config::{Config, SloKind};
 use crate::record::api::Api;
+use crate::record::figure::Figure;
 use crate::record::served::ServedModels;
 
 mod admission;
@@ -29,6 +30,7 @@ mod inside;
 mod labels;
 mod refusals;
 mod scrape;
+mod series;
 mod upstream;
 
 pub use agents::Agents;
@@ -40,17 +42,14 @@ pub use labels::{
     UNKNOWN_MODEL,
 };
 pub use refusals::{MetricsPortRefusals, Refusals, METRICS_PORT_REASONS};
+pub use series::Series;
 pub use upstream::UpstreamCounters;
 
 pub struct Metrics {
     registry: Registry,
-    ttft: HistogramVec,
+    /// Each figure's histogram family (its row's), by [`Figure`].
+    figure_histograms: [Option<HistogramVec>; Figure::COUNT],
     itl: HistogramVec,
-    tpot: HistogramVec,
-    e2e: HistogramVec,
-    generation: HistogramVec,
-    tokens_per_second: HistogramVec,
-    max_gap: HistogramVec,
     requests: IntCounterVec,
     input_tokens: IntCounterVec,
     output_tokens: IntCounterVec,
@@ -86,45 +85,18 @@ pub struct Metrics {
     families: family::Registered,
 }
 
-/// One request's labelled children, resolved once.
-#[derive(Clone)]
-pub struct Series {
-    pub model: Arc<str>,
-    /// The `tenant` label value, when `tenants:` is configured.
-    pub tenant: Option<Arc<str>>,
-    pub api: Api,
-    pub e2e: Histogram,
-    pub goodput: IntCounter,
-    /// The token-level families: only for a path a dialect knows, so an unknown path (a client can send
-    /// any) never creates them.
-    pub tokens: Option<TokenSeries>,
-}
-
-#[derive(Clone)]
-pub struct TokenSeries {
-    pub ttft: Histogram,
-    pub time_to_first_answer: Histogram,
-    pub itl: Histogram,
-    pub tpot: Histogram,
-    pub generation: Histogram,
-    pub tokens_per_second: Histogram,
-    pub max_gap: Histogram,
-    pub input_tokens: IntCounter,
-    pub output_tokens: IntCounter,
-}
-
 impl Metrics {
     pub fn new(config: &Config) -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
         let boundaries = bound::Boundaries::of(config);
         let mut rows = Registrar::new(&registry, &boundaries, config.tenants.is_some());
-        let ttft = rows.histogram(&family::TTFT)?;
+        let mut figure_histograms: [Option<HistogramVec>; Figure::COUNT] = Default::default();
+        for figure in Figure::ALL {
+            if let Some((family, _)) = figure.row().histogram {
+                figure_histograms[figure as usize] = Some(rows.histogram(family)?);
+            }
+        }
         let itl = rows.histogram(&family::ITL)?;
-        let tpot = rows.histogram(&family::TPOT)?;
-        let e2e = rows.histogram(&family::E2E)?;
-        let generation = rows.histogram(&family::GENERATION)?;
-        let tokens_per_second = rows.histogram(&family::TOKENS_PER_SECOND)?;
-        let max_gap = rows.histogram(&family::MAX_GAP)?;
         let requests = rows.counter(&family::REQUESTS)?;
         let input_tokens = rows.counter(&family::INPUT_TOKENS)?;
         let output_tokens = rows.counter(&family::OUTPUT_TOKENS)?;
@@ -191,13 +163,8 @@ impl Metrics {
         limit.set(bound.total);
         Ok(Metrics {
             registry,
-            ttft,
+            figure_histograms,
             itl,
-            tpot,
-            e2e,
-            generation,
-            tokens_per_second,
-            max_gap,
             requests,
             input_tokens,
             output_tokens,
@@ -228,42 +195,6 @@ impl Metrics {
     /// The most series this process can export, and how that figure is made.
     pub fn bound(&self) -> &SeriesBound {
         &self.bound
-    }
-
-    pub fn series(&self, model: Arc<str>, api: Api) -> Series {
-        self.series_of(model, None, api)
-    }
-
-    /// A request's series with its `tenant` label (from [`Metrics::tenant_label`]); with `tenants:`
-    /// configured, `None` is the `none` tenant.
-    pub fn series_of(&self, model: Arc<str>, tenant: Option<Arc<str>>, api: Api) -> Series {
-        let tenant = (self.tenants.as_ref()).map(|t| tenant.unwrap_or_else(|| t.none()));
-        let labels = [&*model, api.as_str()];
-        let with_tenant = [&*model, api.as_str(), tenant.as_deref().unwrap_or("")];
-        let by_tenant: &[&str] = if tenant.is_some() {
-            &with_tenant
-        } else {
-            &labels
-        };
-        let tokens = (api != Api::Other).then(|| TokenSeries {
-            ttft: self.ttft.with_label_values(by_tenant),
-            time_to_first_answer: self.inside.time_to_first_answer.with_label_values(&labels),
-            itl: self.itl.with_label_values(&labels),
-            tpot: self.tpot.with_label_values(&labels),
-            generation: self.generation.with_label_values(&labels),
-            tokens_per_second: self.tokens_per_second.with_label_values(&labels),
-            max_gap: self.max_gap.with_label_values(&labels),
-            input_tokens: self.input_tokens.with_label_values(&labels),
-            output_tokens: self.output_tokens.with_label_values(&labels),
-        });
-        Series {
-            e2e: self.e2e.with_label_values(by_tenant),
-            goodput: self.goodput.with_label_values(by_tenant),
-            tokens,
-            model,
-            tenant,
-            api,
-        }
     }
 
     /// Every family's current values, as a scrape would see them (the live page's snapshots read this).

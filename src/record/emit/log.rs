@@ -1,0 +1,78 @@
+//! The `request finished` line of the log, one per finished request at `info`: who and what, the
+//! outcome, every figure the request carries (from the figure table, `{name}_ms`), the tokens, its
+//! place in its conversation and the SLO verdict (docs/forwarding.md, "The log").
+//!
+//! The line is written as `key=value` pairs, exactly as `tracing`'s default formatter writes fields:
+//! every value a client chooses (the id, method, path, model) is a string written quoted and escaped
+//! (`Debug`), so none can add a key to the line or break it (control characters, U+2028/U+2029);
+//! numbers and tokentap's own words plain, a figure in milliseconds to the microsecond.
+
+use std::fmt::{self, Write as _};
+
+use super::{Finished, Sink};
+use crate::logging::fields::Millis;
+use crate::record::figure::{Figure, Unit};
+use crate::record::tokens::TokenSource;
+
+/// The log line of each finished request.
+pub struct LogLine;
+
+impl Sink for LogLine {
+    fn emit(&self, finished: &Finished<'_>) {
+        tracing::info!(target: "tokentap::request", "{}", Line(finished));
+    }
+}
+
+/// A finished request's line.
+struct Line<'a, 'b>(&'a Finished<'b>);
+
+impl fmt::Display for Line<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Finished {
+            who,
+            api,
+            series,
+            record,
+            turn,
+            ..
+        } = self.0;
+        f.write_str("request finished")?;
+        write!(f, " id={:?}", who.id)?;
+        if let Some(client) = who.client_id {
+            write!(f, " client_request_id={client:?}")?;
+        }
+        write!(f, " method={:?} path={:?}", who.method, who.path)?;
+        write!(f, " model={:?} api={:?}", &*series.model, api.as_str())?;
+        let status = record.status.as_ref().map_or("none", http::StatusCode::as_str);
+        write!(f, " status={status} outcome={:?}", record.outcome.as_str())?;
+        for figure in Figure::ALL {
+            let Some(value) = record.carried(figure) else {
+                continue;
+            };
+            let row = figure.row();
+            f.write_char(' ')?;
+            f.write_str(&row.log_field())?;
+            f.write_char('=')?;
+            match row.unit {
+                Unit::Seconds => write!(f, "{}", Millis::of_secs(value))?,
+                Unit::TokensPerSecond => write!(f, "{value:?}")?,
+            }
+        }
+        if let Some(n) = record.output_tokens {
+            write!(f, " output_tokens={n}")?;
+        }
+        if let Some(source) = record.token_source.map(TokenSource::as_str) {
+            write!(f, " token_source={source:?}")?;
+        }
+        if let Some(n) = record.input_tokens {
+            write!(f, " input_tokens={n}")?;
+        }
+        if let Some(turn) = turn {
+            write!(f, " conversation={:?} turn={}", &*turn.conversation, turn.turn)?;
+            if let Some(think) = turn.think {
+                write!(f, " think_ms={}", Millis::of(think))?;
+            }
+        }
+        write!(f, " slo={}", record.slo())
+    }
+}

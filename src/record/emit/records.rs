@@ -1,0 +1,40 @@
+//! The per-request records (`request_log:`, docs/records.md): each finished request as one JSON line,
+//! handed to the records' writer (`logging/records.rs`), which never waits.
+
+use std::sync::Arc;
+
+use super::{Finished, Sink};
+use crate::logging::records::RecordWriter;
+use crate::record::request_record::{self, RequestRecord};
+
+/// Where finished requests' records go, and what they list.
+pub struct Records {
+    pub writer: Arc<RecordWriter>,
+    /// `request_log.gaps`: list every gap.
+    pub gaps: bool,
+    pub max_gaps: usize,
+}
+
+impl Sink for Records {
+    fn emit(&self, finished: &Finished<'_>) {
+        let who = &finished.who;
+        let identity = request_record::Identity {
+            id: who.id,
+            client_id: who.client_id,
+            start: who.start,
+            model: &finished.series.model,
+            api: finished.api.as_str(),
+            tenant: finished.series.tenant.as_deref(),
+            turn: finished.turn,
+        };
+        // Plain numbers and strings: serialising cannot fail; a record that did is not written.
+        self.writer.send_with(|| {
+            let record = RequestRecord::of(&identity, finished.record, finished.gaps);
+            serde_json::to_string(&record).ok()
+        });
+    }
+
+    fn gaps(&self) -> Option<(bool, usize)> {
+        Some((self.gaps, self.max_gaps))
+    }
+}

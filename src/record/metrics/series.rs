@@ -1,0 +1,137 @@
+//! One request's series: its label values, resolved once, and the children of the families it writes
+//! to, each resolved the first time the request writes to it and kept by row (a figure's histogram by
+//! its [`Figure`]), so no observation looks a series up by its labels again. A family a request never
+//! writes to gets no series from it (a request with no reasoning adds no reasoning-time series).
+
+use std::sync::Arc;
+
+use prometheus::Histogram;
+
+use super::family::{self, Apis, Family, Label};
+use super::Metrics;
+use crate::record::api::Api;
+use crate::record::figure::Figure;
+
+/// One request's labelled children.
+pub struct Series {
+    pub model: Arc<str>,
+    /// The `tenant` label value, when `tenants:` is configured.
+    pub tenant: Option<Arc<str>>,
+    pub api: Api,
+    /// Each figure's histogram, once observed.
+    figures: [Option<Histogram>; Figure::COUNT],
+    itl: Option<Histogram>,
+}
+
+impl Metrics {
+    /// A request's series with its `tenant` label (from [`Metrics::tenant_label`]); with `tenants:`
+    /// configured, `None` is the `none` tenant.
+    pub fn series_of(&self, model: Arc<str>, tenant: Option<Arc<str>>, api: Api) -> Series {
+        let tenant = (self.tenants.as_ref()).map(|t| tenant.unwrap_or_else(|| t.none()));
+        Series {
+            model,
+            tenant,
+            api,
+            figures: Default::default(),
+            itl: None,
+        }
+    }
+
+    pub fn series(&self, model: Arc<str>, api: Api) -> Series {
+        self.series_of(model, None, api)
+    }
+}
+
+impl Series {
+    /// Whether the request's path is one a dialect knows: only then does it have the token-level
+    /// families (`Apis::Known`), so a path a client makes up never creates them.
+    pub fn known(&self) -> bool {
+        self.api != Api::Other
+    }
+
+    /// Observes `value` (in the figure's unit) on `figure`'s histogram.
+    pub fn observe(&mut self, metrics: &Metrics, figure: Figure, value: f64) {
+        if self.figures[figure as usize].is_none() {
+            let Some((family, _)) = figure.row().histogram else {
+                return;
+            };
+            let resolved = (self.labels(None).of(family))
+                .zip(metrics.figure_histograms[figure as usize].as_ref())
+                .map(|(values, vec)| vec.with_label_values(&values));
+            self.figures[figure as usize] = resolved;
+        }
+        if let Some(histogram) = &self.figures[figure as usize] {
+            histogram.observe(value);
+        }
+    }
+
+    /// Observes `value` on `figure`'s histogram without keeping the child: a figure observed once, at
+    /// the request's end.
+    pub fn observe_once(&self, metrics: &Metrics, figure: Figure, value: f64) {
+        if let Some(histogram) = &self.figures[figure as usize] {
+            return histogram.observe(value);
+        }
+        let Some((family, _)) = figure.row().histogram else {
+            return;
+        };
+        if let (Some(values), Some(vec)) = (
+            self.labels(None).of(family),
+            metrics.figure_histograms[figure as usize].as_ref(),
+        ) {
+            vec.with_label_values(&values).observe(value);
+        }
+    }
+
+    /// Observes one inter-token gap.
+    pub fn observe_gap(&mut self, metrics: &Metrics, seconds: f64) {
+        if self.itl.is_none() {
+            let labels = self.labels(None);
+            self.itl = labels
+                .of(&family::ITL)
+                .map(|values| metrics.itl.with_label_values(&values));
+        }
+        if let Some(itl) = &self.itl {
+            itl.observe(seconds);
+        }
+    }
+
+    /// The label values of this request, for any family labelled by model, API, (when configured)
+    /// tenant and `turn`.
+    pub(super) fn labels<'a>(&'a self, turn: Option<&'a str>) -> Labels<'a> {
+        Labels {
+            model: &self.model,
+            api: self.api,
+            tenant: self.tenant.as_deref(),
+            turn,
+        }
+    }
+}
+
+/// The label values a request gives a family labelled by model, API, tenant and turn.
+pub(super) struct Labels<'a> {
+    model: &'a str,
+    api: Api,
+    tenant: Option<&'a str>,
+    turn: Option<&'a str>,
+}
+
+impl<'a> Labels<'a> {
+    /// The values of `family`'s labels; `None` for a family with other labels, or one that holds no
+    /// series for the request's API (a path no dialect knows).
+    pub(super) fn of(&self, family: &Family) -> Option<Vec<&'a str>> {
+        if family.apis == Apis::Known && self.api == Api::Other {
+            return None;
+        }
+        family
+            .labels
+            .iter()
+            .filter_map(|label| match label {
+                Label::Model => Some(Some(self.model)),
+                Label::Api => Some(Some(self.api.as_str())),
+                Label::Tenant => self.tenant.map(Some),
+                Label::Turn => Some(self.turn),
+                _ => Some(None),
+            })
+            .collect()
+    }
+}
