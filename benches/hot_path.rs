@@ -246,6 +246,7 @@ fn exchange_context() -> Arc<ExchangeContext> {
         identify: tokentap::tap::identity::Identify::new(None),
         records: None,
         conversations: None,
+        readers: Default::default(),
     })
 }
 
@@ -461,10 +462,11 @@ fn conversation_read(bencher: Bencher, size: &str) {
         .bench(|| read_list(black_box(body.as_bytes())));
 }
 
-/// The list of a chat body, read as the exchange reads it.
+/// The list of a chat body, read as the exchange reads it: how many prefixes (0 when not read).
 fn read_list(body: &[u8]) -> usize {
-    let list = tokentap::decode::messages::read(tokentap::record::api::Api::Chat, body);
-    list.map_or(0, |l| l.prefixes.len())
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let list = tokentap::decode::messages::read(tokentap::record::api::Api::Chat, body, &stop);
+    list.ok().flatten().map_or(0, |l| l.prefixes.len())
 }
 
 /// An agent's history of `messages` messages about `bytes` long, as a coding agent sends it back: a

@@ -13,6 +13,7 @@ mod architecture;
 mod cancellation;
 mod cli;
 mod clickhouse;
+mod conversation_load;
 mod conversations;
 mod deploy;
 mod dialects;

@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 
 use super::Delta;
-use crate::decode::dialect::cursor::{once, Cursor, Seen};
+use crate::decode::cursor::{once, Cursor, Seen};
 use crate::decode::dialect::text::Text;
 
 /// The event's `delta` (`None`: absent or null), when the event is a `content_block_delta` the scanner

@@ -9,7 +9,7 @@
 //! `u64`, a `stop` that is not a boolean or null, bytes that are not UTF-8, anything malformed.
 
 use super::Chunk;
-use crate::decode::dialect::cursor::{Cursor, Seen};
+use crate::decode::cursor::{Cursor, Seen};
 use crate::decode::dialect::text::Text;
 
 pub(super) fn chunk(data: &[u8]) -> Option<Chunk<'_>> {

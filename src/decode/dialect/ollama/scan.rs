@@ -10,7 +10,7 @@
 //! null, bytes that are not UTF-8, anything malformed.
 
 use super::{Line, Message};
-use crate::decode::dialect::cursor::{Cursor, Seen};
+use crate::decode::cursor::{Cursor, Seen};
 use crate::decode::dialect::text::Text;
 
 pub(super) fn line(data: &[u8]) -> Option<Line<'_>> {

@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use crate::decode::dialect::cursor::{Cursor, Seen};
+use crate::decode::cursor::{Cursor, Seen};
 use crate::decode::dialect::text::Text;
 
 /// A delta event read whole: its type and its `delta`.

@@ -8,7 +8,7 @@
 //! escape, a number where text is read, a `special` that is not a boolean or null, bytes that are not
 //! UTF-8, anything malformed.
 
-use crate::decode::dialect::cursor::{Cursor, Seen};
+use crate::decode::cursor::{Cursor, Seen};
 use crate::decode::dialect::text::Text;
 
 /// A token event read whole: its token's text and whether the token is a special one.
