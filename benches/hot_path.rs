@@ -502,8 +502,20 @@ fn conversation_read_agent(bencher: Bencher, size: &str) {
 }
 
 /// A 1 MiB chat body no agent sends: a list of nested arrays or of numbers instead of messages, or one
-/// message whose content is that.
+/// message whose content is that; or (`deep_unsorted`) one whose content is 60 objects nested, each
+/// with its keys out of order around the next, the innermost holding 900 KB of text: every level is put
+/// in order, the text copied once a level (the reader's worst case per byte).
 fn hostile(kind: &str) -> String {
+    if kind == "deep_unsorted" {
+        let levels = 60;
+        let text = "x".repeat(900 << 10);
+        let content = format!(
+            r#"{}"{text}"{}"#,
+            r#"{"z":"#.repeat(levels),
+            r#","a":1}"#.repeat(levels)
+        );
+        return format!(r#"{{"model":"m","messages":[{{"role":"user","content":{content}}}]}}"#);
+    }
     let (item, inside) = match kind {
         "nested" => ("[[[[[[[[0]]]]]]]]", false),
         "numbers" => ("0", false),
@@ -518,7 +530,7 @@ fn hostile(kind: &str) -> String {
 }
 
 /// The hostile bodies of [`hostile`], read.
-#[divan::bench(args = ["nested", "numbers", "nested_in_message", "numbers_in_message"])]
+#[divan::bench(args = ["nested", "numbers", "nested_in_message", "numbers_in_message", "deep_unsorted"])]
 fn conversation_read_hostile(bencher: Bencher, kind: &str) {
     let body = hostile(kind);
     bencher

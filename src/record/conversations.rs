@@ -335,7 +335,7 @@ mod tests {
         let mut prefixes = Vec::new();
         let mut digest = [0u8; 16];
         for (i, tag) in tags.iter().enumerate() {
-            digest[i % 16] ^= tag.wrapping_add(i as u8 * 31);
+            digest[i % 16] ^= tag.wrapping_add((i as u8).wrapping_mul(31));
             digest[15] = digest[15].wrapping_add(*tag).wrapping_mul(7);
             prefixes.push(digest);
         }
@@ -418,6 +418,18 @@ mod tests {
         );
         assert_eq!(c.take_ended(t0 + ms(16_000)).0, vec![1]);
         assert!(Conversations::new(0, Duration::from_secs(1)).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_list_longer_than_one_hold_of_the_lock_finds_the_turn_it_continues() {
+        let c = Conversations::new(100, Duration::from_secs(60)).unwrap();
+        let t0 = Instant::now();
+        let tags: Vec<u8> = (0..2_000u32).map(|i| (i % 251) as u8).collect();
+        // The earlier turn is 10 messages long: 1,990 prefixes (eight holds of the lock) before it.
+        let (first, _) = c.place(&list(&tags[..10]), t0, t0, None);
+        let (next, lookup) = c.place(&list(&tags), t0, t0, None);
+        assert_eq!((next.turn, lookup), (2, Lookup::Continued));
+        assert_eq!(next.conversation, first.conversation);
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,10 +1,9 @@
 //! A request's message list, read off its held body beside the forwarding (`decode::messages`), for
 //! the conversation it continues. What a client sends is never the proxy's cost:
-//! - a body up to [`READ_INLINE_BYTES`] is read at once, on the runtime (tens of microseconds at most);
+//! - a body up to [`READ_INLINE_BYTES`] is read at once, on the runtime (50 µs at most);
 //! - a larger one on one of a few [`Readers`] (blocking threads); when all are busy it waits for one,
-//!   if fewer than [`Readers::WAITING`] bodies per reader wait already, else it is not read
-//!   (`pool_busy`): a burst of agents' long histories is read a few milliseconds later, a flood is
-//!   turned away;
+//!   if fewer than [`Readers::WAITING`] bodies wait already, else it is not read (`pool_busy`): a
+//!   burst of agents' long histories is read a few milliseconds later, a flood is turned away;
 //! - the read is dropped when its request ends (the reader looks every 64 KiB of the body; a body still
 //!   waiting goes at once), and its request counts as not read (`late`);
 //! - its bytes are the held body's own, which the reader holds (and with it its share of
@@ -22,9 +21,10 @@ use crate::record::conversations::{MessageList, Unread};
 /// A request body held whole before it was sent, shared with the forwarding (and its budget with it).
 pub type HeldBody = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
-/// A held body up to this size is read on the runtime: its read costs about as much as receiving it
-/// (docs/lab/benchmark.md: under 1 ns a byte for an agent's history, 30 µs at worst for a hostile one).
-pub const READ_INLINE_BYTES: usize = 16 << 10;
+/// A held body up to this size is read on the runtime, which it holds no longer than a handoff to a
+/// reader would cost (docs/lab/benchmark.md: about 2 ns a byte for an agent's history, 6 at worst for a
+/// body made to be slow, so at most about 50 µs).
+pub const READ_INLINE_BYTES: usize = 8 << 10;
 
 /// The blocking threads larger bodies are read on (as many as the machine has cores, at most
 /// [`Readers::MAX`]), and the bodies that may wait for one.
@@ -36,13 +36,14 @@ pub struct Readers {
 
 impl Readers {
     pub const MAX: usize = 4;
-    /// Bodies that may wait, per reader.
-    pub const WAITING: usize = 4;
+    /// Bodies that may wait for a reader (each a held body, already counted in
+    /// `limits.max_held_request_bytes`).
+    pub const WAITING: usize = 16;
 
     pub fn new(count: usize) -> Self {
         Readers {
             readers: Arc::new(Semaphore::new(count)),
-            waiting: Arc::new(Semaphore::new(count * Readers::WAITING)),
+            waiting: Arc::new(Semaphore::new(Readers::WAITING)),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The fast reading of TGI's per-token event (`{"index":…,"token":{…},"generated_text":null,
-//! "details":null}`) without serde_json: one pass with the checked readers of `dialect/cursor.rs`, the
+//! "details":null}`) without serde_json: one pass with the checked readers of `decode/cursor.rs`, the
 //! token's text borrowed from the event. It reads what the serde structs read of such an event (the
 //! token's `text` and `special`), skips every other member as serde_json skips it (`index`, the token's
 //! `id` and `logprob`, `top_tokens`), and gives up (`None`: serde_json reads the event) on anything it is
