@@ -142,3 +142,82 @@ impl Drop for ListRead {
         self.0.end();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A chat body of `n` short messages.
+    fn body(n: usize) -> Arc<Vec<u8>> {
+        let message = r#"{"role":"user","content":"Read the next file and say what it does."}"#;
+        let list = vec![message; n].join(",");
+        Arc::new(format!(r#"{{"model":"m","messages":[{list}]}}"#).into_bytes())
+    }
+
+    /// Waits (at most 10 s) until only the test holds `body`.
+    async fn let_go(body: &Arc<Vec<u8>>) {
+        for _ in 0..1_000 {
+            if Arc::strong_count(body) == 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the held body is still held by its read");
+    }
+
+    #[tokio::test]
+    async fn a_small_body_is_read_at_once_and_a_streamed_one_not_at_all() {
+        let readers = Readers::new(0);
+        let small = body(3);
+        assert!(small.len() <= READ_INLINE_BYTES);
+        let read = ListRead::start(Api::Chat, Some(small.clone()), &readers);
+        assert_eq!(
+            read.finish().map(|l| l.map(|l| l.prefixes.len())),
+            Ok(Some(3))
+        );
+        assert_eq!(Arc::strong_count(&small), 1, "the body is let go once read");
+        let streamed = ListRead::start(Api::Chat, None, &readers);
+        assert_eq!(streamed.finish(), Err(Unread::Streamed));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_body_waiting_for_a_reader_goes_when_its_request_ends_and_the_waiting_are_bounded() {
+        // No reader free: every large body waits, up to `WAITING` of them.
+        let readers = Readers::new(0);
+        let large = body(2_000);
+        let waiting: Vec<ListRead> = (0..Readers::WAITING)
+            .map(|_| ListRead::start(Api::Chat, Some(large.clone()), &readers))
+            .collect();
+        let one_more = ListRead::start(Api::Chat, Some(large.clone()), &readers);
+        assert_eq!(one_more.finish(), Err(Unread::PoolBusy));
+        for read in &waiting {
+            assert_eq!(read.finish(), Err(Unread::Late));
+        }
+        let_go(&large).await;
+        drop(waiting);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_stops_when_its_request_ends_and_lets_go_of_the_body() {
+        let readers = Readers::new(1);
+        let large = body(100_000);
+        let read = ListRead::start(Api::Chat, Some(large.clone()), &readers);
+        // Ended before it could be read (or, had the reader run first, past the 10,000 messages it
+        // reads): not read, and the reader lets go within 64 KiB of the body.
+        assert!(matches!(
+            read.finish(),
+            Err(Unread::Late) | Err(Unread::TooMany)
+        ));
+        let_go(&large).await;
+        // The reader is free again: the next body is read.
+        let next = body(2_000);
+        let read = ListRead::start(Api::Chat, Some(next.clone()), &readers);
+        let_go(&next).await;
+        assert_eq!(
+            read.finish().map(|l| l.map(|l| l.prefixes.len())),
+            Ok(Some(2_000))
+        );
+    }
+}
