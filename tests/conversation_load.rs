@@ -67,7 +67,8 @@ impl Load {
     }
 }
 
-/// Starts a fresh binary whose upstream answers a large body after `prefill` and a small one at once;
+/// Starts a fresh binary whose upstream answers a large body `status` after `prefill` and a small one
+/// 200 at once;
 /// `clients` clients send it `body` at once, and again as soon as they are answered until `window` has
 /// passed; meanwhile, and until they are all answered, a plain request goes every 10 ms, one at a
 /// time, and the RSS is sampled between them.
@@ -76,15 +77,14 @@ async fn under_load(
     body: &str,
     clients: usize,
     window: Duration,
-    prefill: Duration,
+    (status, prefill): (u16, Duration),
 ) -> Load {
-    let upstream = support::upstream(move |request: &RecordedRequest| {
-        let mut steps = Vec::new();
-        if request.body.len() > 4096 {
-            steps.push(Step::Sleep(prefill));
-        }
-        steps.push(json_response(200, "OK", ANSWER));
-        steps
+    let upstream = support::upstream(move |request: &RecordedRequest| match request.body.len() {
+        0..=4096 => vec![json_response(200, "OK", ANSWER)],
+        _ => vec![
+            Step::Sleep(prefill),
+            json_response(status, "Answer", r#"{"error":"x"}"#),
+        ],
     })
     .await;
     let yaml = format!(
@@ -127,7 +127,7 @@ async fn under_load(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(senders.is_empty(), "the clients were answered within 10 s");
-    assert!(answered.iter().all(|s| *s == 200), "{answered:?}");
+    assert!(answered.iter().all(|s| *s == status), "{answered:?}");
     probes.sort_by(f64::total_cmp);
     let m = process.scrape();
     let mut lookups = Vec::new();
@@ -168,7 +168,7 @@ async fn bodies_no_agent_sends_cost_their_held_bytes_and_no_one_elses_latency() 
         ("numbers_in_message", 8),
     ] {
         let name = format!("conv-{kind}-{n}");
-        let load = under_load(&name, &hostile_chat(kind), n, ms(1_500), ms(300)).await;
+        let load = under_load(&name, &hostile_chat(kind), n, ms(1_500), (200, ms(300))).await;
         println!("{n} clients of 1 MiB {kind}: {}", load.summary());
         // The held bodies themselves are n MiB; the readers add a few at most.
         assert!(
@@ -185,13 +185,41 @@ async fn bodies_no_agent_sends_cost_their_held_bytes_and_no_one_elses_latency() 
     }
 }
 
+/// Against an upstream that answers every large body 502 at once, each request ends before its list
+/// could be read: the reads are dropped with their requests (before, they ran on after them, each on a
+/// thread of the blocking pool and a `Value` of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_end_with_their_requests_against_an_upstream_that_answers_502_at_once() {
+    let n = 8;
+    let body = hostile_chat("numbers_in_message");
+    let load = under_load("conv-502", &body, n, ms(1_500), (502, Duration::ZERO)).await;
+    println!(
+        "{n} clients of 1 MiB numbers_in_message, 502 at once: {}",
+        load.summary()
+    );
+    // (The plain request's latency here is that of receiving 1 MiB bodies as fast as eight clients
+    // send them, not of reading them: not asserted.)
+    assert!(
+        load.grown_mib() < 3.0 * n as f64 + 16.0,
+        "{}",
+        load.summary()
+    );
+    let unread = (load.lookups.iter()).find(|(l, _)| l == "unread");
+    assert_eq!(
+        unread.map(|(_, n)| *n),
+        Some(load.sent as f64),
+        "{}",
+        load.summary()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_agent_histories_arriving_at_once_are_read_within_bounds() {
     let body =
         json!({"model": "m", "stream": false, "messages": agent_history(500, 1 << 20)}).to_string();
     let n = 8;
     // A prefill long enough for this test's unoptimised build to read them all.
-    let load = under_load("conv-agents-8", &body, n, Duration::ZERO, ms(2_000)).await;
+    let load = under_load("conv-agents-8", &body, n, Duration::ZERO, (200, ms(2_000))).await;
     println!("{n} × 1 MiB agent histories at once: {}", load.summary());
     assert!(
         load.grown_mib() < 3.0 * n as f64 + 16.0,
