@@ -146,7 +146,7 @@ impl Unread {
 }
 
 /// The `reason` label of `tokentap_conversation_unread_total`, in [`Unread::ALL`]'s order.
-pub const UNREAD_REASONS: [&str; 8] = [
+pub const UNREAD_REASONS: [&str; Unread::ALL.len()] = [
     Unread::ALL[0].as_str(),
     Unread::ALL[1].as_str(),
     Unread::ALL[2].as_str(),

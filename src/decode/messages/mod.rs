@@ -15,7 +15,8 @@
 //! - Responses items lose their server-made `id` and `status` (a client may send an output item back
 //!   as it came, or rebuild it).
 //!
-//! Strings are compared by their value (escapes decoded), numbers as written.
+//! Strings are compared by their value (escapes decoded), numbers as written, a key given twice as
+//! given (both kept).
 //!
 //! Which list: chat and Ollama `messages`; Anthropic `system` (as the first message) and `messages`;
 //! Responses `instructions` (likewise) and `input` (a string is one user message). A message is an

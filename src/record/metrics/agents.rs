@@ -10,7 +10,7 @@ use crate::record::conversations::{Conversations, Lookup, Unread, LOOKUPS, UNREA
 pub struct Agents {
     lookups: IntCounterVec,
     /// One counter per [`Unread::ALL`], in its order.
-    unread: [IntCounter; 8],
+    unread: [IntCounter; Unread::ALL.len()],
     turns_held: IntGauge,
     conversation_turns: Histogram,
 }
