@@ -246,6 +246,7 @@ fn exchange_context() -> Arc<ExchangeContext> {
         identify: tokentap::tap::identity::Identify::new(None),
         records: None,
         conversations: None,
+        readers: Default::default(),
     })
 }
 
@@ -456,12 +457,85 @@ fn prompt_bytes(size: &str) -> usize {
 #[divan::bench(args = ["2KB", "1MB"])]
 fn conversation_read(bencher: Bencher, size: &str) {
     let body = history(prompt_bytes(size));
-    bencher.counter(BytesCount::new(body.len())).bench(|| {
-        tokentap::decode::messages::read(
-            tokentap::record::api::Api::Chat,
-            black_box(body.as_bytes()),
-        )
-    });
+    bencher
+        .counter(BytesCount::new(body.len()))
+        .bench(|| read_list(black_box(body.as_bytes())));
+}
+
+/// The list of a chat body, read as the exchange reads it: how many prefixes (0 when not read).
+fn read_list(body: &[u8]) -> usize {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let list = tokentap::decode::messages::read(tokentap::record::api::Api::Chat, body, &stop);
+    list.ok().flatten().map_or(0, |l| l.prefixes.len())
+}
+
+/// An agent's history of `messages` messages about `bytes` long, as a coding agent sends it back: a
+/// system prompt, then rounds of a user's text parts, an assistant's tool call and the tool's result
+/// (a file's text, the bulk of the bytes).
+fn agent_history(messages: usize, bytes: usize) -> String {
+    let mut list =
+        vec![serde_json::json!({"role": "system", "content": "You are a careful coding agent."})];
+    let file = "fn main() { println!(\"hello\"); }\n".repeat(bytes * 3 / messages / 38);
+    for i in 1..messages {
+        list.push(match i % 3 {
+            1 => serde_json::json!({"role": "user", "content": [
+                {"type": "text", "text": format!("Step {i}: read the next file and say what it does.")}]}),
+            2 => serde_json::json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": format!("call_{i}"), "type": "function",
+                 "function": {"name": "read_file", "arguments": format!("{{\"path\":\"src/{i}.rs\"}}")}}]}),
+            _ => serde_json::json!({"role": "tool", "tool_call_id": format!("call_{}", i - 1), "content": file}),
+        });
+    }
+    serde_json::json!({"model": "tiny-llama", "stream": true, "messages": list}).to_string()
+}
+
+/// An agent's history read as digests: 2 KB of 6 messages (`3 << 10` asks for about 2 KB), and 1 MB of 500.
+#[divan::bench(args = ["2KB", "1MB"])]
+fn conversation_read_agent(bencher: Bencher, size: &str) {
+    let body = match size {
+        "1MB" => agent_history(500, 1 << 20),
+        _ => agent_history(6, 3 << 10),
+    };
+    bencher
+        .counter(BytesCount::new(body.len()))
+        .bench(|| read_list(black_box(body.as_bytes())));
+}
+
+/// A 1 MiB chat body no agent sends: a list of nested arrays or of numbers instead of messages, or one
+/// message whose content is that; or (`deep_unsorted`) one whose content is 60 objects nested, each
+/// with its keys out of order around the next, the innermost holding 900 KB of text: every level is put
+/// in order, the text copied once a level (the reader's worst case per byte).
+fn hostile(kind: &str) -> String {
+    if kind == "deep_unsorted" {
+        let levels = 60;
+        let text = "x".repeat(900 << 10);
+        let content = format!(
+            r#"{}"{text}"{}"#,
+            r#"{"z":"#.repeat(levels),
+            r#","a":1}"#.repeat(levels)
+        );
+        return format!(r#"{{"model":"m","messages":[{{"role":"user","content":{content}}}]}}"#);
+    }
+    let (item, inside) = match kind {
+        "nested" => ("[[[[[[[[0]]]]]]]]", false),
+        "numbers" => ("0", false),
+        "nested_in_message" => ("[[[[[[[[0]]]]]]]]", true),
+        _ => ("0", true),
+    };
+    let items = vec![item; (1 << 20) / (item.len() + 1)].join(",");
+    match inside {
+        false => format!(r#"{{"model":"m","messages":[{items}]}}"#),
+        true => format!(r#"{{"model":"m","messages":[{{"role":"user","content":[{items}]}}]}}"#),
+    }
+}
+
+/// The hostile bodies of [`hostile`], read.
+#[divan::bench(args = ["nested", "numbers", "nested_in_message", "numbers_in_message", "deep_unsorted"])]
+fn conversation_read_hostile(bencher: Bencher, kind: &str) {
+    let body = hostile(kind);
+    bencher
+        .counter(BytesCount::new(body.len()))
+        .bench(|| read_list(black_box(body.as_bytes())));
 }
 
 /// The short request with a 2 KB or 1 MB history through the whole proxy, conversations recognised

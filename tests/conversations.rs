@@ -301,3 +301,57 @@ async fn a_responses_turn_that_names_its_previous_response_continues_it() {
     assert!((think - 3.0).abs() < 0.01, "{think}");
     let _ = std::fs::remove_file(&path);
 }
+
+/// An agent some hours in: a history of 500 messages, just under 1 MiB (held whole by default, and
+/// read on one of the readers), and its next turn with the answer and a new question appended, sent
+/// back re-serialised (keys in another order, the tool results' text as parts): one conversation,
+/// turns 1 and 2.
+#[tokio::test(start_paused = true)]
+async fn a_long_agent_history_of_500_messages_continues_its_conversation() {
+    let upstream = upstream(answer).await;
+    let path = temp_file("conv-long");
+    let yaml = format!("request_log: {{path: {}}}\n", path.display());
+    let proxy = proxy(&upstream.url(), &yaml).await;
+    let client = client();
+    let body = |messages: &[Value]| {
+        json!({"model": "m", "stream": true, "messages": messages}).to_string()
+    };
+    let mut history = agent_history(500, 1 << 20);
+    let first = body(&history);
+    assert!(
+        (1_000_000..=1 << 20).contains(&first.len()),
+        "{}",
+        first.len()
+    );
+    let got = send(&client, post(&proxy, CHAT, &first)).await;
+    assert_eq!(got.status, 200);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for message in history.iter_mut() {
+        if message["role"] == "tool" {
+            let text = message["content"].take();
+            *message = json!({"content": [{"type": "text", "text": text}], "tool_call_id": message["tool_call_id"], "role": "tool"});
+        }
+    }
+    history.push(json!({"role": "assistant", "content": "18C and sunny."}));
+    history.push(json!({"role": "user", "content": "Now the tests."}));
+    let next = body(&history);
+    assert!(
+        next.len() > first.len() && next.len() <= 1 << 20,
+        "held whole"
+    );
+    let got = send(&client, post(&proxy, CHAT, &next)).await;
+    assert_eq!(got.status, 200);
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    let lookups = |result: &str| m.get(family::CONVERSATION_LOOKUPS.name, &[("result", result)]);
+    assert_eq!(
+        (lookups("first"), lookups("continued"), lookups("unread")),
+        (1.0, 1.0, 0.0)
+    );
+    let records = read_records(&path, 2);
+    assert_eq!(records[0].conversation, records[1].conversation);
+    assert_eq!((records[0].turn, records[1].turn), (Some(1), Some(2)));
+    let think = records[1].think_s.expect("a think time");
+    assert!((think - 4.0).abs() < 0.01, "{think}");
+    let _ = std::fs::remove_file(&path);
+}

@@ -14,6 +14,7 @@ mod architecture;
 mod cancellation;
 mod cli;
 mod clickhouse;
+mod conversation_load;
 mod conversations;
 mod deploy;
 mod dialects;

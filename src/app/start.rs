@@ -17,7 +17,7 @@ use crate::record::conversations::Conversations;
 use crate::record::live::Live;
 use crate::record::metrics::Metrics;
 use crate::shutdown::{Count, Shutdown};
-use crate::tap::exchange::{ExchangeContext, Records};
+use crate::tap::exchange::{ExchangeContext, Readers, Records};
 use crate::tap::identity::Identify;
 
 use super::running::Running;
@@ -62,6 +62,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             config.conversations.max_turns,
             config.conversations.idle,
         ),
+        readers: Readers::default(),
         metrics: Arc::new(metrics),
     });
     let upstream = upstream::Upstream::new(config, context.metrics.upstream.clone())?;

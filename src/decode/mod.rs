@@ -2,6 +2,7 @@
 //! the event every framer hands on, line framers (SSE, NDJSON), the JSON field scanner, the API
 //! dialects, the tokenizer and the response decoder that puts them together.
 
+mod cursor;
 pub mod dialect;
 pub mod event;
 #[cfg(test)]

@@ -29,6 +29,8 @@ pub enum ProxyError {
     ClientBodyBroken,
     #[error("the request body is larger than the limit of {limit} bytes (limits.max_request_body_bytes)")]
     RequestBodyTooLarge { limit: u64 },
+    #[error("the request line and headers are larger than the limit of {limit} bytes (limits.max_request_header_bytes)")]
+    HeadTooLarge { limit: usize },
     #[error("the client sent no more of its request body for {} (timeouts.request_body_idle)", format_duration(*.after))]
     RequestBodyIdle { after: Duration },
     #[error("{limit} upstream requests are in progress (limits.max_upstream_connections); retry shortly")]
@@ -107,6 +109,7 @@ impl ProxyError {
             | ProxyError::UpstreamHeadersTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::ClientBodyBroken | ProxyError::BadTarget { .. } => StatusCode::BAD_REQUEST,
             ProxyError::RequestBodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::HeadTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::RequestBodyIdle { .. } => StatusCode::REQUEST_TIMEOUT,
             ProxyError::UpstreamOverloaded { .. }
             | ProxyError::ConnectionShare { .. }
@@ -129,6 +132,7 @@ impl ProxyError {
             | ProxyError::ShutdownCut => Refusal::TimedOut,
             ProxyError::ClientBodyBroken => Refusal::ClientBodyBroken,
             ProxyError::RequestBodyTooLarge { .. }
+            | ProxyError::HeadTooLarge { .. }
             | ProxyError::UpstreamOverloaded { .. }
             | ProxyError::ConnectionShare { .. }
             | ProxyError::HeldBytesFull { .. }
@@ -148,6 +152,7 @@ impl ProxyError {
             }
             ProxyError::ClientBodyBroken
             | ProxyError::RequestBodyTooLarge { .. }
+            | ProxyError::HeadTooLarge { .. }
             | ProxyError::BadTarget { .. } => "invalid_request_error",
             ProxyError::RequestBodyIdle { .. } => "request_timeout",
             ProxyError::UpstreamOverloaded { .. } | ProxyError::ConnectionShare { .. } => {
@@ -181,6 +186,11 @@ impl ProxyError {
         {
             let retry = HeaderValue::from_static("1");
             response.headers_mut().insert(header::RETRY_AFTER, retry);
+        }
+        if let ProxyError::HeadTooLarge { .. } = self {
+            // As hyper does for a head it cannot read whole: the connection ends with this answer.
+            let close = HeaderValue::from_static("close");
+            response.headers_mut().insert(header::CONNECTION, close);
         }
         response
     }

@@ -92,8 +92,70 @@ struct State {
 
 /// The `result` label of `tokentap_conversation_lookups_total`: each [`Lookup`], and a list not read.
 pub const LOOKUPS: [&str; 3] = [Lookup::First.as_str(), Lookup::Continued.as_str(), UNREAD];
-/// The `result` of a request whose message list was not read by its end (or whose body streamed).
+/// The `result` of a request whose message list was not read ([`Unread`] says why).
 pub const UNREAD: &str = "unread";
+
+/// Why a request's message list was not read: the `reason` label of
+/// `tokentap_conversation_unread_total`. Each is a bound a client reached or a body that is not a
+/// message list, never a slower path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unread {
+    /// The body streamed upstream: too large to hold.
+    Streamed,
+    /// Every reader was busy with another body.
+    PoolBusy,
+    /// The request ended before its list was read (the read is stopped).
+    Late,
+    /// The body is not a JSON object (malformed, not UTF-8, a key given twice).
+    NotJson,
+    /// An item of the list is not a message: not an object, or one with no `role` (no `role` or
+    /// `type` for a Responses item).
+    NotAMessage,
+    /// Nested deeper than the reader follows.
+    TooDeep,
+    /// More messages than the reader takes.
+    TooMany,
+    /// One message's canonical form larger than the reader holds.
+    TooLarge,
+}
+
+impl Unread {
+    pub const ALL: [Unread; 8] = [
+        Unread::Streamed,
+        Unread::PoolBusy,
+        Unread::Late,
+        Unread::NotJson,
+        Unread::NotAMessage,
+        Unread::TooDeep,
+        Unread::TooMany,
+        Unread::TooLarge,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Unread::Streamed => "streamed",
+            Unread::PoolBusy => "pool_busy",
+            Unread::Late => "late",
+            Unread::NotJson => "not_json",
+            Unread::NotAMessage => "not_a_message",
+            Unread::TooDeep => "too_deep",
+            Unread::TooMany => "too_many",
+            Unread::TooLarge => "too_large",
+        }
+    }
+}
+
+/// The `reason` label of `tokentap_conversation_unread_total`, in [`Unread::ALL`]'s order.
+pub const UNREAD_REASONS: [&str; Unread::ALL.len()] = [
+    Unread::ALL[0].as_str(),
+    Unread::ALL[1].as_str(),
+    Unread::ALL[2].as_str(),
+    Unread::ALL[3].as_str(),
+    Unread::ALL[4].as_str(),
+    Unread::ALL[5].as_str(),
+    Unread::ALL[6].as_str(),
+    Unread::ALL[7].as_str(),
+];
 
 /// What recognising a request's conversation found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +174,9 @@ impl Lookup {
         }
     }
 }
+
+/// Prefixes looked up under one hold of the lock (a list has up to 10,000).
+const PROBES_PER_LOCK: usize = 256;
 
 /// The turns seen, shared by every exchange of the process.
 pub struct Conversations {
@@ -148,24 +213,23 @@ impl Conversations {
         end: Instant,
         response_id: Option<&str>,
     ) -> (Turn, Lookup) {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let whole = list.whole();
-        let shorter = &list.prefixes[..list.prefixes.len() - 1];
-        let mut found = None;
-        // A turn named by its response id comes first; then the longest earlier list this one begins with.
-        let named =
-            (list.previous_response.as_ref()).and_then(|id| state.responses.get(id).copied());
-        for prefix in named.iter().chain(shorter.iter().rev()) {
-            if let Some(seen) = state.turns.get_mut(prefix) {
+        let continued = self.continued(list);
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let (Some(id), Some(_)) = (&list.previous_response, continued) {
+            state.responses.promote(id);
+        }
+        // Looked up again under this lock: the turn may have been forgotten since.
+        let found = continued
+            .and_then(|prefix| state.turns.get_mut(&prefix))
+            .map(|seen| {
                 let branch = seen.continued_by.is_some_and(|by| by != whole);
                 if seen.continued_by.is_none() {
                     seen.continued_by = Some(whole);
                 }
                 let think = Some(arrive.saturating_duration_since(seen.end));
-                found = Some((seen.conversation.clone(), seen.turn + 1, think, branch));
-                break;
-            }
-        }
+                (seen.conversation.clone(), seen.turn + 1, think, branch)
+            });
         let (conversation, number, think, lookup) = match found {
             Some((conversation, number, think, false)) => {
                 (conversation, number, think, Lookup::Continued)
@@ -199,6 +263,28 @@ impl Conversations {
             think,
         };
         (turn, lookup)
+    }
+
+    /// The turn `list` continues: the one named by its response id, else the longest earlier list it
+    /// begins with. Looked up without reordering the turns, [`PROBES_PER_LOCK`] prefixes per hold of
+    /// the lock, so a long list never keeps the other requests' places waiting.
+    fn continued(&self, list: &MessageList) -> Option<Digest> {
+        let shorter = list.prefixes.get(..list.prefixes.len().saturating_sub(1))?;
+        if let Some(id) = &list.previous_response {
+            let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let named = state.responses.peek(id).copied();
+            if let Some(named) = named.filter(|named| state.turns.contains(named)) {
+                return Some(named);
+            }
+        }
+        shorter.rchunks(PROBES_PER_LOCK).find_map(|probes| {
+            let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            probes
+                .iter()
+                .rev()
+                .find(|p| state.turns.contains(*p))
+                .copied()
+        })
     }
 
     /// The turn counts of the conversations that have had no turn for `conversations.idle` by `now`,
@@ -249,7 +335,7 @@ mod tests {
         let mut prefixes = Vec::new();
         let mut digest = [0u8; 16];
         for (i, tag) in tags.iter().enumerate() {
-            digest[i % 16] ^= tag.wrapping_add(i as u8 * 31);
+            digest[i % 16] ^= tag.wrapping_add((i as u8).wrapping_mul(31));
             digest[15] = digest[15].wrapping_add(*tag).wrapping_mul(7);
             prefixes.push(digest);
         }
@@ -332,6 +418,18 @@ mod tests {
         );
         assert_eq!(c.take_ended(t0 + ms(16_000)).0, vec![1]);
         assert!(Conversations::new(0, Duration::from_secs(1)).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_list_longer_than_one_hold_of_the_lock_finds_the_turn_it_continues() {
+        let c = Conversations::new(100, Duration::from_secs(60)).unwrap();
+        let t0 = Instant::now();
+        let tags: Vec<u8> = (0..2_000u32).map(|i| (i % 251) as u8).collect();
+        // The earlier turn is 10 messages long: 1,990 prefixes (eight holds of the lock) before it.
+        let (first, _) = c.place(&list(&tags[..10]), t0, t0, None);
+        let (next, lookup) = c.place(&list(&tags), t0, t0, None);
+        assert_eq!((next.turn, lookup), (2, Lookup::Continued));
+        assert_eq!(next.conversation, first.conversation);
     }
 
     #[tokio::test(start_paused = true)]

@@ -15,7 +15,7 @@
 //! are observed as they happen; the reasoning and cached-prompt tokens, the server's own timings and
 //! the part of the TTFT outside the server when the request ends (docs/metrics.md, "Inside the TTFT").
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
@@ -33,7 +33,7 @@ use crate::decode::tokenizer::{TextCount, Tokenizers};
 use crate::logging::fields::Millis;
 use crate::logging::records::RecordWriter;
 use crate::record::api::Api;
-use crate::record::conversations::{Conversations, MessageList, Turn};
+use crate::record::conversations::{Conversations, Turn};
 use crate::record::finished::{conclude, t_end, FinishedRecord};
 use crate::record::gaps::Gaps;
 use crate::record::metrics::{family, Metrics, Series};
@@ -44,6 +44,8 @@ use crate::record::timeline::{Mark, Timeline};
 use crate::record::tokens::TokenSource;
 use crate::shutdown::{Count, Counted};
 use crate::tap::identity::{Identify, Identity};
+use crate::tap::list_read::ListRead;
+pub use crate::tap::list_read::{HeldBody, Readers};
 use crate::tap::RequestSeen;
 
 /// What every exchange is given: the metrics it records into, the SLO ceilings, the metering bounds,
@@ -61,10 +63,9 @@ pub struct ExchangeContext {
     pub records: Option<Records>,
     /// The turns seen, to recognise conversations; `None`: `conversations.max_turns: 0`.
     pub conversations: Option<Conversations>,
+    /// The threads large message lists are read on.
+    pub readers: Readers,
 }
-
-/// A request body held whole before it was sent, shared with the forwarding (and its budget with it).
-pub type HeldBody = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
 /// Where finished requests' records go, and what they list.
 pub struct Records {
@@ -102,13 +103,9 @@ pub struct Exchange {
     /// Wall-clock arrival and the request's own gaps: only kept for a record (`request_log:`).
     recording: Option<(SystemTime, Gaps)>,
     /// The request's message list, read off the held body beside the forwarding: `None` when the API
-    /// carries none or recognition is off; an unset lock when it was not read (yet).
-    messages: Option<Arc<OnceLock<Option<MessageList>>>>,
+    /// carries none or recognition is off.
+    messages: Option<ListRead>,
 }
-
-/// A held body larger than this is read on a blocking thread, so a large prompt never holds a
-/// runtime worker (and so no other stream's frames) while it is parsed.
-const READ_INLINE_BYTES: usize = 64 << 10;
 
 impl Exchange {
     pub fn begin(
@@ -151,29 +148,14 @@ impl Exchange {
     }
 
     /// The held request body, just sent upstream: its message list is read now, while the upstream
-    /// works, for the conversation this request continues: here for a small body (tens of
-    /// microseconds), on the blocking pool for a larger one (its result is taken at the end if it is
-    /// ready by then). `None`: the body streams (too large to hold), so its list is not read.
+    /// works, for the conversation this request continues (`tap::list_read`: at once for a small
+    /// body, on one of the context's readers for a larger one, dropped when the request ends). `None`:
+    /// the body streams (too large to hold), so its list is not read.
     pub fn read_messages(&mut self, body: Option<HeldBody>) {
         if self.context.conversations.is_none() || !messages::has_messages(self.api) {
             return;
         }
-        let slot = Arc::new(OnceLock::new());
-        self.messages = Some(slot.clone());
-        let Some(body) = body else {
-            return;
-        };
-        let api = self.api;
-        let len = (*body).as_ref().len();
-        let read = move || {
-            let list = messages::read(api, (*body).as_ref());
-            let _ = slot.set(list);
-        };
-        if len > READ_INLINE_BYTES {
-            drop(tokio::task::spawn_blocking(read));
-        } else {
-            read();
-        }
+        self.messages = Some(ListRead::start(self.api, body, &self.context.readers));
     }
 
     /// Reads the request's id and tenant from its head (the head itself is left as it is).
@@ -363,24 +345,24 @@ impl Exchange {
     /// The request's place in its conversation, once it ended at `t_end` (the think time before the
     /// next turn runs from there); `None` without a message list.
     fn place(&self, t_end: Instant, now: Instant) -> Option<Turn> {
-        let (conversations, slot) = (
+        let (conversations, read) = (
             self.context.conversations.as_ref()?,
             self.messages.as_ref()?,
         );
         let agents = &self.context.metrics.agents;
-        let turn = match slot.get() {
-            Some(Some(list)) => {
+        let turn = match read.finish() {
+            Ok(Some(list)) => {
                 let answered = self.decoder.as_ref();
                 let response_id = answered.and_then(|d| d.observations().response_id.as_deref());
                 let arrive = self.timeline.arrive();
                 let (turn, lookup) = conversations.place(list, arrive, t_end, response_id);
-                agents.count_lookup(Some(lookup));
+                agents.count_lookup(lookup);
                 Some(turn)
             }
-            // Not JSON, or no list in it: not a conversation.
-            Some(None) => None,
-            None => {
-                agents.count_lookup(None);
+            // No list in the body: not a conversation.
+            Ok(None) => None,
+            Err(reason) => {
+                agents.count_unread(reason);
                 None
             }
         };

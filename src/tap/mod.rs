@@ -7,6 +7,7 @@
 pub mod exchange;
 pub mod identity;
 mod idle;
+mod list_read;
 #[cfg(test)]
 mod mock;
 mod request;

@@ -201,6 +201,7 @@ mod tests {
             identify: crate::tap::identity::Identify::new(None),
             records: None,
             conversations: None,
+            readers: Default::default(),
         });
         let (api, dialect) = detect("/v1/chat/completions");
         let mut exchange = Exchange::begin(

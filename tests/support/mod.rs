@@ -2,6 +2,7 @@
 //! - the scripted upstream is `tokentap::scripted` (raw HTTP/1.1 or TLS on loopback; faults are steps of
 //!   its script; heads, chunks, OpenAI events), re-exported here with the two ways tests start it.
 //! - `binary`: the built binary as a child process (signals, exit, log), blocking GETs.
+//! - `bodies`: request bodies: an agent's long history, bodies no agent sends.
 //! - `proxy`: tokentap in-process, and what the test process holds (in flight, descriptors, memory).
 //! - `client`: pooled h1/h2c clients, single h1/h2c connections to drop, what a client got.
 //! - `raw`: raw bytes to the proxy port and the answer as bytes.
@@ -12,6 +13,7 @@
 #![allow(dead_code)]
 
 mod binary;
+mod bodies;
 mod client;
 mod prometheus;
 mod proxy;
@@ -23,6 +25,8 @@ pub mod streams;
 // Each test binary uses a different part of the harness.
 #[allow(unused_imports)]
 pub use binary::*;
+#[allow(unused_imports)]
+pub use bodies::*;
 #[allow(unused_imports)]
 pub use client::*;
 #[allow(unused_imports)]

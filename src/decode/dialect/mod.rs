@@ -12,7 +12,6 @@
 mod anthropic;
 #[cfg(test)]
 mod both_ways;
-mod cursor;
 mod llamacpp;
 mod ollama;
 mod openai;

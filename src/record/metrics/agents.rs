@@ -1,13 +1,16 @@
-//! The conversation families without a `model` label: what recognising conversations found, the turns
-//! held to do it, and the turns of each conversation that ended (record/conversations.rs).
+//! The conversation families without a `model` label: what recognising conversations found (and why a
+//! list was not read), the turns held to do it, and the turns of each conversation that ended
+//! (record/conversations.rs).
 
-use prometheus::{Histogram, IntCounterVec, IntGauge};
+use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge};
 
 use super::family::{self, Registrar};
-use crate::record::conversations::{Conversations, Lookup, LOOKUPS, UNREAD};
+use crate::record::conversations::{Conversations, Lookup, Unread, LOOKUPS, UNREAD};
 
 pub struct Agents {
     lookups: IntCounterVec,
+    /// One counter per [`Unread::ALL`], in its order.
+    unread: [IntCounter; Unread::ALL.len()],
     turns_held: IntGauge,
     conversation_turns: Histogram,
 }
@@ -18,17 +21,28 @@ impl Agents {
         for result in LOOKUPS {
             lookups.with_label_values(&[result]);
         }
+        let unread = rows.fixed_counter(&family::CONVERSATION_UNREAD)?;
+        let unread = Unread::ALL.map(|reason| unread.with_label_values(&[reason.as_str()]));
         Ok(Agents {
             lookups,
+            unread,
             turns_held: rows.single_gauge(&family::CONVERSATION_TURNS_HELD)?,
             conversation_turns: rows.single_histogram(&family::CONVERSATION_TURNS)?,
         })
     }
 
-    /// A request with a message list was placed (`Some`), or its list was not read in time (`None`).
-    pub fn count_lookup(&self, lookup: Option<Lookup>) {
-        let result = lookup.map_or(UNREAD, Lookup::as_str);
-        self.lookups.with_label_values(&[result]).inc();
+    /// A request with a message list was placed.
+    pub fn count_lookup(&self, lookup: Lookup) {
+        self.lookups.with_label_values(&[lookup.as_str()]).inc();
+    }
+
+    /// A request's message list was not read, for `reason`.
+    pub fn count_unread(&self, reason: Unread) {
+        self.lookups.with_label_values(&[UNREAD]).inc();
+        // `Unread::ALL` lists the reasons in their declared order.
+        if let Some(counter) = self.unread.get(reason as usize) {
+            counter.inc();
+        }
     }
 
     /// Observes the conversations that have ended by now and the turns still held.

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use super::bound::Boundaries;
 use crate::config::SloKind;
+use crate::record::conversations::UNREAD_REASONS;
 
 /// Which boundaries a histogram takes: a configured set (with its SLO ceilings added), or its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -509,6 +510,12 @@ pub const CONVERSATION_LOOKUPS: Family = every(
     Counter,
     &[Label::Lookup],
 );
+pub const CONVERSATION_UNREAD: Family = every(
+    "tokentap_conversation_unread_total",
+    "Requests counted result=\"unread\" in tokentap_conversation_lookups_total, by why their message list was not read: streamed (the body was too large to hold), pool_busy (every reader was busy), late (the request ended first), not_json, not_a_message (an item of the list is not a message), too_deep, too_many, too_large (a bound of the reader).",
+    Counter,
+    &[Label::Reason(&UNREAD_REASONS)],
+);
 pub const CONVERSATION_TURNS_HELD: Family = single(
     "tokentap_conversation_turns_held",
     "Turns remembered to recognise conversations (at most conversations.max_turns; digests only, no text).",
@@ -531,6 +538,7 @@ pub const ALL: &[&Family] = &[
     &THINK_TIME,
     &CONVERSATION_TURNS,
     &CONVERSATION_LOOKUPS,
+    &CONVERSATION_UNREAD,
     &CONVERSATION_TURNS_HELD,
     &REASONING_TIME,
     &REASONING_TOKENS,

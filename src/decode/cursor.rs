@@ -1,8 +1,10 @@
-//! A checked position in one JSON event: the readers the dialects' fast scanners are built of (OpenAI's
-//! chunks, Anthropic's deltas: strings, keys, integers, literals, objects, arrays, and any value
-//! skipped), each checking its bytes as serde_json checks them and returning `None` wherever serde_json
-//! might read them otherwise, so the scanner hands the event to serde_json. Nothing here allocates;
-//! nothing panics.
+//! A checked position in one JSON text: the readers the dialects' fast scanners (OpenAI's chunks,
+//! Anthropic's deltas) and the request's message reader (`decode::messages`) are built of: strings,
+//! keys, integers, literals, objects, arrays, and any value skipped, each checking its bytes as
+//! serde_json checks them and returning `None` wherever serde_json might read them otherwise, so a
+//! scanner hands the event to serde_json (or the message reader gives up). Nothing here allocates but
+//! the decoding of an escaped string (into the caller's buffer, for [`Cursor::string_into`]); nothing
+//! panics.
 
 #![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
 #![deny(clippy::expect_used)]
@@ -73,31 +75,35 @@ fn unescape(raw: &str) -> String {
     while let Some(at) = rest.find('\\') {
         let (plain, escape) = rest.split_at(at);
         out.push_str(plain);
-        let bytes = escape.as_bytes();
-        let (decoded, len) = match bytes.get(1) {
-            Some(b'b') => (Some('\u{8}'), 2),
-            Some(b'f') => (Some('\u{c}'), 2),
-            Some(b'n') => (Some('\n'), 2),
-            Some(b'r') => (Some('\r'), 2),
-            Some(b't') => (Some('\t'), 2),
-            Some(b'u') => {
-                let high = bytes.get(2..6).and_then(hex).unwrap_or(0);
-                if (0xD800..=0xDBFF).contains(&high) {
-                    let low = bytes.get(8..12).and_then(hex).unwrap_or(0);
-                    let n = 0x1_0000 + ((high - 0xD800) << 10) + (low.wrapping_sub(0xDC00) & 0x3FF);
-                    (char::from_u32(n), 12)
-                } else {
-                    (char::from_u32(high), 6)
-                }
-            }
-            Some(&other) => (Some(char::from(other)), 2),
-            None => (None, 1),
-        };
+        let (decoded, len) = decode_escape(escape.as_bytes());
         out.extend(decoded);
         rest = escape.get(len..).unwrap_or_default();
     }
     out.push_str(rest);
     out
+}
+
+/// The character a checked escape (`escape` begins with its backslash) stands for, and its length.
+fn decode_escape(escape: &[u8]) -> (Option<char>, usize) {
+    match escape.get(1) {
+        Some(b'b') => (Some('\u{8}'), 2),
+        Some(b'f') => (Some('\u{c}'), 2),
+        Some(b'n') => (Some('\n'), 2),
+        Some(b'r') => (Some('\r'), 2),
+        Some(b't') => (Some('\t'), 2),
+        Some(b'u') => {
+            let high = escape.get(2..6).and_then(hex).unwrap_or(0);
+            if (0xD800..=0xDBFF).contains(&high) {
+                let low = escape.get(8..12).and_then(hex).unwrap_or(0);
+                let n = 0x1_0000 + ((high - 0xD800) << 10) + (low.wrapping_sub(0xDC00) & 0x3FF);
+                (char::from_u32(n), 12)
+            } else {
+                (char::from_u32(high), 6)
+            }
+        }
+        Some(&other) => (Some(char::from(other)), 2),
+        None => (None, 1),
+    }
 }
 
 /// The fields of a struct met so far: a second occurrence is a duplicate field, which serde_json
@@ -211,6 +217,53 @@ impl<'a> Cursor<'a> {
                     escaped = true;
                     self.at += 1;
                     self.escape()?;
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A string, the cursor on its opening quote, checked as [`Cursor::string`] checks it and its
+    /// value (escapes decoded) appended to `out` in the same pass; `Some(false)` once `out` has grown
+    /// past `max` bytes (the string is then left unread).
+    pub(super) fn string_into(&mut self, out: &mut Vec<u8>, max: usize) -> Option<bool> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        self.at += 1;
+        loop {
+            let start = self.at;
+            self.at = special(self.bytes, self.at)?;
+            out.extend_from_slice(self.bytes.get(start..self.at)?);
+            if out.len() > max {
+                return Some(false);
+            }
+            match self.peek()? {
+                b'"' => {
+                    self.at += 1;
+                    return Some(true);
+                }
+                b'\\' => {
+                    let escape = self.at;
+                    self.at += 1;
+                    // The one-byte escapes (code's quotes and newlines) are most of them.
+                    let byte = match self.peek()? {
+                        b @ (b'"' | b'\\' | b'/') => Some(b),
+                        b'n' => Some(b'\n'),
+                        b't' => Some(b'\t'),
+                        b'r' => Some(b'\r'),
+                        b'b' => Some(8),
+                        b'f' => Some(12),
+                        _ => None,
+                    };
+                    if let Some(byte) = byte {
+                        self.at += 1;
+                        out.push(byte);
+                        continue;
+                    }
+                    self.escape()?;
+                    let (decoded, _) = decode_escape(self.bytes.get(escape..self.at)?);
+                    out.extend_from_slice(decoded?.encode_utf8(&mut [0; 4]).as_bytes());
                 }
                 _ => return None,
             }
@@ -523,5 +576,33 @@ mod tests {
             .map(|s| s.value().into_owned());
         let expected: String = serde_json::from_str(&quoted).unwrap_or_default();
         assert_eq!(scanned.as_deref(), Some(expected.as_str()));
+        let mut into = b"kept".to_vec();
+        let mut c = Cursor::new(&quoted);
+        assert_eq!(c.string_into(&mut into, usize::MAX), Some(true));
+        assert_eq!(into, format!("kept{expected}").into_bytes());
+        assert!(c.at_end());
+    }
+
+    #[test]
+    fn a_string_read_into_a_buffer_is_checked_and_bounded() {
+        for bad in [
+            r#""a\qb""#,
+            r#""\ud83d""#,
+            r#""\ude00""#,
+            r#""\u12""#,
+            "\"a\u{1}b\"",
+            r#""open"#,
+            "x",
+        ] {
+            let mut out = Vec::new();
+            let read = Cursor::new(bad).string_into(&mut out, usize::MAX);
+            assert_eq!(read, None, "{bad}");
+        }
+        let mut out = Vec::new();
+        let long = format!("\"{}\"", "x".repeat(100));
+        assert_eq!(Cursor::new(&long).string_into(&mut out, 64), Some(false));
+        assert!(out.len() <= 100);
+        out.clear();
+        assert_eq!(Cursor::new(&long).string_into(&mut out, 100), Some(true));
     }
 }

@@ -1,0 +1,223 @@
+//! A request's message list, read off its held body beside the forwarding (`decode::messages`), for
+//! the conversation it continues. What a client sends is never the proxy's cost:
+//! - a body up to [`READ_INLINE_BYTES`] is read at once, on the runtime (50 µs at most);
+//! - a larger one on one of a few [`Readers`] (blocking threads); when all are busy it waits for one,
+//!   if fewer than [`Readers::WAITING`] bodies wait already, else it is not read (`pool_busy`): a
+//!   burst of agents' long histories is read a few milliseconds later, a flood is turned away;
+//! - the read is dropped when its request ends (the reader looks every 64 KiB of the body; a body still
+//!   waiting goes at once), and its request counts as not read (`late`);
+//! - its bytes are the held body's own, which the reader holds (and with it its share of
+//!   `limits.max_held_request_bytes`) only while it reads or waits.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+use crate::decode::messages;
+use crate::record::api::Api;
+use crate::record::conversations::{MessageList, Unread};
+
+/// A request body held whole before it was sent, shared with the forwarding (and its budget with it).
+pub type HeldBody = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// A held body up to this size is read on the runtime, which it holds no longer than a handoff to a
+/// reader would cost (docs/lab/benchmark.md: about 2 ns a byte for an agent's history, 6 at worst for a
+/// body made to be slow, so at most about 50 µs).
+pub const READ_INLINE_BYTES: usize = 8 << 10;
+
+/// The blocking threads larger bodies are read on (as many as the machine has cores, at most
+/// [`Readers::MAX`]), and the bodies that may wait for one.
+#[derive(Clone)]
+pub struct Readers {
+    readers: Arc<Semaphore>,
+    waiting: Arc<Semaphore>,
+}
+
+impl Readers {
+    pub const MAX: usize = 4;
+    /// Bodies that may wait for a reader (each a held body, already counted in
+    /// `limits.max_held_request_bytes`).
+    pub const WAITING: usize = 16;
+
+    pub fn new(count: usize) -> Self {
+        Readers {
+            readers: Arc::new(Semaphore::new(count)),
+            waiting: Arc::new(Semaphore::new(Readers::WAITING)),
+        }
+    }
+}
+
+impl Default for Readers {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Readers::new(cores.min(Readers::MAX))
+    }
+}
+
+/// One request's list being read; dropping it stops the read.
+pub struct ListRead(Arc<Shared>);
+
+struct Shared {
+    stop: AtomicBool,
+    /// Told when the request ends, for a body still waiting for a reader.
+    ended: Notify,
+    list: OnceLock<Result<Option<MessageList>, Unread>>,
+}
+
+impl Shared {
+    /// Reads `body` on a blocking thread, holding `reader` meanwhile.
+    fn read_on(self: Arc<Self>, api: Api, body: HeldBody, reader: OwnedSemaphorePermit) {
+        drop(tokio::task::spawn_blocking(move || {
+            let list = messages::read(api, (*body).as_ref(), &self.stop);
+            // The held body and the reader go back before the result is handed over.
+            drop((body, reader));
+            let _ = self.list.set(list);
+        }));
+    }
+
+    fn end(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.ended.notify_one();
+    }
+}
+
+impl ListRead {
+    /// Starts reading the list of `body`, a request to `api` (`None`: the body streamed, not held).
+    pub fn start(api: Api, body: Option<HeldBody>, readers: &Readers) -> Self {
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            ended: Notify::new(),
+            list: OnceLock::new(),
+        });
+        let read = ListRead(shared.clone());
+        let Some(body) = body else {
+            let _ = shared.list.set(Err(Unread::Streamed));
+            return read;
+        };
+        if (*body).as_ref().len() <= READ_INLINE_BYTES {
+            let _ = shared
+                .list
+                .set(messages::read(api, (*body).as_ref(), &shared.stop));
+            return read;
+        }
+        if let Ok(reader) = readers.readers.clone().try_acquire_owned() {
+            shared.read_on(api, body, reader);
+            return read;
+        }
+        let Ok(waiting) = readers.waiting.clone().try_acquire_owned() else {
+            let _ = shared.list.set(Err(Unread::PoolBusy));
+            return read;
+        };
+        let readers = readers.readers.clone();
+        drop(tokio::spawn(async move {
+            tokio::select! {
+                biased;
+                () = shared.ended.notified() => {}
+                reader = readers.acquire_owned() => {
+                    drop(waiting);
+                    if let Ok(reader) = reader {
+                        shared.read_on(api, body, reader);
+                    }
+                }
+            }
+        }));
+        read
+    }
+
+    /// The list, if read by now (`Ok(None)`: the body has none); the read is stopped otherwise, and the
+    /// request counts as not read (`Late`).
+    pub fn finish(&self) -> Result<Option<&MessageList>, Unread> {
+        self.0.end();
+        match self.0.list.get() {
+            Some(Ok(list)) => Ok(list.as_ref()),
+            Some(Err(reason)) => Err(*reason),
+            None => Err(Unread::Late),
+        }
+    }
+}
+
+impl Drop for ListRead {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A chat body of `n` short messages.
+    fn body(n: usize) -> Arc<Vec<u8>> {
+        let message = r#"{"role":"user","content":"Read the next file and say what it does."}"#;
+        let list = vec![message; n].join(",");
+        Arc::new(format!(r#"{{"model":"m","messages":[{list}]}}"#).into_bytes())
+    }
+
+    /// Waits (at most 10 s) until only the test holds `body`.
+    async fn let_go(body: &Arc<Vec<u8>>) {
+        for _ in 0..1_000 {
+            if Arc::strong_count(body) == 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the held body is still held by its read");
+    }
+
+    #[tokio::test]
+    async fn a_small_body_is_read_at_once_and_a_streamed_one_not_at_all() {
+        let readers = Readers::new(0);
+        let small = body(3);
+        assert!(small.len() <= READ_INLINE_BYTES);
+        let read = ListRead::start(Api::Chat, Some(small.clone()), &readers);
+        assert_eq!(
+            read.finish().map(|l| l.map(|l| l.prefixes.len())),
+            Ok(Some(3))
+        );
+        assert_eq!(Arc::strong_count(&small), 1, "the body is let go once read");
+        let streamed = ListRead::start(Api::Chat, None, &readers);
+        assert_eq!(streamed.finish(), Err(Unread::Streamed));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_body_waiting_for_a_reader_goes_when_its_request_ends_and_the_waiting_are_bounded() {
+        // No reader free: every large body waits, up to `WAITING` of them.
+        let readers = Readers::new(0);
+        let large = body(2_000);
+        let waiting: Vec<ListRead> = (0..Readers::WAITING)
+            .map(|_| ListRead::start(Api::Chat, Some(large.clone()), &readers))
+            .collect();
+        let one_more = ListRead::start(Api::Chat, Some(large.clone()), &readers);
+        assert_eq!(one_more.finish(), Err(Unread::PoolBusy));
+        for read in &waiting {
+            assert_eq!(read.finish(), Err(Unread::Late));
+        }
+        let_go(&large).await;
+        drop(waiting);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_stops_when_its_request_ends_and_lets_go_of_the_body() {
+        let readers = Readers::new(1);
+        let large = body(100_000);
+        let read = ListRead::start(Api::Chat, Some(large.clone()), &readers);
+        // Ended before it could be read (or, had the reader run first, past the 10,000 messages it
+        // reads): not read, and the reader lets go within 64 KiB of the body.
+        assert!(matches!(
+            read.finish(),
+            Err(Unread::Late) | Err(Unread::TooMany)
+        ));
+        let_go(&large).await;
+        // The reader is free again: the next body is read.
+        let next = body(2_000);
+        let read = ListRead::start(Api::Chat, Some(next.clone()), &readers);
+        let_go(&next).await;
+        assert_eq!(
+            read.finish().map(|l| l.map(|l| l.prefixes.len())),
+            Ok(Some(2_000))
+        );
+    }
+}
