@@ -15,7 +15,7 @@ use tokentap::decode::dialect::{detect, Dialect, EventOutput, Observations};
 use tokentap::decode::event::FramedEvent;
 use tokentap::decode::response::{Format, ResponseDecoder};
 use tokentap::decode::sse::SseFramer;
-use tokentap::decode::tokenizer::{TextCount, Tokenizers};
+use tokentap::decode::tokenizer::TextCount;
 use tokentap::record::metrics::Metrics;
 use tokentap::record::outcome::End;
 use tokentap::tap::exchange::{Exchange, ExchangeContext, ExchangeGuard};
@@ -237,17 +237,8 @@ fn decoder_vllm_capture_per_stream(bencher: Bencher) {
 
 fn exchange_context() -> Arc<ExchangeContext> {
     let config = Config::default();
-    Arc::new(ExchangeContext {
-        metrics: Arc::new(Metrics::new(&config).unwrap_or_else(|e| panic!("metrics: {e}"))),
-        slo: config.slo.clone(),
-        metering: config.metering.clone(),
-        tokenizers: Arc::new(Tokenizers::default()),
-        requests: Default::default(),
-        identify: tokentap::tap::identity::Identify::new(None),
-        records: None,
-        conversations: None,
-        readers: Default::default(),
-    })
+    let metrics = Arc::new(Metrics::new(&config).unwrap_or_else(|e| panic!("metrics: {e}")));
+    Arc::new(ExchangeContext::metering_only(&config, metrics))
 }
 
 fn begin_chat(context: &Arc<ExchangeContext>, start: tokio::time::Instant) -> Exchange {

@@ -17,7 +17,7 @@ pub async fn run(config: &Config) -> Result<(), StartError> {
     let reopening = running.clone();
     hangups.reopen(move || {
         reopening.reopen_records();
-        reopening.context.records.is_some()
+        reopening.records.is_some()
     });
     tracing::info!(
         listen = %running.proxy_addr(),
@@ -30,7 +30,7 @@ pub async fn run(config: &Config) -> Result<(), StartError> {
         "tokentap is forwarding"
     );
     tracing::info!(
-        limit = running.context.metrics.bound().total,
+        limit = running.metrics.bound().total,
         max_series = config.metrics.max_series,
         "series bound: {}",
         running.series_bound()

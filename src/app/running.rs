@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
+use crate::logging::records::RecordWriter;
 use crate::record::live::Live;
+use crate::record::metrics::Metrics;
 use crate::shutdown::{self, Count, Drained, Phase, Shutdown};
 use crate::tap::exchange::ExchangeContext;
 
@@ -16,6 +18,9 @@ pub struct Running {
     pub(super) proxy_addr: SocketAddr,
     pub(super) metrics_addr: SocketAddr,
     pub(super) context: Arc<ExchangeContext>,
+    pub(super) metrics: Arc<Metrics>,
+    /// The request_log writer, when `request_log:` is on.
+    pub(super) records: Option<Arc<RecordWriter>>,
     pub(super) shutdown: Shutdown,
     pub(super) grace: Duration,
     /// Client connections open on the proxy port.
@@ -50,15 +55,15 @@ impl Running {
 
     /// The request_log file is to be opened again before its next record (after logrotate renamed it).
     pub fn reopen_records(&self) {
-        if let Some(records) = &self.context.records {
-            records.writer.reopen();
+        if let Some(records) = &self.records {
+            records.reopen();
         }
     }
 
     /// Waits (at most `limit`) until every request record queued so far is written.
     pub fn flush_records(&self, limit: Duration) {
-        if let Some(records) = &self.context.records {
-            records.writer.flush(limit);
+        if let Some(records) = &self.records {
+            records.flush(limit);
         }
     }
 
@@ -66,7 +71,7 @@ impl Running {
     /// without waiting for it). Nothing without `ui.enabled`.
     pub fn snapshot_live(&self) {
         if let Some(live) = &self.live {
-            live.snapshot(&self.context.metrics);
+            live.snapshot(&self.metrics);
         }
     }
 
@@ -79,7 +84,7 @@ impl Running {
 
     /// The most series this process can export and the product of caps that makes it.
     pub fn series_bound(&self) -> String {
-        self.context.metrics.bound().describe()
+        self.metrics.bound().describe()
     }
 
     /// Stops accepting connections on both ports at once, without draining (see [`Running::shutdown`]).

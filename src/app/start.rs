@@ -14,10 +14,12 @@ use crate::proxy::models::ModelList;
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
 use crate::record::conversations::Conversations;
+use crate::record::emit::{Emitter, Records};
 use crate::record::live::Live;
+use crate::record::meter::MeterContext;
 use crate::record::metrics::Metrics;
 use crate::shutdown::{Count, Shutdown};
-use crate::tap::exchange::{ExchangeContext, Readers, Records};
+use crate::tap::exchange::{ExchangeContext, Readers};
 use crate::tap::identity::Identify;
 
 use super::running::Running;
@@ -51,27 +53,40 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         .bound()
         .check(config.metrics.max_series)
         .map_err(StartError::SeriesBudget)?;
-    let context = Arc::new(ExchangeContext {
+    let tokenizers = Arc::new(Tokenizers::load(config, Some(&metrics.served))?);
+    let records = records(config, &metrics).await?;
+    let writer = records.as_ref().map(|r| r.writer.clone());
+    let metrics = Arc::new(metrics);
+    let meter = Arc::new(MeterContext {
+        metrics: metrics.clone(),
         slo: config.slo.clone(),
-        metering: config.metering.clone(),
-        tokenizers: Arc::new(Tokenizers::load(config, Some(&metrics.served))?),
-        requests: Count::default(),
-        identify: Identify::new(config.tenants.as_ref()),
-        records: records(config, &metrics).await?,
         conversations: Conversations::new(
             config.conversations.max_turns,
             config.conversations.idle,
         ),
-        readers: Readers::default(),
-        metrics: Arc::new(metrics),
+        emitter: Emitter::new(metrics.clone(), records),
     });
-    let upstream = upstream::Upstream::new(config, context.metrics.upstream.clone())?;
+    let context = Arc::new(ExchangeContext {
+        meter,
+        metering: config.metering.clone(),
+        tokenizers,
+        requests: Count::default(),
+        identify: Identify::new(config.tenants.as_ref()),
+        readers: Readers::default(),
+    });
+    let upstream = upstream::Upstream::new(config, metrics.upstream.clone())?;
     let model_list = match config.model_list.enabled {
-        true => Some(ModelList::new(config, context.metrics.served.clone())?),
+        true => Some(ModelList::new(config, metrics.served.clone())?),
         false => None,
     };
     let shutdown = Shutdown::default();
-    let proxy = Proxy::new(upstream, config, context.clone(), shutdown.clone());
+    let proxy = Proxy::new(
+        upstream,
+        config,
+        context.clone(),
+        metrics.refusals.clone(),
+        shutdown.clone(),
+    );
     let listeners = Listeners::bind(config).await?;
     let (proxy_addr, metrics_addr) = (listeners.proxy_addr, listeners.metrics_addr);
     let connections = Count::default();
@@ -79,8 +94,8 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         proxy,
         limits: config.limits.clone(),
         timeouts: config.timeouts.clone(),
-        refused: context.metrics.refusals.clone(),
-        forwarding_delay: context.metrics.forwarding_delay.clone(),
+        refused: metrics.refusals.clone(),
+        forwarding_delay: metrics.forwarding_delay.clone(),
         connections: connections.clone(),
         shutdown: shutdown.clone(),
     };
@@ -88,7 +103,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     // requests finished would be the baseline its windows count from, and they would never show them.
     let live = config.ui.enabled.then(|| Arc::new(Live::new(config)));
     if let Some(live) = &live {
-        live.snapshot(&context.metrics);
+        live.snapshot(&metrics);
     }
     // Checked with the config (`ui.prometheus` is an http:// URL), so it is one here.
     let fleet = match (&live, &config.ui.prometheus) {
@@ -98,7 +113,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         _ => None,
     };
     let metrics_port = MetricsPort {
-        context: context.clone(),
+        metrics: metrics.clone(),
         shutdown: shutdown.clone(),
         live: live.clone(),
         fleet,
@@ -110,11 +125,13 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let model_list_task = model_list.map(|list| tokio::spawn(list.run()));
     let snapshot_task = live
         .clone()
-        .map(|live| tokio::spawn(live.run(context.metrics.clone())));
+        .map(|live| tokio::spawn(live.run(metrics.clone())));
     Ok(Running {
         proxy_addr,
         metrics_addr,
         context,
+        metrics,
+        records: writer,
         shutdown,
         grace: config.shutdown_grace,
         connections,

@@ -19,6 +19,7 @@ use crate::decode::sse::SseFramer;
 use crate::decode::tokenizer::TextCount;
 use crate::record::finished::DecoderReport;
 pub use crate::record::finished::SkipReason;
+use crate::record::meter::Read;
 
 /// Largest raw top-level value (e.g. `usage`) kept from a non-streaming body.
 const MAX_BODY_FIELD_BYTES: usize = 4096;
@@ -291,6 +292,19 @@ impl ResponseDecoder {
     /// or a tool-use block's or item's start, which names the tool before its arguments stream).
     pub fn tool_called(&self) -> bool {
         self.reading.tool_called
+    }
+
+    /// What the frame just fed carried (`outputs`: the marks [`ResponseDecoder::feed`] appended), and
+    /// what has passed so far, for the request's meter.
+    pub fn read<'a>(&self, outputs: &'a [u32]) -> Read<'a> {
+        let reading = &self.reading;
+        Read {
+            outputs,
+            answered: reading.answered,
+            reasoning_first: reading.reasoning_first,
+            tool_called: reading.tool_called,
+            ended: reading.obs.ended,
+        }
     }
 }
 

@@ -41,13 +41,12 @@ use crate::net::fleet::FleetPage;
 use crate::net::places::{Admission, Place, Places};
 use crate::net::ui;
 use crate::record::live::Live;
-use crate::record::metrics::MetricsPortRefusals;
+use crate::record::metrics::{Metrics, MetricsPortRefusals};
 use crate::shutdown::{Phase, Shutdown};
-use crate::tap::exchange::ExchangeContext;
 
 /// What the metrics port serves and its bounds.
 pub struct MetricsPort {
-    pub context: Arc<ExchangeContext>,
+    pub metrics: Arc<Metrics>,
     pub shutdown: Shutdown,
     pub live: Option<Arc<Live>>,
     /// The live page's fleet table (`ui.prometheus`), when the page is on and one is configured.
@@ -78,7 +77,7 @@ enum Kept {
 /// a send timeout and a cap on connections.
 pub async fn serve_metrics(listener: TcpListener, port: MetricsPort) {
     let port = Arc::new(port);
-    let refused = port.context.metrics.refusals.metrics_port.clone();
+    let refused = port.metrics.refusals.metrics_port.clone();
     let (open, probes) = (Places::new(port.max_connections), Places::new(PROBE_PLACES));
     let (mut failures, mut refusals) = (RepeatedWarning::default(), RepeatedWarning::default());
     loop {
@@ -178,7 +177,7 @@ impl MetricsPort {
     }
 
     fn refused(&self) -> &MetricsPortRefusals {
-        &self.context.metrics.refusals.metrics_port
+        &self.metrics.refusals.metrics_port
     }
 
     /// Whether `request` names a host this port answers: any without `metrics.allowed_hosts`.
@@ -237,7 +236,7 @@ impl MetricsPort {
         };
         let ready = self.shutdown.phase() == Phase::Serving;
         let (status, content_type, body) = match (get, path) {
-            (true, "/metrics") => match self.context.metrics.scrape().await {
+            (true, "/metrics") => match self.metrics.scrape().await {
                 Some(page) => (
                     StatusCode::OK,
                     "text/plain; version=0.0.4; charset=utf-8",

@@ -120,6 +120,17 @@ impl ProxyError {
         }
     }
 
+    /// A refusal for want of room (upstream slots, a connection's or a client's share): logged once per
+    /// 10 s at most, with the count since, as a burst of them is one event.
+    pub fn is_overload(&self) -> bool {
+        matches!(
+            self,
+            ProxyError::UpstreamOverloaded { .. }
+                | ProxyError::ConnectionShare { .. }
+                | ProxyError::UploadsPerClient { .. }
+        )
+    }
+
     /// What kind of refusal this is; `record::outcome::classify` decides the outcome it counts as.
     pub fn refusal(&self) -> Refusal {
         match self {

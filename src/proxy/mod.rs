@@ -2,11 +2,13 @@
 //! client, hop-by-hop headers and the request target; beside them, the upstream's model list, fetched in
 //! the background.
 
+pub mod admit;
 pub mod error;
 pub mod hop_by_hop;
 pub mod models;
 pub mod request_body;
 pub mod request_target;
+pub mod rewrite;
 pub mod service;
 pub mod upstream;
 

@@ -1,16 +1,15 @@
 //! Every per-request figure, declared once, as a row: its name, unit, the SLO kind judged on it, when a
-//! request carries it, the histogram it is observed into and how `tokentap report` shows it. The
+//! request carries it, when its histogram observes it and how `tokentap report` shows it. The
 //! timeline computes the values ([`Figures`], `timeline.rs`); every sink reads them through this table:
 //! the metrics (`metrics/finish.rs` observes each row's family), the log line and the request record
 //! (`emit/`, `request_record.rs`: `ttft_ms=`, `ttft_s`), the report's rows and `--slowest-by`
 //! (`report/`), the live page's histograms (`live/`). Adding a figure is a field and its formula in
 //! `timeline.rs`, a row here (and its arm in [`Figure::of`]), its record field in `request_record.rs`,
-//! and, when it has a histogram, its family row (`metrics/family.rs`).
+//! and, when it has a histogram, its family row and its arm of `family::of_figure` (`metrics/family.rs`).
 
 use std::time::Duration;
 
 use crate::config::SloKind;
-use crate::record::metrics::family::{self, Family};
 use crate::record::timeline::Figures;
 
 /// A per-request figure, in the order every sink lists them.
@@ -66,8 +65,9 @@ pub struct Row {
     pub slo: Option<SloKind>,
     /// When the record, the log line and a span carry it.
     pub carried: When,
-    /// Its histogram, and when a request is observed into it.
-    pub histogram: Option<(&'static Family, When)>,
+    /// When a request is observed into its histogram (`metrics::family::of_figure` names it), if it
+    /// has one.
+    pub histogram: Option<When>,
     /// `tokentap report`'s row: its header and its key in the JSON and in `--slowest-by`, and whether
     /// only `ok` requests count in it.
     pub report: Option<Report>,
@@ -193,7 +193,7 @@ const fn row(
     unit: Unit,
     slo: Option<SloKind>,
     carried: When,
-    histogram: Option<(&'static Family, When)>,
+    histogram: Option<When>,
     report: Option<Report>,
 ) -> Row {
     Row {
@@ -207,7 +207,12 @@ const fn row(
     }
 }
 
-const fn report(header: &'static str, tag: &'static str, ok_only: bool, slowest: bool) -> Option<Report> {
+const fn report(
+    header: &'static str,
+    tag: &'static str,
+    ok_only: bool,
+    slowest: bool,
+) -> Option<Report> {
     Some(Report {
         header,
         tag,
@@ -227,7 +232,7 @@ pub static ROWS: [Row; Figure::COUNT] = [
         Seconds,
         Some(SloKind::Ttft),
         Measured,
-        Some((&family::TTFT, AsItHappens)),
+        Some(AsItHappens),
         report("Time to First Token", "time_to_first_token", false, true),
     ),
     row(
@@ -236,7 +241,7 @@ pub static ROWS: [Row; Figure::COUNT] = [
         Seconds,
         Some(SloKind::TimeToFirstAnswer),
         Measured,
-        Some((&family::TIME_TO_FIRST_ANSWER, AsItHappens)),
+        Some(AsItHappens),
         report(
             "Time to First Output Token",
             "time_to_first_output_token",
@@ -250,7 +255,7 @@ pub static ROWS: [Row; Figure::COUNT] = [
         Seconds,
         Some(SloKind::TimeToFirstToolCall),
         Stream,
-        Some((&family::TIME_TO_FIRST_TOOL_CALL, AsItHappens)),
+        Some(AsItHappens),
         report(
             "Time to First Tool Call",
             "time_to_first_tool_call",
@@ -264,7 +269,7 @@ pub static ROWS: [Row; Figure::COUNT] = [
         Seconds,
         None,
         Measured,
-        Some((&family::REASONING_TIME, AsItHappens)),
+        Some(AsItHappens),
         None,
     ),
     row(
@@ -273,7 +278,7 @@ pub static ROWS: [Row; Figure::COUNT] = [
         Seconds,
         Some(SloKind::Tpot),
         Stream,
-        Some((&family::TPOT, OkStream)),
+        Some(OkStream),
         report("Inter Token Latency", "inter_token_latency", true, true),
     ),
     row(
@@ -282,7 +287,7 @@ pub static ROWS: [Row; Figure::COUNT] = [
         Seconds,
         None,
         Stream,
-        Some((&family::GENERATION, OkStream)),
+        Some(OkStream),
         None,
     ),
     row(
@@ -291,7 +296,7 @@ pub static ROWS: [Row; Figure::COUNT] = [
         TokensPerSecond,
         None,
         Stream,
-        Some((&family::TOKENS_PER_SECOND, OkStream)),
+        Some(OkStream),
         report(
             "Output Token Throughput Per User",
             "output_token_throughput_per_user",
@@ -305,7 +310,7 @@ pub static ROWS: [Row; Figure::COUNT] = [
         Seconds,
         Some(SloKind::Itl),
         Stream,
-        Some((&family::MAX_GAP, OkStream)),
+        Some(OkStream),
         report("Longest Gap", "longest_gap", true, true),
     ),
     row(
@@ -314,7 +319,7 @@ pub static ROWS: [Row; Figure::COUNT] = [
         Seconds,
         Some(SloKind::E2e),
         Measured,
-        Some((&family::E2E, Ok)),
+        Some(Ok),
         report("Request Latency", "request_latency", true, true),
     ),
 ];

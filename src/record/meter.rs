@@ -10,7 +10,6 @@
 //! The meter also holds the request in `tokentap_requests_in_flight` from t_arrive to t_end.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use http::StatusCode;
 use prometheus::IntGauge;
@@ -18,11 +17,11 @@ use tokio::time::Instant;
 
 use crate::config::{Ceilings, Slo};
 use crate::record::api::Api;
-use crate::record::conversations::{Conversations, MessageList, Turn};
+use crate::record::conversations::{Conversations, MessageList, Turn, Unread};
 use crate::record::emit::{Emitter, Finished, Who};
 use crate::record::figure::Figure;
 use crate::record::finished::{conclude, t_end, DecoderReport};
-use crate::record::gaps::{GapSummary, Gaps};
+use crate::record::gaps::Gaps;
 use crate::record::metrics::{Metrics, Series};
 use crate::record::outcome::{classify, End, Seen};
 use crate::record::timeline::{Mark, Timeline};
@@ -69,8 +68,8 @@ pub struct Names<'a> {
 pub enum Listed<'a> {
     /// The API carries no list, recognition is off, or the body was not a list: not a conversation.
     Nothing,
-    /// It carries one, but it was not read (a body too large to hold, no reader in time).
-    Unread,
+    /// It carries one, but it was not read (a body too large to hold, no reader in time, …).
+    Unread(Unread),
     List(&'a MessageList),
 }
 
@@ -141,8 +140,8 @@ impl Meter {
             match self.timeline.on_output(choice, now) {
                 Mark::First(ttft) => self.observe(names, Figure::Ttft, ttft.as_secs_f64()),
                 Mark::Gap(gap) => {
-                    let metrics = &self.context.metrics;
-                    self.series(names).0.observe_gap(metrics, gap.as_secs_f64());
+                    let (series, _, context) = self.series_mut(names);
+                    series.observe_gap(&context.metrics, gap.as_secs_f64());
                     if let Some(gaps) = &mut self.gaps {
                         gaps.push(gap);
                     }
@@ -167,24 +166,26 @@ impl Meter {
     }
 
     fn observe(&mut self, names: &Names<'_>, figure: Figure, value: f64) {
-        let metrics = self.context.metrics.clone();
-        self.series(names).0.observe(&metrics, figure, value);
+        let (series, _, context) = self.series_mut(names);
+        series.observe(&context.metrics, figure, value);
     }
 
     /// The request's series and ceilings, resolved the first time they are needed ([`Metrics::model_label`]
     /// says which model name takes a place: one the upstream lists, else, when it lists nothing, one
-    /// answered 2xx).
-    fn series(&mut self, names: &Names<'_>) -> &mut (Series, Ceilings) {
+    /// answered 2xx). The context comes back beside them, for observing.
+    fn series_mut(&mut self, names: &Names<'_>) -> (&mut Series, &Ceilings, &MeterContext) {
         let (context, api) = (&self.context, self.api);
         let confirmed = self.status.is_some_and(|s| s.is_success());
-        self.series.get_or_insert_with(|| {
+        let (series, ceilings) = self.series.get_or_insert_with(|| {
             let metrics = &context.metrics;
             let label = metrics.model_label(names.request_model, names.response_model, confirmed);
             let tenant = metrics.tenant_label(names.tenant, confirmed);
             let series = metrics.series_of(label, tenant, api);
-            let ceilings = (context.slo).ceilings_for_request(&series.model, series.tenant.as_deref());
+            let ceilings =
+                (context.slo).ceilings_for_request(&series.model, series.tenant.as_deref());
             (series, ceilings)
-        })
+        });
+        (series, ceilings, context)
     }
 
     /// The request ended: what the decoder read last is read at t_end, the outcome classified, the
@@ -199,7 +200,7 @@ impl Meter {
             request_body_idle: ending.request_body_idle,
         };
         let outcome = classify(ending.end, seen);
-        self.series(&ending.names);
+        self.series_mut(&ending.names);
         let Some((series, ceilings)) = &self.series else {
             return;
         };
@@ -232,11 +233,11 @@ impl Meter {
             Listed::List(list) => {
                 let arrive = self.timeline.arrive();
                 let (turn, lookup) = conversations.place(list, arrive, t_end, ending.response_id);
-                agents.count_lookup(Some(lookup));
+                agents.count_lookup(lookup);
                 Some(turn)
             }
-            Listed::Unread => {
-                agents.count_lookup(None);
+            Listed::Unread(reason) => {
+                agents.count_unread(reason);
                 None
             }
             Listed::Nothing => None,
@@ -244,20 +245,4 @@ impl Meter {
         agents.sweep(conversations, now);
         turn
     }
-}
-
-impl Default for GapSummary {
-    fn default() -> Self {
-        GapSummary {
-            count: 0,
-            p50: None,
-            p99: None,
-            listed: None,
-        }
-    }
-}
-
-/// Wall-clock now, for a request's `start`.
-pub fn wall_clock() -> SystemTime {
-    SystemTime::now()
 }

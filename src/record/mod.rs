@@ -4,10 +4,12 @@
 
 pub mod api;
 pub mod conversations;
+pub mod emit;
 pub mod figure;
 pub mod finished;
 pub mod gaps;
 pub mod live;
+pub mod meter;
 pub mod metrics;
 pub mod outcome;
 pub mod request_record;

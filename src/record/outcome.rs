@@ -42,6 +42,19 @@ pub enum End {
     Refused(Refusal),
 }
 
+impl End {
+    /// Whether the response reached the client whole: its body ended (or tokentap's own answer was
+    /// sent), or the client left after the API's terminal event passed (`terminal_event`). The decoder
+    /// reads what it still holds only then.
+    pub fn delivered_whole(self, terminal_event: bool) -> bool {
+        match self {
+            End::Complete | End::Refused(Refusal::Declined) => true,
+            End::ClientGone => terminal_event,
+            End::UpstreamBroke | End::Cut | End::Refused(_) => false,
+        }
+    }
+}
+
 /// Why tokentap answered a request itself (the proxy's errors say which kind they are).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {

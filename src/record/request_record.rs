@@ -14,11 +14,11 @@ use time::macros::format_description;
 use time::{Date, OffsetDateTime};
 
 use crate::record::conversations::Turn;
+use crate::record::figure::Figure;
 use crate::record::finished::FinishedRecord;
 use crate::record::gaps::GapSummary;
 use crate::record::server::outside;
 use crate::record::slo::Ending;
-use crate::record::figure::Figure;
 use crate::record::timeline::Figures;
 
 /// The `v` field of every record.

@@ -175,7 +175,6 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::decode::dialect::detect;
-    use crate::decode::tokenizer::Tokenizers;
     use crate::record::metrics::Metrics;
     use crate::tap::exchange::{Exchange, ExchangeContext};
     use crate::tap::mock::{data, MockBody, Step};
@@ -192,17 +191,7 @@ mod tests {
             Ok(metrics) => Arc::new(metrics),
             Err(e) => panic!("metrics: {e}"),
         };
-        let context = Arc::new(ExchangeContext {
-            metrics: metrics.clone(),
-            slo: config.slo.clone(),
-            metering: config.metering.clone(),
-            tokenizers: Arc::new(Tokenizers::default()),
-            requests: Default::default(),
-            identify: crate::tap::identity::Identify::new(None),
-            records: None,
-            conversations: None,
-            readers: Default::default(),
-        });
+        let context = Arc::new(ExchangeContext::metering_only(&config, metrics.clone()));
         let (api, dialect) = detect("/v1/chat/completions");
         let mut exchange = Exchange::begin(
             context,

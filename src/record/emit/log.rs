@@ -43,7 +43,10 @@ impl fmt::Display for Line<'_, '_> {
         }
         write!(f, " method={:?} path={:?}", who.method, who.path)?;
         write!(f, " model={:?} api={:?}", &*series.model, api.as_str())?;
-        let status = record.status.as_ref().map_or("none", http::StatusCode::as_str);
+        let status = record
+            .status
+            .as_ref()
+            .map_or("none", http::StatusCode::as_str);
         write!(f, " status={status} outcome={:?}", record.outcome.as_str())?;
         for figure in Figure::ALL {
             let Some(value) = record.carried(figure) else {
@@ -68,7 +71,11 @@ impl fmt::Display for Line<'_, '_> {
             write!(f, " input_tokens={n}")?;
         }
         if let Some(turn) = turn {
-            write!(f, " conversation={:?} turn={}", &*turn.conversation, turn.turn)?;
+            write!(
+                f,
+                " conversation={:?} turn={}",
+                &*turn.conversation, turn.turn
+            )?;
             if let Some(think) = turn.think {
                 write!(f, " think_ms={}", Millis::of(think))?;
             }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use super::bound::Boundaries;
 use crate::config::SloKind;
 use crate::record::conversations::UNREAD_REASONS;
+use crate::record::figure::Figure;
 
 /// Which boundaries a histogram takes: a configured set (with its SLO ceilings added), or its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -400,6 +401,21 @@ pub const UPLOADS_PER_CLIENT_REFUSED: Family = single(
     "Requests answered 503 because their client address was already uploading limits.max_streamed_uploads_per_client bodies larger than limits.hold_request_body_bytes.",
     Counter,
 );
+/// The histogram each per-request figure is observed into (`record::figure`: a figure's row says when).
+pub fn of_figure(figure: Figure) -> &'static Family {
+    match figure {
+        Figure::Ttft => &TTFT,
+        Figure::TimeToFirstAnswer => &TIME_TO_FIRST_ANSWER,
+        Figure::TimeToFirstToolCall => &TIME_TO_FIRST_TOOL_CALL,
+        Figure::ReasoningTime => &REASONING_TIME,
+        Figure::Tpot => &TPOT,
+        Figure::Generation => &GENERATION,
+        Figure::OutputTokensPerSecond => &TOKENS_PER_SECOND,
+        Figure::MaxGap => &MAX_GAP,
+        Figure::E2e => &E2E,
+    }
+}
+
 /// The values of `reason` on [`METRICS_PORT_REFUSED`], all exported from the start.
 pub const METRICS_PORT_REASONS: &[&str] = &[
     "max_connections",

@@ -23,7 +23,7 @@ impl Metrics {
         }
         self.count_request(series, status_label(record.status), record.outcome.as_str());
         for figure in Figure::ALL {
-            let Some((_, when)) = figure.row().histogram else {
+            let Some(when) = figure.row().histogram else {
                 continue;
             };
             if when == When::AsItHappens || !when.holds(record.streaming, ok) {
@@ -77,18 +77,23 @@ impl Metrics {
     /// Observes `value` on the histogram row `family` under `series`' labels (and `turn`'s, for a row
     /// labelled by it): how a family that is not a figure's is written. A row that holds no series for
     /// the request's API (a path no dialect knows) is left alone, as the series bound counts it.
-    fn observe_at(&self, series: &Series, family: &'static Family, turn: Option<&str>, value: f64) {
+    pub(super) fn observe_at(
+        &self,
+        series: &Series,
+        family: &'static Family,
+        turn: Option<&str>,
+        value: f64,
+    ) {
         if let Some(values) = series.labels(turn).of(family) {
             if let Some(h) = self.families.histogram(family) {
                 h.with_label_values(&values).observe(value);
             }
         }
     }
-
 }
 
 /// Adds `n` to `vec`, the counter row `family`, under `series`' labels.
-fn count_on(vec: &IntCounterVec, family: &Family, series: &Series, n: u64) {
+pub(super) fn count_on(vec: &IntCounterVec, family: &Family, series: &Series, n: u64) {
     if let Some(values) = series.labels(None).of(family) {
         vec.with_label_values(&values).inc_by(n);
     }

@@ -92,7 +92,8 @@ impl Metrics {
         let mut rows = Registrar::new(&registry, &boundaries, config.tenants.is_some());
         let mut figure_histograms: [Option<HistogramVec>; Figure::COUNT] = Default::default();
         for figure in Figure::ALL {
-            if let Some((family, _)) = figure.row().histogram {
+            if figure.row().histogram.is_some() {
+                let family = family::of_figure(figure);
                 figure_histograms[figure as usize] = Some(rows.histogram(family)?);
             }
         }
@@ -280,9 +281,12 @@ mod tests {
                 let label = metrics.model_label(*name, None, confirmed);
                 let tenant = metrics.tenant_label(*tenant, tenant_confirmed);
                 for api in Api::ALL {
-                    let series = metrics.series_of(label.clone(), tenant.clone(), api);
-                    series.e2e.observe(1.0);
-                    series.goodput.inc();
+                    let mut series = metrics.series_of(label.clone(), tenant.clone(), api);
+                    for figure in Figure::ALL {
+                        series.observe(metrics, figure, 1.0);
+                    }
+                    series.observe_gap(metrics, 1.0);
+                    finish::count_on(&metrics.goodput, &family::GOODPUT, &series, 1);
                     for (status, outcome) in status_labels().flat_map(|s| outcomes.map(|o| (s, o)))
                     {
                         metrics.count_request(&series, status, outcome);
@@ -294,17 +298,21 @@ mod tests {
                     for &kind in kinds {
                         metrics.count_violation(&series, kind);
                     }
-                    if let Some(t) = &series.tokens {
-                        t.ttft.observe(1.0);
-                        metrics.observe(&series, &family::TIME_TO_FIRST_TOOL_CALL, 1.0);
-                        metrics.observe(&series, &family::THINK_TIME, 1.0);
+                    if series.known() {
+                        finish::count_on(&metrics.input_tokens, &family::INPUT_TOKENS, &series, 1);
+                        finish::count_on(
+                            &metrics.output_tokens,
+                            &family::OUTPUT_TOKENS,
+                            &series,
+                            1,
+                        );
+                        metrics.observe_at(&series, &family::THINK_TIME, None, 1.0);
                         for turn in crate::record::conversations::TURN_LABELS {
                             for row in [&family::TURN_TTFT, &family::TURN_INPUT_TOKENS] {
                                 metrics.observe_at(&series, row, Some(turn), 1.0);
                             }
                         }
                         let second = std::time::Duration::from_secs(1);
-                        metrics.inside.observe_reasoning_time(&series, second);
                         metrics.inside.count_tokens(&series, Some(1), Some(1));
                         let server = crate::record::server::ServerTimings {
                             queue: Some(second),

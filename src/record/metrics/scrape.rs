@@ -170,7 +170,8 @@ mod tests {
     async fn scrapes_arriving_during_an_encoding_share_it_and_a_later_one_encodes_afresh() {
         let metrics = Arc::new(Metrics::new(&Config::default()).unwrap());
         let label = metrics.model_label(Some("m"), None, true);
-        metrics.series(label, Api::Chat).e2e.observe(0.5);
+        let mut series = metrics.series(label, Api::Chat);
+        series.observe(&metrics, crate::record::figure::Figure::E2e, 0.5);
         let encodes = || metrics.encodes.get();
         let before = encodes();
         let mut scrapes: Vec<_> = (0..16).map(|_| Box::pin(metrics.scrape())).collect();

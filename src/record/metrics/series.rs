@@ -52,9 +52,10 @@ impl Series {
     /// Observes `value` (in the figure's unit) on `figure`'s histogram.
     pub fn observe(&mut self, metrics: &Metrics, figure: Figure, value: f64) {
         if self.figures[figure as usize].is_none() {
-            let Some((family, _)) = figure.row().histogram else {
+            if figure.row().histogram.is_none() {
                 return;
-            };
+            }
+            let family = family::of_figure(figure);
             let resolved = (self.labels(None).of(family))
                 .zip(metrics.figure_histograms[figure as usize].as_ref())
                 .map(|(values, vec)| vec.with_label_values(&values));
@@ -71,9 +72,10 @@ impl Series {
         if let Some(histogram) = &self.figures[figure as usize] {
             return histogram.observe(value);
         }
-        let Some((family, _)) = figure.row().histogram else {
+        if figure.row().histogram.is_none() {
             return;
-        };
+        }
+        let family = family::of_figure(figure);
         if let (Some(values), Some(vec)) = (
             self.labels(None).of(family),
             metrics.figure_histograms[figure as usize].as_ref(),
