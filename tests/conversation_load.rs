@@ -129,7 +129,23 @@ async fn under_load(
     assert!(senders.is_empty(), "the clients were answered within 10 s");
     assert!(answered.iter().all(|s| *s == status), "{answered:?}");
     probes.sort_by(f64::total_cmp);
-    let m = process.scrape();
+    // A request whose list a reader was reading when it ended is finished when the read is done, a
+    // few milliseconds later (more in a debug build): wait (bounded) for every one to be counted.
+    let lookups_of = |m: &support::Metrics| -> f64 {
+        let counted: f64 = ["first", "continued", "unread"]
+            .iter()
+            .map(|result| m.get(family::CONVERSATION_LOOKUPS.name, &[("result", *result)]))
+            .sum();
+        counted - (probes.len() as f64 + 1.0)
+    };
+    let mut m = process.scrape();
+    for _ in 0..50 {
+        if lookups_of(&m) >= answered.len() as f64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        m = process.scrape();
+    }
     let mut lookups = Vec::new();
     for result in ["first", "continued", "unread"] {
         let mut count = m.get(family::CONVERSATION_LOOKUPS.name, &[("result", result)]);

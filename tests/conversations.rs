@@ -355,3 +355,38 @@ async fn a_long_agent_history_of_500_messages_continues_its_conversation() {
     assert!((think - 4.0).abs() < 0.01, "{think}");
     let _ = std::fs::remove_file(&path);
 }
+
+/// A server that refuses a long history at once (a prompt over its context: vLLM answers 400 before
+/// anything is generated) answers before the list is read. The turn still counts: a request whose list
+/// a reader is reading when it ends is finished once the list is read (milliseconds), not counted
+/// `late` (before, both turns here were `unread`, and the conformance suite's 1 MiB history against
+/// the real vLLM the same).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_history_the_server_refuses_at_once_still_continues_its_conversation() {
+    let refusal = r#"{"error":{"message":"This model's maximum context length is 512 tokens.","type":"BadRequestError","code":400}}"#;
+    let upstream = upstream(move |_| vec![json_response(400, "Bad Request", refusal)]).await;
+    let path = temp_file("conv-refused");
+    let yaml = format!("request_log: {{path: {}}}\n", path.display());
+    let proxy = proxy(&upstream.url(), &yaml).await;
+    let client = client();
+    let body = |messages: &[Value]| json!({"model": "m", "messages": messages}).to_string();
+    let mut history = agent_history(300, 600 << 10);
+    for turn in 0..2 {
+        let got = send(&client, post(&proxy, CHAT, &body(&history))).await;
+        assert_eq!((turn, got.status), (turn, 400));
+        assert_eq!(got.body, refusal.as_bytes(), "the server's own answer");
+        history.push(json!({"role": "assistant", "content": "(no answer)"}));
+        history.push(json!({"role": "user", "content": "And then?"}));
+    }
+    settle(&proxy).await;
+    let records = read_records(&path, 2);
+    let m = scrape(&proxy).await;
+    let lookups = |result: &str| m.get(family::CONVERSATION_LOOKUPS.name, &[("result", result)]);
+    assert_eq!(
+        (lookups("first"), lookups("continued"), lookups("unread")),
+        (1.0, 1.0, 0.0)
+    );
+    assert_eq!(records[0].conversation, records[1].conversation);
+    assert_eq!((records[0].turn, records[1].turn), (Some(1), Some(2)));
+    let _ = std::fs::remove_file(&path);
+}

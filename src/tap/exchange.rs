@@ -26,6 +26,7 @@ use crate::decode::messages;
 use crate::decode::response::{Format, ResponseDecoder};
 use crate::decode::tokenizer::{TextCount, Tokenizers};
 use crate::record::api::Api;
+use crate::record::conversations::{MessageList, Unread};
 use crate::record::emit::{Emitter, Who};
 use crate::record::meter::{Ending, Listed, Meter, MeterContext, Names};
 use crate::record::metrics::Metrics;
@@ -189,11 +190,20 @@ impl Exchange {
         self.marks.clear();
     }
 
-    /// Ends the exchange as `end` at `now`: its slots go back, the decoder reads what it still holds
-    /// and hands over its report, and the meter finishes the request.
+    /// Ends the exchange as `end` at `now`: its slots go back at once; the rest waits for the request's
+    /// message list when a reader is still reading it (a few milliseconds at most, `list_read.rs`).
     fn finish(mut self, end: End, now: Instant) {
         self.counted.take();
         self.upstream_permits = [None, None];
+        match self.messages.take() {
+            Some(read) => read.finish_then(move |listed| self.conclude(end, now, listed)),
+            None => self.conclude(end, now, Ok(None)),
+        }
+    }
+
+    /// The decoder reads what it still holds and hands over its report, and the meter finishes the
+    /// request (`listed`: its message list, as read).
+    fn conclude(mut self, end: End, now: Instant, listed: Result<Option<&MessageList>, Unread>) {
         let delivered = end.delivered_whole(self.meter.terminal_event().is_some());
         let report = self.decoder.as_mut().map(|decoder| {
             let mut report = decoder.finish(delivered, &mut self.marks);
@@ -203,10 +213,10 @@ impl Exchange {
             report
         });
         let decoder = self.decoder.as_ref();
-        let listed = match self.messages.as_ref().map(ListRead::finish) {
-            None | Some(Ok(None)) => Listed::Nothing,
-            Some(Ok(Some(list))) => Listed::List(list),
-            Some(Err(reason)) => Listed::Unread(reason),
+        let listed = match listed {
+            Ok(None) => Listed::Nothing,
+            Ok(Some(list)) => Listed::List(list),
+            Err(reason) => Listed::Unread(reason),
         };
         let identity = self.identity.as_ref();
         let ending = Ending {

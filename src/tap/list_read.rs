@@ -4,13 +4,17 @@
 //! - a larger one on one of a few [`Readers`] (blocking threads); when all are busy it waits for one,
 //!   if fewer than [`Readers::WAITING`] bodies wait already, else it is not read (`pool_busy`): a
 //!   burst of agents' long histories is read a few milliseconds later, a flood is turned away;
-//! - the read is dropped when its request ends (the reader looks every 64 KiB of the body; a body still
-//!   waiting goes at once), and its request counts as not read (`late`);
+//! - a body still waiting for a reader when its request ends goes at once, and its request counts as
+//!   not read (`late`); one a reader is reading is read to its end (a few milliseconds at most: the body
+//!   is bounded by the hold size, the reader by its caps), and the request is finished with its list
+//!   then, on the reader's thread ([`ListRead::finish_then`]): a server that refuses a long history at
+//!   once (a prompt over its context) answers before the list is read, and the turn must still count.
+//!   A read nobody waits for (its exchange dropped unfinished) stops within 64 KiB of the body;
 //! - its bytes are the held body's own, which the reader holds (and with it its share of
 //!   `limits.max_held_request_bytes`) only while it reads or waits.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
@@ -56,24 +60,52 @@ impl Default for Readers {
 }
 
 /// One request's list being read; dropping it stops the read.
-pub struct ListRead(Arc<Shared>);
+pub struct ListRead {
+    shared: Arc<Shared>,
+    /// Dropping this handle stops the read: false once the request asked for the list when read.
+    stop_on_drop: bool,
+}
+
+/// What is done with a list read after its request ended.
+type Then = Box<dyn for<'a> FnOnce(Result<Option<&'a MessageList>, Unread>) + Send>;
 
 struct Shared {
     stop: AtomicBool,
     /// Told when the request ends, for a body still waiting for a reader.
     ended: Notify,
     list: OnceLock<Result<Option<MessageList>, Unread>>,
+    /// A reader has the body.
+    running: AtomicBool,
+    /// What to do with the list once read, when the request ended while it was being read.
+    then: Mutex<Option<Then>>,
 }
 
 impl Shared {
     /// Reads `body` on a blocking thread, holding `reader` meanwhile.
     fn read_on(self: Arc<Self>, api: Api, body: HeldBody, reader: OwnedSemaphorePermit) {
+        self.running.store(true, Ordering::Release);
         drop(tokio::task::spawn_blocking(move || {
             let list = messages::read(api, (*body).as_ref(), &self.stop);
             // The held body and the reader go back before the result is handed over.
             drop((body, reader));
-            let _ = self.list.set(list);
+            let then = {
+                let mut then = self.then.lock().unwrap_or_else(PoisonError::into_inner);
+                let _ = self.list.set(list);
+                then.take()
+            };
+            if let Some(then) = then {
+                then(self.result());
+            }
         }));
+    }
+
+    /// The list as read, `Late` while it is not.
+    fn result(&self) -> Result<Option<&MessageList>, Unread> {
+        match self.list.get() {
+            Some(Ok(list)) => Ok(list.as_ref()),
+            Some(Err(reason)) => Err(*reason),
+            None => Err(Unread::Late),
+        }
     }
 
     fn end(&self) {
@@ -89,8 +121,13 @@ impl ListRead {
             stop: AtomicBool::new(false),
             ended: Notify::new(),
             list: OnceLock::new(),
+            running: AtomicBool::new(false),
+            then: Mutex::new(None),
         });
-        let read = ListRead(shared.clone());
+        let read = ListRead {
+            shared: shared.clone(),
+            stop_on_drop: true,
+        };
         let Some(body) = body else {
             let _ = shared.list.set(Err(Unread::Streamed));
             return read;
@@ -128,18 +165,35 @@ impl ListRead {
     /// The list, if read by now (`Ok(None)`: the body has none); the read is stopped otherwise, and the
     /// request counts as not read (`Late`).
     pub fn finish(&self) -> Result<Option<&MessageList>, Unread> {
-        self.0.end();
-        match self.0.list.get() {
-            Some(Ok(list)) => Ok(list.as_ref()),
-            Some(Err(reason)) => Err(*reason),
-            None => Err(Unread::Late),
+        self.shared.end();
+        self.shared.result()
+    }
+
+    /// The request ended: `then` gets the list now if it was read, or, if a reader is reading it, when
+    /// the reader is done, on the reader's thread; a body still waiting for a reader goes, `Late`.
+    pub fn finish_then(
+        self,
+        then: impl for<'a> FnOnce(Result<Option<&'a MessageList>, Unread>) + Send + 'static,
+    ) {
+        let shared = self.shared.clone();
+        let mut waiting = shared.then.lock().unwrap_or_else(PoisonError::into_inner);
+        if shared.list.get().is_none() && shared.running.load(Ordering::Acquire) {
+            // Read to its end: the reader hands the list over.
+            *waiting = Some(Box::new(then));
+            let mut this = self;
+            this.stop_on_drop = false;
+            return;
         }
+        drop(waiting);
+        then(self.finish());
     }
 }
 
 impl Drop for ListRead {
     fn drop(&mut self) {
-        self.0.end();
+        if self.stop_on_drop {
+            self.shared.end();
+        }
     }
 }
 
