@@ -19,6 +19,12 @@
 //! request record files (`tokentap report`); [`scripted`] is a model server that answers with scripts
 //! of bytes, pauses and faults (`tokentap demo`'s, and the tests' and benchmarks').
 #![forbid(unsafe_code)]
+// Nothing outside the tests may panic on an input: no `unwrap`, `expect` or `panic!` (a test's
+// `unwrap` says what it expects).
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 pub mod app;
 pub mod config;

@@ -316,3 +316,41 @@ fn the_link_reader_sees_what_github_renders() {
         Some((PathBuf::from("README.md"), Some("top".to_string())))
     );
 }
+
+/// `n` as the docs write a count: thousands separated by commas.
+fn grouped(n: i64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The default series bound, as docs/metrics.md and docs/deploy.md state it, is the one tokentap
+/// computes (and so is the figure for `max_models: 10`), so a family that moves it fails here until
+/// both pages say the new figure.
+#[test]
+fn the_pages_that_state_the_default_series_bound_state_the_computed_one() {
+    let bound = |yaml: &str| {
+        let config = tokentap::Config::from_yaml_str(yaml).expect("config");
+        let metrics = tokentap::record::metrics::Metrics::new(&config).expect("metrics");
+        grouped(metrics.bound().total)
+    };
+    let (default, ten) = (bound(""), bound("max_models: 10\n"));
+    let metrics_md = read(Path::new("docs/metrics.md"));
+    let want = format!("value and **{default}** in all; with `max_models: 10`, {ten}.");
+    assert!(
+        metrics_md.contains(&want),
+        "docs/metrics.md does not say: {want}"
+    );
+    let deploy_md = read(Path::new("docs/deploy.md")).replace('\n', " ");
+    let want = format!("`tokentap_metrics_series_limit`: {default} with the defaults");
+    assert!(
+        deploy_md.contains(&want),
+        "docs/deploy.md does not say: {want}"
+    );
+}

@@ -31,7 +31,7 @@ fn options(files: &[&str]) -> Options {
         strict: false,
         progress: false,
         slowest: 0,
-        slowest_by: SlowBy::Ttft,
+        slowest_by: SlowBy::TTFT,
     }
 }
 
@@ -750,7 +750,7 @@ fn slowest_lists_the_requests_with_the_largest_figure_and_who_sent_them() {
         "ttft_s": 0.4, "max_gap_s": 0.06, "e2e_s": 1.5,
     });
     assert_eq!(requests[0], want);
-    o.slowest_by = SlowBy::E2e;
+    o.slowest_by = SlowBy(tokentap::record::figure::Figure::E2e);
     o.format = Format::Table;
     let (text, _) = report(&o).unwrap();
     let table = text
@@ -813,7 +813,7 @@ fn the_time_to_first_tool_call_is_a_row_a_ranking_and_a_ceiling() {
     assert_eq!(row["count"], 2, "{row}");
     close(&row["max"], 1.2);
     o.slowest = 1;
-    o.slowest_by = SlowBy::TimeToFirstToolCall;
+    o.slowest_by = SlowBy(tokentap::record::figure::Figure::TimeToFirstToolCall);
     let doc = json(&o);
     assert_eq!(doc["slowest"]["by"], "time_to_first_tool_call");
     assert_eq!(doc["slowest"]["requests"][0]["id"], "2");

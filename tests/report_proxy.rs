@@ -157,7 +157,7 @@ fn report(path: &Path, slo: Option<&str>) -> Value {
         strict: true,
         progress: false,
         slowest: 0,
-        slowest_by: SlowBy::Ttft,
+        slowest_by: SlowBy::TTFT,
     };
     let (mut out, mut warn) = (Vec::new(), Vec::new());
     run(&options, &mut out, &mut warn).expect("report");

@@ -248,7 +248,7 @@ fn report_of(records: &[RequestRecord], slo: Option<Ceilings>) -> Value {
         strict: true,
         progress: false,
         slowest: 0,
-        slowest_by: SlowBy::Ttft,
+        slowest_by: SlowBy::TTFT,
     };
     let (mut out, mut warn) = (Vec::new(), Vec::new());
     run(&options, &mut out, &mut warn).unwrap();

@@ -19,11 +19,11 @@ pub enum Figure {
     TimeToFirstAnswer,
     TimeToFirstToolCall,
     ReasoningTime,
+    MaxGap,
     Tpot,
+    E2e,
     Generation,
     OutputTokensPerSecond,
-    MaxGap,
-    E2e,
 }
 
 /// What a figure counts.
@@ -71,6 +71,8 @@ pub struct Row {
     /// `tokentap report`'s row: its header and its key in the JSON and in `--slowest-by`, and whether
     /// only `ok` requests count in it.
     pub report: Option<Report>,
+    /// The live page's chart of it: its key (in `/api/v1/live`) and its title.
+    pub live: Option<(&'static str, &'static str)>,
 }
 
 /// How `tokentap report` shows a figure.
@@ -81,8 +83,10 @@ pub struct Report {
     /// The row sums only `ok` requests (a cancelled request's E2E or TPOT is not a whole answer's).
     pub ok_only: bool,
     /// `--slowest-by NAME` takes it, by the row's name (the waits and the totals: what a user asks
-    /// "which were slowest" about).
-    pub slowest: bool,
+    /// "which were slowest" about); the `--slowest` table's column is `{short} ms`.
+    pub slowest: Option<&'static str>,
+    /// What the row means, said once below the report's tables when it is shown.
+    pub note: Option<&'static str>,
 }
 
 impl Figure {
@@ -91,16 +95,16 @@ impl Figure {
         Figure::TimeToFirstAnswer,
         Figure::TimeToFirstToolCall,
         Figure::ReasoningTime,
+        Figure::MaxGap,
         Figure::Tpot,
+        Figure::E2e,
         Figure::Generation,
         Figure::OutputTokensPerSecond,
-        Figure::MaxGap,
-        Figure::E2e,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
     pub fn row(self) -> &'static Row {
-        &ROWS[self as usize]
+        &TABLE[self as usize]
     }
 
     /// Its value in `figures`, in its unit (seconds, or tokens per second).
@@ -194,7 +198,7 @@ const fn row(
     slo: Option<SloKind>,
     carried: When,
     histogram: Option<When>,
-    report: Option<Report>,
+    (report, live): (Option<Report>, Option<(&'static str, &'static str)>),
 ) -> Row {
     Row {
         figure,
@@ -204,20 +208,22 @@ const fn row(
         carried,
         histogram,
         report,
+        live,
     }
 }
 
 const fn report(
-    header: &'static str,
-    tag: &'static str,
+    (header, tag): (&'static str, &'static str),
     ok_only: bool,
-    slowest: bool,
+    slowest: Option<&'static str>,
+    note: Option<&'static str>,
 ) -> Option<Report> {
     Some(Report {
         header,
         tag,
         ok_only,
         slowest,
+        note,
     })
 }
 
@@ -225,7 +231,7 @@ use Unit::{Seconds, TokensPerSecond};
 use When::{AsItHappens, Measured, Ok, OkStream, Stream};
 
 /// The rows, in [`Figure::ALL`]'s order.
-pub static ROWS: [Row; Figure::COUNT] = [
+pub const ROWS: [Row; Figure::COUNT] = [
     row(
         Figure::Ttft,
         "ttft",
@@ -233,7 +239,15 @@ pub static ROWS: [Row; Figure::COUNT] = [
         Some(SloKind::Ttft),
         Measured,
         Some(AsItHappens),
-        report("Time to First Token", "time_to_first_token", false, true),
+        (
+            report(
+                ("Time to First Token", "time_to_first_token"),
+                false,
+                Some("TTFT"),
+                None,
+            ),
+            Some(("ttft", "TTFT")),
+        ),
     ),
     row(
         Figure::TimeToFirstAnswer,
@@ -242,11 +256,17 @@ pub static ROWS: [Row; Figure::COUNT] = [
         Some(SloKind::TimeToFirstAnswer),
         Measured,
         Some(AsItHappens),
-        report(
-            "Time to First Output Token",
-            "time_to_first_output_token",
-            false,
-            true,
+        (
+            report(
+                ("Time to First Output Token", "time_to_first_output_token"),
+                false,
+                Some("answer"),
+                Some(
+                    "Time to First Output Token: to the first answer output, not reasoning; tokentap's \
+                     time_to_first_answer.",
+                ),
+            ),
+            Some(("ttfa", "Time to first answer")),
         ),
     ),
     row(
@@ -256,11 +276,17 @@ pub static ROWS: [Row; Figure::COUNT] = [
         Some(SloKind::TimeToFirstToolCall),
         Stream,
         Some(AsItHappens),
-        report(
-            "Time to First Tool Call",
-            "time_to_first_tool_call",
-            false,
-            true,
+        (
+            report(
+                ("Time to First Tool Call", "time_to_first_tool_call"),
+                false,
+                Some("tool call"),
+                Some(
+                    "Time to First Tool Call: to the first chunk that starts a tool call, over the requests \
+                     that called one (time_to_first_tool_call_s); how long an agent waits before it can act.",
+                ),
+            ),
+            Some(("tool_call", "Time to first tool call")),
         ),
     ),
     row(
@@ -270,38 +296,9 @@ pub static ROWS: [Row; Figure::COUNT] = [
         None,
         Measured,
         Some(AsItHappens),
-        None,
-    ),
-    row(
-        Figure::Tpot,
-        "tpot",
-        Seconds,
-        Some(SloKind::Tpot),
-        Stream,
-        Some(OkStream),
-        report("Inter Token Latency", "inter_token_latency", true, true),
-    ),
-    row(
-        Figure::Generation,
-        "generation",
-        Seconds,
-        None,
-        Stream,
-        Some(OkStream),
-        None,
-    ),
-    row(
-        Figure::OutputTokensPerSecond,
-        "output_tokens_per_s",
-        TokensPerSecond,
-        None,
-        Stream,
-        Some(OkStream),
-        report(
-            "Output Token Throughput Per User",
-            "output_token_throughput_per_user",
-            true,
-            false,
+        (
+            None,
+            None,
         ),
     ),
     row(
@@ -311,7 +308,35 @@ pub static ROWS: [Row; Figure::COUNT] = [
         Some(SloKind::Itl),
         Stream,
         Some(OkStream),
-        report("Longest Gap", "longest_gap", true, true),
+        (
+            report(
+                ("Longest Gap", "longest_gap"),
+                true,
+                Some("max gap"),
+                Some("Longest Gap: each request's largest gap, what an itl ceiling is judged on."),
+            ),
+            None,
+        ),
+    ),
+    row(
+        Figure::Tpot,
+        "tpot",
+        Seconds,
+        Some(SloKind::Tpot),
+        Stream,
+        Some(OkStream),
+        (
+            report(
+                ("Inter Token Latency", "inter_token_latency"),
+                true,
+                Some("TPOT"),
+                Some(
+                    "Inter Token Latency: per request, (E2E − TTFT)/(output tokens − 1), aiperf's ITL; \
+                     tokentap's TPOT (time_per_output_token).",
+                ),
+            ),
+            Some(("tpot", "TPOT")),
+        ),
     ),
     row(
         Figure::E2e,
@@ -320,9 +345,52 @@ pub static ROWS: [Row; Figure::COUNT] = [
         Some(SloKind::E2e),
         Measured,
         Some(Ok),
-        report("Request Latency", "request_latency", true, true),
+        (
+            report(
+                ("Request Latency", "request_latency"),
+                true,
+                Some("E2E"),
+                None,
+            ),
+            Some(("e2e", "E2E")),
+        ),
+    ),
+    row(
+        Figure::Generation,
+        "generation",
+        Seconds,
+        None,
+        Stream,
+        Some(OkStream),
+        (
+            None,
+            None,
+        ),
+    ),
+    row(
+        Figure::OutputTokensPerSecond,
+        "output_tokens_per_s",
+        TokensPerSecond,
+        None,
+        Stream,
+        Some(OkStream),
+        (
+            report(
+                (
+                    "Output Token Throughput Per User",
+                    "output_token_throughput_per_user",
+                ),
+                true,
+                None,
+                None,
+            ),
+            None,
+        ),
     ),
 ];
+
+/// [`ROWS`] at one place, for the references [`Figure::row`] hands out.
+static TABLE: [Row; Figure::COUNT] = ROWS;
 
 #[cfg(test)]
 mod tests {

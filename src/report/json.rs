@@ -10,7 +10,7 @@ use crate::report::conversations::ConversationsJson;
 use crate::report::input::InputStats;
 use crate::report::query::format_rfc3339;
 use crate::report::slowest::Slow;
-use crate::report::summary::{Figure, Limit, Report, Summary, Unit, Verdicts};
+use crate::report::summary::{Limit, Report, Row, Summary, Unit, Verdicts};
 
 /// The `report` field: the shape's version, bumped when a field is removed or redefined.
 pub const REPORT_VERSION: u32 = 1;
@@ -109,7 +109,7 @@ pub struct OutcomeCount {
     pub count: u64,
 }
 
-pub fn stats(summary: &Summary, figure: Figure) -> Stats {
+pub fn stats(summary: &Summary, figure: Row) -> Stats {
     let sketch = summary.sketch(figure);
     Stats {
         unit: match figure.unit() {
@@ -139,8 +139,7 @@ pub fn summary(
     ceilings: &[(String, Limit)],
     duration: Option<f64>,
 ) -> SummaryJson {
-    let metrics = Figure::ALL
-        .into_iter()
+    let metrics = Row::all()
         .filter(|&f| summary.sketch(f).count() > 0)
         .map(|f| (f.tag(), stats(summary, f)))
         .collect();

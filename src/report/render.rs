@@ -9,11 +9,13 @@
 use std::fmt::Write as _;
 
 use crate::record::conversations::TURN_LABELS;
+use crate::record::figure::Figure;
 use crate::report::conversations::ConversationsJson;
 use crate::report::json::{Side, SlowestJson, Stats, SummaryJson};
 use crate::report::query::NO_GROUP;
 use crate::report::sketch::{EXACT_UP_TO, RELATIVE_ERROR};
-use crate::report::summary::{Figure, Limit, Unit, OVERFLOW};
+use crate::report::slowest::ranked;
+use crate::report::summary::{Limit, Row, Unit, OVERFLOW};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Style {
@@ -128,7 +130,7 @@ fn number(value: f64, decimals: usize) -> String {
     }
 }
 
-fn label(figure: Figure) -> String {
+fn label(figure: Row) -> String {
     let unit = match figure.unit() {
         Unit::Seconds => "ms",
         Unit::TokensPerSecond => "tokens/s",
@@ -138,7 +140,7 @@ fn label(figure: Figure) -> String {
 }
 
 /// A figure's value as shown: milliseconds, tokens/s, or whole tokens for a token-count quantile.
-fn shown(figure: Figure, value: Option<f64>, quantile: bool) -> String {
+fn shown(figure: Row, value: Option<f64>, quantile: bool) -> String {
     match (value, figure.unit()) {
         (None, _) => "-".into(),
         (Some(v), Unit::Seconds) => number(v * 1000.0, 2),
@@ -162,12 +164,11 @@ fn opt(value: Option<f64>, decimals: usize) -> String {
 
 /// The figures shown for `s`: per-gap rows when the records carry gaps, the per-request gap
 /// quantiles only where some requests were recorded without every gap.
-fn figures_shown(s: &SummaryJson) -> Vec<Figure> {
+fn figures_shown(s: &SummaryJson) -> Vec<Row> {
     let partial_gaps = s.requests_with_every_gap < s.requests_with_gaps;
-    Figure::ALL
-        .into_iter()
+    Row::all()
         .filter(|f| s.metrics.contains_key(f.tag()))
-        .filter(|f| partial_gaps || !matches!(f, Figure::RequestGapP50 | Figure::RequestGapP99))
+        .filter(|f| partial_gaps || !matches!(f, Row::RequestGapP50 | Row::RequestGapP99))
         .collect()
 }
 
@@ -299,41 +300,8 @@ const SCALARS: [Scalar; 7] = [
     ("Goodput (requests/s)", |s| s.goodput, 2),
 ];
 
-/// What a row means, said once below the tables for each row shown.
-const ROW_NOTES: [(Figure, &str); 6] = [
-    (
-        Figure::Itl,
-        "Inter Token Latency: per request, (E2E − TTFT)/(output tokens − 1), aiperf's ITL; \
-         tokentap's TPOT (time_per_output_token).",
-    ),
-    (
-        Figure::InterChunk,
-        "Inter Chunk Latency: every gap between two output-bearing chunks (the records' gaps_s), \
-         tokentap's inter_token_latency histogram, aiperf's Inter Chunk Latency.",
-    ),
-    (
-        Figure::RequestGapP50,
-        "Request Median/p99 Gap: each request's own gap p50/p99 (itl_p50_s, itl_p99_s) over \
-         requests; not the per-gap distribution, which needs records with every gap.",
-    ),
-    (
-        Figure::Ttfo,
-        "Time to First Output Token: to the first answer output, not reasoning; tokentap's \
-         time_to_first_answer.",
-    ),
-    (
-        Figure::TimeToFirstToolCall,
-        "Time to First Tool Call: to the first chunk that starts a tool call, over the requests \
-         that called one (time_to_first_tool_call_s); how long an agent waits before it can act.",
-    ),
-    (
-        Figure::LongestGap,
-        "Longest Gap: each request's largest gap, what an itl ceiling is judged on.",
-    ),
-];
-
 fn notes(sides: &[&SummaryJson], out: &mut String) {
-    let shown: Vec<Figure> = sides.iter().flat_map(|s| figures_shown(s)).collect();
+    let shown: Vec<Row> = sides.iter().flat_map(|s| figures_shown(s)).collect();
     let mut lines = vec![
         "Quantiles are nearest-rank; avg, min, max and n are exact.".to_owned(),
         "Rates divide by the whole report's span (first start to last end), so the groups' \
@@ -348,8 +316,8 @@ fn notes(sides: &[&SummaryJson], out: &mut String) {
             RELATIVE_ERROR * 100.0
         ));
     }
-    for (figure, note) in ROW_NOTES {
-        if shown.contains(&figure) {
+    for row in Row::all() {
+        if let Some(note) = row.note().filter(|_| shown.contains(&row)) {
             lines.push(note.to_owned());
         }
     }
@@ -430,26 +398,19 @@ fn conversations_table(c: &ConversationsJson, style: Style, out: &mut String) {
 fn slowest_table(slowest: &SlowestJson, style: Style, out: &mut String) {
     let name = format!("Slowest {} by {}", slowest.requests.len(), slowest.by);
     title(&name, style, out);
-    let mut table = Table::new(&[
-        "start",
-        "id",
-        "model",
-        "tenant",
-        "outcome",
-        "input",
-        "output",
-        "TTFT ms",
-        "answer ms",
-        "tool call ms",
-        "max gap ms",
-        "TPOT ms",
-        "E2E ms",
-    ]);
+    let figures: Vec<(Figure, String)> = ranked()
+        .filter_map(|f| Some((f, format!("{} ms", f.row().report.as_ref()?.slowest?))))
+        .collect();
+    let mut headers = vec![
+        "start", "id", "model", "tenant", "outcome", "input", "output",
+    ];
+    headers.extend(figures.iter().map(|(_, header)| header.as_str()));
+    let mut table = Table::new(&headers);
     table.left = 5;
     let ms = |v: Option<f64>| opt(v.map(|v| v * 1000.0), 2);
     let tokens = |v: Option<u64>| opt(v.map(|v| v as f64), 0);
     for r in &slowest.requests {
-        table.rows.push(vec![
+        let mut row = vec![
             r.start.clone(),
             r.id.clone(),
             r.model.clone(),
@@ -458,13 +419,9 @@ fn slowest_table(slowest: &SlowestJson, style: Style, out: &mut String) {
                 .map_or_else(|| r.outcome.clone(), |s| format!("{} {s}", r.outcome)),
             tokens(r.input_tokens),
             tokens(r.output_tokens),
-            ms(r.ttft_s),
-            ms(r.time_to_first_answer_s),
-            ms(r.time_to_first_tool_call_s),
-            ms(r.max_gap_s),
-            ms(r.tpot_s),
-            ms(Some(r.e2e_s)),
-        ]);
+        ];
+        row.extend(figures.iter().map(|(f, _)| ms(r.figure(*f))));
+        table.rows.push(row);
     }
     table.write(style, out);
 }
@@ -538,7 +495,8 @@ fn compared(before: &SummaryJson, after: &SummaryJson, style: Style, out: &mut S
             .into_iter()
             .filter(|f| !figures_shown(before).contains(f)),
     );
-    figures.sort_by_key(|f| Figure::ALL.iter().position(|g| g == f));
+    let order: Vec<Row> = Row::all().collect();
+    figures.sort_by_key(|f| order.iter().position(|g| g == f));
     let none = Stats {
         unit: "",
         count: 0,

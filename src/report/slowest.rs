@@ -3,60 +3,52 @@
 //! figures). A min-heap of N entries: memory stays bounded whatever the input size.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use serde::Serialize;
 
+use crate::record::figure::Figure;
 use crate::record::request_record::RequestRecord;
 
-/// Which figure ranks the requests.
+/// The figure `--slowest` ranks by: one the figure table gives a `--slowest-by` name
+/// (`record::figure`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SlowBy {
-    Ttft,
-    TimeToFirstAnswer,
-    TimeToFirstToolCall,
-    MaxGap,
-    Tpot,
-    E2e,
-}
+pub struct SlowBy(pub Figure);
 
 impl SlowBy {
+    pub const TTFT: SlowBy = SlowBy(Figure::Ttft);
+
+    /// The figures `--slowest-by` takes, by name.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        ranked().map(|f| f.row().name)
+    }
+
     pub fn parse(text: &str) -> Result<SlowBy, String> {
-        match text {
-            "ttft" => Ok(SlowBy::Ttft),
-            "time_to_first_answer" => Ok(SlowBy::TimeToFirstAnswer),
-            "time_to_first_tool_call" => Ok(SlowBy::TimeToFirstToolCall),
-            "max_gap" => Ok(SlowBy::MaxGap),
-            "tpot" => Ok(SlowBy::Tpot),
-            "e2e" => Ok(SlowBy::E2e),
-            _ => Err(format!(
-                "--slowest-by: invalid figure {text:?}: expected ttft, time_to_first_answer, \
-                 time_to_first_tool_call, max_gap, tpot or e2e"
-            )),
+        match ranked().find(|f| f.row().name == text) {
+            Some(figure) => Ok(SlowBy(figure)),
+            None => {
+                let names: Vec<&str> = SlowBy::names().collect();
+                Err(format!(
+                    "--slowest-by: invalid figure {text:?}: expected one of {}",
+                    names.join(", ")
+                ))
+            }
         }
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            SlowBy::Ttft => "ttft",
-            SlowBy::TimeToFirstAnswer => "time_to_first_answer",
-            SlowBy::TimeToFirstToolCall => "time_to_first_tool_call",
-            SlowBy::MaxGap => "max_gap",
-            SlowBy::Tpot => "tpot",
-            SlowBy::E2e => "e2e",
-        }
+        self.0.row().name
     }
 
     fn value(self, r: &RequestRecord) -> Option<f64> {
-        match self {
-            SlowBy::Ttft => r.ttft_s,
-            SlowBy::TimeToFirstAnswer => r.time_to_first_answer_s,
-            SlowBy::TimeToFirstToolCall => r.time_to_first_tool_call_s,
-            SlowBy::MaxGap => r.max_gap_s,
-            SlowBy::Tpot => r.tpot_s,
-            SlowBy::E2e => Some(r.e2e_s),
-        }
+        r.figure(self.0)
     }
+}
+
+/// The figures `--slowest` shows and ranks by, in the table's order.
+pub fn ranked() -> impl Iterator<Item = Figure> {
+    (Figure::ALL.into_iter())
+        .filter(|f| f.row().report.as_ref().is_some_and(|r| r.slowest.is_some()))
 }
 
 /// One of the slowest requests, as the report shows it.
@@ -74,17 +66,16 @@ pub struct Slow {
     pub input_tokens: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_tokens: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ttft_s: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub time_to_first_answer_s: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub time_to_first_tool_call_s: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_gap_s: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tpot_s: Option<f64>,
-    pub e2e_s: f64,
+    /// The figures of [`ranked`] it has, by their record field (`ttft_s`, …).
+    #[serde(flatten)]
+    pub figures: BTreeMap<String, f64>,
+}
+
+impl Slow {
+    /// Its value of `figure`, when it has one.
+    pub fn figure(&self, figure: Figure) -> Option<f64> {
+        self.figures.get(&figure.row().record_field()).copied()
+    }
 }
 
 /// A heap entry: ranked by value, then by start and id so that ties keep the earliest requests.
@@ -158,12 +149,9 @@ impl Slowest {
             status: r.status,
             input_tokens: r.input_tokens,
             output_tokens: r.output_tokens,
-            ttft_s: r.ttft_s,
-            time_to_first_answer_s: r.time_to_first_answer_s,
-            time_to_first_tool_call_s: r.time_to_first_tool_call_s,
-            max_gap_s: r.max_gap_s,
-            tpot_s: r.tpot_s,
-            e2e_s: r.e2e_s,
+            figures: ranked()
+                .filter_map(|f| Some((f.row().record_field(), r.figure(f)?)))
+                .collect(),
         };
         self.heap.push(Reverse(Ranked(value, slow)));
         if self.heap.len() > self.n {
@@ -199,7 +187,7 @@ mod tests {
 
     #[test]
     fn keeps_the_n_largest_slowest_first_and_ties_keep_the_earliest() {
-        let mut slowest = Slowest::new(3, SlowBy::Ttft);
+        let mut slowest = Slowest::new(3, SlowBy::TTFT);
         let values = [0.2, 0.9, 0.1, 0.5, 0.9, 0.3];
         for (i, v) in values.into_iter().enumerate() {
             slowest.add(&record(&i.to_string(), Some(v)));
@@ -207,6 +195,6 @@ mod tests {
         slowest.add(&record("9", None));
         let ids: Vec<String> = slowest.list().into_iter().map(|s| s.id).collect();
         assert_eq!(ids, ["1", "4", "3"]);
-        assert!(Slowest::new(0, SlowBy::E2e).list().is_empty());
+        assert!(Slowest::new(0, SlowBy(Figure::E2e)).list().is_empty());
     }
 }

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::config::{Slo, SloKind};
+use crate::record::figure::{self, Figure};
 use crate::record::request_record::RequestRecord;
 use crate::record::slo::{judge, judged};
 use crate::report::conversations::Conversations;
@@ -44,79 +45,99 @@ pub enum Unit {
     Tokens,
 }
 
-/// The per-request figures of the report. Where a figure means what aiperf's does it has aiperf's
-/// name (`header`, `tag`).
+/// A row of the report: a per-request figure the figure table gives a report row (`record::figure`),
+/// or a row of the report's own (the gaps, the token counts). Where a row means what aiperf's does it
+/// has aiperf's name (`header`, `tag`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Figure {
-    Ttft,
-    Ttfo,
-    TimeToFirstToolCall,
+pub enum Row {
+    Figure(Figure),
+    /// Every gap of the requests whose records list them (`gaps_s`).
     InterChunk,
     RequestGapP50,
     RequestGapP99,
-    LongestGap,
-    Itl,
-    RequestLatency,
-    TpsPerUser,
     Isl,
     Osl,
 }
 
-impl Figure {
-    pub const ALL: [Figure; 12] = [
-        Figure::Ttft,
-        Figure::Ttfo,
-        Figure::TimeToFirstToolCall,
-        Figure::InterChunk,
-        Figure::RequestGapP50,
-        Figure::RequestGapP99,
-        Figure::LongestGap,
-        Figure::Itl,
-        Figure::RequestLatency,
-        Figure::TpsPerUser,
-        Figure::Isl,
-        Figure::Osl,
-    ];
+/// The rows that are not figures, in the order the report shows them after the figures.
+const OWN_ROWS: [Row; 5] = [
+    Row::InterChunk,
+    Row::RequestGapP50,
+    Row::RequestGapP99,
+    Row::Isl,
+    Row::Osl,
+];
+
+impl Row {
+    const COUNT: usize = Figure::COUNT + OWN_ROWS.len();
+
+    /// Every row, in the order the report shows them: the figures with a report row, in the table's
+    /// order, then the report's own.
+    pub fn all() -> impl Iterator<Item = Row> {
+        (Figure::ALL.into_iter())
+            .filter(|f| f.row().report.is_some())
+            .map(Row::Figure)
+            .chain(OWN_ROWS)
+    }
+
+    /// The row whose JSON key is `tag`.
+    pub fn by_tag(tag: &str) -> Option<Row> {
+        Row::all().find(|r| r.tag() == tag)
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Row::Figure(f) => f as usize,
+            own => Figure::COUNT + OWN_ROWS.iter().position(|r| *r == own).unwrap_or(0),
+        }
+    }
 
     pub fn header(self) -> &'static str {
         match self {
-            Figure::Ttft => "Time to First Token",
-            Figure::Ttfo => "Time to First Output Token",
-            Figure::TimeToFirstToolCall => "Time to First Tool Call",
-            Figure::InterChunk => "Inter Chunk Latency",
-            Figure::RequestGapP50 => "Request Median Gap",
-            Figure::RequestGapP99 => "Request p99 Gap",
-            Figure::LongestGap => "Longest Gap",
-            Figure::Itl => "Inter Token Latency",
-            Figure::RequestLatency => "Request Latency",
-            Figure::TpsPerUser => "Output Token Throughput Per User",
-            Figure::Isl => "Input Sequence Length",
-            Figure::Osl => "Output Sequence Length",
+            Row::Figure(f) => f.row().report.as_ref().map_or(f.row().name, |r| r.header),
+            Row::InterChunk => "Inter Chunk Latency",
+            Row::RequestGapP50 => "Request Median Gap",
+            Row::RequestGapP99 => "Request p99 Gap",
+            Row::Isl => "Input Sequence Length",
+            Row::Osl => "Output Sequence Length",
         }
     }
 
     pub fn tag(self) -> &'static str {
         match self {
-            Figure::Ttft => "time_to_first_token",
-            Figure::Ttfo => "time_to_first_output_token",
-            Figure::TimeToFirstToolCall => "time_to_first_tool_call",
-            Figure::InterChunk => "inter_chunk_latency",
-            Figure::RequestGapP50 => "request_gap_p50",
-            Figure::RequestGapP99 => "request_gap_p99",
-            Figure::LongestGap => "longest_gap",
-            Figure::Itl => "inter_token_latency",
-            Figure::RequestLatency => "request_latency",
-            Figure::TpsPerUser => "output_token_throughput_per_user",
-            Figure::Isl => "input_sequence_length",
-            Figure::Osl => "output_sequence_length",
+            Row::Figure(f) => f.row().report.as_ref().map_or(f.row().name, |r| r.tag),
+            Row::InterChunk => "inter_chunk_latency",
+            Row::RequestGapP50 => "request_gap_p50",
+            Row::RequestGapP99 => "request_gap_p99",
+            Row::Isl => "input_sequence_length",
+            Row::Osl => "output_sequence_length",
         }
     }
 
     pub fn unit(self) -> Unit {
         match self {
-            Figure::TpsPerUser => Unit::TokensPerSecond,
-            Figure::Isl | Figure::Osl => Unit::Tokens,
+            Row::Figure(f) => match f.row().unit {
+                figure::Unit::Seconds => Unit::Seconds,
+                figure::Unit::TokensPerSecond => Unit::TokensPerSecond,
+            },
+            Row::Isl | Row::Osl => Unit::Tokens,
             _ => Unit::Seconds,
+        }
+    }
+
+    /// What the row means, said once below the tables when it is shown.
+    pub fn note(self) -> Option<&'static str> {
+        match self {
+            Row::Figure(f) => f.row().report.as_ref().and_then(|r| r.note),
+            Row::InterChunk => Some(
+                "Inter Chunk Latency: every gap between two output-bearing chunks (the records' gaps_s), \
+                 tokentap's inter_token_latency histogram, aiperf's Inter Chunk Latency.",
+            ),
+            Row::RequestGapP50 => Some(
+                "Request Median/p99 Gap: each request's own gap p50/p99 (itl_p50_s, itl_p99_s) over \
+                 requests; not the per-gap distribution, which needs records with every gap.",
+            ),
+            _ => None,
         }
     }
 }
@@ -148,7 +169,7 @@ pub struct Summary {
     pub last_end: Option<f64>,
     pub input_tokens: u64,
     pub output_tokens: u64,
-    sketches: [Sketch; Figure::ALL.len()],
+    sketches: [Sketch; Row::COUNT],
     /// Requests with at least one gap, and those of them that carry every gap (`gaps_s`).
     pub requests_with_gaps: u64,
     pub requests_with_every_gap: u64,
@@ -160,13 +181,13 @@ pub struct Summary {
 }
 
 impl Summary {
-    pub fn sketch(&self, figure: Figure) -> &Sketch {
-        &self.sketches[figure as usize]
+    pub fn sketch(&self, row: Row) -> &Sketch {
+        &self.sketches[row.index()]
     }
 
-    fn observe(&mut self, figure: Figure, value: Option<f64>) {
+    fn observe(&mut self, row: Row, value: Option<f64>) {
         if let Some(value) = value {
-            self.sketches[figure as usize].add(value);
+            self.sketches[row.index()].add(value);
         }
     }
 
@@ -183,16 +204,18 @@ impl Summary {
         self.input_tokens += record.input_tokens.unwrap_or(0);
         self.output_tokens += record.output_tokens.unwrap_or(0);
         let ok = record.outcome == "ok";
-        self.observe(Figure::Ttft, record.ttft_s);
-        self.observe(Figure::Ttfo, record.time_to_first_answer_s);
-        self.observe(
-            Figure::TimeToFirstToolCall,
-            record.time_to_first_tool_call_s,
-        );
+        for figure in Figure::ALL {
+            let Some(report) = &figure.row().report else {
+                continue;
+            };
+            if ok || !report.ok_only {
+                self.observe(Row::Figure(figure), record.figure(figure));
+            }
+        }
         if record.gaps > 0 {
             self.requests_with_gaps += 1;
-            self.observe(Figure::RequestGapP50, record.itl_p50_s);
-            self.observe(Figure::RequestGapP99, record.itl_p99_s);
+            self.observe(Row::RequestGapP50, record.itl_p50_s);
+            self.observe(Row::RequestGapP99, record.itl_p99_s);
             if let Some(gaps) = record
                 .gaps_s
                 .as_ref()
@@ -200,18 +223,12 @@ impl Summary {
             {
                 self.requests_with_every_gap += 1;
                 for &gap in gaps {
-                    self.observe(Figure::InterChunk, Some(gap));
+                    self.observe(Row::InterChunk, Some(gap));
                 }
             }
         }
-        if ok {
-            self.observe(Figure::LongestGap, record.max_gap_s);
-            self.observe(Figure::Itl, record.tpot_s);
-            self.observe(Figure::RequestLatency, Some(record.e2e_s));
-            self.observe(Figure::TpsPerUser, record.output_tokens_per_s);
-        }
-        self.observe(Figure::Isl, record.input_tokens.map(|n| n as f64));
-        self.observe(Figure::Osl, record.output_tokens.map(|n| n as f64));
+        self.observe(Row::Isl, record.input_tokens.map(|n| n as f64));
+        self.observe(Row::Osl, record.output_tokens.map(|n| n as f64));
         let status = record
             .status
             .map_or_else(|| "none".to_owned(), |s| s.to_string());
@@ -298,7 +315,7 @@ impl Report {
             total: Summary::default(),
             groups: BTreeMap::new(),
             bad_start: 0,
-            slowest: Slowest::new(0, SlowBy::Ttft),
+            slowest: Slowest::new(0, SlowBy::TTFT),
             conversations: Conversations::default(),
         }
     }

@@ -1,5 +1,9 @@
 //! The `tokentap` command: parses the command line, loads the config and hands over to the library.
 #![forbid(unsafe_code)]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 mod allocator;
 mod demo;

@@ -24,7 +24,7 @@ impl Sink for LogLine {
 }
 
 /// A finished request's line.
-struct Line<'a, 'b>(&'a Finished<'b>);
+pub(super) struct Line<'a, 'b>(pub(super) &'a Finished<'b>);
 
 impl fmt::Display for Line<'_, '_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

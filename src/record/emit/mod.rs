@@ -103,3 +103,144 @@ impl Sink for Metrics {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use http::StatusCode;
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::config::{Ceilings, Config};
+    use crate::record::figure::Figure;
+    use crate::record::finished::{conclude, DecoderReport};
+    use crate::record::outcome::Outcome;
+    use crate::record::request_record::{self, RequestRecord};
+    use crate::record::timeline::Timeline;
+
+    /// A streamed request that has every figure: reasoning, then an answer, then a tool call.
+    fn every_figure() -> FinishedRecord {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut timeline = Timeline::new(t0);
+        timeline.on_output(0, t0 + ms(100));
+        timeline.on_answer(t0 + ms(200), true);
+        timeline.on_output(0, t0 + ms(200));
+        timeline.on_tool_call(t0 + ms(300));
+        timeline.on_output(0, t0 + ms(300));
+        let report = DecoderReport {
+            streaming: true,
+            terminal_event: true,
+            usage_output_tokens: Some(3),
+            ..DecoderReport::default()
+        };
+        let ok = Some(StatusCode::OK);
+        let ceilings = Ceilings::default();
+        conclude(
+            Some(&report),
+            &timeline,
+            Outcome::Ok,
+            t0 + ms(400),
+            ok,
+            &ceilings,
+        )
+    }
+
+    /// The keys of a `key=value` line (values may be quoted).
+    fn line_keys(line: &str) -> BTreeSet<String> {
+        let mut keys = BTreeSet::new();
+        let mut quoted = false;
+        let mut word = String::new();
+        for c in line.chars() {
+            match c {
+                '"' => quoted = !quoted,
+                '=' if !quoted => {
+                    keys.insert(std::mem::take(&mut word));
+                }
+                ' ' if !quoted => word.clear(),
+                _ if !quoted => word.push(c),
+                _ => {}
+            }
+        }
+        keys
+    }
+
+    /// Every figure the table has reaches every sink under its own name, and no sink carries a figure the
+    /// table does not: the log line (`{name}_ms`), the record (`{name}_s`), the metrics (its family).
+    #[test]
+    fn every_sink_carries_exactly_the_figures_of_the_table() {
+        let record = every_figure();
+        for figure in Figure::ALL {
+            assert!(
+                record.carried(figure).is_some(),
+                "{figure:?} is measured here"
+            );
+        }
+        let metrics = Metrics::new(&Config::default()).unwrap_or_else(|e| panic!("{e}"));
+        let label = metrics.model_label(Some("m"), None, true);
+        let series = metrics.series_of(label, None, Api::Chat);
+        let who = Who {
+            id: "r1",
+            client_id: None,
+            method: "POST",
+            path: "/v1/chat/completions",
+            start: SystemTime::UNIX_EPOCH,
+        };
+        let gaps = GapSummary::default();
+        let finished = Finished {
+            who,
+            api: Api::Chat,
+            series: &series,
+            record: &record,
+            turn: None,
+            gaps: &gaps,
+        };
+        let line = log::Line(&finished).to_string();
+        let identity = request_record::Identity {
+            id: "r1",
+            client_id: None,
+            start: SystemTime::UNIX_EPOCH,
+            model: "m",
+            api: "chat",
+            tenant: None,
+            turn: None,
+        };
+        let json =
+            serde_json::to_value(RequestRecord::of(&identity, &record, &gaps)).unwrap_or_default();
+        let record_keys: BTreeSet<String> = json
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        let logged = line_keys(&line);
+        let figure_like =
+            |key: &str| key.ends_with("_s") || key.ends_with("_ms") || key == "output_tokens_per_s";
+        let from_table = |suffix: fn(&crate::record::figure::Row) -> String| -> BTreeSet<String> {
+            Figure::ALL.iter().map(|f| suffix(f.row())).collect()
+        };
+        let in_log: BTreeSet<String> = logged.into_iter().filter(|k| figure_like(k)).collect();
+        let in_record: BTreeSet<String> =
+            record_keys.into_iter().filter(|k| figure_like(k)).collect();
+        assert_eq!(in_log, from_table(|r| r.log_field()), "{line}");
+        assert_eq!(in_record, from_table(|r| r.record_field()), "{json}");
+        metrics.emit(&finished);
+        let families: BTreeSet<String> = metrics
+            .gather()
+            .iter()
+            .filter(|f| {
+                f.get_metric()
+                    .iter()
+                    .any(|m| m.get_histogram().get_sample_count() > 0)
+            })
+            .map(|f| f.name().to_owned())
+            .collect();
+        for figure in Figure::ALL {
+            let when = figure.row().histogram;
+            let family = crate::record::metrics::family::of_figure(figure).name;
+            // What is observed as it happens is the meter's, not the finished request's.
+            let at_end = when.is_some_and(|w| w != crate::record::figure::When::AsItHappens);
+            assert_eq!(families.contains(family), at_end, "{figure:?}: {family}");
+        }
+    }
+}

@@ -21,22 +21,69 @@ use prometheus::proto::MetricFamily;
 use tokio::time::Instant;
 
 use crate::config::{Config, SloKind, Ui};
-use crate::record::metrics::{family, Metrics};
+use crate::record::figure::ROWS;
+use crate::record::metrics::family::{self, Family, Kind};
+use crate::record::metrics::{Boundaries, Metrics};
 
 pub mod quantile;
 pub mod view;
 pub mod views;
 
-/// The latency histograms the page shows, in [`Counts::hist`] order.
-pub const HISTOGRAMS: [(&str, &str); 7] = [
-    ("ttft", family::TTFT.name),
-    ("ttfa", family::TIME_TO_FIRST_ANSWER.name),
-    ("tool_call", family::TIME_TO_FIRST_TOOL_CALL.name),
-    ("itl", family::ITL.name),
-    ("tpot", family::TPOT.name),
-    ("e2e", family::E2E.name),
-    ("think", family::THINK_TIME.name),
-];
+/// One latency chart of the page: a histogram's key in the JSON, its title, its family, and the SLO
+/// kind whose ceiling is drawn over it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Chart {
+    pub key: &'static str,
+    pub title: &'static str,
+    pub family: &'static Family,
+    pub ceiling: Option<SloKind>,
+}
+
+/// The figures the page charts: the figure table's rows with a live chart, in its order.
+const LIVE_FIGURES: usize = {
+    let (mut n, mut i) = (0, 0);
+    while i < ROWS.len() {
+        if ROWS[i].live.is_some() {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+};
+
+/// The latency histograms the page shows, in [`Counts::hist`] order: the figures' (from the figure
+/// table, `record::figure`), then the gaps (ITL, one observation per gap) and the think time between
+/// a conversation's turns.
+pub const HISTOGRAMS: [Chart; LIVE_FIGURES + 2] = {
+    let itl = Chart {
+        key: "itl",
+        title: "ITL",
+        family: &family::ITL,
+        ceiling: Some(SloKind::Itl),
+    };
+    let think = Chart {
+        key: "think",
+        title: "Think time between turns",
+        family: &family::THINK_TIME,
+        ceiling: None,
+    };
+    let mut charts = [itl; LIVE_FIGURES + 2];
+    let (mut n, mut i) = (0, 0);
+    while i < ROWS.len() {
+        if let Some((key, title)) = ROWS[i].live {
+            charts[n] = Chart {
+                key,
+                title,
+                family: family::of_figure(ROWS[i].figure),
+                ceiling: ROWS[i].slo,
+            };
+            n += 1;
+        }
+        i += 1;
+    }
+    charts[n + 1] = think;
+    charts
+};
 
 /// The parts of a TTFT (issue "inside the TTFT"), shown as means over the window (Δsum / Δcount, as the
 /// deploy/ recording rules do): only their sums and counts are kept, in [`Counts::means`] order.
@@ -113,18 +160,15 @@ pub struct Ring {
 impl Ring {
     pub fn new(config: &Config) -> Self {
         let capacity = config.ui.points();
-        let b = &config.buckets;
-        let with_ceilings = |list: &[f64], kind| list.len() + config.slo.boundaries(kind).len() + 1;
-        // The times to first answer and to first tool call have TTFT's boundaries (and their own
-        // ceilings).
-        let buckets_per_key = with_ceilings(&b.ttft, SloKind::Ttft)
-            + with_ceilings(&b.ttft, SloKind::TimeToFirstAnswer)
-            + with_ceilings(&b.ttft, SloKind::TimeToFirstToolCall)
-            + with_ceilings(&b.itl, SloKind::Itl)
-            + with_ceilings(&b.tpot, SloKind::Tpot)
-            + with_ceilings(&b.e2e, SloKind::E2e)
-            + family::THINK_BUCKETS.len()
-            + 1;
+        let boundaries = Boundaries::of(config);
+        // Each histogram's buckets as its family row names them, and +Inf.
+        let buckets_per_key = HISTOGRAMS
+            .iter()
+            .map(|chart| match chart.family.kind {
+                Kind::Histogram(buckets) => boundaries.get(buckets).len() + 1,
+                Kind::Counter | Kind::Gauge => 0,
+            })
+            .sum();
         Ring {
             bounds: Default::default(),
             points: VecDeque::with_capacity(capacity),
@@ -242,7 +286,7 @@ pub fn take(families: &[MetricFamily], max_keys: usize) -> (Snapshot, Bounds) {
             in_flight = sum as i64;
             continue;
         }
-        let hist = HISTOGRAMS.iter().position(|(_, n)| *n == name);
+        let hist = HISTOGRAMS.iter().position(|c| c.family.name == name);
         let mean = MEANS.iter().position(|(_, n)| *n == name);
         let counters = [
             REQUESTS,

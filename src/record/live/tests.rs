@@ -25,7 +25,8 @@ impl Fake {
         } else {
             &["model", "api"]
         };
-        let opts = HistogramOpts::new(HISTOGRAMS[0].1, "ttft").buckets(vec![0.1, 0.25, 0.5, 1.0]);
+        let opts = HistogramOpts::new(HISTOGRAMS[0].family.name, "ttft")
+            .buckets(vec![0.1, 0.25, 0.5, 1.0]);
         let ttft = HistogramVec::new(opts, labels).unwrap();
         let mut with = labels.to_vec();
         with.push("outcome");

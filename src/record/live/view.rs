@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::quantile::{delta, histogram_quantile};
-use super::{Counts, Key, Ring, Snapshot, HISTOGRAMS, MEANS};
+use super::{Chart, Counts, Key, Ring, Snapshot, HISTOGRAMS, MEANS};
 use crate::config::{Slo, SloKind};
 
 pub const VERSION: u32 = 1;
@@ -37,6 +37,20 @@ pub struct LiveView {
     /// `GET /api/v1/fleet` serves the fleet's table from Prometheus (`ui.prometheus` is set).
     #[serde(default)]
     pub fleet: bool,
+    /// The latency charts, in the page's order: each histogram's key (in `quantiles`), its title and
+    /// the SLO kind whose ceiling is drawn over it.
+    #[serde(default)]
+    pub charts: Vec<ChartJson>,
+    /// The SLO kinds, in the order the attainment chart lists them.
+    #[serde(default)]
+    pub slo_kinds: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ChartJson {
+    pub key: String,
+    pub title: String,
+    pub ceiling: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -145,6 +159,15 @@ pub fn view(ring: &Ring, slo: &Slo, interval: Duration, window: Duration) -> Liv
         models: models.iter().map(|(k, _)| entry(k)).collect(),
         tenants: tenants.iter().map(|(k, _)| entry(k)).collect(),
         fleet: false,
+        charts: HISTOGRAMS
+            .iter()
+            .map(|c| ChartJson {
+                key: c.key.to_owned(),
+                title: c.title.to_owned(),
+                ceiling: c.ceiling.map(|k| k.as_str().to_owned()),
+            })
+            .collect(),
+        slo_kinds: SloKind::ALL.iter().map(|k| k.as_str().to_owned()).collect(),
     }
 }
 
@@ -207,7 +230,7 @@ fn figures(ring: &Ring, slo: &Slo, key: &Key, then: &Snapshot, now: &Snapshot) -
         .collect();
     let mut quantiles = BTreeMap::new();
     let mut distributions = BTreeMap::new();
-    for (i, (name, _)) in HISTOGRAMS.iter().enumerate() {
+    for (i, Chart { key: name, .. }) in HISTOGRAMS.iter().enumerate() {
         let bounds = &ring.bounds[i];
         let window = match (n.hist[i].is_empty(), seconds > 0.0) {
             (false, true) => delta(&n.hist[i], t.map(|t| t.hist[i].as_slice())),

@@ -4,7 +4,8 @@
 
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge};
 
-use super::family::{self, Registrar};
+use super::family;
+use super::registry::Registrar;
 use crate::record::conversations::{Conversations, Lookup, Unread, LOOKUPS, UNREAD};
 
 pub struct Agents {

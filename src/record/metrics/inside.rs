@@ -8,7 +8,8 @@
 
 use prometheus::{HistogramVec, IntCounterVec};
 
-use super::family::{self, Registrar};
+use super::family;
+use super::registry::Registrar;
 use super::Series;
 use crate::record::server::{Outside, ServerTimings};
 

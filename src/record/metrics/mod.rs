@@ -29,19 +29,20 @@ pub mod forwarding;
 mod inside;
 mod labels;
 mod refusals;
+mod registry;
 mod scrape;
 mod series;
 mod upstream;
 
 pub use agents::Agents;
-pub use bound::SeriesBound;
-use family::Registrar;
+pub use bound::{Boundaries, SeriesBound};
 pub use inside::Inside;
 pub use labels::{
     status_label, status_labels, Lookup, ModelLabels, NO_TENANT, OTHER_MODEL, UNADMITTED_MODEL,
     UNKNOWN_MODEL,
 };
 pub use refusals::{MetricsPortRefusals, Refusals, METRICS_PORT_REASONS};
+use registry::{Registered, Registrar};
 pub use series::Series;
 pub use upstream::UpstreamCounters;
 
@@ -82,7 +83,7 @@ pub struct Metrics {
     /// `tokentap_forwarding_delay_seconds`: tokentap's own delay per forwarded frame (`forwarding.rs`).
     pub forwarding_delay: Histogram,
     /// The families labelled by model (and tenant), for retiring idle values.
-    families: family::Registered,
+    families: Registered,
 }
 
 impl Metrics {

@@ -7,7 +7,8 @@
 
 use prometheus::IntCounter;
 
-use super::family::{self, Registrar};
+use super::family;
+use super::registry::Registrar;
 
 /// What tokentap's own limits turned away before a request could be counted, or instead of
 /// forwarding it. Unlabelled, or labelled from a fixed set: nothing a client sends chooses a series.

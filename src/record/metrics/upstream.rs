@@ -4,7 +4,8 @@
 
 use prometheus::{IntCounter, IntGauge};
 
-use super::family::{self, Registrar};
+use super::family;
+use super::registry::Registrar;
 
 #[derive(Clone)]
 pub struct UpstreamCounters {
