@@ -222,3 +222,35 @@ def run_conversations(base_url, turns=TURNS):
         messages += [{"role": "assistant", "content": answer.content}, {"role": "user", "content": text}]
     claude.close()
     return len(turns)
+
+
+def long_history(messages=500, size=2048):
+    """An agent's history of `messages` messages of about `size` bytes each (about 1 MiB as JSON),
+    alternating user and assistant, ending with the user: the body an agent that has run for hours
+    sends."""
+    words = "the licence grants each user the right to copy and share the work ".split()
+    history = []
+    for i in range(messages):
+        text = " ".join(words[(i + j) % len(words)] for j in range(size // 5))[:size]
+        history.append({"role": "user" if i % 2 == 0 else "assistant", "content": f"{i}: {text}"})
+    return history
+
+
+def run_long_history(base_url, history):
+    """Two turns of an agent with a long history, through the openai SDK: the history, then the same
+    history with the server's answer (or, when it refused the prompt, a stand-in answer) and a new user
+    message appended. Returns each turn's status as the SDK saw it."""
+    client = openai.OpenAI(base_url=base_url + "/v1", api_key="none", max_retries=0, timeout=120)
+    statuses, messages = [], list(history)
+    for turn in range(2):
+        try:
+            answer = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=MAX_TOKENS,
+                                                    temperature=0, seed=1)
+            statuses.append(200)
+            text = answer.choices[0].message.content or ""
+        except openai.APIStatusError as e:
+            statuses.append(e.status_code)
+            text = "(no answer)"
+        messages = messages + [{"role": "assistant", "content": text}, {"role": "user", "content": "And then?"}]
+    client.close()
+    return statuses

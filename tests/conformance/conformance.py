@@ -245,6 +245,28 @@ def conversations(suite):
     suite.outcomes(group, t, streamed)
 
 
+def long_history(suite):
+    """A 1 MiB agent history (500 messages) through the openai SDK, two turns: tokentap reads the list off
+    the held body on a reader of its own, after the request went upstream, and places the second turn in
+    the first's conversation. The tiny model's context (512 tokens) cannot hold such a prompt, so vLLM
+    refuses both (400); the client must get vLLM's own answer, as a direct request does."""
+    group = "1 MiB agent history, 2 turns"
+    history = clients.long_history()
+    body = dict(model=clients.MODEL, messages=history, max_tokens=clients.MAX_TOKENS, temperature=0, seed=1)
+    size = len(json.dumps(body))
+    suite.check(group, "body size (bytes)", size, ">= 1,000,000", size >= 1_000_000)
+    statuses, v, t = suite.phase(lambda: clients.run_long_history(suite.tokentap.url, history))
+    direct = post(suite.vllm.port, "/v1/chat/completions", body)
+    through = post(suite.tokentap.port, "/v1/chat/completions", body)
+    suite.exact(group, "first turn's status", statuses[0], direct[0])
+    suite.check(group, "answer as vLLM's own", f"{through[0]}, {len(through[1])} B", f"{direct[0]}, {len(direct[1])} B",
+                through[0] == direct[0] and masked(through[1]) == masked(direct[1]))
+    lookups = "tokentap_conversation_lookups_total"
+    suite.exact(group, "new conversations", t.get(lookups, result="first"), 1)
+    suite.exact(group, "turns continuing it", t.get(lookups, result="continued"), 1)
+    suite.exact(group, "lists not read", t.get(lookups, result="unread"), 0)
+
+
 def aiperf_conversations(suite, binary, model_dir, out, conversations=6, turns=3):
     """aiperf's multi-turn mode through a tokentap that writes its records: each of aiperf's requests
     (joined by its X-Request-ID, which tokentap records as client_request_id) is in the conversation and at the
@@ -435,6 +457,7 @@ def main():
         ttft(suite)
         prefix_cache(suite)
         conversations(suite)
+        long_history(suite)
         aiperf(suite, a.model_dir, os.path.join(a.out, "aiperf-c1"), 1, 8)
         aiperf(suite, a.model_dir, os.path.join(a.out, "aiperf-c4"), 4, 16)
         aiperf_conversations(suite, a.tokentap, a.model_dir, os.path.join(a.out, "aiperf-conversations"))
