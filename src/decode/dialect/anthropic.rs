@@ -36,7 +36,7 @@ use serde::Deserialize;
 use super::text::Text;
 use super::{Dialect, EventKind, EventOutput, Observations};
 use crate::decode::event::FramedEvent;
-use crate::decode::json_scan::FieldScanner;
+use crate::decode::json::FieldScanner;
 
 /// The last cumulative value of each input field, summed when any changes.
 #[derive(Debug, Default)]

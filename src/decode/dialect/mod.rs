@@ -25,7 +25,7 @@ pub mod timings;
 pub use scanned::{Reading, Scanned};
 
 use crate::decode::event::FramedEvent;
-use crate::decode::json_scan::FieldScanner;
+use crate::decode::json::FieldScanner;
 use crate::record::api::Api;
 use crate::record::server::ServerTimings;
 

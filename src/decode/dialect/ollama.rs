@@ -28,7 +28,7 @@ use super::text::Text;
 use super::timings::OllamaDurations;
 use super::{Dialect, EventKind, EventOutput, Observations};
 use crate::decode::event::FramedEvent;
-use crate::decode::json_scan::FieldScanner;
+use crate::decode::json::FieldScanner;
 
 #[derive(Debug, Default)]
 pub struct Ollama;

@@ -31,7 +31,7 @@ use super::text::Text;
 use super::timings::{LlamaTimings, VllmMetrics};
 use super::{Dialect, EventKind, EventOutput, Observations};
 use crate::decode::event::FramedEvent;
-use crate::decode::json_scan::FieldScanner;
+use crate::decode::json::FieldScanner;
 
 #[derive(Debug, Default)]
 pub struct OpenAi;

@@ -24,7 +24,7 @@ use serde::Deserialize;
 use super::text::Text;
 use super::{Dialect, EventKind, EventOutput, Observations};
 use crate::decode::event::FramedEvent;
-use crate::decode::json_scan::FieldScanner;
+use crate::decode::json::FieldScanner;
 
 #[derive(Debug, Default)]
 pub struct Tgi;

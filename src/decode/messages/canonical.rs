@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use sha2::{Digest as _, Sha256};
 
-use crate::decode::cursor::Cursor;
+use crate::decode::json::Cursor;
 use crate::record::conversations::{Digest, Unread};
 
 /// Nesting followed, counted from the body's own object (a message is at 3, its content at 4):

@@ -1,5 +1,5 @@
 //! The fast reading of Anthropic's per-token event, `content_block_delta`, without serde_json: one pass
-//! over the event with the checked readers of `decode/cursor.rs`, strings borrowed from the event. It
+//! over the event with the checked readers of `decode/json/cursor.rs`, strings borrowed from the event. It
 //! reads what the serde struct reads (`type`, and `delta`'s `text`, `thinking`, `partial_json`,
 //! `content`), skips every other member as serde_json skips it, and gives up (`None`: serde_json reads the
 //! event) on anything it is not sure to read as serde_json does: another event type (those come once a
@@ -9,8 +9,8 @@
 use std::borrow::Cow;
 
 use super::Delta;
-use crate::decode::cursor::{once, Cursor, Seen};
 use crate::decode::dialect::text::Text;
+use crate::decode::json::{once, Cursor, Seen};
 
 /// The event's `delta` (`None`: absent or null), when the event is a `content_block_delta` the scanner
 /// read whole; `None` when serde_json is to read it.

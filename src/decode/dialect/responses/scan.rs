@@ -1,5 +1,5 @@
 //! The fast reading of the Responses API's per-token events (`response.*.delta`) without serde_json: one
-//! pass over the event with the checked readers of `decode/cursor.rs`, strings borrowed from the event.
+//! pass over the event with the checked readers of `decode/json/cursor.rs`, strings borrowed from the event.
 //! It reads what the serde struct reads (`type` and `delta`), skips every other member as serde_json skips
 //! it, and gives up (`None`: serde_json reads the event) on anything it is not sure to read as serde_json
 //! does: an event whose type does not end in `.delta` (the lifecycle events, a few a stream), a
@@ -8,8 +8,8 @@
 
 use std::borrow::Cow;
 
-use crate::decode::cursor::{Cursor, Seen};
 use crate::decode::dialect::text::Text;
+use crate::decode::json::{Cursor, Seen};
 
 /// A delta event read whole: its type and its `delta`.
 pub(super) struct DeltaEvent<'a> {

@@ -1,5 +1,5 @@
 //! The fast reading of TGI's per-token event (`{"index":…,"token":{…},"generated_text":null,
-//! "details":null}`) without serde_json: one pass with the checked readers of `decode/cursor.rs`, the
+//! "details":null}`) without serde_json: one pass with the checked readers of `decode/json/cursor.rs`, the
 //! token's text borrowed from the event. It reads what the serde structs read of such an event (the
 //! token's `text` and `special`), skips every other member as serde_json skips it (`index`, the token's
 //! `id` and `logprob`, `top_tokens`), and gives up (`None`: serde_json reads the event) on anything it is
@@ -8,8 +8,8 @@
 //! escape, a number where text is read, a `special` that is not a boolean or null, bytes that are not
 //! UTF-8, anything malformed.
 
-use crate::decode::cursor::{Cursor, Seen};
 use crate::decode::dialect::text::Text;
+use crate::decode::json::{Cursor, Seen};
 
 /// A token event read whole: its token's text and whether the token is a special one.
 pub(super) struct TokenEvent<'a> {
