@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use support::streams::{cut, piece, splits, stream};
 use tokentap::config::Metering;
 use tokentap::decode::dialect::detect;
-use tokentap::decode::json_scan::FieldScanner;
+use tokentap::decode::json::FieldScanner;
 use tokentap::decode::response::{Format, ResponseDecoder};
 use tokentap::decode::sse::SseFramer;
 use tokentap::decode::tokenizer::TextCount;

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tokentap::decode::json_scan::FieldScanner;
+use tokentap::decode::json::FieldScanner;
 use tokentap_fuzz::frames;
 
 const WANTED: &[&str] = &["model", "usage"];

@@ -1,13 +1,12 @@
 //! Reading the exchange: the request's message list (as digests, for conversations), and the response:
-//! the event every framer hands on, line framers (SSE, NDJSON), the JSON field scanner, the API
+//! the event every framer hands on, line framers (SSE, NDJSON), the JSON readers (`json/`), the API
 //! dialects, the tokenizer and the response decoder that puts them together.
 
-mod cursor;
 pub mod dialect;
 pub mod event;
 #[cfg(test)]
 mod fixtures;
-pub mod json_scan;
+pub mod json;
 pub mod messages;
 pub mod ndjson;
 pub mod response;

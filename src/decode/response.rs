@@ -13,7 +13,7 @@ use http::HeaderValue;
 use crate::config::Metering;
 use crate::decode::dialect::{Dialect, EventKind, EventOutput, Observations};
 use crate::decode::event::FramedEvent;
-use crate::decode::json_scan::FieldScanner;
+use crate::decode::json::FieldScanner;
 use crate::decode::ndjson::NdjsonFramer;
 use crate::decode::sse::SseFramer;
 use crate::decode::tokenizer::TextCount;

@@ -26,7 +26,7 @@ use http_body_util::BodyExt;
 use tokio::time::Instant;
 
 use super::{BoxError, IdleTimer};
-use crate::decode::json_scan::FieldScanner;
+use crate::decode::json::FieldScanner;
 
 /// Largest `model` value kept, quotes and escapes included.
 const MAX_MODEL_VALUE_BYTES: usize = 1024;

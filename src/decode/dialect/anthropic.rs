@@ -34,9 +34,8 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use super::text::Text;
-use super::{Dialect, EventKind, EventOutput, Observations};
-use crate::decode::event::FramedEvent;
-use crate::decode::json_scan::FieldScanner;
+use super::{EventKind, EventOutput, Observations, Wire};
+use crate::decode::json::FieldScanner;
 
 /// The last cumulative value of each input field, summed when any changes.
 #[derive(Debug, Default)]
@@ -46,8 +45,9 @@ pub struct Anthropic {
     cache_read: Option<u64>,
 }
 
-#[derive(Deserialize)]
-struct Event<'a> {
+/// One event, as serde_json reads it; the scanner fills the same struct (absent fields: the default).
+#[derive(Deserialize, Default)]
+pub struct Event<'a> {
     #[serde(borrow, default, rename = "type")]
     kind: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -151,76 +151,25 @@ impl Anthropic {
     }
 }
 
-impl Dialect for Anthropic {
-    fn on_event(
+impl Wire for Anthropic {
+    type Event<'a> = Event<'a>;
+
+    /// A `content_block_delta`; the others are serde_json's.
+    fn scan(data: &[u8]) -> Option<Event<'_>> {
+        scan::content_block_delta(data)
+    }
+
+    fn apply(
         &mut self,
-        event: &FramedEvent<'_>,
+        event: &Event<'_>,
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {
-        match read_fast(event.data, obs, text) {
-            Some(kind) => kind,
-            None => self.read_by_serde(event.data, obs, text),
-        }
-    }
-
-    fn body_fields(&self) -> &'static [&'static str] {
-        &["model", "usage"]
-    }
-
-    fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
-        obs.model(fields.string("model").as_deref());
-        if let Some(usage) = fields.value::<Usage>("usage") {
-            self.usage(&usage, true, obs);
-        }
-    }
-}
-
-/// The scanner's reading ([`scan`]): a `content_block_delta` event, `None` for anything else.
-pub(super) fn read_fast(
-    data: &[u8],
-    _: &mut Observations,
-    text: &mut EventOutput<'_>,
-) -> Option<EventKind> {
-    scan::content_block_delta(data).map(|d| d.map_or(EventKind::Other, |d| on_delta(&d, text)))
-}
-
-/// serde_json's reading of one event, by a decoder that has seen no event before.
-pub(super) fn read_by_serde(
-    data: &[u8],
-    obs: &mut Observations,
-    text: &mut EventOutput<'_>,
-) -> EventKind {
-    Anthropic::default().read_by_serde(data, obs, text)
-}
-
-/// The output a `content_block_delta`'s delta carries, the same whichever reading made it.
-fn on_delta(delta: &Delta<'_>, text: &mut EventOutput<'_>) -> EventKind {
-    let mut output = EventKind::Other;
-    if let Some(thinking) = delta.thinking.non_empty() {
-        text.push_reasoning(thinking);
-        output = EventKind::Output;
-    }
-    let answer = [&delta.text, &delta.partial_json, &delta.content];
-    for part in answer.into_iter().filter_map(Text::non_empty) {
-        text.answer();
-        text.push(part);
-        output = EventKind::Output;
-    }
-    output
-}
-
-impl Anthropic {
-    fn read_by_serde(
-        &mut self,
-        data: &[u8],
-        obs: &mut Observations,
-        text: &mut EventOutput<'_>,
-    ) -> EventKind {
-        let Ok(event) = serde_json::from_slice::<Event<'_>>(data) else {
-            return EventKind::Malformed;
-        };
         match event.kind.as_deref().unwrap_or_default() {
+            "content_block_delta" => event
+                .delta
+                .as_ref()
+                .map_or(EventKind::Other, |delta| on_delta(delta, text)),
             "error" => EventKind::Error,
             "message_start" => {
                 if let Some(message) = &event.message {
@@ -241,10 +190,6 @@ impl Anthropic {
                 obs.ended = true;
                 EventKind::Other
             }
-            "content_block_delta" => event
-                .delta
-                .as_ref()
-                .map_or(EventKind::Other, |delta| on_delta(delta, text)),
             "content_block_start" => {
                 // A `tool_use` block (one of the client's tools, not a `server_tool_use` the server runs
                 // itself) names the tool before its input streams: not a token, but the call's start.
@@ -257,11 +202,38 @@ impl Anthropic {
             _ => EventKind::Other,
         }
     }
+
+    const BODY_FIELDS: &'static [&'static str] = &["model", "usage"];
+
+    fn body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
+        obs.model(fields.string("model").as_deref());
+        if let Some(usage) = fields.value::<Usage>("usage") {
+            self.usage(&usage, true, obs);
+        }
+    }
+}
+
+/// The output a `content_block_delta`'s delta carries.
+fn on_delta(delta: &Delta<'_>, text: &mut EventOutput<'_>) -> EventKind {
+    let mut output = EventKind::Other;
+    if let Some(thinking) = delta.thinking.non_empty() {
+        text.push_reasoning(thinking);
+        output = EventKind::Output;
+    }
+    let answer = [&delta.text, &delta.partial_json, &delta.content];
+    for part in answer.into_iter().filter_map(Text::non_empty) {
+        text.answer();
+        text.push(part);
+        output = EventKind::Output;
+    }
+    output
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decode::dialect::Dialect;
+    use crate::decode::event::FramedEvent;
 
     fn classify(data: &str) -> (EventKind, Observations, String) {
         crate::decode::dialect::classify_with(&mut Anthropic::default(), data)

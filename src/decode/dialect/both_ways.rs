@@ -5,7 +5,7 @@
 
 use proptest::prelude::*;
 
-use super::{Observations, Scanned};
+use super::{BothWays, Observations};
 
 /// Every event of the fixtures: the `data:` lines' JSON payloads, or an NDJSON fixture's lines.
 pub fn data_events(fixtures: &[&'static str]) -> Vec<&'static str> {
@@ -19,9 +19,9 @@ pub fn data_events(fixtures: &[&'static str]) -> Vec<&'static str> {
 }
 
 /// Wherever the scanner reads `event`, it reads it as serde_json does, with and without the text.
-pub fn same_both_ways(scanned: Scanned, event: &[u8]) {
+pub fn same_both_ways(read: BothWays, event: &[u8]) {
     for with_text in [false, true] {
-        let (fast, serde) = scanned.both_ways(event, &Observations::default(), with_text);
+        let (fast, serde) = read(event, &Observations::default(), with_text);
         if let Some(fast) = fast {
             assert_eq!(
                 Some(fast),
@@ -58,11 +58,33 @@ pub const SNIPPETS: &[&str] = &[
 
 /// Every one of `events`: read as serde_json reads it, and by the scanner exactly where `fast` says it
 /// should be (a delta, its type spelled with an escape or not).
-pub fn fast_exactly_where(scanned: Scanned, events: &[&str], fast: fn(&str) -> bool) {
+pub fn fast_exactly_where(read: BothWays, events: &[&str], fast: fn(&str) -> bool) {
     for event in events {
-        same_both_ways(scanned, event.as_bytes());
-        let (read, _) = scanned.both_ways(event.as_bytes(), &Observations::default(), true);
-        assert_eq!(read.is_some(), fast(event), "{event}");
+        same_both_ways(read, event.as_bytes());
+        let (fast_read, _) = read(event.as_bytes(), &Observations::default(), true);
+        assert_eq!(fast_read.is_some(), fast(event), "{event}");
+    }
+}
+
+/// 4,000 mutations (see [`mutated`]) of the fixtures' events and `shapes`, each read alike both ways
+/// wherever the scanner reads it.
+pub fn mutations_read_alike(
+    read: BothWays,
+    fixtures: &[&'static str],
+    shapes: &[&'static str],
+    snippets: &[&'static str],
+) {
+    let config = ProptestConfig {
+        cases: 4000,
+        ..ProptestConfig::default()
+    };
+    let mutants = mutated(fixtures, shapes, snippets);
+    let outcome = proptest::test_runner::TestRunner::new(config).run(&mutants, |event| {
+        same_both_ways(read, &event);
+        Ok(())
+    });
+    if let Err(failure) = outcome {
+        panic!("{failure}");
     }
 }
 

@@ -27,16 +27,15 @@ use serde::Deserialize;
 
 use super::text::Text;
 use super::timings::LlamaTimings as Timings;
-use super::{Dialect, EventKind, EventOutput, Observations};
-use crate::decode::event::FramedEvent;
-use crate::decode::json_scan::FieldScanner;
+use super::{EventKind, EventOutput, Observations, Wire};
+use crate::decode::json::FieldScanner;
 
 #[derive(Debug, Default)]
 pub struct LlamaCpp;
 
 /// One event, as serde_json reads it; the scanner fills the same struct (absent fields: the default).
 #[derive(Deserialize, Default)]
-struct Chunk<'a> {
+pub struct Chunk<'a> {
     #[serde(borrow, default)]
     content: Text<'a>,
     #[serde(borrow, default)]
@@ -71,61 +70,42 @@ fn record(
     }
 }
 
-/// What one event says, read by the scanner or by serde_json.
-fn on_chunk(chunk: &Chunk<'_>, obs: &mut Observations, text: &mut EventOutput<'_>) -> EventKind {
-    obs.model(chunk.model.0.as_deref());
-    let (predicted, evaluated) = (chunk.tokens_predicted, chunk.tokens_evaluated);
-    record(chunk.timings.as_ref(), predicted, evaluated, obs);
-    if chunk.stop == Some(true) {
-        obs.ended = true;
-    }
-    if chunk.error.is_some() {
-        return EventKind::Error;
-    }
-    match chunk.content.non_empty() {
-        Some(content) => {
-            text.push(content);
-            EventKind::Output
-        }
-        None => EventKind::Other,
-    }
-}
+impl Wire for LlamaCpp {
+    type Event<'a> = Chunk<'a>;
 
-/// The scanner's reading ([`scan`]), `None` when it leaves the event to serde_json.
-pub(super) fn read_fast(
-    data: &[u8],
-    obs: &mut Observations,
-    text: &mut EventOutput<'_>,
-) -> Option<EventKind> {
-    scan::chunk(data).map(|chunk| on_chunk(&chunk, obs, text))
-}
-
-pub(super) fn read_by_serde(
-    data: &[u8],
-    obs: &mut Observations,
-    text: &mut EventOutput<'_>,
-) -> EventKind {
-    match serde_json::from_slice::<Chunk<'_>>(data) {
-        Ok(chunk) => on_chunk(&chunk, obs, text),
-        Err(_) => EventKind::Malformed,
+    fn scan(data: &[u8]) -> Option<Chunk<'_>> {
+        scan::chunk(data)
     }
-}
 
-impl Dialect for LlamaCpp {
-    fn on_event(
+    /// What one event says, read by the scanner or by serde_json.
+    fn apply(
         &mut self,
-        event: &FramedEvent<'_>,
+        chunk: &Chunk<'_>,
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {
-        read_fast(event.data, obs, text).unwrap_or_else(|| read_by_serde(event.data, obs, text))
+        obs.model(chunk.model.0.as_deref());
+        let (predicted, evaluated) = (chunk.tokens_predicted, chunk.tokens_evaluated);
+        record(chunk.timings.as_ref(), predicted, evaluated, obs);
+        if chunk.stop == Some(true) {
+            obs.ended = true;
+        }
+        if chunk.error.is_some() {
+            return EventKind::Error;
+        }
+        match chunk.content.non_empty() {
+            Some(content) => {
+                text.push(content);
+                EventKind::Output
+            }
+            None => EventKind::Other,
+        }
     }
 
-    fn body_fields(&self) -> &'static [&'static str] {
-        &["model", "timings", "tokens_predicted", "tokens_evaluated"]
-    }
+    const BODY_FIELDS: &'static [&'static str] =
+        &["model", "timings", "tokens_predicted", "tokens_evaluated"];
 
-    fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
+    fn body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
         obs.model(fields.string("model").as_deref());
         let timings: Option<Timings> = fields.value("timings");
         let (predicted, evaluated) = (

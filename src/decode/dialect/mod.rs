@@ -6,8 +6,18 @@
 //! whether the API's terminal event has passed. What an output-bearing event produced goes into
 //! [`EventOutput`]: which choices it advanced (OpenAI's `n` > 1) and, when a tokenizer will count the
 //! request's output, its text (otherwise nothing is copied). A dialect never sees raw bytes and never
-//! decides timing: that is the decoder's and the timeline's job. Adding an API means adding a module here,
-//! a line in [`detect`] and its [`Api`] (the label, in `record/api.rs`).
+//! decides timing: that is the decoder's and the timeline's job.
+//!
+//! Each dialect is a [`Wire`] (`wire.rs`): its event's serde struct read by serde_json, the reference,
+//! and one `apply` that says what an event means; a scanner of its own is optional. [`DIALECTS`] is the
+//! one list of them: the paths each serves, its [`Api`], the dialect.
+//!
+//! Adding an API (docs/architecture.md, "Adding a dialect") needs its module here (`<api>.rs`: the
+//! event's serde struct and its `Wire`: `by_serde`, `apply`, the body's fields), a row in [`DIALECTS`],
+//! its [`Api`] (the label, in `record/api.rs`), and a fixture stream in `tests/fixtures/<api>/` with its
+//! case in `decode/fixtures.rs` (a test fails until every row has one). Optional, for speed only: a
+//! scanner (`<api>/scan.rs`, on `decode/json/cursor.rs`) as `Wire::scan`, and `<api>/differential.rs`,
+//! which holds it to serde_json's reading.
 
 mod anthropic;
 #[cfg(test)]
@@ -15,17 +25,27 @@ mod both_ways;
 mod llamacpp;
 mod ollama;
 mod openai;
+mod output;
 mod responses;
-mod scanned;
 mod text;
 mod tgi;
 pub mod timings;
+mod wire;
 
+pub use output::{is_reasoning_text, Channels, ChoiceTexts, EventOutput, MAX_CHOICE};
+pub use wire::Wire;
 #[doc(hidden)]
-pub use scanned::{Reading, Scanned};
+pub use wire::{both_ways, fuzz, BothWays, Reading};
+
+use anthropic::Anthropic;
+use llamacpp::LlamaCpp;
+use ollama::Ollama;
+use openai::OpenAi;
+use responses::Responses;
+use tgi::Tgi;
 
 use crate::decode::event::FramedEvent;
-use crate::decode::json_scan::FieldScanner;
+use crate::decode::json::FieldScanner;
 use crate::record::api::Api;
 use crate::record::server::ServerTimings;
 
@@ -169,130 +189,8 @@ fn classify_choices(
     (kind, obs, copied.join("|"), choices)
 }
 
-/// The output text of each choice so far, for a tokenizer to count: entry `2i` is choice `i`'s answer
-/// text and entry `2i + 1` its reasoning (choice 0 for APIs with one answer), so at most twice
-/// [`MAX_CHOICE`] plus 2 entries. The choices are kept apart because their events interleave: tokenized
-/// as one text, one choice's words would run into another's; reasoning is kept apart so its tokens can
-/// be told.
-pub type ChoiceTexts = Vec<String>;
-
-/// Whether entry `at` of [`ChoiceTexts`] is reasoning.
-pub fn is_reasoning_text(at: usize) -> bool {
-    at % 2 == 1
-}
-
-/// What one event produced, beyond its kind: the generated text, for a tokenizer to count, and the
-/// choices it advanced. Without a tokenizer it holds no text buffer and [`EventOutput::push`] does
-/// nothing, so no text is ever copied. The choice list is the caller's, cleared before each event and
-/// reused, so marking a choice allocates nothing once a stream is under way.
-pub struct EventOutput<'a> {
-    text: Option<&'a mut ChoiceTexts>,
-    choices: &'a mut Vec<u32>,
-    /// The choice the next text belongs to: the one marked last (0 until one is).
-    current: u32,
-    /// The event carried reasoning (thinking) output.
-    reasoning: bool,
-    /// The event carried answer output (text, refusal, tool call).
-    answer: bool,
-    /// The event was part of a tool call (see [`EventOutput::tool_call`]).
-    tool_call: bool,
-}
-
-/// Whether an output-bearing event's output was reasoning, answer or both, and whether the event was
-/// part of a tool call (which may be so of an event that is not a token: a tool-use block's start).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Channels {
-    pub reasoning: bool,
-    pub answer: bool,
-    pub tool_call: bool,
-}
-
-/// Choices beyond this index share the last slot: a client's `n` must not grow per-stream state.
-pub const MAX_CHOICE: u32 = 63;
-
-impl<'a> EventOutput<'a> {
-    pub fn new(text: Option<&'a mut ChoiceTexts>, choices: &'a mut Vec<u32>) -> Self {
-        EventOutput {
-            text,
-            choices,
-            current: 0,
-            reasoning: false,
-            answer: false,
-            tool_call: false,
-        }
-    }
-
-    /// The event carried reasoning output (OpenAI `reasoning_content`/`reasoning`, Responses reasoning
-    /// deltas, Anthropic `thinking_delta`, Ollama `thinking`).
-    pub fn reasoning(&mut self) {
-        self.reasoning = true;
-    }
-
-    /// The event carried answer output: anything that is not reasoning. An output event a dialect
-    /// marks as neither is answer (APIs without a reasoning channel).
-    pub fn answer(&mut self) {
-        self.answer = true;
-    }
-
-    /// The event starts or continues a tool call: OpenAI chat's `tool_calls`/`function_call` deltas,
-    /// Responses' function-call and custom-tool items and their argument deltas, Anthropic's `tool_use`
-    /// blocks and their `input_json_delta`, Ollama's `tool_calls`. The first such event is when an agent
-    /// learns it has something to do (`t_tool`). A block's or item's start names the tool without being
-    /// a token, so it may mark a tool call on an event that is not output.
-    pub fn tool_call(&mut self) {
-        self.tool_call = true;
-    }
-
-    /// Whether a tokenizer wants the text: without one, [`EventOutput::push`] does nothing, so a
-    /// dialect need not decode the text it would push.
-    pub fn wants_text(&self) -> bool {
-        self.text.is_some()
-    }
-
-    /// What the event's output was: answer unless it was marked reasoning only.
-    pub fn channels(&self) -> Channels {
-        Channels {
-            reasoning: self.reasoning,
-            answer: self.answer || !self.reasoning,
-            tool_call: self.tool_call,
-        }
-    }
-
-    /// Appends generated answer text (content, refusal or tool-call arguments) to the text of the
-    /// choice marked last.
-    pub fn push(&mut self, text: &str) {
-        self.push_at(2 * self.current as usize, text);
-    }
-
-    /// Appends reasoning text to the choice marked last, and marks the event as reasoning.
-    pub fn push_reasoning(&mut self, text: &str) {
-        self.reasoning = true;
-        self.push_at(2 * self.current as usize + 1, text);
-    }
-
-    fn push_at(&mut self, at: usize, text: &str) {
-        if let Some(texts) = self.text.as_mut() {
-            if texts.len() <= at {
-                texts.resize_with(at + 1, String::new);
-            }
-            if let Some(choice) = texts.get_mut(at) {
-                choice.push_str(text);
-            }
-        }
-    }
-
-    /// The event carried output for choice `index` (APIs with one answer per response never call it:
-    /// their output is choice 0). Marked once per choice and event, whatever the event repeats; the
-    /// text pushed next is that choice's.
-    pub fn choice(&mut self, index: u32) {
-        let index = index.min(MAX_CHOICE);
-        self.current = index;
-        if !self.choices.contains(&index) {
-            self.choices.push(index);
-        }
-    }
-}
-
+/// What the response decoder holds: a dialect as one object. Every dialect is a [`Wire`], and this
+/// follows from it.
 pub trait Dialect: Send {
     /// Classifies one event of a streaming response, records any usage, model or end it carries, and
     /// reports what an output-bearing event produced into `output`.
@@ -308,29 +206,50 @@ pub trait Dialect: Send {
     fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations);
 }
 
-/// Picks the dialect for a request path (query excluded); any prefix before the API's own path is
-/// allowed (`/openai/v1/chat/completions`). Unknown paths get `Api::Other` and no dialect: they are
-/// forwarded and counted, but no token figures are guessed for them.
+/// One row of [`DIALECTS`]: the paths a dialect serves, the API they are, and the dialect.
+#[doc(hidden)]
+pub struct Row {
+    /// What a request path (query excluded, trailing slashes taken off) ends with.
+    pub paths: &'static [&'static str],
+    pub api: Api,
+    new: fn() -> Box<dyn Dialect>,
+    /// The dialect's two readings of one event, for the differential tests and the fuzz target.
+    pub both_ways: BothWays,
+}
+
+const fn row<W: Wire>(paths: &'static [&'static str], api: Api) -> Row {
+    Row {
+        paths,
+        api,
+        new: || Box::<W>::default(),
+        both_ways: both_ways::<W>,
+    }
+}
+
+/// Every dialect, by the paths it serves; the first row whose path ends the request's path wins (so
+/// `/chat/completions` before `/completions`, Ollama's `/api/generate` before TGI's `/generate`). Any
+/// prefix before the API's own path is allowed (`/openai/v1/chat/completions`).
+#[doc(hidden)]
+pub const DIALECTS: [Row; 7] = [
+    row::<OpenAi>(&["/chat/completions"], Api::Chat),
+    row::<OpenAi>(&["/completions"], Api::Completions),
+    row::<Responses>(&["/v1/responses"], Api::Responses),
+    row::<Anthropic>(&["/v1/messages"], Api::Messages),
+    row::<Ollama>(&["/api/generate", "/api/chat"], Api::Ollama),
+    row::<Tgi>(&["/generate_stream", "/generate"], Api::Generate),
+    row::<LlamaCpp>(&["/completion"], Api::LlamaCpp),
+];
+
+/// Picks the dialect for a request path (query excluded) from [`DIALECTS`]. Unknown paths get
+/// `Api::Other` and no dialect: they are forwarded and counted, but no token figures are guessed for
+/// them.
 pub fn detect(path: &str) -> (Api, Option<Box<dyn Dialect>>) {
     let path = path.trim_end_matches('/');
-    let (api, dialect): (Api, Box<dyn Dialect>) = if path.ends_with("/chat/completions") {
-        (Api::Chat, Box::new(openai::OpenAi))
-    } else if path.ends_with("/completions") {
-        (Api::Completions, Box::new(openai::OpenAi))
-    } else if path.ends_with("/v1/responses") {
-        (Api::Responses, Box::new(responses::Responses))
-    } else if path.ends_with("/v1/messages") {
-        (Api::Messages, Box::<anthropic::Anthropic>::default())
-    } else if path.ends_with("/api/generate") || path.ends_with("/api/chat") {
-        (Api::Ollama, Box::new(ollama::Ollama))
-    } else if path.ends_with("/generate_stream") || path.ends_with("/generate") {
-        (Api::Generate, Box::new(tgi::Tgi))
-    } else if path.ends_with("/completion") {
-        (Api::LlamaCpp, Box::new(llamacpp::LlamaCpp))
-    } else {
-        return (Api::Other, None);
-    };
-    (api, Some(dialect))
+    let serves = |row: &&Row| row.paths.iter().any(|p| path.ends_with(p));
+    match DIALECTS.iter().find(serves) {
+        Some(row) => (row.api, Some((row.new)())),
+        None => (Api::Other, None),
+    }
 }
 
 #[cfg(test)]

@@ -26,16 +26,15 @@ use serde::Deserialize;
 
 use super::text::Text;
 use super::timings::OllamaDurations;
-use super::{Dialect, EventKind, EventOutput, Observations};
-use crate::decode::event::FramedEvent;
-use crate::decode::json_scan::FieldScanner;
+use super::{EventKind, EventOutput, Observations, Wire};
+use crate::decode::json::FieldScanner;
 
 #[derive(Debug, Default)]
 pub struct Ollama;
 
 /// One line, as serde_json reads it; the scanner fills the same struct (absent fields: the default).
 #[derive(Deserialize, Default)]
-struct Line<'a> {
+pub struct Line<'a> {
     #[serde(borrow, default)]
     model: Text<'a>,
     #[serde(borrow, default)]
@@ -82,92 +81,72 @@ struct Function<'a> {
     name: Text<'a>,
 }
 
-/// What one line means, the same whichever reading made it.
-fn on_line(line: &Line<'_>, obs: &mut Observations, text: &mut EventOutput<'_>) -> EventKind {
-    obs.model(line.model.0.as_deref());
-    obs.record(line.eval_count, line.prompt_eval_count);
-    if line.done == Some(true) {
-        obs.ended = true;
-        let durations = OllamaDurations {
-            load_duration: line.load_duration,
-            prompt_eval_duration: line.prompt_eval_duration,
-            eval_duration: line.eval_duration,
-        };
-        obs.server.merge(durations.timings());
-    }
-    if line.error.is_some() {
-        return EventKind::Error;
-    }
-    let message = line.message.as_ref();
-    let mut kind = EventKind::Other;
-    let reasoning = [Some(&line.thinking), message.map(|m| &m.thinking)];
-    for part in reasoning.into_iter().flatten().filter_map(Text::non_empty) {
-        text.push_reasoning(part);
-        kind = EventKind::Output;
-    }
-    let answer = [Some(&line.response), message.map(|m| &m.content)];
-    for part in answer.into_iter().flatten().filter_map(Text::non_empty) {
-        text.answer();
-        text.push(part);
-        kind = EventKind::Output;
-    }
-    let calls = message
-        .and_then(|m| m.tool_calls.as_deref())
-        .unwrap_or_default();
-    if !calls.is_empty() {
-        text.answer();
-        text.tool_call();
-        let names = calls.iter().filter_map(|c| c.function.as_ref());
-        names
-            .filter_map(|f| f.name.non_empty())
-            .for_each(|n| text.push(n));
-        kind = EventKind::Output;
-    }
-    kind
-}
+impl Wire for Ollama {
+    type Event<'a> = Line<'a>;
 
-/// The scanner's reading ([`scan`]), `None` when it leaves the line to serde_json.
-pub(super) fn read_fast(
-    data: &[u8],
-    obs: &mut Observations,
-    text: &mut EventOutput<'_>,
-) -> Option<EventKind> {
-    scan::line(data).map(|line| on_line(&line, obs, text))
-}
-
-pub(super) fn read_by_serde(
-    data: &[u8],
-    obs: &mut Observations,
-    text: &mut EventOutput<'_>,
-) -> EventKind {
-    match serde_json::from_slice::<Line<'_>>(data) {
-        Ok(line) => on_line(&line, obs, text),
-        Err(_) => EventKind::Malformed,
+    fn scan(data: &[u8]) -> Option<Line<'_>> {
+        scan::line(data)
     }
-}
 
-impl Dialect for Ollama {
-    fn on_event(
+    /// What one line means, the same whichever reading made it.
+    fn apply(
         &mut self,
-        event: &FramedEvent<'_>,
+        line: &Line<'_>,
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {
-        read_fast(event.data, obs, text).unwrap_or_else(|| read_by_serde(event.data, obs, text))
+        obs.model(line.model.0.as_deref());
+        obs.record(line.eval_count, line.prompt_eval_count);
+        if line.done == Some(true) {
+            obs.ended = true;
+            let durations = OllamaDurations {
+                load_duration: line.load_duration,
+                prompt_eval_duration: line.prompt_eval_duration,
+                eval_duration: line.eval_duration,
+            };
+            obs.server.merge(durations.timings());
+        }
+        if line.error.is_some() {
+            return EventKind::Error;
+        }
+        let message = line.message.as_ref();
+        let mut kind = EventKind::Other;
+        let reasoning = [Some(&line.thinking), message.map(|m| &m.thinking)];
+        for part in reasoning.into_iter().flatten().filter_map(Text::non_empty) {
+            text.push_reasoning(part);
+            kind = EventKind::Output;
+        }
+        let answer = [Some(&line.response), message.map(|m| &m.content)];
+        for part in answer.into_iter().flatten().filter_map(Text::non_empty) {
+            text.answer();
+            text.push(part);
+            kind = EventKind::Output;
+        }
+        let calls = message
+            .and_then(|m| m.tool_calls.as_deref())
+            .unwrap_or_default();
+        if !calls.is_empty() {
+            text.answer();
+            text.tool_call();
+            let names = calls.iter().filter_map(|c| c.function.as_ref());
+            names
+                .filter_map(|f| f.name.non_empty())
+                .for_each(|n| text.push(n));
+            kind = EventKind::Output;
+        }
+        kind
     }
 
-    fn body_fields(&self) -> &'static [&'static str] {
-        &[
-            "model",
-            "eval_count",
-            "prompt_eval_count",
-            "load_duration",
-            "prompt_eval_duration",
-            "eval_duration",
-        ]
-    }
+    const BODY_FIELDS: &'static [&'static str] = &[
+        "model",
+        "eval_count",
+        "prompt_eval_count",
+        "load_duration",
+        "prompt_eval_duration",
+        "eval_duration",
+    ];
 
-    fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
+    fn body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
         obs.model(fields.string("model").as_deref());
         obs.record(
             fields.value("eval_count"),

@@ -29,15 +29,14 @@ use serde::Deserialize;
 
 use super::text::Text;
 use super::timings::{LlamaTimings, VllmMetrics};
-use super::{Dialect, EventKind, EventOutput, Observations};
-use crate::decode::event::FramedEvent;
-use crate::decode::json_scan::FieldScanner;
+use super::{EventKind, EventOutput, Observations, Wire};
+use crate::decode::json::FieldScanner;
 
 #[derive(Debug, Default)]
 pub struct OpenAi;
 
 #[derive(Deserialize)]
-struct Chunk<'a> {
+pub struct Chunk<'a> {
     #[serde(borrow, default)]
     model: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -103,7 +102,7 @@ impl Function<'_> {
 }
 
 #[derive(Deserialize)]
-struct Usage {
+pub(super) struct Usage {
     #[serde(default)]
     prompt_tokens: Option<u64>,
     #[serde(default)]
@@ -249,16 +248,68 @@ fn parse_chunk(data: &[u8]) -> serde_json::Result<Chunk<'_>> {
     }
 }
 
-/// The serde_json reading of an event: every event the fast scanner leaves, and the reference the
-/// differential tests hold the scanner to.
-pub(super) fn read_by_serde(
-    data: &[u8],
+/// One chunk in either of the shapes its two readings give: the scanner's (strings borrowed as they stand,
+/// escapes decoded only when a tokenizer asks for the text, only the choices with output, nothing
+/// allocated) and serde_json's, the reference. They are applied alike, field by field.
+pub enum Read<'a> {
+    Scanned(scan::Chunk<'a>),
+    Parsed(Chunk<'a>),
+}
+
+/// What serde_json reads is a `Parsed` chunk (`by_serde` reads it faster from a `str` where it can).
+impl<'de> Deserialize<'de> for Read<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Chunk::deserialize(deserializer).map(Read::Parsed)
+    }
+}
+
+impl Wire for OpenAi {
+    type Event<'a> = Read<'a>;
+
+    fn by_serde(data: &[u8]) -> Option<Read<'_>> {
+        parse_chunk(data).ok().map(Read::Parsed)
+    }
+
+    /// Every chunk of every stream: read here, or left to serde_json when the scanner is not sure to
+    /// read it as serde_json does (`scan`'s rules).
+    fn scan(data: &[u8]) -> Option<Read<'_>> {
+        let mut chunk = scan::Chunk::default();
+        scan::scan(std::str::from_utf8(data).ok()?, &mut chunk)?;
+        Some(Read::Scanned(chunk))
+    }
+
+    fn apply(
+        &mut self,
+        read: &Read<'_>,
+        obs: &mut Observations,
+        output: &mut EventOutput<'_>,
+    ) -> EventKind {
+        match read {
+            Read::Scanned(chunk) => apply_scanned(chunk, obs, output),
+            Read::Parsed(chunk) => apply_parsed(chunk, obs, output),
+        }
+    }
+
+    const BODY_FIELDS: &'static [&'static str] = &["model", "usage", "metrics", "timings"];
+
+    fn body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
+        if let Some(model) = fields.string("model").filter(|m| !m.is_empty()) {
+            obs.model = Some(model);
+        }
+        if let Some(usage) = fields.value::<Usage>("usage") {
+            record_usage(&usage, obs);
+        }
+        let metrics = fields.value::<VllmMetrics>("metrics");
+        let timings = fields.value::<LlamaTimings>("timings");
+        record_timings(metrics.as_ref(), timings.as_ref(), obs);
+    }
+}
+
+fn apply_parsed(
+    chunk: &Chunk<'_>,
     obs: &mut Observations,
     output: &mut EventOutput<'_>,
 ) -> EventKind {
-    let Ok(chunk) = parse_chunk(data) else {
-        return EventKind::Malformed;
-    };
     obs.model(chunk.model.as_deref());
     if let Some(usage) = &chunk.usage {
         record_usage(usage, obs);
@@ -280,15 +331,12 @@ pub(super) fn read_by_serde(
     kind
 }
 
-/// The fast reading ([`scan`]), `None` when the scanner leaves the event to serde_json. Nothing is
-/// recorded before the scanner has read the whole event.
-pub(super) fn read_fast(
-    data: &[u8],
+/// [`apply_parsed`] for a scanned chunk: the same fields in the same order.
+fn apply_scanned(
+    chunk: &scan::Chunk<'_>,
     obs: &mut Observations,
     output: &mut EventOutput<'_>,
-) -> Option<EventKind> {
-    let mut chunk = scan::Chunk::default();
-    scan::scan(std::str::from_utf8(data).ok()?, &mut chunk)?;
+) -> EventKind {
     if obs.model.is_none() {
         if let Some(model) = &chunk.model {
             obs.model(Some(&model.value()));
@@ -301,7 +349,7 @@ pub(super) fn read_fast(
         record_timings(chunk.metrics.as_ref(), chunk.timings.as_ref(), obs);
     }
     if chunk.error {
-        return Some(EventKind::Error);
+        return EventKind::Error;
     }
     let mut kind = EventKind::Other;
     for choice in chunk.outputs() {
@@ -323,7 +371,7 @@ pub(super) fn read_fast(
         }
         kind = EventKind::Output;
     }
-    Some(kind)
+    kind
 }
 
 /// [`Choice::copy_text`] for a scanned choice: the same parts in the same order.
@@ -350,45 +398,14 @@ fn copy_scanned_text(choice: &scan::Choice<'_>, output: &mut EventOutput<'_>) {
     }
 }
 
-impl Dialect for OpenAi {
-    /// Every chunk of every stream passes here: the fast scanner reads it, or leaves it to serde_json
-    /// when it is not sure to read it as serde_json does (`scan`'s rules).
-    fn on_event(
-        &mut self,
-        event: &FramedEvent<'_>,
-        obs: &mut Observations,
-        output: &mut EventOutput<'_>,
-    ) -> EventKind {
-        let data = event.data.trim_ascii();
-        if data == b"[DONE]" || data.is_empty() {
-            return EventKind::Other;
-        }
-        read_fast(data, obs, output).unwrap_or_else(|| read_by_serde(data, obs, output))
-    }
-
-    fn body_fields(&self) -> &'static [&'static str] {
-        &["model", "usage", "metrics", "timings"]
-    }
-
-    fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
-        if let Some(model) = fields.string("model").filter(|m| !m.is_empty()) {
-            obs.model = Some(model);
-        }
-        if let Some(usage) = fields.value::<Usage>("usage") {
-            record_usage(&usage, obs);
-        }
-        let metrics = fields.value::<VllmMetrics>("metrics");
-        let timings = fields.value::<LlamaTimings>("timings");
-        record_timings(metrics.as_ref(), timings.as_ref(), obs);
-    }
-}
-
 #[cfg(test)]
 mod differential;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decode::dialect::Dialect;
+    use crate::decode::event::FramedEvent;
 
     fn classify(data: &str) -> (EventKind, Observations) {
         let (kind, obs, _) = crate::decode::dialect::classify_with(&mut OpenAi, data);
@@ -476,9 +493,9 @@ mod tests {
     #[test]
     fn a_json_body_gives_its_cached_tokens_and_server_metrics() {
         let mut obs = Observations::default();
-        let mut scanner = FieldScanner::new(OpenAi.body_fields(), 4096, 4096);
+        let mut scanner = FieldScanner::new(OpenAi::BODY_FIELDS, 4096, 4096);
         scanner.feed(br#"{"model":"m","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":8}},"metrics":{"queue_time_ms":1.0,"time_to_first_token_ms":3.0}}"#);
-        OpenAi.on_body(&scanner, &mut obs);
+        OpenAi.body(&scanner, &mut obs);
         assert_eq!(obs.cached_input_tokens, Some(8));
         assert_eq!(obs.server.ttft, Some(std::time::Duration::from_millis(4)));
     }

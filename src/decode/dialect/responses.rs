@@ -31,15 +31,15 @@ use serde::Deserialize;
 
 use super::text::Text;
 use super::timings::VllmMetrics;
-use super::{Dialect, EventKind, EventOutput, Observations};
-use crate::decode::event::FramedEvent;
-use crate::decode::json_scan::FieldScanner;
+use super::{EventKind, EventOutput, Observations, Wire};
+use crate::decode::json::FieldScanner;
 
 #[derive(Debug, Default)]
 pub struct Responses;
 
-#[derive(Deserialize)]
-struct Event<'a> {
+/// One event, as serde_json reads it; the scanner fills the same struct (absent fields: the default).
+#[derive(Deserialize, Default)]
+pub struct Event<'a> {
     #[serde(borrow, default, rename = "type")]
     kind: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -112,21 +112,55 @@ fn record_usage(usage: &Usage, obs: &mut Observations) {
     }
 }
 
-impl Dialect for Responses {
-    fn on_event(
+impl Wire for Responses {
+    type Event<'a> = Event<'a>;
+
+    /// A `response.*.delta` event; the others are serde_json's.
+    fn scan(data: &[u8]) -> Option<Event<'_>> {
+        scan::delta_event(data)
+    }
+
+    fn apply(
         &mut self,
-        event: &FramedEvent<'_>,
+        event: &Event<'_>,
         obs: &mut Observations,
         text: &mut EventOutput<'_>,
     ) -> EventKind {
-        read_fast(event.data, obs, text).unwrap_or_else(|| read_by_serde(event.data, obs, text))
+        if let Some(response) = &event.response {
+            obs.response_id(response.id.0.as_deref());
+            obs.model(response.model.0.as_deref());
+            if let Some(usage) = &response.usage {
+                record_usage(usage, obs);
+            }
+            if let Some(metrics) = &response.metrics {
+                obs.server.merge(metrics.timings());
+            }
+        }
+        let kind = event.kind.as_deref().unwrap_or_default();
+        if kind.ends_with(".delta") {
+            return on_delta(kind, &event.delta, text);
+        }
+        if matches!(
+            kind,
+            "response.completed" | "response.incomplete" | "response.failed"
+        ) {
+            obs.ended = true;
+        }
+        let item = event.item.as_ref().and_then(|i| i.kind.as_deref());
+        if kind == "response.output_item.added" && item.is_some_and(|i| TOOL_ITEMS.contains(&i)) {
+            // The call's item names the tool before its arguments stream: not a token, but the call's
+            // start.
+            text.tool_call();
+        }
+        match kind {
+            "error" | "response.failed" => EventKind::Error,
+            _ => EventKind::Other,
+        }
     }
 
-    fn body_fields(&self) -> &'static [&'static str] {
-        &["id", "model", "usage", "metrics"]
-    }
+    const BODY_FIELDS: &'static [&'static str] = &["id", "model", "usage", "metrics"];
 
-    fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
+    fn body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
         obs.response_id(fields.string("id").as_deref());
         obs.model(fields.string("model").as_deref());
         if let Some(usage) = fields.value::<Usage>("usage") {
@@ -138,7 +172,7 @@ impl Dialect for Responses {
     }
 }
 
-/// The output of a `response.*.delta` event, the same whichever reading made it.
+/// The output of a `response.*.delta` event.
 fn on_delta(kind: &str, delta: &Text<'_>, text: &mut EventOutput<'_>) -> EventKind {
     match delta.non_empty() {
         Some(delta) => {
@@ -156,52 +190,6 @@ fn on_delta(kind: &str, delta: &Text<'_>, text: &mut EventOutput<'_>) -> EventKi
             EventKind::Output
         }
         None => EventKind::Other,
-    }
-}
-
-/// The scanner's reading ([`scan`]): a `response.*.delta` event, `None` for anything else.
-pub(super) fn read_fast(
-    data: &[u8],
-    _: &mut Observations,
-    text: &mut EventOutput<'_>,
-) -> Option<EventKind> {
-    scan::delta_event(data).map(|e| on_delta(&e.kind, &e.delta, text))
-}
-
-pub(super) fn read_by_serde(
-    data: &[u8],
-    obs: &mut Observations,
-    text: &mut EventOutput<'_>,
-) -> EventKind {
-    let Ok(event) = serde_json::from_slice::<Event<'_>>(data) else {
-        return EventKind::Malformed;
-    };
-    if let Some(response) = &event.response {
-        obs.response_id(response.id.0.as_deref());
-        obs.model(response.model.0.as_deref());
-        if let Some(usage) = &response.usage {
-            record_usage(usage, obs);
-        }
-        if let Some(metrics) = &response.metrics {
-            obs.server.merge(metrics.timings());
-        }
-    }
-    let kind = event.kind.as_deref().unwrap_or_default();
-    if matches!(
-        kind,
-        "response.completed" | "response.incomplete" | "response.failed"
-    ) {
-        obs.ended = true;
-    }
-    let item = event.item.as_ref().and_then(|i| i.kind.as_deref());
-    if kind == "response.output_item.added" && item.is_some_and(|i| TOOL_ITEMS.contains(&i)) {
-        // The call's item names the tool before its arguments stream: not a token, but the call's start.
-        text.tool_call();
-    }
-    match kind {
-        "error" | "response.failed" => EventKind::Error,
-        _ if kind.ends_with(".delta") => on_delta(kind, &event.delta, text),
-        _ => EventKind::Other,
     }
 }
 

@@ -22,15 +22,15 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 use super::text::Text;
-use super::{Dialect, EventKind, EventOutput, Observations};
-use crate::decode::event::FramedEvent;
-use crate::decode::json_scan::FieldScanner;
+use super::{EventKind, EventOutput, Observations, Wire};
+use crate::decode::json::FieldScanner;
 
 #[derive(Debug, Default)]
 pub struct Tgi;
 
-#[derive(Deserialize)]
-struct Event<'a> {
+/// One event, as serde_json reads it; the scanner fills the same struct (absent fields: the default).
+#[derive(Deserialize, Default)]
+pub struct Event<'a> {
     #[serde(borrow, default)]
     token: Option<Token<'a>>,
     #[serde(borrow, default)]
@@ -63,61 +63,45 @@ impl Details {
     }
 }
 
-/// A token is output-bearing whatever its text; only a plain token's text is copied for a tokenizer.
-fn on_token(text: &Text<'_>, special: bool, out: &mut EventOutput<'_>) -> EventKind {
-    if let Some(s) = text.non_empty().filter(|_| !special) {
-        out.push(s);
-    }
-    EventKind::Output
-}
+impl Wire for Tgi {
+    type Event<'a> = Event<'a>;
 
-/// The scanner's reading ([`scan`]): a per-token event, `None` for anything else.
-pub(super) fn read_fast(
-    data: &[u8],
-    _: &mut Observations,
-    out: &mut EventOutput<'_>,
-) -> Option<EventKind> {
-    scan::token_event(data).map(|token| on_token(&token.text, token.special, out))
-}
+    fn scan(data: &[u8]) -> Option<Event<'_>> {
+        scan::token_event(data)
+    }
 
-pub(super) fn read_by_serde(
-    data: &[u8],
-    obs: &mut Observations,
-    out: &mut EventOutput<'_>,
-) -> EventKind {
-    let Ok(event) = serde_json::from_slice::<Event<'_>>(data) else {
-        return EventKind::Malformed;
-    };
-    if let Some(details) = &event.details {
-        details.record(obs);
-    }
-    if event.generated_text.0.is_some() {
-        obs.ended = true;
-    }
-    if event.error.is_some() {
-        return EventKind::Error;
-    }
-    match &event.token {
-        Some(token) => on_token(&token.text, token.special == Some(true), out),
-        None => EventKind::Other,
-    }
-}
-
-impl Dialect for Tgi {
-    fn on_event(
+    /// A token is output-bearing whatever its text; only a plain token's text is copied for a tokenizer.
+    fn apply(
         &mut self,
-        event: &FramedEvent<'_>,
+        event: &Event<'_>,
         obs: &mut Observations,
-        text: &mut EventOutput<'_>,
+        out: &mut EventOutput<'_>,
     ) -> EventKind {
-        read_fast(event.data, obs, text).unwrap_or_else(|| read_by_serde(event.data, obs, text))
+        if let Some(details) = &event.details {
+            details.record(obs);
+        }
+        if event.generated_text.0.is_some() {
+            obs.ended = true;
+        }
+        if event.error.is_some() {
+            return EventKind::Error;
+        }
+        let Some(token) = &event.token else {
+            return EventKind::Other;
+        };
+        if let Some(s) = token
+            .text
+            .non_empty()
+            .filter(|_| token.special != Some(true))
+        {
+            out.push(s);
+        }
+        EventKind::Output
     }
 
-    fn body_fields(&self) -> &'static [&'static str] {
-        &["details"]
-    }
+    const BODY_FIELDS: &'static [&'static str] = &["details"];
 
-    fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
+    fn body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
         if let Some(details) = fields.value::<Details>("details") {
             details.record(obs);
         }
@@ -153,10 +137,10 @@ mod tests {
     #[test]
     fn non_streaming_details_give_the_token_count() {
         let body = br#"{"generated_text":"Deep learning is","details":{"finish_reason":"length","generated_tokens":4,"seed":null,"prefill":[],"tokens":[]}}"#;
-        let mut fields = FieldScanner::new(Tgi.body_fields(), 4096, usize::MAX);
+        let mut fields = FieldScanner::new(Tgi::BODY_FIELDS, 4096, usize::MAX);
         fields.feed(body);
         let mut obs = Observations::default();
-        Tgi.on_body(&fields, &mut obs);
+        Tgi.body(&fields, &mut obs);
         assert_eq!(obs.output_tokens, Some(4));
     }
 }

@@ -13,14 +13,13 @@
 //! equal bytes are equal messages, and a kept part's `type` or `text` is found without reading the
 //! body again.
 
-#![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
-#![deny(clippy::expect_used)]
+#![deny(clippy::indexing_slicing)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use sha2::{Digest as _, Sha256};
 
-use crate::decode::cursor::Cursor;
+use crate::decode::json::Cursor;
 use crate::record::conversations::{Digest, Unread};
 
 /// Nesting followed, counted from the body's own object (a message is at 3, its content at 4):

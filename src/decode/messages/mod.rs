@@ -24,7 +24,7 @@
 //! type: the item types grow with the API, `function_call_output`, `mcp_call`, `custom_tool_call`, …).
 //! Anything else in the list, and any body that is not a JSON object, is not read ([`Unread`]).
 //!
-//! The body is read once, front to back, by the cursor the dialects' scanners use (`decode::cursor`),
+//! The body is read once, front to back, by the cursor the dialects' scanners use (`decode::json`),
 //! each message written in its canonical form ([`canonical`]) and hashed as it ends; what is held is
 //! one message's canonical bytes and 16 bytes a message. Bounds, each a reason a request is not read:
 //! [`MAX_MESSAGES`] messages, nesting to [`canonical::MAX_DEPTH`] (128 in values outside the list,
@@ -37,8 +37,8 @@ use std::sync::atomic::AtomicBool;
 
 use sha2::{Digest as _, Sha256};
 
-use crate::decode::cursor::{Cursor, Seen};
 use crate::decode::dialect::MAX_RESPONSE_ID;
+use crate::decode::json::{Cursor, Seen};
 use crate::record::api::Api;
 use crate::record::conversations::{Digest, MessageList, Unread};
 use canonical::Canonical;

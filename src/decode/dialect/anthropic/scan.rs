@@ -1,5 +1,5 @@
 //! The fast reading of Anthropic's per-token event, `content_block_delta`, without serde_json: one pass
-//! over the event with the checked readers of `decode/cursor.rs`, strings borrowed from the event. It
+//! over the event with the checked readers of `decode/json/cursor.rs`, strings borrowed from the event. It
 //! reads what the serde struct reads (`type`, and `delta`'s `text`, `thinking`, `partial_json`,
 //! `content`), skips every other member as serde_json skips it, and gives up (`None`: serde_json reads the
 //! event) on anything it is not sure to read as serde_json does: another event type (those come once a
@@ -8,13 +8,16 @@
 
 use std::borrow::Cow;
 
-use super::Delta;
-use crate::decode::cursor::{once, Cursor, Seen};
+use super::{Delta, Event};
 use crate::decode::dialect::text::Text;
+use crate::decode::json::{once, Cursor, Seen};
 
-/// The event's `delta` (`None`: absent or null), when the event is a `content_block_delta` the scanner
-/// read whole; `None` when serde_json is to read it.
-pub(super) fn content_block_delta(data: &[u8]) -> Option<Option<Delta<'_>>> {
+/// The one event type the scanner reads.
+const TYPE: &str = "content_block_delta";
+
+/// A `content_block_delta` the scanner read whole: its type and its `delta` (`None`: absent or null);
+/// `None` when serde_json is to read the event.
+pub(super) fn content_block_delta(data: &[u8]) -> Option<Event<'_>> {
     let (mut kind, mut delta, mut seen) = (None, None, Seen::default());
     Cursor::whole_object(data, |c, key| match key {
         b"type" => {
@@ -32,10 +35,14 @@ pub(super) fn content_block_delta(data: &[u8]) -> Option<Option<Delta<'_>>> {
         b"message" | b"usage" => None,
         _ => Some(false),
     })?;
-    if kind?.value() != "content_block_delta" {
+    if kind?.value() != TYPE {
         return None;
     }
-    Some(delta)
+    Some(Event {
+        kind: Some(Cow::Borrowed(TYPE)),
+        delta,
+        ..Event::default()
+    })
 }
 
 fn read_delta<'a>(c: &mut Cursor<'a>) -> Option<Delta<'a>> {

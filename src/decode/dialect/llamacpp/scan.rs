@@ -1,6 +1,6 @@
 //! The fast reading of llama.cpp's per-token `/completion` event (`{"index":0,"content":" the",
 //! "tokens":[…],"stop":false,"id_slot":0,"tokens_predicted":1,"tokens_evaluated":5}`) without serde_json:
-//! one pass with the checked readers of `decode/cursor.rs`, the content borrowed from the event. It reads
+//! one pass with the checked readers of `decode/json/cursor.rs`, the content borrowed from the event. It reads
 //! what the serde struct reads (`content`, `model`, `stop`, `tokens_predicted`, `tokens_evaluated`), skips
 //! every other member as serde_json skips it (`index`, `tokens`, `id_slot`, `probs`, …), and gives up
 //! (`None`: serde_json reads the event) on anything it is not sure to read as serde_json does: a
@@ -9,8 +9,8 @@
 //! `u64`, a `stop` that is not a boolean or null, bytes that are not UTF-8, anything malformed.
 
 use super::Chunk;
-use crate::decode::cursor::{Cursor, Seen};
 use crate::decode::dialect::text::Text;
+use crate::decode::json::{Cursor, Seen};
 
 pub(super) fn chunk(data: &[u8]) -> Option<Chunk<'_>> {
     let mut chunk = Chunk::default();

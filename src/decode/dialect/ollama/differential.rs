@@ -4,10 +4,9 @@
 //! and without the text, from empty and from filled observations; and every fixture line but the `done`
 //! one must take the fast path.
 
-use proptest::prelude::*;
-
 use crate::decode::dialect::both_ways::{self, data_events};
-use crate::decode::dialect::{EventKind, Observations, Scanned};
+use crate::decode::dialect::BothWays;
+use crate::decode::dialect::{EventKind, Observations};
 
 const FIXTURES: &[&str] = &[
     include_str!("../../../../tests/fixtures/ollama/chat-stream.ndjson"),
@@ -65,9 +64,9 @@ fn every_fixture_line_but_the_done_one_takes_the_fast_path_and_every_line_reads_
         lines.len()
     );
     let fast: fn(&str) -> bool = |line| line.contains("\"done\":false");
-    both_ways::fast_exactly_where(Scanned::Ollama, &lines, fast);
+    both_ways::fast_exactly_where(READ, &lines, fast);
     for line in SHAPES {
-        both_ways::same_both_ways(Scanned::Ollama, line.as_bytes());
+        both_ways::same_both_ways(READ, line.as_bytes());
     }
 }
 
@@ -79,7 +78,7 @@ fn from_filled_observations_a_token_line_keeps_the_model_and_counts_it_found() {
         ..Observations::default()
     };
     for line in [SHAPES[0], SHAPES[2], SHAPES[5]] {
-        let (Some(fast), serde) = Scanned::Ollama.both_ways(line.as_bytes(), &before, true) else {
+        let (Some(fast), serde) = READ(line.as_bytes(), &before, true) else {
             panic!("not on the fast path: {line}");
         };
         assert_eq!(fast.kind, EventKind::Output, "{line}");
@@ -88,10 +87,10 @@ fn from_filled_observations_a_token_line_keeps_the_model_and_counts_it_found() {
     }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
-    #[test]
-    fn any_mutation_of_a_line_reads_as_serde_json_reads_it(line in both_ways::mutated(FIXTURES, SHAPES, SNIPPETS)) {
-        both_ways::same_both_ways(Scanned::Ollama, &line);
-    }
+#[test]
+fn any_mutation_of_a_line_reads_as_serde_json_reads_it() {
+    both_ways::mutations_read_alike(READ, FIXTURES, SHAPES, SNIPPETS);
 }
+
+/// The scanner's and serde_json's readings of one event.
+const READ: BothWays = crate::decode::dialect::both_ways::<super::Ollama>;

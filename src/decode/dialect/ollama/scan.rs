@@ -1,6 +1,6 @@
 //! The fast reading of Ollama's per-token NDJSON line (`{"model":"llama3.2","created_at":"…",
 //! "message":{"role":"assistant","content":" sky"},"done":false}` on `/api/chat`, `"response":" sky"` on
-//! `/api/generate`) without serde_json: one pass with the checked readers of `decode/cursor.rs`, the text
+//! `/api/generate`) without serde_json: one pass with the checked readers of `decode/json/cursor.rs`, the text
 //! borrowed from the line, into the serde struct itself, so both readings go through one function. It
 //! reads `model`, `response`, `thinking`, `message` (`content`, `thinking`) and a `done` that is `false`
 //! or null, skips every other member as serde_json skips it (`created_at`, `role`, `images`, …), and gives
@@ -10,8 +10,8 @@
 //! null, bytes that are not UTF-8, anything malformed.
 
 use super::{Line, Message};
-use crate::decode::cursor::{Cursor, Seen};
 use crate::decode::dialect::text::Text;
+use crate::decode::json::{Cursor, Seen};
 
 pub(super) fn line(data: &[u8]) -> Option<Line<'_>> {
     let mut line = Line::default();

@@ -6,8 +6,9 @@
 use proptest::prelude::*;
 
 use crate::decode::dialect::both_ways::data_events;
+use crate::decode::dialect::BothWays;
 use crate::decode::dialect::Observations;
-use crate::decode::dialect::{Reading, Scanned};
+use crate::decode::dialect::Reading;
 use crate::record::server::ServerTimings;
 
 const FIXTURES: &[&str] = &[
@@ -133,8 +134,7 @@ fn agree(data: &[u8]) -> usize {
     let mut fast_reads = 0;
     for before in befores() {
         for with_text in [false, true] {
-            let (fast, serde): (Option<Reading>, Option<Reading>) =
-                Scanned::OpenAi.both_ways(data, &before, with_text);
+            let (fast, serde): (Option<Reading>, Option<Reading>) = READ(data, &before, with_text);
             if let Some(fast) = fast {
                 assert_eq!(
                     Some(&fast),
@@ -225,8 +225,7 @@ fn what_serde_json_rejects_the_fast_path_never_reads() {
         .map(|s| (*s).to_owned()),
     );
     for event in &malformed {
-        let (fast, serde) =
-            Scanned::OpenAi.both_ways(event.as_bytes(), &Observations::default(), true);
+        let (fast, serde) = READ(event.as_bytes(), &Observations::default(), true);
         assert_eq!(fast, None, "{event}");
         let kind = serde.map(|r| r.kind);
         assert_eq!(
@@ -243,11 +242,9 @@ fn nesting_serde_json_skips_at_any_depth_is_left_to_it_past_the_scanners_bound()
         let value = format!("{}{}", "[".repeat(n), "]".repeat(n));
         format!(r#"{{"x":{value},"choices":[{{"delta":{{"content":"a"}}}}]}}"#)
     };
-    let (fast, serde) =
-        Scanned::OpenAi.both_ways(deep(128).as_bytes(), &Observations::default(), false);
+    let (fast, serde) = READ(deep(128).as_bytes(), &Observations::default(), false);
     assert_eq!(fast, serde);
-    let (fast, serde) =
-        Scanned::OpenAi.both_ways(deep(5000).as_bytes(), &Observations::default(), false);
+    let (fast, serde) = READ(deep(5000).as_bytes(), &Observations::default(), false);
     assert_eq!(fast, None);
     let kind = serde.map(|r| r.kind);
     assert_eq!(kind, Some(crate::decode::dialect::EventKind::Output));
@@ -362,3 +359,6 @@ proptest! {
         agree(&event);
     }
 }
+
+/// The scanner's and serde_json's readings of one event.
+const READ: BothWays = crate::decode::dialect::both_ways::<super::OpenAi>;

@@ -4,10 +4,8 @@
 //! without the text; and every fixture event but the last (the one with `generated_text`) must take the
 //! fast path.
 
-use proptest::prelude::*;
-
 use crate::decode::dialect::both_ways::{self, data_events};
-use crate::decode::dialect::Scanned;
+use crate::decode::dialect::BothWays;
 
 const FIXTURES: &[&str] = &[include_str!(
     "../../../../tests/fixtures/tgi/generate-stream.sse"
@@ -58,18 +56,16 @@ fn every_fixture_token_takes_the_fast_path_and_every_event_reads_as_serde_json_r
     // Every token event but the last (its `generated_text` and `details` are not null).
     let fast: fn(&str) -> bool =
         |event| event.contains("\"token\":{") && !event.contains("\"generated_text\":\"");
-    both_ways::fast_exactly_where(Scanned::Tgi, &events, fast);
+    both_ways::fast_exactly_where(READ, &events, fast);
     for event in SHAPES {
-        both_ways::same_both_ways(Scanned::Tgi, event.as_bytes());
+        both_ways::same_both_ways(READ, event.as_bytes());
     }
 }
 
 #[test]
 fn a_plain_token_is_copied_a_special_one_counted_but_not_copied() {
     for (event, copied) in [(SHAPES[0], vec!["Hi"]), (SHAPES[1], vec![])] {
-        let (Some(fast), serde) =
-            Scanned::Tgi.both_ways(event.as_bytes(), &Default::default(), true)
-        else {
+        let (Some(fast), serde) = READ(event.as_bytes(), &Default::default(), true) else {
             panic!("not on the fast path: {event}");
         };
         assert_eq!(fast.kind, crate::decode::dialect::EventKind::Output);
@@ -79,10 +75,10 @@ fn a_plain_token_is_copied_a_special_one_counted_but_not_copied() {
     }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
-    #[test]
-    fn any_mutation_of_an_event_reads_as_serde_json_reads_it(event in both_ways::mutated(FIXTURES, SHAPES, SNIPPETS)) {
-        both_ways::same_both_ways(Scanned::Tgi, &event);
-    }
+#[test]
+fn any_mutation_of_an_event_reads_as_serde_json_reads_it() {
+    both_ways::mutations_read_alike(READ, FIXTURES, SHAPES, SNIPPETS);
 }
+
+/// The scanner's and serde_json's readings of one event.
+const READ: BothWays = crate::decode::dialect::both_ways::<super::Tgi>;

@@ -1,5 +1,5 @@
 //! The fast reading of TGI's per-token event (`{"index":…,"token":{…},"generated_text":null,
-//! "details":null}`) without serde_json: one pass with the checked readers of `decode/cursor.rs`, the
+//! "details":null}`) without serde_json: one pass with the checked readers of `decode/json/cursor.rs`, the
 //! token's text borrowed from the event. It reads what the serde structs read of such an event (the
 //! token's `text` and `special`), skips every other member as serde_json skips it (`index`, the token's
 //! `id` and `logprob`, `top_tokens`), and gives up (`None`: serde_json reads the event) on anything it is
@@ -8,16 +8,12 @@
 //! escape, a number where text is read, a `special` that is not a boolean or null, bytes that are not
 //! UTF-8, anything malformed.
 
-use crate::decode::cursor::{Cursor, Seen};
+use super::{Event, Token};
 use crate::decode::dialect::text::Text;
+use crate::decode::json::{Cursor, Seen};
 
-/// A token event read whole: its token's text and whether the token is a special one.
-pub(super) struct TokenEvent<'a> {
-    pub(super) text: Text<'a>,
-    pub(super) special: bool,
-}
-
-pub(super) fn token_event(data: &[u8]) -> Option<TokenEvent<'_>> {
+/// A token event read whole: its token (`generated_text`, `details` and `error` absent or null).
+pub(super) fn token_event(data: &[u8]) -> Option<Event<'_>> {
     let (mut token, mut seen) = (None, Seen::default());
     Cursor::whole_object(data, |c, key| match key {
         b"token" => {
@@ -33,10 +29,13 @@ pub(super) fn token_event(data: &[u8]) -> Option<TokenEvent<'_>> {
         b"error" => None,
         _ => Some(false),
     })?;
-    token
+    Some(Event {
+        token: Some(token?),
+        ..Event::default()
+    })
 }
 
-fn read_token<'a>(c: &mut Cursor<'a>) -> Option<TokenEvent<'a>> {
+fn read_token<'a>(c: &mut Cursor<'a>) -> Option<Token<'a>> {
     if c.null_or_object()? {
         return None;
     }
@@ -54,8 +53,5 @@ fn read_token<'a>(c: &mut Cursor<'a>) -> Option<TokenEvent<'a>> {
         }
         _ => Some(false),
     })?;
-    Some(TokenEvent {
-        text,
-        special: special == Some(true),
-    })
+    Some(Token { text, special })
 }

@@ -6,113 +6,20 @@
 //! the decoding of an escaped string (into the caller's buffer, for [`Cursor::string_into`]); nothing
 //! panics.
 
-#![deny(clippy::indexing_slicing, clippy::unwrap_used, clippy::panic)]
-#![deny(clippy::expect_used)]
+#![deny(clippy::indexing_slicing)]
 
-use std::borrow::Cow;
+use super::escape::{decode_escape, hex, special, Str};
 
 /// Nesting the fast path follows inside a skipped value; serde_json skips any depth, deeper goes to it.
-pub(super) const MAX_DEPTH: u32 = 128;
-
-/// A JSON string of the event, as it stands between its quotes; its escapes (if any) are valid and
-/// none is a surrogate.
-#[derive(Debug, Clone, Copy)]
-pub struct Str<'a> {
-    raw: &'a str,
-    escaped: bool,
-}
-
-impl<'a> Str<'a> {
-    /// Whether the string's value is empty (every escape stands for at least one character).
-    pub fn is_empty(&self) -> bool {
-        self.raw.is_empty()
-    }
-
-    /// The string's value: borrowed unless it has escapes.
-    pub fn value(&self) -> Cow<'a, str> {
-        if self.escaped {
-            Cow::Owned(unescape(self.raw))
-        } else {
-            Cow::Borrowed(self.raw)
-        }
-    }
-}
-
-/// Where the first quote, backslash or control character at or after `at` is: 8 bytes at a time
-/// (the test for a zero byte, `(v - 0x01..) & !v & 0x80..`, exact for the lowest match), then byte by
-/// byte for the last few.
-#[inline]
-pub(super) fn special(bytes: &[u8], mut at: usize) -> Option<usize> {
-    const ONES: u64 = u64::from_le_bytes([1; 8]);
-    const HIGH: u64 = ONES << 7;
-    let zero = |v: u64| v.wrapping_sub(ONES) & !v;
-    while let Some(word) = bytes.get(at..at.saturating_add(8)) {
-        let v = u64::from_le_bytes(word.try_into().ok()?);
-        let control = v.wrapping_sub(ONES * 0x20) & !v;
-        let found = (control | zero(v ^ (ONES * 0x22)) | zero(v ^ (ONES * 0x5C))) & HIGH;
-        if found != 0 {
-            return Some(at + found.trailing_zeros() as usize / 8);
-        }
-        at += 8;
-    }
-    let mut tail = bytes.get(at..)?.iter();
-    tail.position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-        .map(|i| at + i)
-}
-
-/// The value of hex digits.
-fn hex(digits: &[u8]) -> Option<u32> {
-    digits
-        .iter()
-        .try_fold(0u32, |n, &d| Some(n * 16 + char::from(d).to_digit(16)?))
-}
-
-/// Decodes the escapes of a string [`Cursor::string`] has checked (so every `\u` has four hex
-/// digits, and a surrogate is the first of a pair).
-fn unescape(raw: &str) -> String {
-    let mut out = String::with_capacity(raw.len());
-    let mut rest = raw;
-    while let Some(at) = rest.find('\\') {
-        let (plain, escape) = rest.split_at(at);
-        out.push_str(plain);
-        let (decoded, len) = decode_escape(escape.as_bytes());
-        out.extend(decoded);
-        rest = escape.get(len..).unwrap_or_default();
-    }
-    out.push_str(rest);
-    out
-}
-
-/// The character a checked escape (`escape` begins with its backslash) stands for, and its length.
-fn decode_escape(escape: &[u8]) -> (Option<char>, usize) {
-    match escape.get(1) {
-        Some(b'b') => (Some('\u{8}'), 2),
-        Some(b'f') => (Some('\u{c}'), 2),
-        Some(b'n') => (Some('\n'), 2),
-        Some(b'r') => (Some('\r'), 2),
-        Some(b't') => (Some('\t'), 2),
-        Some(b'u') => {
-            let high = escape.get(2..6).and_then(hex).unwrap_or(0);
-            if (0xD800..=0xDBFF).contains(&high) {
-                let low = escape.get(8..12).and_then(hex).unwrap_or(0);
-                let n = 0x1_0000 + ((high - 0xD800) << 10) + (low.wrapping_sub(0xDC00) & 0x3FF);
-                (char::from_u32(n), 12)
-            } else {
-                (char::from_u32(high), 6)
-            }
-        }
-        Some(&other) => (Some(char::from(other)), 2),
-        None => (None, 1),
-    }
-}
+const MAX_DEPTH: u32 = 128;
 
 /// The fields of a struct met so far: a second occurrence is a duplicate field, which serde_json
 /// rejects.
 #[derive(Default)]
-pub(super) struct Seen(u8);
+pub struct Seen(u8);
 
 impl Seen {
-    pub(super) fn first(&mut self, field: u8) -> Option<()> {
+    pub fn first(&mut self, field: u8) -> Option<()> {
         let bit = 1 << field;
         if self.0 & bit != 0 {
             return None;
@@ -123,7 +30,7 @@ impl Seen {
 }
 
 /// Sets a field once (see [`Seen`]).
-pub(super) fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+pub fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
     if slot.is_some() {
         return None;
     }
@@ -132,14 +39,14 @@ pub(super) fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
 }
 
 /// A position in an event's text, and the JSON readers that move it.
-pub(super) struct Cursor<'a> {
+pub struct Cursor<'a> {
     text: &'a str,
     bytes: &'a [u8],
-    pub(super) at: usize,
+    pub at: usize,
 }
 
 impl<'a> Cursor<'a> {
-    pub(super) fn new(text: &'a str) -> Self {
+    pub fn new(text: &'a str) -> Self {
         Cursor {
             text,
             bytes: text.as_bytes(),
@@ -147,38 +54,38 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    pub(super) fn at_end(&self) -> bool {
+    pub fn at_end(&self) -> bool {
         self.at >= self.bytes.len()
     }
 
-    pub(super) fn peek(&self) -> Option<u8> {
+    pub fn peek(&self) -> Option<u8> {
         self.bytes.get(self.at).copied()
     }
 
     /// JSON whitespace (not the form feed `trim_ascii` also takes).
-    pub(super) fn ws(&mut self) {
+    pub fn ws(&mut self) {
         while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
             self.at += 1;
         }
     }
 
     /// The next byte after whitespace, not consumed.
-    pub(super) fn next(&mut self) -> Option<u8> {
+    pub fn next(&mut self) -> Option<u8> {
         self.ws();
         self.peek()
     }
 
-    pub(super) fn eat(&mut self, byte: u8) -> Option<()> {
+    pub fn eat(&mut self, byte: u8) -> Option<()> {
         (self.next()? == byte).then(|| self.at += 1)
     }
 
-    pub(super) fn literal(&mut self, word: &[u8]) -> Option<()> {
+    pub fn literal(&mut self, word: &[u8]) -> Option<()> {
         let end = self.at.checked_add(word.len())?;
         (self.bytes.get(self.at..end)? == word).then(|| self.at = end)
     }
 
     /// `null` (true) or not (false, nothing consumed).
-    pub(super) fn null(&mut self) -> Option<bool> {
+    pub fn null(&mut self) -> Option<bool> {
         if self.next()? == b'n' {
             self.literal(b"null")?;
             return Some(true);
@@ -187,20 +94,20 @@ impl<'a> Cursor<'a> {
     }
 
     /// The text between `start` and the cursor.
-    pub(super) fn since(&self, start: usize) -> Option<&'a str> {
+    pub fn since(&self, start: usize) -> Option<&'a str> {
         self.text.get(start..self.at)
     }
 
     /// A string, the cursor on its opening quote.
-    pub(super) fn string(&mut self) -> Option<Str<'a>> {
+    pub fn string(&mut self) -> Option<Str<'a>> {
         let start = self.at + 1;
         let escaped = self.skip_string()?;
         let raw = self.text.get(start..self.at - 1)?;
-        Some(Str { raw, escaped })
+        Some(Str::new(raw, escaped))
     }
 
     /// Past a string, the cursor on its opening quote; whether it had escapes.
-    pub(super) fn skip_string(&mut self) -> Option<bool> {
+    pub fn skip_string(&mut self) -> Option<bool> {
         if self.peek()? != b'"' {
             return None;
         }
@@ -226,7 +133,7 @@ impl<'a> Cursor<'a> {
     /// A string, the cursor on its opening quote, checked as [`Cursor::string`] checks it and its
     /// value (escapes decoded) appended to `out` in the same pass; `Some(false)` once `out` has grown
     /// past `max` bytes (the string is then left unread).
-    pub(super) fn string_into(&mut self, out: &mut Vec<u8>, max: usize) -> Option<bool> {
+    pub fn string_into(&mut self, out: &mut Vec<u8>, max: usize) -> Option<bool> {
         if self.peek()? != b'"' {
             return None;
         }
@@ -272,7 +179,7 @@ impl<'a> Cursor<'a> {
 
     /// One escape after its backslash. A surrogate pair (`\ud83d\ude00`) is one escape; a lone
     /// surrogate is left to serde_json, which rejects it or not depending on where the string is.
-    pub(super) fn escape(&mut self) -> Option<()> {
+    pub fn escape(&mut self) -> Option<()> {
         let byte = self.peek()?;
         self.at += 1;
         match byte {
@@ -290,7 +197,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// The four hex digits of a `\u` escape.
-    pub(super) fn hex4(&mut self) -> Option<u32> {
+    pub fn hex4(&mut self) -> Option<u32> {
         let end = self.at.checked_add(4)?;
         let n = hex(self.bytes.get(self.at..end)?)?;
         self.at = end;
@@ -299,7 +206,7 @@ impl<'a> Cursor<'a> {
 
     /// A key without escapes (an escaped key might spell a field name; a control character is
     /// malformed) and its colon.
-    pub(super) fn key(&mut self) -> Option<&'a [u8]> {
+    pub fn key(&mut self) -> Option<&'a [u8]> {
         if self.next()? != b'"' {
             return None;
         }
@@ -316,7 +223,7 @@ impl<'a> Cursor<'a> {
 
     /// A number as serde_json checks a number it skips: `-`, one `0` or digits not starting with 0,
     /// then optional fraction and exponent.
-    pub(super) fn number(&mut self) -> Option<()> {
+    pub fn number(&mut self) -> Option<()> {
         if self.peek()? == b'-' {
             self.at += 1;
         }
@@ -342,13 +249,13 @@ impl<'a> Cursor<'a> {
         Some(())
     }
 
-    pub(super) fn digits(&mut self) {
+    pub fn digits(&mut self) {
         while let Some(b'0'..=b'9') = self.peek() {
             self.at += 1;
         }
     }
 
-    pub(super) fn some_digits(&mut self) -> Option<()> {
+    pub fn some_digits(&mut self) -> Option<()> {
         let start = self.at;
         self.digits();
         (self.at > start).then_some(())
@@ -356,7 +263,7 @@ impl<'a> Cursor<'a> {
 
     /// A non-negative integer serde_json reads as a `u64`: no sign, fraction or exponent (those it reads
     /// as a float, which a `u64` field rejects), no leading zero, no overflow.
-    pub(super) fn uint(&mut self) -> Option<u64> {
+    pub fn uint(&mut self) -> Option<u64> {
         let mut n: u64 = 0;
         match self.peek()? {
             b'0' => self.at += 1,
@@ -375,7 +282,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Any value, checked as serde_json checks a value it ignores, up to [`MAX_DEPTH`] levels.
-    pub(super) fn skip(&mut self) -> Option<()> {
+    pub fn skip(&mut self) -> Option<()> {
         // One bit a level: 1 for an object, 0 for an array.
         let mut stack: u128 = 0;
         let mut depth: u32 = 0;
@@ -435,7 +342,7 @@ impl<'a> Cursor<'a> {
 
     /// An object, the cursor on `{`: `member` reads the value of each key it knows and says so; the
     /// others are skipped.
-    pub(super) fn object(
+    pub fn object(
         &mut self,
         mut member: impl FnMut(&mut Self, &'a [u8]) -> Option<bool>,
     ) -> Option<()> {
@@ -462,7 +369,7 @@ impl<'a> Cursor<'a> {
 
     /// `data` as one object and nothing after it but white space, `member` called for each key as in
     /// [`Cursor::object`]; `None` when it is not that (invalid UTF-8 included): an event's whole body.
-    pub(super) fn whole_object(
+    pub fn whole_object(
         data: &'a [u8],
         member: impl FnMut(&mut Self, &'a [u8]) -> Option<bool>,
     ) -> Option<()> {
@@ -473,7 +380,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// An array, the cursor on `[`.
-    pub(super) fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+    pub fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         self.eat(b'[')?;
         if self.next()? == b']' {
             self.at += 1;
@@ -494,7 +401,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// `Option<Cow<str>>`: null or a string.
-    pub(super) fn opt_str(&mut self) -> Option<Option<Str<'a>>> {
+    pub fn opt_str(&mut self) -> Option<Option<Str<'a>>> {
         if self.null()? {
             return Some(None);
         }
@@ -502,7 +409,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// `Option<bool>`: null, `true` or `false`.
-    pub(super) fn opt_bool(&mut self) -> Option<Option<bool>> {
+    pub fn opt_bool(&mut self) -> Option<Option<bool>> {
         match self.next()? {
             b'n' => self.literal(b"null").map(|()| None),
             b't' => self.literal(b"true").map(|()| Some(true)),
@@ -512,7 +419,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// `Option<u64>`: null or an integer serde_json reads as one.
-    pub(super) fn opt_uint(&mut self) -> Option<Option<u64>> {
+    pub fn opt_uint(&mut self) -> Option<Option<u64>> {
         if self.null()? {
             return Some(None);
         }
@@ -521,7 +428,7 @@ impl<'a> Cursor<'a> {
 
     /// The lenient `Text`: a string, or nothing for `true`, `false`, `null`, an array or an object.
     /// A number goes to serde_json, which reads it in full (and rejects one out of range).
-    pub(super) fn text_field(&mut self) -> Option<Option<Str<'a>>> {
+    pub fn text_field(&mut self) -> Option<Option<Str<'a>>> {
         match self.next()? {
             b'"' => self.string().map(Some),
             b't' | b'f' | b'n' | b'[' | b'{' => self.skip().map(|()| None),
@@ -531,7 +438,7 @@ impl<'a> Cursor<'a> {
 
     /// `true` for null, after checking the cursor is on an object otherwise: the structs read neither
     /// an array (which serde_json would read field by field) nor anything else.
-    pub(super) fn null_or_object(&mut self) -> Option<bool> {
+    pub fn null_or_object(&mut self) -> Option<bool> {
         match self.next()? {
             b'n' => self.literal(b"null").map(|()| true),
             b'{' => Some(false),
@@ -542,30 +449,7 @@ impl<'a> Cursor<'a> {
 
 #[cfg(test)]
 mod tests {
-    use proptest::prelude::*;
-
     use super::*;
-
-    fn byte() -> impl Strategy<Value = u8> {
-        let edges = prop::sample::select(
-            &[
-                0x00, 0x1F, 0x20, 0x21, 0x22, 0x23, 0x5B, 0x5C, 0x5D, 0x7F, 0x80, 0xFF,
-            ][..],
-        );
-        prop_oneof![edges, b' '..=b'~', any::<u8>()]
-    }
-
-    proptest! {
-        #[test]
-        fn the_word_at_a_time_search_finds_what_a_byte_loop_finds(
-            bytes in prop::collection::vec(byte(), 0..40),
-        ) {
-            let expected = bytes.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20);
-            prop_assert_eq!(special(&bytes, 0), expected);
-            let from_one = bytes.iter().skip(1).position(|&b| b == b'"' || b == b'\\' || b < 0x20);
-            prop_assert_eq!(special(&bytes, 1), from_one.map(|i| i + 1));
-        }
-    }
 
     #[test]
     fn escapes_are_decoded_as_serde_json_decodes_them() {
