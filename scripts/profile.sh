@@ -20,6 +20,8 @@
 # BINARY defaults to target/release/tokentap (built if missing). The harness (benches/proxy, `--profile`)
 # runs the upstream and the load on core 0 and the proxy on core 1; each workload runs between two hooks
 # (zero and dump callgrind's counters, or snapshot /proc), so the divisions by requests and events are exact.
+# BENCH_PATH=/v1/unread sends the same load to a path no dialect serves: tokentap forwards it unread, so
+# `cpu` on the two paths gives the meter's own part (the difference).
 # Outputs stay in $PROFILE_DIR (default /tmp/tokentap-profile); delete it when done (heap files are large).
 set -euo pipefail
 cd "$(dirname "$0")/.."

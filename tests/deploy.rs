@@ -526,6 +526,7 @@ fn record_fields() -> BTreeSet<String> {
         tpot_s: Some(0.0),
         generation_s: Some(0.0),
         output_tokens_per_s: Some(0.0),
+        time_to_response_head_s: Some(0.0),
         output_tokens: Some(0),
         output_tokens_source: Some(String::new()),
         input_tokens: Some(0),

@@ -42,6 +42,7 @@ mod replicas;
 mod report;
 mod report_proxy;
 mod report_whatif;
+mod response_head;
 mod shutdown;
 mod sidecar;
 mod signal;

@@ -198,6 +198,13 @@ async fn user(spec: Spec, index: usize, start: u64, open: Option<Arc<AtomicUsize
     samples
 }
 
+/// The path every request is sent to: `/v1/chat/completions`, or `BENCH_PATH` (a path no dialect
+/// serves, such as `/v1/unread`, measures the forwarding without the meter: the meter's own part is
+/// the difference).
+fn request_path() -> String {
+    std::env::var("BENCH_PATH").unwrap_or_else(|_| "/v1/chat/completions".to_owned())
+}
+
 async fn stream_once(
     sender: &mut SendRequest<Full<Bytes>>,
     arrival: &Arrival,
@@ -207,7 +214,7 @@ async fn stream_once(
     samples: &mut Samples,
     open: Option<&AtomicUsize>,
 ) -> Result<(), String> {
-    let mut request = Request::post("/v1/chat/completions")
+    let mut request = Request::post(request_path())
         .header(header::HOST, "bench.local")
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "text/event-stream")

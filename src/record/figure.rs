@@ -24,6 +24,7 @@ pub enum Figure {
     E2e,
     Generation,
     OutputTokensPerSecond,
+    TimeToResponseHead,
 }
 
 /// What a figure counts.
@@ -90,7 +91,7 @@ pub struct Report {
 }
 
 impl Figure {
-    pub const ALL: [Figure; 9] = [
+    pub const ALL: [Figure; 10] = [
         Figure::Ttft,
         Figure::TimeToFirstAnswer,
         Figure::TimeToFirstToolCall,
@@ -100,6 +101,7 @@ impl Figure {
         Figure::E2e,
         Figure::Generation,
         Figure::OutputTokensPerSecond,
+        Figure::TimeToResponseHead,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -120,6 +122,7 @@ impl Figure {
             Figure::OutputTokensPerSecond => figures.output_tokens_per_second,
             Figure::MaxGap => secs(figures.max_gap),
             Figure::E2e => Some(figures.e2e.as_secs_f64()),
+            Figure::TimeToResponseHead => secs(figures.time_to_response_head),
         }
     }
 
@@ -136,6 +139,7 @@ impl Figure {
             Figure::OutputTokensPerSecond => figures.output_tokens_per_second = value,
             Figure::MaxGap => figures.max_gap = secs,
             Figure::E2e => figures.e2e = secs.unwrap_or_default(),
+            Figure::TimeToResponseHead => figures.time_to_response_head = secs,
         }
     }
 
@@ -383,6 +387,27 @@ pub const ROWS: [Row; Figure::COUNT] = [
                 true,
                 None,
                 None,
+            ),
+            None,
+        ),
+    ),
+    row(
+        Figure::TimeToResponseHead,
+        "time_to_response_head",
+        Seconds,
+        None,
+        Measured,
+        Some(Measured),
+        (
+            report(
+                ("Time to Response Head", "time_to_response_head"),
+                false,
+                None,
+                Some(
+                    "Time to Response Head: to the upstream's status and headers, every request it \
+                     answered (time_to_response_head_s); a non-streamed answer's whole wait, a stream's \
+                     wait before the server committed to it.",
+                ),
             ),
             None,
         ),

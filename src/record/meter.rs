@@ -121,9 +121,10 @@ impl Meter {
         }
     }
 
-    /// The response head's status (or tokentap's own answer's).
+    /// The response head's status (or tokentap's own answer's), as it arrives: t_head.
     pub fn on_response(&mut self, status: StatusCode) {
         self.status = Some(status);
+        self.timeline.on_head(Some(Instant::now()));
     }
 
     /// When the API's terminal event passed, if it has.
@@ -193,6 +194,9 @@ impl Meter {
     pub fn finish(mut self, ending: Ending<'_>, now: Instant) {
         self.in_flight.dec();
         let t_end = t_end(ending.end, self.ended, now);
+        if let End::Refused(_) = ending.end {
+            self.timeline.on_head(None);
+        }
         self.on_frame(&ending.last, &ending.names, t_end);
         let seen = Seen {
             terminal_event: self.ended.is_some(),

@@ -66,6 +66,9 @@ pub struct RequestRecord {
     /// t_tool − t_arrive: the first chunk that started a tool call, when one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_to_first_tool_call_s: Option<f64>,
+    /// t_head − t_arrive: the upstream's status and headers, when it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_to_response_head_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -206,6 +209,7 @@ impl RequestRecord {
             Figure::Ttft => &self.ttft_s,
             Figure::TimeToFirstAnswer => &self.time_to_first_answer_s,
             Figure::TimeToFirstToolCall => &self.time_to_first_tool_call_s,
+            Figure::TimeToResponseHead => &self.time_to_response_head_s,
             Figure::ReasoningTime => &self.reasoning_s,
             Figure::Tpot => &self.tpot_s,
             Figure::Generation => &self.generation_s,
@@ -221,6 +225,7 @@ impl RequestRecord {
             Figure::Ttft => &mut self.ttft_s,
             Figure::TimeToFirstAnswer => &mut self.time_to_first_answer_s,
             Figure::TimeToFirstToolCall => &mut self.time_to_first_tool_call_s,
+            Figure::TimeToResponseHead => &mut self.time_to_response_head_s,
             Figure::ReasoningTime => &mut self.reasoning_s,
             Figure::Tpot => &mut self.tpot_s,
             Figure::Generation => &mut self.generation_s,

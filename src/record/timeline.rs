@@ -32,6 +32,8 @@ pub struct Timeline {
     answer: Option<(Instant, bool)>,
     /// t_tool: the first output that started a tool call.
     tool: Option<Instant>,
+    /// t_head: the upstream's response head.
+    head: Option<Instant>,
 }
 
 /// The first answer, as it happens.
@@ -74,6 +76,8 @@ pub struct Figures {
     pub output_tokens_per_second: Option<f64>,
     /// max(t_i − t_(i−1)) over the gaps of every choice, at least one gap.
     pub max_gap: Option<Duration>,
+    /// t_head − t_arrive: the upstream's status and headers, when it answered.
+    pub time_to_response_head: Option<Duration>,
 }
 
 impl Timeline {
@@ -87,7 +91,13 @@ impl Timeline {
             max_gap: None,
             answer: None,
             tool: None,
+            head: None,
         }
+    }
+
+    /// The upstream's response head arrived at `at` (`None`: the answer was tokentap's own).
+    pub fn on_head(&mut self, at: Option<Instant>) {
+        self.head = at;
     }
 
     /// The first output that starts a tool call passed at `now`: t_tool − t_arrive, the first time
@@ -178,6 +188,7 @@ impl Timeline {
             time_to_first_answer: answer.map(|a| a.time_to_first_answer),
             reasoning_time: answer.and_then(|a| a.reasoning_time),
             time_to_first_tool_call: self.tool.map(|t| t.saturating_duration_since(self.arrive)),
+            time_to_response_head: self.head.map(|t| t.saturating_duration_since(self.arrive)),
             generation,
             tpot,
             output_tokens_per_second,

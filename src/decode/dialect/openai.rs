@@ -251,6 +251,9 @@ fn parse_chunk(data: &[u8]) -> serde_json::Result<Chunk<'_>> {
 /// One chunk in either of the shapes its two readings give: the scanner's (strings borrowed as they stand,
 /// escapes decoded only when a tokenizer asks for the text, only the choices with output, nothing
 /// allocated) and serde_json's, the reference. They are applied alike, field by field.
+// Lives on the stack for one event and is never stored: boxing the larger variant would allocate for
+// every chunk of every stream.
+#[allow(clippy::large_enum_variant)]
 pub enum Read<'a> {
     Scanned(scan::Chunk<'a>),
     Parsed(Chunk<'a>),

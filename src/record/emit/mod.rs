@@ -125,6 +125,7 @@ mod tests {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         let mut timeline = Timeline::new(t0);
+        timeline.on_head(Some(t0 + ms(50)));
         timeline.on_output(0, t0 + ms(100));
         timeline.on_answer(t0 + ms(200), true);
         timeline.on_output(0, t0 + ms(200));

@@ -278,6 +278,12 @@ pub const TIME_TO_FIRST_TOOL_CALL: Family = known(
     H(B::Wait(SloKind::TimeToFirstToolCall)),
     &[M, A],
 );
+pub const TIME_TO_RESPONSE_HEAD: Family = known(
+    "tokentap_time_to_response_head_seconds",
+    "Time from the request head arriving to the upstream's response head (status and headers) reaching tokentap, every request the upstream answered: a non-streamed answer's whole wait, a stream's wait before the server committed to it.",
+    H(B::Ttft),
+    &[M, A],
+);
 pub const REASONING_TIME: Family = known(
     "tokentap_reasoning_time_seconds",
     "Time from the first output to the first answer, streams whose reasoning came before the answer.",
@@ -407,6 +413,7 @@ pub const fn of_figure(figure: Figure) -> &'static Family {
         Figure::OutputTokensPerSecond => &TOKENS_PER_SECOND,
         Figure::MaxGap => &MAX_GAP,
         Figure::E2e => &E2E,
+        Figure::TimeToResponseHead => &TIME_TO_RESPONSE_HEAD,
     }
 }
 
@@ -543,6 +550,7 @@ pub const ALL: &[&Family] = &[
     &MAX_GAP,
     &TIME_TO_FIRST_ANSWER,
     &TIME_TO_FIRST_TOOL_CALL,
+    &TIME_TO_RESPONSE_HEAD,
     &TURN_TTFT,
     &TURN_INPUT_TOKENS,
     &THINK_TIME,
