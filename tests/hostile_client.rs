@@ -7,12 +7,9 @@
 
 use crate::support;
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use support::*;
 use tokentap::record::metrics::family;
@@ -24,17 +21,6 @@ use tokio::time::Instant;
 const CHAT: &str = "/v1/chat/completions";
 
 /// A stream that answers its head at once and its body only after `hold`.
-fn slow_stream(hold: Duration) -> Vec<Step> {
-    vec![
-        sse_head(),
-        chunk(ROLE_CHUNK.as_bytes()),
-        Step::Sleep(hold),
-        chunk(content_chunk("late").as_bytes()),
-        chunk(DONE.as_bytes()),
-        last_chunk(),
-    ]
-}
-
 #[tokio::test]
 async fn beyond_the_upstream_connection_cap_a_request_gets_503_at_once_and_the_upstream_sees_only_the_cap(
 ) {
@@ -280,23 +266,6 @@ async fn a_slow_but_steady_request_body_is_not_cut() {
     assert_eq!(raw_status(&answer), 200);
     assert_eq!(upstream.requests().len(), 1);
     assert_eq!(upstream.requests()[0].body.len(), 100);
-}
-
-/// A request body the test feeds by hand, to stall it on an h2 stream.
-struct Fed(mpsc::Receiver<Bytes>);
-
-impl Body for Fed {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|data| data.map(|d| Ok(Frame::data(d))))
-    }
 }
 
 #[tokio::test]

@@ -5,45 +5,14 @@
 
 use crate::support;
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body::{Body, Frame};
 use support::*;
 use tokentap::record::metrics::family;
 use tokio::sync::mpsc;
 
 const CHAT: &str = "/v1/chat/completions";
-
-/// A request body the test feeds by hand, to leave it unfinished on an h2 stream.
-struct Fed(mpsc::Receiver<Bytes>);
-
-impl Body for Fed {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|data| data.map(|d| Ok(Frame::data(d))))
-    }
-}
-
-fn slow_stream(hold: Duration) -> Vec<Step> {
-    vec![
-        sse_head(),
-        chunk(ROLE_CHUNK.as_bytes()),
-        Step::Sleep(hold),
-        chunk(content_chunk("late").as_bytes()),
-        chunk(DONE.as_bytes()),
-        last_chunk(),
-    ]
-}
 
 /// The slow-upload attack, scaled down: 4 h2 connections × 8 streams that each send one byte of body and
 /// stall, against 8 upstream slots. None of them takes a slot (their bodies are being held), so another

@@ -1,0 +1,18 @@
+//! Upstream scripts more than one suite answers with, beside the library's own (`tokentap::scripted`).
+
+use std::time::Duration;
+
+use tokentap::scripted::*;
+
+/// A chat stream that sends its role chunk, then holds for `hold` before its one content chunk and
+/// `[DONE]`: an answer slow enough to keep its upstream slot busy.
+pub fn slow_stream(hold: Duration) -> Vec<Step> {
+    vec![
+        sse_head(),
+        chunk(ROLE_CHUNK.as_bytes()),
+        Step::Sleep(hold),
+        chunk(content_chunk("late").as_bytes()),
+        chunk(DONE.as_bytes()),
+        last_chunk(),
+    ]
+}
