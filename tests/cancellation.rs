@@ -76,12 +76,9 @@ async fn a_client_leaving_during_the_ttft_wait_closes_the_upstream_and_counts_th
     assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_client_leaving_while_uploading_a_streamed_body_closes_the_upstream_and_counts_cancelled()
-{
-    let upstream = upstream(|_| vec![json_response(200, "OK", r#"{"choices":[]}"#)]).await;
-    // A body that is not held (here none is) streams upstream as it arrives.
-    let proxy = proxy(&upstream.url(), "limits:\n  hold_request_body_bytes: 0\n").await;
+/// Opens a connection and sends a chat request's head declaring a 100,000-byte body and the first
+/// bytes of that body, as a client part way through its upload.
+async fn part_way_through_an_upload(proxy: &tokentap::Running) -> TcpStream {
     let mut stream = TcpStream::connect(proxy.proxy_addr())
         .await
         .expect("connect");
@@ -91,6 +88,25 @@ async fn a_client_leaving_while_uploading_a_streamed_body_closes_the_upstream_an
         .write_all(br#"{"model":"m","messages":[{"role":"user","content":"hello"#)
         .await
         .expect("part of the body");
+    stream
+}
+
+/// One request counted `cancelled`, nothing in flight, no goodput; nothing reached the upstream, so
+/// nothing confirmed the name `m`: it is `unadmitted`.
+fn assert_one_unadmitted_cancel(m: &Metrics) {
+    let labels = [("model", "unadmitted"), ("outcome", "cancelled")];
+    assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
+    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_leaving_while_uploading_a_streamed_body_closes_the_upstream_and_counts_cancelled()
+{
+    let upstream = upstream(|_| vec![json_response(200, "OK", r#"{"choices":[]}"#)]).await;
+    // A body that is not held (here none is) streams upstream as it arrives.
+    let proxy = proxy(&upstream.url(), "limits:\n  hold_request_body_bytes: 0\n").await;
+    let stream = part_way_through_an_upload(&proxy).await;
     // The head goes upstream at once; wait until the upstream has its connection open.
     tokio::time::timeout(Duration::from_secs(5), async {
         while upstream.connection_count() == 0 {
@@ -113,12 +129,7 @@ async fn a_client_leaving_while_uploading_a_streamed_body_closes_the_upstream_an
         "a truncated body was delivered as complete"
     );
     settle(&proxy).await;
-    let m = scrape(&proxy).await;
-    // Nothing reached the upstream, so nothing confirmed the name `m`.
-    let labels = [("model", "unadmitted"), ("outcome", "cancelled")];
-    assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0);
-    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
-    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
+    assert_one_unadmitted_cancel(&scrape(&proxy).await);
 }
 
 /// A body held until whole (the default, up to `limits.hold_request_body_bytes`): a client that leaves
@@ -127,24 +138,12 @@ async fn a_client_leaving_while_uploading_a_streamed_body_closes_the_upstream_an
 async fn a_client_leaving_while_uploading_a_held_body_never_reaches_the_upstream() {
     let upstream = upstream(|_| vec![json_response(200, "OK", r#"{"choices":[]}"#)]).await;
     let proxy = proxy(&upstream.url(), "").await;
-    let mut stream = TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
-    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n";
-    stream.write_all(head.as_bytes()).await.expect("head");
-    stream
-        .write_all(br#"{"model":"m","messages":[{"role":"user","content":"hello"#)
-        .await
-        .expect("part of the body");
+    let stream = part_way_through_an_upload(&proxy).await;
     tokio::time::sleep(ms(100)).await;
     drop(stream);
     settle(&proxy).await;
     assert_eq!(upstream.connection_count(), 0, "the upstream was contacted");
-    let m = scrape(&proxy).await;
-    let labels = [("model", "unadmitted"), ("outcome", "cancelled")];
-    assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0);
-    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
-    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
+    assert_one_unadmitted_cancel(&scrape(&proxy).await);
 }
 
 #[tokio::test(start_paused = true)]
@@ -178,13 +177,7 @@ async fn client_leaving_mid_stream_closes_the_upstream_at_once_and_counts_cancel
     );
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[("model", "m"), ("status", "200"), ("outcome", "cancelled")]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests("m", "200", "cancelled"), 1.0);
     assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
     // What was observed before the client left is kept: its TTFT, and its gaps.
     assert_eq!(m.get(&family::TTFT.count(), &[("model", "m")]), 1.0);
@@ -217,17 +210,7 @@ async fn client_leaving_before_the_response_head_closes_the_upstream_and_counts_
     assert!(closed_at.duration_since(left_at) < ms(50));
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[
-                ("model", "unadmitted"),
-                ("status", "none"),
-                ("outcome", "cancelled")
-            ]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests("unadmitted", "none", "cancelled"), 1.0);
     assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 

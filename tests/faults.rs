@@ -48,17 +48,7 @@ async fn upstream_reset_before_the_head_answers_502_and_counts_upstream_error() 
     assert_eq!(seen[0].body, body.as_bytes());
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[
-                ("model", "unadmitted"),
-                ("status", "502"),
-                ("outcome", "upstream_error")
-            ]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests("unadmitted", "502", "upstream_error"), 1.0);
     assert_eq!(all_requests(&m), 1.0);
     assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }

@@ -145,17 +145,7 @@ async fn request_reaches_upstream_unchanged_but_for_hop_by_hop_headers() {
     assert_eq!(seen.header("host"), [upstream.addr.to_string()]);
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[
-                ("model", "late-model"),
-                ("status", "200"),
-                ("outcome", "ok")
-            ]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests("late-model", "200", "ok"), 1.0);
 }
 
 #[tokio::test]
@@ -453,17 +443,7 @@ async fn upstream_5xx_passes_through_and_is_never_goodput() {
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     // The upstream never answered `m` with a 2xx: the name takes no model label place.
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[
-                ("model", "unadmitted"),
-                ("status", "503"),
-                ("outcome", "ok")
-            ]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests("unadmitted", "503", "ok"), 1.0);
     assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
 }
 

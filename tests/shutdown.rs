@@ -15,6 +15,14 @@ use tokio::time::Instant;
 
 const CHAT: &str = "/v1/chat/completions";
 
+/// What a shutdown running as a task left behind, once it has finished (within 60 s).
+async fn finished(shutdown: tokio::task::JoinHandle<tokentap::Drained>) -> tokentap::Drained {
+    tokio::time::timeout(Duration::from_secs(60), shutdown)
+        .await
+        .expect("shutdown never finished")
+        .expect("task")
+}
+
 async fn get_status(proxy: &tokentap::Running, path: &str) -> u16 {
     let request = http::Request::get(format!("http://{}{path}", proxy.metrics_addr()))
         .body(Full::new(Bytes::new()))
@@ -68,11 +76,7 @@ async fn shutdown_turns_unready_at_once_refuses_new_clients_and_lets_a_stream_fi
     }
     expected.push_str(DONE);
     assert_eq!(String::from_utf8_lossy(&got), expected);
-    let drained = tokio::time::timeout(Duration::from_secs(60), drained)
-        .await
-        .expect("shutdown never finished")
-        .expect("task");
-    assert_eq!(drained.cut, 0);
+    assert_eq!(finished(drained).await.cut, 0);
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "shutdown waited {:?} after the last request had ended",
@@ -113,11 +117,7 @@ async fn a_stream_outliving_the_grace_is_cut_broken_and_counted_timeout() {
         cut_after >= Duration::from_secs(2) && cut_after < Duration::from_secs(2) + ms(100),
         "cut after {cut_after:?}, grace 2s"
     );
-    let drained = tokio::time::timeout(Duration::from_secs(60), drained)
-        .await
-        .expect("shutdown never finished")
-        .expect("task");
-    assert_eq!(drained.cut, 1);
+    assert_eq!(finished(drained).await.cut, 1);
     let closed = upstream.wait_closed(0).await - started;
     assert!(closed < Duration::from_secs(2) + ms(100), "{closed:?}");
     let m = scrape(&proxy).await;
@@ -194,11 +194,7 @@ async fn an_h2c_stream_in_flight_finishes_within_the_grace() {
         .await
         .expect("the stream is not cut");
     assert!(body.to_bytes().ends_with(DONE.as_bytes()));
-    let drained = tokio::time::timeout(Duration::from_secs(60), drained)
-        .await
-        .expect("shutdown never finished")
-        .expect("task");
-    assert_eq!(drained.cut, 0);
+    assert_eq!(finished(drained).await.cut, 0);
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "{:?}",

@@ -142,6 +142,27 @@ async fn a_body_above_the_hold_size_streams_through_unchanged() {
     assert_eq!(upstream.requests()[1].body, chat_request("m").as_bytes());
 }
 
+/// The answer to a request on its own h2 connection, awaited in a task.
+type Parked = tokio::task::JoinHandle<hyper::Result<http::Response<hyper::body::Incoming>>>;
+
+/// Opens an h2 stream without a declared length whose body sends 1,500 bytes and stays unfinished,
+/// holding that much of the held-bytes budget. Returns the body's feed (drop it to end the body) and
+/// the task awaiting the stream's answer.
+async fn park_an_unfinished_body(proxy: &tokentap::Running) -> (mpsc::Sender<Bytes>, Parked) {
+    let (mut sender, _conn) = open_h2::<Fed>(proxy).await;
+    let (feed, body) = mpsc::channel(1);
+    feed.send(Bytes::from(vec![b' '; 1500]))
+        .await
+        .expect("feed");
+    let request = http::Request::post(format!("http://{}{CHAT}", proxy.proxy_addr()))
+        .body(Fed(body))
+        .expect("request");
+    (
+        feed,
+        tokio::spawn(async move { sender.send_request(request).await }),
+    )
+}
+
 /// When the held bytes of all requests together would pass `limits.max_held_request_bytes`, a body
 /// waits for room instead of streaming onto an upstream slot: nothing of it goes upstream until the
 /// other body is sent and its budget given back, then it is held whole, sent and answered. (Before, it
@@ -152,16 +173,8 @@ async fn a_body_with_no_room_in_the_held_bytes_budget_waits_for_it_and_goes_upst
     let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
     let yaml = "limits:\n  hold_request_body_bytes: 2KiB\n  max_held_request_bytes: 2KiB\n";
     let proxy = proxy(&upstream.url(), yaml).await;
-    // One h2 stream without a declared length holds the whole budget with an unfinished body.
-    let (mut sender, _conn) = open_h2::<Fed>(&proxy).await;
-    let (feed, body) = mpsc::channel(1);
-    feed.send(Bytes::from(vec![b' '; 1500]))
-        .await
-        .expect("feed");
-    let request = http::Request::post(format!("http://{}{CHAT}", proxy.proxy_addr()))
-        .body(Fed(body))
-        .expect("request");
-    let parked = tokio::spawn(async move { sender.send_request(request).await });
+    // One h2 stream holds the whole budget with an unfinished body.
+    let (feed, parked) = park_an_unfinished_body(&proxy).await;
     tokio::time::sleep(ms(200)).await;
     let body = format!("{{\"model\":\"m\",\"pad\":\"{}\"}}", "z".repeat(1000));
     let mut stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
@@ -256,15 +269,7 @@ async fn a_body_that_finds_no_room_in_time_is_answered_503_and_never_sent() {
     let yaml = "timeouts:\n  request_body_idle: 300ms\n\
                 limits:\n  hold_request_body_bytes: 2KiB\n  max_held_request_bytes: 2KiB\n";
     let proxy = proxy(&upstream.url(), yaml).await;
-    let (mut sender, _conn) = open_h2::<Fed>(&proxy).await;
-    let (feed, body) = mpsc::channel(1);
-    feed.send(Bytes::from(vec![b' '; 1500]))
-        .await
-        .expect("feed");
-    let request = http::Request::post(format!("http://{}{CHAT}", proxy.proxy_addr()))
-        .body(Fed(body))
-        .expect("request");
-    let parked = tokio::spawn(async move { sender.send_request(request).await });
+    let (feed, parked) = park_an_unfinished_body(&proxy).await;
     // It keeps sending a byte now and then: a slow body, never idle, holding the budget.
     let trickle = tokio::spawn(async move {
         for _ in 0..30 {

@@ -3,6 +3,7 @@
 //!   its script; heads, chunks, OpenAI events), re-exported here with the two ways tests start it.
 //! - `binary`: the built binary as a child process (signals, exit, log), blocking GETs.
 //! - `bodies`: request bodies: an agent's long history, bodies no agent sends.
+//! - `held`: a request body held or streamed, and what the upstream saw when tokentap gave up on it.
 //! - `fed`: a request body the test feeds by hand, to stall it on a stream.
 //! - `proxy`: tokentap in-process, and what the test process holds (in flight, descriptors, memory).
 //! - `client`: pooled h1/h2c clients, single h1/h2c connections to drop, what a client got.
@@ -19,6 +20,7 @@ mod binary;
 mod bodies;
 mod client;
 mod fed;
+mod held;
 mod prometheus;
 mod proxy;
 mod raw;
@@ -37,6 +39,8 @@ pub use bodies::*;
 pub use client::*;
 #[allow(unused_imports)]
 pub use fed::*;
+#[allow(unused_imports)]
+pub use held::*;
 #[allow(unused_imports)]
 pub use prometheus::*;
 #[allow(unused_imports)]
