@@ -36,11 +36,7 @@ async fn a_client_leaving_during_the_ttft_wait_closes_the_upstream_and_counts_th
     })
     .await;
     let proxy = proxy(&upstream.url(), "slo:\n  ttft: 1s\n").await;
-    let (mut sender, conn) = open(&proxy).await;
-    let response = sender
-        .send_request(post(&proxy, CHAT, &chat_request("m")))
-        .await
-        .expect("head");
+    let (sender, conn, response) = open_chat(&proxy).await;
     assert_eq!(response.status(), 200);
     let mut body = response.into_body();
     let role = body.frame().await.expect("frame").expect("data");
@@ -79,11 +75,8 @@ async fn a_client_leaving_during_the_ttft_wait_closes_the_upstream_and_counts_th
 /// Opens a connection and sends a chat request's head declaring a 100,000-byte body and the first
 /// bytes of that body, as a client part way through its upload.
 async fn part_way_through_an_upload(proxy: &tokentap::Running) -> TcpStream {
-    let mut stream = TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
     let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n";
-    stream.write_all(head.as_bytes()).await.expect("head");
+    let mut stream = raw_send(proxy.proxy_addr(), head.as_bytes()).await;
     stream
         .write_all(br#"{"model":"m","messages":[{"role":"user","content":"hello"#)
         .await
@@ -150,11 +143,7 @@ async fn a_client_leaving_while_uploading_a_held_body_never_reaches_the_upstream
 async fn client_leaving_mid_stream_closes_the_upstream_at_once_and_counts_cancelled() {
     let upstream = upstream(|_| token_stream(200, ms(50))).await;
     let proxy = proxy(&upstream.url(), "slo:\n  ttft: 1s\n").await;
-    let (mut sender, conn) = open(&proxy).await;
-    let response = sender
-        .send_request(post(&proxy, CHAT, &chat_request("m")))
-        .await
-        .expect("head");
+    let (sender, conn, response) = open_chat(&proxy).await;
     assert_eq!(response.status(), 200);
     let mut body = response.into_body();
     let mut frames = 0;
@@ -236,13 +225,7 @@ async fn a_client_leaving_during_keep_alive_comments_is_cancelled_not_skipped() 
     upstream.wait_closed(0).await;
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[("status", "200"), ("outcome", "cancelled")]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests_with("200", "cancelled"), 1.0);
     assert_eq!(m.get(family::METERING_SKIPPED.name, &[]), 0.0);
     assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
@@ -401,14 +384,7 @@ async fn vanish(phase: Phase, reset: bool) {
         Phase::MidStream => ("200", 1.0, 3.0),
     };
     assert_eq!(m.get(family::REQUESTS.name, &[]), 1.0, "{what}");
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[("status", status), ("outcome", "cancelled")]
-        ),
-        1.0,
-        "{what}"
-    );
+    assert_eq!(m.requests_with(status, "cancelled"), 1.0, "{what}");
     assert_eq!(m.get(&family::TTFT.count(), &[]), ttft, "{what}");
     assert!(m.get(family::OUTPUT_TOKENS.name, &[]) >= tokens, "{what}");
     assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0, "{what}");

@@ -72,13 +72,7 @@ async fn upstream_connect_timeout_answers_504() {
         "the connect timeout did not cut the wait"
     );
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[("status", "504"), ("outcome", "timeout")]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests_with("504", "timeout"), 1.0);
     assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
     drop(held);
 }
@@ -135,13 +129,7 @@ async fn an_error_event_inside_a_200_stream_counts_upstream_error() {
     assert_eq!(got.end, Ok(()));
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[("status", "200"), ("outcome", "upstream_error")]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests_with("200", "upstream_error"), 1.0);
     assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
 }
 

@@ -39,11 +39,7 @@ async fn beyond_the_upstream_connection_cap_a_request_gets_503_at_once_and_the_u
     let proxy = proxy(&upstream.url(), yaml).await;
     let mut held = Vec::new();
     for _ in 0..2 {
-        let (mut sender, conn) = open(&proxy).await;
-        let response = sender
-            .send_request(post(&proxy, CHAT, &chat_request("m")))
-            .await
-            .expect("head");
+        let (sender, conn, response) = open_chat(&proxy).await;
         assert_eq!(response.status(), 200);
         held.push((sender, conn, response));
     }
@@ -172,12 +168,8 @@ async fn an_h2_client_gets_only_max_concurrent_streams_at_once_and_the_rest_wait
 
 /// Writes a request head declaring a 100-byte body, then one body byte, and stops.
 async fn stall_after_one_body_byte(proxy: &tokentap::Running) -> TcpStream {
-    let mut stream = TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
     let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{";
-    stream.write_all(head.as_bytes()).await.expect("head");
-    stream
+    raw_send(proxy.proxy_addr(), head.as_bytes()).await
 }
 
 /// A slow upstream with one slot, behind a proxy that gives a request body 300 ms between bytes; the

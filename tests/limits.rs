@@ -104,11 +104,8 @@ async fn chunked_body_past_the_limit(held: bool) {
         hold_line(held)
     );
     let proxy = proxy(&upstream.url(), &yaml).await;
-    let mut stream = TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
     let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
-    stream.write_all(head.as_bytes()).await.expect("head");
+    let mut stream = raw_send(proxy.proxy_addr(), head.as_bytes()).await;
     let piece = format!("{{\"model\":\"m\",\"pad\":\"{}", "x".repeat(500));
     let mut body_sent = 0;
     for _ in 0..3 {
@@ -139,11 +136,7 @@ async fn beyond_max_connections_a_new_connection_is_closed_at_once_counted_and_o
 ) {
     let upstream = upstream(|_| content_stream(5, ms(100))).await;
     let proxy = proxy(&upstream.url(), "limits:\n  max_connections: 1\n").await;
-    let (mut first, first_conn) = open(&proxy).await;
-    let response = first
-        .send_request(post(&proxy, CHAT, &chat_request("m")))
-        .await
-        .expect("head");
+    let (first, first_conn, response) = open_chat(&proxy).await;
     let mut first_body = response.into_body();
     // A second client is accepted and closed at once: no answer, no request read.
     let asked = tokio::time::Instant::now();
@@ -282,11 +275,7 @@ async fn an_h2c_connection_with_a_stream_open_is_never_reclaimed_and_an_idle_one
     let upstream = upstream(slow_chat_or_quick).await;
     let proxy = proxy(&upstream.url(), "limits:\n  max_connections: 2\n").await;
     // The oldest connection is h2c with a stream open; the other an idle HTTP/1.1 one.
-    let (mut h2, h2_conn) = open_h2(&proxy).await;
-    let response = h2
-        .send_request(post(&proxy, CHAT, &chat_request("m")))
-        .await
-        .expect("head");
+    let (_h2, h2_conn, response) = open_h2_chat(&proxy).await;
     let (mut a, a_conn) = open(&proxy).await;
     assert_eq!(quick(&mut a, &proxy).await, 200);
     // A newcomer takes the idle one's place, not the older h2c one's.

@@ -45,11 +45,7 @@ async fn shutdown_turns_unready_at_once_refuses_new_clients_and_lets_a_stream_fi
     let upstream = upstream(|_| token_stream(10, ms(300))).await;
     let proxy = proxy(&upstream.url(), "shutdown_grace: 30s\n").await;
     assert_eq!(get_status(&proxy, "/readyz").await, 200);
-    let (mut sender, _conn) = open(&proxy).await;
-    let response = sender
-        .send_request(post(&proxy, CHAT, &chat_request("m")))
-        .await
-        .expect("head");
+    let (_sender, _conn, response) = open_chat(&proxy).await;
     let mut body = response.into_body();
     let mut got = Vec::new();
     let first = body.frame().await.expect("frame").expect("data");
@@ -93,11 +89,7 @@ async fn shutdown_turns_unready_at_once_refuses_new_clients_and_lets_a_stream_fi
 async fn a_stream_outliving_the_grace_is_cut_broken_and_counted_timeout() {
     let upstream = upstream(|_| token_stream(200, ms(50))).await;
     let proxy = proxy(&upstream.url(), "shutdown_grace: 2s\n").await;
-    let (mut sender, _conn) = open(&proxy).await;
-    let response = sender
-        .send_request(post(&proxy, CHAT, &chat_request("m")))
-        .await
-        .expect("head");
+    let (_sender, _conn, response) = open_chat(&proxy).await;
     let mut body = response.into_body();
     for _ in 0..3 {
         body.frame().await.expect("frame").expect("data");
@@ -181,11 +173,7 @@ async fn an_idle_proxy_shuts_down_at_once() {
 async fn an_h2c_stream_in_flight_finishes_within_the_grace() {
     let upstream = upstream(|_| token_stream(5, ms(400))).await;
     let proxy = proxy(&upstream.url(), "shutdown_grace: 30s\n").await;
-    let (mut sender, conn) = open_h2(&proxy).await;
-    let response = sender
-        .send_request(post(&proxy, CHAT, &chat_request("m")))
-        .await
-        .expect("head");
+    let (_sender, conn, response) = open_h2_chat(&proxy).await;
     let started = Instant::now();
     let drained = tokio::spawn(proxy.shutdown());
     let body = response

@@ -177,14 +177,11 @@ async fn a_body_with_no_room_in_the_held_bytes_budget_waits_for_it_and_goes_upst
     let (feed, parked) = park_an_unfinished_body(&proxy).await;
     tokio::time::sleep(ms(200)).await;
     let body = format!("{{\"model\":\"m\",\"pad\":\"{}\"}}", "z".repeat(1000));
-    let mut stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
     let head = format!(
         "POST {CHAT} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes()).await.expect("head");
+    let mut stream = raw_send(proxy.proxy_addr(), head.as_bytes()).await;
     stream.write_all(body.as_bytes()).await.expect("body");
     tokio::time::sleep(ms(300)).await;
     assert_eq!(
@@ -374,14 +371,11 @@ async fn a_client_waiting_for_100_continue_gets_it_and_is_answered() {
     let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
     let proxy = proxy(&upstream.url(), "").await;
     let body = chat_request("m");
-    let mut stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
     let head = format!(
         "POST {CHAT} HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes()).await.expect("head");
+    let mut stream = raw_send(proxy.proxy_addr(), head.as_bytes()).await;
     let mut interim = [0u8; 25];
     tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut interim))
         .await
@@ -404,15 +398,12 @@ async fn ttft_starts_at_the_head_while_the_body_is_held() {
     let upstream = upstream(|_| ok_stream()).await;
     let proxy = proxy(&upstream.url(), "").await;
     let body = chat_request("m");
-    let mut stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
     let head = format!(
         "POST {CHAT} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
          content-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes()).await.expect("head");
+    let mut stream = raw_send(proxy.proxy_addr(), head.as_bytes()).await;
     tokio::time::sleep(ms(300)).await;
     assert!(
         upstream.requests().is_empty(),

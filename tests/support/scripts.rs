@@ -29,3 +29,13 @@ pub fn content_stream(tokens: usize, gap: Duration) -> Vec<Step> {
     steps.push(last_chunk());
     steps
 }
+
+/// The request number a test's client put in the body (`"seed":N`), 0 when there is none.
+pub fn seed(request: &RecordedRequest) -> usize {
+    let body = String::from_utf8_lossy(&request.body);
+    body.split("\"seed\":")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or(0)
+}
