@@ -10,7 +10,6 @@ use crate::support;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use support::*;
 use tokentap::record::metrics::family;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -84,12 +83,7 @@ async fn beyond_the_upstream_connection_cap_a_request_gets_503_at_once_and_the_u
     assert_eq!(upstream.requests().len(), 3);
     // The other held stream ends normally: with it, both slots are free for two at once.
     let (_sender, conn, response) = held.remove(0);
-    let rest = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
+    let rest = body_bytes(response).await;
     assert!(rest.ends_with(DONE.as_bytes()));
     let both = [0, 1].map(|_| {
         let request = post(&proxy, CHAT, &chat_request("m"));
@@ -279,12 +273,7 @@ async fn stalled_h2_body_gets_408(held: bool) {
     let took = started.elapsed();
     assert_eq!(response.status(), 408);
     assert!(took >= ms(300) && took < Duration::from_secs(2), "{took:?}");
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
+    let body = body_bytes(response).await;
     let json: serde_json::Value = serde_json::from_slice(&body).expect("JSON error");
     assert_eq!(json["error"]["type"], "request_timeout");
     drop(feed);

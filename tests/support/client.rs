@@ -88,6 +88,11 @@ pub async fn open_h2_chat(
     (sender, conn, answer)
 }
 
+/// The whole body of an answer whose head the test already has.
+pub async fn body_bytes(answer: Answer) -> Bytes {
+    answer.into_body().collect().await.expect("body").to_bytes()
+}
+
 /// What the client got.
 #[derive(Debug)]
 pub struct Received {

@@ -1,14 +1,14 @@
 //! Test harness, one file a job; this file only re-exports, so a test file writes `use support::*;`.
 //! - the scripted upstream is `tokentap::scripted` (raw HTTP/1.1 or TLS on loopback; faults are steps of
 //!   its script; heads, chunks, OpenAI events), re-exported here with the two ways tests start it.
-//! - `binary`: the built binary as a child process (signals, exit, log), blocking GETs.
+//! - `binary`: the built binary as a child process (signals, exit, log), blocking GETs and exchanges.
 //! - `bodies`: request bodies: an agent's long history, bodies no agent sends.
 //! - `held`: a request body held or streamed, and what the upstream saw when tokentap gave up on it.
 //! - `fed`: a request body the test feeds by hand, to stall it on a stream.
 //! - `proxy`: tokentap in-process, and what the test process holds (in flight, descriptors, memory).
 //! - `client`: pooled h1/h2c clients, single h1/h2c connections to drop, what a client got.
 //! - `raw`: raw bytes to the proxy port and the answer as bytes.
-//! - `records`: the request records a test's tokentap writes, read back.
+//! - `records`: the request records a test's tokentap writes, read back, and their JSON report.
 //! - `scrape`: `/metrics` read back as samples.
 //! - `scripts`: upstream scripts more than one suite answers with.
 //! - `prometheus`: a real Prometheus on loopback scraping tokentap, and PromQL queries to it.
