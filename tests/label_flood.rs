@@ -288,13 +288,7 @@ async fn concurrent_scrapes_all_answer_while_a_stream_keeps_flowing() {
         if !request.request_line().contains("slow") {
             return ok_stream();
         }
-        let mut steps = vec![sse_head()];
-        for i in 0..40 {
-            steps.push(Step::Sleep(ms(5)));
-            steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
-        }
-        steps.extend([chunk(DONE.as_bytes()), last_chunk()]);
-        steps
+        content_stream(40, ms(5))
     })
     .await;
     let proxy = proxy(&upstream.url(), "max_models: 50\n").await;
