@@ -48,8 +48,10 @@ fn slo_of(line: &str) -> &str {
 async fn the_slo_field_says_met_missed_or_why_the_request_did_not_count() {
     let log = Captured::default();
     let writer = log.clone();
+    // The binary's field formatter, which writes the request line's pre-formatted figures as they are.
     let subscriber = tracing_subscriber::fmt()
         .with_ansi(false)
+        .fmt_fields(tokentap::logging::fields::Fields)
         .with_writer(move || writer.clone())
         .finish();
     // The test runtime has one thread: every task of the proxy logs through this subscriber.

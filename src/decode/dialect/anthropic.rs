@@ -155,8 +155,8 @@ impl Wire for Anthropic {
     type Event<'a> = Event<'a>;
 
     /// A `content_block_delta`; the others are serde_json's.
-    fn scan(data: &[u8]) -> Option<Event<'_>> {
-        scan::content_block_delta(data)
+    fn scan<'a, R>(data: &'a [u8], then: impl FnOnce(&Event<'a>) -> R) -> Option<R> {
+        scan::content_block_delta(data).map(|event| then(&event))
     }
 
     fn apply(

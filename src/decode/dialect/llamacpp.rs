@@ -73,8 +73,8 @@ fn record(
 impl Wire for LlamaCpp {
     type Event<'a> = Chunk<'a>;
 
-    fn scan(data: &[u8]) -> Option<Chunk<'_>> {
-        scan::chunk(data)
+    fn scan<'a, R>(data: &'a [u8], then: impl FnOnce(&Chunk<'a>) -> R) -> Option<R> {
+        scan::chunk(data).map(|event| then(&event))
     }
 
     /// What one event says, read by the scanner or by serde_json.

@@ -84,8 +84,8 @@ struct Function<'a> {
 impl Wire for Ollama {
     type Event<'a> = Line<'a>;
 
-    fn scan(data: &[u8]) -> Option<Line<'_>> {
-        scan::line(data)
+    fn scan<'a, R>(data: &'a [u8], then: impl FnOnce(&Line<'a>) -> R) -> Option<R> {
+        scan::line(data).map(|event| then(&event))
     }
 
     /// What one line means, the same whichever reading made it.

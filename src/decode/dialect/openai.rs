@@ -275,10 +275,15 @@ impl Wire for OpenAi {
 
     /// Every chunk of every stream: read here, or left to serde_json when the scanner is not sure to
     /// read it as serde_json does (`scan`'s rules).
-    fn scan(data: &[u8]) -> Option<Read<'_>> {
-        let mut chunk = scan::Chunk::default();
-        scan::scan(std::str::from_utf8(data).ok()?, &mut chunk)?;
-        Some(Read::Scanned(chunk))
+    fn scan<'a, R>(data: &'a [u8], then: impl FnOnce(&Read<'a>) -> R) -> Option<R> {
+        // Read in place and applied where it lies: the chunk is large, and moving it out cost more
+        // than reading it.
+        let mut read = Read::Scanned(scan::Chunk::default());
+        let Read::Scanned(chunk) = &mut read else {
+            return None;
+        };
+        scan::scan(std::str::from_utf8(data).ok()?, chunk)?;
+        Some(then(&read))
     }
 
     fn apply(

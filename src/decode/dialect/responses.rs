@@ -116,8 +116,8 @@ impl Wire for Responses {
     type Event<'a> = Event<'a>;
 
     /// A `response.*.delta` event; the others are serde_json's.
-    fn scan(data: &[u8]) -> Option<Event<'_>> {
-        scan::delta_event(data)
+    fn scan<'a, R>(data: &'a [u8], then: impl FnOnce(&Event<'a>) -> R) -> Option<R> {
+        scan::delta_event(data).map(|event| then(&event))
     }
 
     fn apply(

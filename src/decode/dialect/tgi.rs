@@ -66,8 +66,8 @@ impl Details {
 impl Wire for Tgi {
     type Event<'a> = Event<'a>;
 
-    fn scan(data: &[u8]) -> Option<Event<'_>> {
-        scan::token_event(data)
+    fn scan<'a, R>(data: &'a [u8], then: impl FnOnce(&Event<'a>) -> R) -> Option<R> {
+        scan::token_event(data).map(|event| then(&event))
     }
 
     /// A token is output-bearing whatever its text; only a plain token's text is copied for a tokenizer.

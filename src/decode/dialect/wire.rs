@@ -27,9 +27,9 @@ pub trait Wire: Default + Send + 'static {
         serde_json::from_slice(data).ok()
     }
 
-    /// The scanner's reading, `None` to leave the event to serde_json. Without a scanner every event is
-    /// serde_json's.
-    fn scan(_data: &[u8]) -> Option<Self::Event<'_>> {
+    /// The scanner's reading, handed to `then` where it lies (an event is never moved: some are
+    /// large); `None` to leave the event to serde_json. Without a scanner every event is serde_json's.
+    fn scan<'a, R>(_data: &'a [u8], _then: impl FnOnce(&Self::Event<'a>) -> R) -> Option<R> {
         None
     }
 
@@ -62,8 +62,8 @@ impl<W: Wire> Dialect for W {
         if data.is_empty() || data == b"[DONE]" {
             return EventKind::Other;
         }
-        if let Some(event) = W::scan(data) {
-            return self.apply(&event, obs, output);
+        if let Some(kind) = W::scan(data, |event| self.apply(event, obs, output)) {
+            return kind;
         }
         match W::by_serde(data) {
             Some(event) => self.apply(&event, obs, output),
@@ -108,7 +108,7 @@ pub fn both_ways<W: Wire>(
     };
     (
         reading(before, with_text, |obs, out| {
-            W::scan(data).map(|e| apply(&e, obs, out))
+            W::scan(data, |e| apply(e, obs, out))
         }),
         reading(before, with_text, |obs, out| {
             Some(W::by_serde(data).map_or(EventKind::Malformed, |e| apply(&e, obs, out)))

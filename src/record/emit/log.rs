@@ -19,8 +19,17 @@ pub struct LogLine;
 
 impl Sink for LogLine {
     fn emit(&self, finished: &Finished<'_>) {
-        tracing::info!(target: "tokentap::request", "{}", Line(finished));
+        // `fields` is `logging::fields::PREFORMATTED`: written as it is (tests/log_line.rs reads the line).
+        tracing::info!(target: "tokentap::request", fields = %Line(finished), "request finished");
     }
+}
+
+/// ` key="value"` for a value that needs no escaping, as `Debug` would write it.
+fn plain(f: &mut fmt::Formatter<'_>, key: &str, value: &str) -> fmt::Result {
+    f.write_str(key)?;
+    f.write_char('"')?;
+    f.write_str(value)?;
+    f.write_char('"')
 }
 
 /// A finished request's line.
@@ -36,29 +45,33 @@ impl fmt::Display for Line<'_, '_> {
             turn,
             ..
         } = self.0;
-        f.write_str("request finished")?;
-        write!(f, " id={:?}", who.id)?;
+        // tokentap's own id, a method (an HTTP token: no quote, backslash or control character), the api
+        // and the outcome need no escaping; what a client chose (its id, the path, the model) does.
+        plain(f, "id=", who.id)?;
         if let Some(client) = who.client_id {
             write!(f, " client_request_id={client:?}")?;
         }
-        write!(f, " method={:?} path={:?}", who.method, who.path)?;
-        write!(f, " model={:?} api={:?}", &*series.model, api.as_str())?;
+        plain(f, " method=", who.method)?;
+        write!(f, " path={:?} model={:?}", who.path, &*series.model)?;
+        plain(f, " api=", api.as_str())?;
         let status = record
             .status
             .as_ref()
             .map_or("none", http::StatusCode::as_str);
-        write!(f, " status={status} outcome={:?}", record.outcome.as_str())?;
+        f.write_str(" status=")?;
+        f.write_str(status)?;
+        plain(f, " outcome=", record.outcome.as_str())?;
         for figure in Figure::ALL {
             let Some(value) = record.carried(figure) else {
                 continue;
             };
+            // `row.log_field()`, written without building it.
             let row = figure.row();
             f.write_char(' ')?;
-            f.write_str(&row.log_field())?;
-            f.write_char('=')?;
+            f.write_str(row.name)?;
             match row.unit {
-                Unit::Seconds => write!(f, "{}", Millis::of_secs(value))?,
-                Unit::TokensPerSecond => write!(f, "{value:?}")?,
+                Unit::Seconds => write!(f, "_ms={}", Millis::of_secs(value))?,
+                Unit::TokensPerSecond => write!(f, "={value:?}")?,
             }
         }
         if let Some(n) = record.output_tokens {
