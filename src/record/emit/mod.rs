@@ -1,12 +1,17 @@
 //! A finished request, written out once to every sink: the metrics, the log line, the per-request
-//! record (`request_log:`), and whatever sink is added next. The meter builds the [`Finished`] event
+//! record (`request_log:`), its span (`traces:`, `spans.rs`), and whatever sink is added next. The meter builds the [`Finished`] event
 //! (`record/meter.rs`) and hands it to [`Emitter::emit`], the one place a finished request leaves
 //! tokentap; each sink writes what it carries of it, its figures read through the figure table
 //! (`record::figure`), so a new figure reaches every sink from its row and a new sink is one more
 //! [`Sink`].
+//!
+//! Whether a request becomes a span is decided here, once, before any sink runs ([`Emitter::sampled`]:
+//! tail sampling, when the verdict is known), and carried in the event ([`Finished::span`]): so the
+//! record names exactly the span the span sink exports, and neither sink asks the other.
 
 mod log;
 mod records;
+mod spans;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -16,9 +21,12 @@ use crate::record::conversations::Turn;
 use crate::record::finished::FinishedRecord;
 use crate::record::gaps::GapSummary;
 use crate::record::metrics::{Metrics, Series};
+use crate::record::outcome::Outcome;
+use crate::record::trace::{self, Sampler, TraceContext, Tracing};
 
 pub use log::LogLine;
 pub use records::Records;
+pub use spans::{operation, span_of, Spans};
 
 /// Who sent a finished request, and what it asked: what a sink says beside the figures.
 #[derive(Debug, Clone, Copy)]
@@ -35,6 +43,7 @@ pub struct Who<'a> {
 }
 
 /// One finished request, as every sink gets it.
+#[derive(Clone, Copy)]
 pub struct Finished<'a> {
     pub who: Who<'a>,
     pub api: Api,
@@ -46,6 +55,15 @@ pub struct Finished<'a> {
     pub turn: Option<&'a Turn>,
     /// Its own gaps, when a sink lists them (`request_log:`).
     pub gaps: &'a GapSummary,
+    /// The `model` the request body named (its label may be `other` or `unknown`).
+    pub request_model: Option<&'a str>,
+    /// The model the response named.
+    pub response_model: Option<&'a str>,
+    /// The response's id, where the decoder keeps one.
+    pub response_id: Option<&'a str>,
+    /// Its span, when it was sampled ([`Emitter::sampled`]): the trace it joined at admission and its
+    /// span's id. The span sink exports it, the record names it.
+    pub span: Option<&'a TraceContext>,
 }
 
 /// Somewhere a finished request is written.
@@ -63,6 +81,8 @@ pub trait Sink: Send + Sync {
 pub struct Emitter {
     metrics: Arc<Metrics>,
     sinks: Vec<Box<dyn Sink>>,
+    /// `traces.sample`, with the span sink among the sinks; `None`: no request becomes a span.
+    sampler: Option<Sampler>,
 }
 
 impl Emitter {
@@ -72,7 +92,37 @@ impl Emitter {
         if let Some(records) = records {
             sinks.push(Box::new(records));
         }
-        Emitter { metrics, sinks }
+        Emitter {
+            metrics,
+            sinks,
+            sampler: None,
+        }
+    }
+
+    /// Adds the span sink (`traces:`): sampled requests become spans.
+    pub fn with_spans(mut self, tracing: Tracing) -> Self {
+        self.sampler = Some(tracing.sampler);
+        self.with(Spans {
+            exporter: tracing.exporter,
+            server: tracing.server,
+        })
+    }
+
+    /// The span a request in `trace` that ended as `record` says becomes, decided at its end (tail
+    /// sampling: a ratio, and every failure or SLO miss), before any sink sees it; `None` without
+    /// `traces:`, or when it is not sampled.
+    pub fn sampled<'a>(
+        &self,
+        trace: Option<&'a TraceContext>,
+        record: &FinishedRecord,
+    ) -> Option<&'a TraceContext> {
+        let (sampler, trace) = (self.sampler.as_ref()?, trace?);
+        let ending = trace::Ending {
+            failed: record.outcome != Outcome::Ok
+                || record.status.is_some_and(|s| s.as_u16() >= 500),
+            missed_slo: !record.verdict.missed.is_empty(),
+        };
+        sampler.keep(trace, ending).then_some(trace)
     }
 
     /// Adds a sink.
@@ -121,7 +171,7 @@ mod tests {
     use crate::record::timeline::Timeline;
 
     /// A streamed request that has every figure: reasoning, then an answer, then a tool call.
-    fn every_figure() -> FinishedRecord {
+    pub(super) fn every_figure() -> FinishedRecord {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         let mut timeline = Timeline::new(t0);
@@ -197,6 +247,10 @@ mod tests {
             record: &record,
             turn: None,
             gaps: &gaps,
+            request_model: None,
+            response_model: None,
+            response_id: None,
+            span: None,
         };
         let line = log::Line(&finished).to_string();
         let identity = request_record::Identity {
