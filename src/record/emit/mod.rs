@@ -219,7 +219,8 @@ mod tests {
     }
 
     /// Every figure the table has reaches every sink under its own name, and no sink carries a figure the
-    /// table does not: the log line (`{name}_ms`), the record (`{name}_s`), the metrics (its family).
+    /// table does not: the log line (`{name}_ms`), the record (`{name}_s`), the span (`tokentap.{name}_s`),
+    /// the metrics (its family).
     #[test]
     fn every_sink_carries_exactly_the_figures_of_the_table() {
         let record = every_figure();
@@ -279,6 +280,14 @@ mod tests {
             record_keys.into_iter().filter(|k| figure_like(k)).collect();
         assert_eq!(in_log, from_table(|r| r.log_field()), "{line}");
         assert_eq!(in_record, from_table(|r| r.record_field()), "{json}");
+        let context = trace::ids_for(&http::HeaderMap::new());
+        let span = span_of(&finished, &context, ("127.0.0.1", 8000));
+        let in_span: BTreeSet<String> = (span.attributes.iter())
+            .filter_map(|a| a.key.strip_prefix("tokentap."))
+            .filter(|k| figure_like(k))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(in_span, from_table(|r| r.record_field()), "{span:?}");
         metrics.emit(&finished);
         let families: BTreeSet<String> = metrics
             .gather()
@@ -297,5 +306,37 @@ mod tests {
             let at_end = when.is_some_and(|w| w != crate::record::figure::When::AsItHappens);
             assert_eq!(families.contains(family), at_end, "{figure:?}: {family}");
         }
+    }
+
+    /// The emitter decides a request's span once, at its end, before any sink: with ratio 0 and SLO
+    /// misses on, a request that missed a ceiling or failed keeps its trace's ids, one that met every
+    /// ceiling gets none; without `traces:` no request does.
+    #[test]
+    fn the_span_is_decided_at_the_end_before_the_sinks() {
+        let metrics = Arc::new(Metrics::new(&Config::default()).unwrap_or_else(|e| panic!("{e}")));
+        let off = Emitter::new(metrics.clone(), None);
+        let sample = crate::config::Sample {
+            ratio: 0.0,
+            parent: false,
+            slo_misses: true,
+            failures: true,
+        };
+        let on = Emitter {
+            sampler: Some(Sampler::new(&sample)),
+            ..Emitter::new(metrics, None)
+        };
+        let context = trace::ids_for(&http::HeaderMap::new());
+        let met = every_figure();
+        let mut missed = every_figure();
+        missed.verdict.missed = vec![crate::config::SloKind::Ttft];
+        let failed = FinishedRecord {
+            outcome: Outcome::Cancelled,
+            ..every_figure()
+        };
+        assert_eq!(on.sampled(Some(&context), &met), None);
+        assert_eq!(on.sampled(Some(&context), &missed), Some(&context));
+        assert_eq!(on.sampled(Some(&context), &failed), Some(&context));
+        assert_eq!(on.sampled(None, &missed), None);
+        assert_eq!(off.sampled(Some(&context), &missed), None);
     }
 }
