@@ -322,27 +322,6 @@ async fn with_an_allowlist_made_up_tenants_take_no_place_whatever_the_upstream_a
     }
 }
 
-const TLS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
-
-/// A TLS acceptor with the test server certificate for 127.0.0.1, signed by tests/fixtures/tls/ca.pem.
-fn tls_acceptor() -> tokio_rustls::TlsAcceptor {
-    use rustls::pki_types::pem::PemObject;
-    let certs = rustls::pki_types::CertificateDer::pem_file_iter(format!("{TLS_DIR}/server.pem"))
-        .expect("pem")
-        .collect::<Result<Vec<_>, _>>()
-        .expect("certs");
-    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(format!("{TLS_DIR}/server.key"))
-        .expect("key");
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .expect("server config");
-    tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(tls))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_list_of_an_https_upstream_is_read_with_the_proxys_tls_settings() {
     let upstream = upstream_with(answers_anything, Some(tls_acceptor())).await;

@@ -36,11 +36,7 @@ async fn a_client_leaving_during_the_ttft_wait_closes_the_upstream_and_counts_th
     })
     .await;
     let proxy = proxy(&upstream.url(), "slo:\n  ttft: 1s\n").await;
-    let (mut sender, conn) = open(&proxy).await;
-    let response = sender
-        .send_request(post(&proxy, CHAT, &chat_request("m")))
-        .await
-        .expect("head");
+    let (sender, conn, response) = open_chat(&proxy).await;
     assert_eq!(response.status(), 200);
     let mut body = response.into_body();
     let role = body.frame().await.expect("frame").expect("data");
@@ -76,21 +72,34 @@ async fn a_client_leaving_during_the_ttft_wait_closes_the_upstream_and_counts_th
     assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
 }
 
+/// Opens a connection and sends a chat request's head declaring a 100,000-byte body and the first
+/// bytes of that body, as a client part way through its upload.
+async fn part_way_through_an_upload(proxy: &tokentap::Running) -> TcpStream {
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n";
+    let mut stream = raw_send(proxy.proxy_addr(), head.as_bytes()).await;
+    stream
+        .write_all(br#"{"model":"m","messages":[{"role":"user","content":"hello"#)
+        .await
+        .expect("part of the body");
+    stream
+}
+
+/// One request counted `cancelled`, nothing in flight, no goodput; nothing reached the upstream, so
+/// nothing confirmed the name `m`: it is `unadmitted`.
+fn assert_one_unadmitted_cancel(m: &Metrics) {
+    let labels = [("model", "unadmitted"), ("outcome", "cancelled")];
+    assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
+    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_client_leaving_while_uploading_a_streamed_body_closes_the_upstream_and_counts_cancelled()
 {
     let upstream = upstream(|_| vec![json_response(200, "OK", r#"{"choices":[]}"#)]).await;
     // A body that is not held (here none is) streams upstream as it arrives.
     let proxy = proxy(&upstream.url(), "limits:\n  hold_request_body_bytes: 0\n").await;
-    let mut stream = TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
-    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n";
-    stream.write_all(head.as_bytes()).await.expect("head");
-    stream
-        .write_all(br#"{"model":"m","messages":[{"role":"user","content":"hello"#)
-        .await
-        .expect("part of the body");
+    let stream = part_way_through_an_upload(&proxy).await;
     // The head goes upstream at once; wait until the upstream has its connection open.
     tokio::time::timeout(Duration::from_secs(5), async {
         while upstream.connection_count() == 0 {
@@ -113,12 +122,7 @@ async fn a_client_leaving_while_uploading_a_streamed_body_closes_the_upstream_an
         "a truncated body was delivered as complete"
     );
     settle(&proxy).await;
-    let m = scrape(&proxy).await;
-    // Nothing reached the upstream, so nothing confirmed the name `m`.
-    let labels = [("model", "unadmitted"), ("outcome", "cancelled")];
-    assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0);
-    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
-    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
+    assert_one_unadmitted_cancel(&scrape(&proxy).await);
 }
 
 /// A body held until whole (the default, up to `limits.hold_request_body_bytes`): a client that leaves
@@ -127,35 +131,19 @@ async fn a_client_leaving_while_uploading_a_streamed_body_closes_the_upstream_an
 async fn a_client_leaving_while_uploading_a_held_body_never_reaches_the_upstream() {
     let upstream = upstream(|_| vec![json_response(200, "OK", r#"{"choices":[]}"#)]).await;
     let proxy = proxy(&upstream.url(), "").await;
-    let mut stream = TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
-    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n";
-    stream.write_all(head.as_bytes()).await.expect("head");
-    stream
-        .write_all(br#"{"model":"m","messages":[{"role":"user","content":"hello"#)
-        .await
-        .expect("part of the body");
+    let stream = part_way_through_an_upload(&proxy).await;
     tokio::time::sleep(ms(100)).await;
     drop(stream);
     settle(&proxy).await;
     assert_eq!(upstream.connection_count(), 0, "the upstream was contacted");
-    let m = scrape(&proxy).await;
-    let labels = [("model", "unadmitted"), ("outcome", "cancelled")];
-    assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0);
-    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
-    assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
+    assert_one_unadmitted_cancel(&scrape(&proxy).await);
 }
 
 #[tokio::test(start_paused = true)]
 async fn client_leaving_mid_stream_closes_the_upstream_at_once_and_counts_cancelled() {
     let upstream = upstream(|_| token_stream(200, ms(50))).await;
     let proxy = proxy(&upstream.url(), "slo:\n  ttft: 1s\n").await;
-    let (mut sender, conn) = open(&proxy).await;
-    let response = sender
-        .send_request(post(&proxy, CHAT, &chat_request("m")))
-        .await
-        .expect("head");
+    let (sender, conn, response) = open_chat(&proxy).await;
     assert_eq!(response.status(), 200);
     let mut body = response.into_body();
     let mut frames = 0;
@@ -178,13 +166,7 @@ async fn client_leaving_mid_stream_closes_the_upstream_at_once_and_counts_cancel
     );
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[("model", "m"), ("status", "200"), ("outcome", "cancelled")]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests("m", "200", "cancelled"), 1.0);
     assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
     // What was observed before the client left is kept: its TTFT, and its gaps.
     assert_eq!(m.get(&family::TTFT.count(), &[("model", "m")]), 1.0);
@@ -217,17 +199,7 @@ async fn client_leaving_before_the_response_head_closes_the_upstream_and_counts_
     assert!(closed_at.duration_since(left_at) < ms(50));
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[
-                ("model", "unadmitted"),
-                ("status", "none"),
-                ("outcome", "cancelled")
-            ]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests("unadmitted", "none", "cancelled"), 1.0);
     assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
@@ -253,13 +225,7 @@ async fn a_client_leaving_during_keep_alive_comments_is_cancelled_not_skipped() 
     upstream.wait_closed(0).await;
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[("status", "200"), ("outcome", "cancelled")]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests_with("200", "cancelled"), 1.0);
     assert_eq!(m.get(family::METERING_SKIPPED.name, &[]), 0.0);
     assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
@@ -418,14 +384,7 @@ async fn vanish(phase: Phase, reset: bool) {
         Phase::MidStream => ("200", 1.0, 3.0),
     };
     assert_eq!(m.get(family::REQUESTS.name, &[]), 1.0, "{what}");
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[("status", status), ("outcome", "cancelled")]
-        ),
-        1.0,
-        "{what}"
-    );
+    assert_eq!(m.requests_with(status, "cancelled"), 1.0, "{what}");
     assert_eq!(m.get(&family::TTFT.count(), &[]), ttft, "{what}");
     assert!(m.get(family::OUTPUT_TOKENS.name, &[]) >= tokens, "{what}");
     assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0, "{what}");

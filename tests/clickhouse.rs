@@ -104,16 +104,6 @@ fn script(n: usize, slower: u64) -> Vec<Step> {
     steps
 }
 
-/// The request number the client put in the body (`"seed":N`).
-fn seed(request: &RecordedRequest) -> usize {
-    let body = String::from_utf8_lossy(&request.body);
-    body.split("\"seed\":")
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|digits| digits.parse().ok())
-        .unwrap_or(0)
-}
-
 /// One run: `requests` requests for two models from three tenants, 12 at a time, through a proxy that
 /// writes every record with its gaps to a file of its own; returns that file once every record is in.
 async fn run(name: &str, requests: usize, slower: u64) -> PathBuf {

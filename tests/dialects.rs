@@ -164,42 +164,30 @@ fn fixtures() -> Vec<Fixture> {
             itl_ticks: 9 + 7,
             source: "usage",
         },
-        Fixture {
-            path: "/v1/completions",
-            request: r#"{"model":"tiny-llama","prompt":"hi","stream":true}"#,
-            labels: [("model", "tiny-llama"), ("api", "completions")],
-            ..tiny_llama(
-                "vLLM completions, usage",
-                include_bytes!("fixtures/vllm/completions-stream-usage.sse"),
-                8,
-                (0, 5, 6),
-                (6, 17, "usage"),
-            )
-        },
-        Fixture {
-            path: "/v1/responses",
-            request: r#"{"model":"tiny-llama","input":"hi","stream":true}"#,
-            labels: [("model", "tiny-llama"), ("api", "responses")],
-            ..tiny_llama(
-                "vLLM Responses",
-                include_bytes!("fixtures/vllm/responses-stream.sse"),
-                14,
-                (4, 9, 6),
-                (6, 30, "usage"),
-            )
-        },
-        Fixture {
-            path: "/v1/messages",
-            request: r#"{"model":"tiny-llama","max_tokens":6,"messages":[{"role":"user","content":"hi"}],"stream":true}"#,
-            labels: [("model", "tiny-llama"), ("api", "messages")],
-            ..tiny_llama(
-                "vLLM Messages",
-                include_bytes!("fixtures/vllm/messages-stream.sse"),
-                11,
-                (2, 7, 6),
-                (6, 30, "usage"),
-            )
-        },
+        tiny_llama(
+            "vLLM completions, usage",
+            include_bytes!("fixtures/vllm/completions-stream-usage.sse"),
+            8,
+            (0, 5, 6),
+            (6, 17, "usage"),
+        )
+        .asked_on("completions"),
+        tiny_llama(
+            "vLLM Responses",
+            include_bytes!("fixtures/vllm/responses-stream.sse"),
+            14,
+            (4, 9, 6),
+            (6, 30, "usage"),
+        )
+        .asked_on("responses"),
+        tiny_llama(
+            "vLLM Messages",
+            include_bytes!("fixtures/vllm/messages-stream.sse"),
+            11,
+            (2, 7, 6),
+            (6, 30, "usage"),
+        )
+        .asked_on("messages"),
         // Real llama-cpp-python 0.3.36 streams (tests/fixtures/llamacpp-python/README.md): no usage, N
         // from the chunks; the completions stream has empty-text chunks, which carry no output.
         tiny_llama(
@@ -209,18 +197,14 @@ fn fixtures() -> Vec<Fixture> {
             (1, 6, 6),
             (6, 0, "chunks"),
         ),
-        Fixture {
-            path: "/v1/completions",
-            request: r#"{"model":"tiny-llama","prompt":"hi","stream":true}"#,
-            labels: [("model", "tiny-llama"), ("api", "completions")],
-            ..tiny_llama(
-                "llama-cpp-python completions",
-                include_bytes!("fixtures/llamacpp-python/completions-stream.sse"),
-                9,
-                (0, 6, 6),
-                (6, 0, "chunks"),
-            )
-        },
+        tiny_llama(
+            "llama-cpp-python completions",
+            include_bytes!("fixtures/llamacpp-python/completions-stream.sse"),
+            9,
+            (0, 6, 6),
+            (6, 0, "chunks"),
+        )
+        .asked_on("completions"),
     ]
 }
 
@@ -249,6 +233,33 @@ fn tiny_llama(
         choices: 1,
         itl_ticks: last - first,
         source,
+    }
+}
+
+impl Fixture {
+    /// The tiny model's stream as another of its APIs answers it: that API's path, request and label.
+    fn asked_on(self, api: &'static str) -> Fixture {
+        let (path, request) = match api {
+            "completions" => (
+                "/v1/completions",
+                r#"{"model":"tiny-llama","prompt":"hi","stream":true}"#,
+            ),
+            "responses" => (
+                "/v1/responses",
+                r#"{"model":"tiny-llama","input":"hi","stream":true}"#,
+            ),
+            "messages" => (
+                "/v1/messages",
+                r#"{"model":"tiny-llama","max_tokens":6,"messages":[{"role":"user","content":"hi"}],"stream":true}"#,
+            ),
+            other => panic!("no tiny-llama request for the {other} API"),
+        };
+        Fixture {
+            path,
+            request,
+            labels: [("model", "tiny-llama"), ("api", api)],
+            ..self
+        }
     }
 }
 

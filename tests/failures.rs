@@ -36,17 +36,7 @@ async fn unreachable_upstream_answers_502_with_an_openai_error() {
     assert_eq!(json["error"]["type"], "upstream_unreachable");
     let m = scrape(&proxy).await;
     // No upstream ever confirmed the name `m`: it takes no model label place.
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[
-                ("model", "unadmitted"),
-                ("status", "502"),
-                ("outcome", "upstream_error")
-            ]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests("unadmitted", "502", "upstream_error"), 1.0);
     assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
     assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
 }
@@ -82,13 +72,7 @@ async fn upstream_connect_timeout_answers_504() {
         "the connect timeout did not cut the wait"
     );
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[("status", "504"), ("outcome", "timeout")]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests_with("504", "timeout"), 1.0);
     assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
     drop(held);
 }
@@ -121,17 +105,7 @@ async fn upstream_breaking_mid_stream_breaks_the_client_stream_and_counts_upstre
     );
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[
-                ("model", "m"),
-                ("status", "200"),
-                ("outcome", "upstream_error")
-            ]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests("m", "200", "upstream_error"), 1.0);
     assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
     assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
     // The two tokens that did arrive were generated and delivered: they count as output.
@@ -155,13 +129,7 @@ async fn an_error_event_inside_a_200_stream_counts_upstream_error() {
     assert_eq!(got.end, Ok(()));
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[("status", "200"), ("outcome", "upstream_error")]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests_with("200", "upstream_error"), 1.0);
     assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
 }
 

@@ -11,10 +11,7 @@ use tokentap::record::metrics::family;
 const CHAT: &str = "/v1/chat/completions";
 
 fn requests(m: &Metrics, status: &str, outcome: &str) -> f64 {
-    m.get(
-        family::REQUESTS.name,
-        &[("status", status), ("outcome", outcome)],
-    )
+    m.requests_with(status, outcome)
 }
 
 fn all_requests(m: &Metrics) -> f64 {
@@ -48,17 +45,7 @@ async fn upstream_reset_before_the_head_answers_502_and_counts_upstream_error() 
     assert_eq!(seen[0].body, body.as_bytes());
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[
-                ("model", "unadmitted"),
-                ("status", "502"),
-                ("outcome", "upstream_error")
-            ]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests("unadmitted", "502", "upstream_error"), 1.0);
     assert_eq!(all_requests(&m), 1.0);
     assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
@@ -374,11 +361,7 @@ async fn a_transfer_coding_other_than_chunked_is_kept_for_the_client_to_decode()
     raw.extend_from_slice(b"0\r\n\r\n");
     let upstream = upstream(move |_| vec![Step::Raw(raw.clone())]).await;
     let proxy = proxy(&upstream.url(), "").await;
-    let answer = raw_exchange(
-        proxy.proxy_addr(),
-        b"GET /v1/models HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n",
-    )
-    .await;
+    let answer = raw_exchange(proxy.proxy_addr(), GET_MODELS_AND_CLOSE).await;
     let (head, body) = raw_split(&answer);
     assert_eq!(raw_status(&answer), 200, "{head}");
     assert!(

@@ -47,23 +47,29 @@ fn raw_answer(head: &str, body: &str) -> Vec<Step> {
     vec![Step::Raw(format!("{head}\r\n\r\n{body}").into_bytes())]
 }
 
+/// The head a client gets for `GET path` through tokentap from an upstream that answers with `answer`.
+async fn head_through(answer: Vec<Step>, path: &str) -> String {
+    let upstream = upstream(move |_| answer.clone()).await;
+    let proxy = proxy(&upstream.url(), "").await;
+    response_head(proxy.proxy_addr(), get(path).as_bytes()).await
+}
+
 fn get(path: &str) -> String {
     format!("GET {path} HTTP/1.1\r\nHost: tokentap.test\r\n\r\n")
 }
 
 #[tokio::test]
 async fn response_header_lines_keep_their_order_and_case_without_the_hop_by_hop_ones() {
-    let upstream = upstream(|_| {
+    let head = head_through(
         raw_answer(
             "HTTP/1.1 200 Fine\r\nServer: Test/1.0\r\nX-Request-ID: abc\r\nConnection: keep-alive, X-Hop\r\n\
              Content-Type: application/json\r\nContent-Length: 2\r\nKeep-Alive: timeout=5\r\n\
              Set-Cookie: a=1\r\nset-cookie: b=2\r\nX-Hop: secret\r\nX-Mixed-CASE: yes\r\nVary: Origin",
             "{}",
-        )
-    })
+        ),
+        "/v1/models",
+    )
     .await;
-    let proxy = proxy(&upstream.url(), "").await;
-    let head = response_head(proxy.proxy_addr(), get("/v1/models").as_bytes()).await;
     assert!(head.starts_with("HTTP/1.1 200 Fine\r\n"), "{head}");
     // No `Date` either: tokentap adds nothing the upstream did not send.
     assert_eq!(
@@ -83,7 +89,7 @@ async fn response_header_lines_keep_their_order_and_case_without_the_hop_by_hop_
 
 #[tokio::test]
 async fn a_chunked_response_keeps_its_transfer_encoding_line_where_the_upstream_put_it() {
-    let upstream = upstream(|_| {
+    let head = head_through(
         vec![
             Step::Raw(
                 b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\
@@ -92,11 +98,10 @@ async fn a_chunked_response_keeps_its_transfer_encoding_line_where_the_upstream_
             ),
             chunk(DONE.as_bytes()),
             last_chunk(),
-        ]
-    })
+        ],
+        "/v1/chat/completions",
+    )
     .await;
-    let proxy = proxy(&upstream.url(), "").await;
-    let head = response_head(proxy.proxy_addr(), get("/v1/chat/completions").as_bytes()).await;
     // The Content-Length beside chunked is dropped (RFC 9112 §6.3); the rest is as the upstream sent it.
     assert_eq!(
         lines(&head),
@@ -111,7 +116,7 @@ async fn a_chunked_response_keeps_its_transfer_encoding_line_where_the_upstream_
 
 #[tokio::test]
 async fn a_transfer_coding_other_than_chunked_stays_named_in_place() {
-    let upstream = upstream(|_| {
+    let head = head_through(
         vec![
             Step::Raw(
                 b"HTTP/1.1 200 OK\r\nX-First: 1\r\nTransfer-Encoding: gzip,chunked\r\nX-Last: 2\r\n\r\n"
@@ -119,11 +124,10 @@ async fn a_transfer_coding_other_than_chunked_stays_named_in_place() {
             ),
             chunk(b"not really gzip"),
             last_chunk(),
-        ]
-    })
+        ],
+        "/files/1",
+    )
     .await;
-    let proxy = proxy(&upstream.url(), "").await;
-    let head = response_head(proxy.proxy_addr(), get("/files/1").as_bytes()).await;
     assert_eq!(
         lines(&head),
         ["X-First: 1", "Transfer-Encoding: gzip,chunked", "X-Last: 2"]
@@ -134,30 +138,28 @@ async fn a_transfer_coding_other_than_chunked_stays_named_in_place() {
 async fn an_empty_bodys_content_length_is_written_last() {
     // hyper's HTTP/1 encoder writes the length of a body that has already ended itself, after the
     // other headers: the one place a kept header moves. Pinned here so a hyper change shows.
-    let upstream = upstream(|_| {
+    let head = head_through(
         raw_answer(
             "HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 0\r\nX-B: 2",
             "",
-        )
-    })
+        ),
+        "/v1/models",
+    )
     .await;
-    let proxy = proxy(&upstream.url(), "").await;
-    let head = response_head(proxy.proxy_addr(), get("/v1/models").as_bytes()).await;
     assert_eq!(lines(&head), ["X-A: 1", "X-B: 2", "Content-Length: 0"]);
 }
 
 #[tokio::test]
 async fn repeats_of_one_name_apart_from_each_other_are_sent_together_at_the_first() {
     // http::HeaderMap keeps the values of one name together: the one thing about order that changes.
-    let upstream = upstream(|_| {
+    let head = head_through(
         raw_answer(
             "HTTP/1.1 200 OK\r\nX-A: 1\r\nX-B: 2\r\nx-a: 3\r\nContent-Length: 0",
             "",
-        )
-    })
+        ),
+        "/v1/models",
+    )
     .await;
-    let proxy = proxy(&upstream.url(), "").await;
-    let head = response_head(proxy.proxy_addr(), get("/v1/models").as_bytes()).await;
     assert_eq!(
         lines(&head),
         ["X-A: 1", "x-a: 3", "X-B: 2", "Content-Length: 0"]

@@ -7,13 +7,9 @@
 
 use crate::support;
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body::{Body, Frame};
-use http_body_util::BodyExt;
 use support::*;
 use tokentap::record::metrics::family;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,17 +20,6 @@ use tokio::time::Instant;
 const CHAT: &str = "/v1/chat/completions";
 
 /// A stream that answers its head at once and its body only after `hold`.
-fn slow_stream(hold: Duration) -> Vec<Step> {
-    vec![
-        sse_head(),
-        chunk(ROLE_CHUNK.as_bytes()),
-        Step::Sleep(hold),
-        chunk(content_chunk("late").as_bytes()),
-        chunk(DONE.as_bytes()),
-        last_chunk(),
-    ]
-}
-
 #[tokio::test]
 async fn beyond_the_upstream_connection_cap_a_request_gets_503_at_once_and_the_upstream_sees_only_the_cap(
 ) {
@@ -53,11 +38,7 @@ async fn beyond_the_upstream_connection_cap_a_request_gets_503_at_once_and_the_u
     let proxy = proxy(&upstream.url(), yaml).await;
     let mut held = Vec::new();
     for _ in 0..2 {
-        let (mut sender, conn) = open(&proxy).await;
-        let response = sender
-            .send_request(post(&proxy, CHAT, &chat_request("m")))
-            .await
-            .expect("head");
+        let (sender, conn, response) = open_chat(&proxy).await;
         assert_eq!(response.status(), 200);
         held.push((sender, conn, response));
     }
@@ -102,12 +83,7 @@ async fn beyond_the_upstream_connection_cap_a_request_gets_503_at_once_and_the_u
     assert_eq!(upstream.requests().len(), 3);
     // The other held stream ends normally: with it, both slots are free for two at once.
     let (_sender, conn, response) = held.remove(0);
-    let rest = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
+    let rest = body_bytes(response).await;
     assert!(rest.ends_with(DONE.as_bytes()));
     let both = [0, 1].map(|_| {
         let request = post(&proxy, CHAT, &chat_request("m"));
@@ -186,12 +162,20 @@ async fn an_h2_client_gets_only_max_concurrent_streams_at_once_and_the_rest_wait
 
 /// Writes a request head declaring a 100-byte body, then one body byte, and stops.
 async fn stall_after_one_body_byte(proxy: &tokentap::Running) -> TcpStream {
-    let mut stream = TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
     let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{";
-    stream.write_all(head.as_bytes()).await.expect("head");
-    stream
+    raw_send(proxy.proxy_addr(), head.as_bytes()).await
+}
+
+/// A slow upstream with one slot, behind a proxy that gives a request body 300 ms between bytes; the
+/// body `held` until whole (the default) or streamed (`hold_request_body_bytes: 0`).
+async fn one_slot_and_a_300ms_body_idle(held: bool) -> (Upstream, tokentap::Running) {
+    let upstream = upstream(|_| slow_stream(ms(10))).await;
+    let yaml = format!(
+        "timeouts:\n  request_body_idle: 300ms\nlimits:\n  max_upstream_connections: 1\n{}",
+        hold_line(held)
+    );
+    let proxy = proxy(&upstream.url(), &yaml).await;
+    (upstream, proxy)
 }
 
 #[tokio::test]
@@ -203,16 +187,7 @@ async fn a_stalled_request_body_gets_408_within_request_body_idle_and_frees_its_
 /// A body that is held (the default) stalls before anything upstream is taken: the upstream never sees
 /// it. One that streams (`hold_request_body_bytes: 0`) has its upstream request aborted.
 async fn stalled_body_gets_408(held: bool) {
-    let upstream = upstream(|_| slow_stream(ms(10))).await;
-    let hold = if held {
-        ""
-    } else {
-        "  hold_request_body_bytes: 0\n"
-    };
-    let yaml = format!(
-        "timeouts:\n  request_body_idle: 300ms\nlimits:\n  max_upstream_connections: 1\n{hold}"
-    );
-    let proxy = proxy(&upstream.url(), &yaml).await;
+    let (upstream, proxy) = one_slot_and_a_300ms_body_idle(held).await;
     let started = Instant::now();
     let mut stream = stall_after_one_body_byte(&proxy).await;
     let mut answer = Vec::new();
@@ -229,16 +204,7 @@ async fn stalled_body_gets_408(held: bool) {
     assert_eq!(json["error"]["type"], "request_timeout");
     let message = json["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("timeouts.request_body_idle"), "{message}");
-    if held {
-        assert_eq!(
-            upstream.connection_count(),
-            0,
-            "a held body reached the upstream"
-        );
-    } else {
-        // The upstream request was aborted: its connection closed, no complete request delivered.
-        upstream.wait_closed(0).await;
-    }
+    assert_upstream_let_go(&upstream, held, Duration::from_secs(5)).await;
     assert!(
         upstream.requests().is_empty(),
         "a truncated body was delivered"
@@ -282,23 +248,6 @@ async fn a_slow_but_steady_request_body_is_not_cut() {
     assert_eq!(upstream.requests()[0].body.len(), 100);
 }
 
-/// A request body the test feeds by hand, to stall it on an h2 stream.
-struct Fed(mpsc::Receiver<Bytes>);
-
-impl Body for Fed {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|data| data.map(|d| Ok(Frame::data(d))))
-    }
-}
-
 #[tokio::test]
 async fn a_stalled_h2_request_body_gets_408_within_request_body_idle() {
     stalled_h2_body_gets_408(true).await;
@@ -306,16 +255,7 @@ async fn a_stalled_h2_request_body_gets_408_within_request_body_idle() {
 }
 
 async fn stalled_h2_body_gets_408(held: bool) {
-    let upstream = upstream(|_| slow_stream(ms(10))).await;
-    let hold = if held {
-        ""
-    } else {
-        "  hold_request_body_bytes: 0\n"
-    };
-    let yaml = format!(
-        "timeouts:\n  request_body_idle: 300ms\nlimits:\n  max_upstream_connections: 1\n{hold}"
-    );
-    let proxy = proxy(&upstream.url(), &yaml).await;
+    let (upstream, proxy) = one_slot_and_a_300ms_body_idle(held).await;
     let h2: hyper_util::client::legacy::Client<_, Fed> = h2_client();
     let (feed, body) = mpsc::channel(4);
     feed.send(Bytes::from_static(b"{\"model\":"))
@@ -333,24 +273,11 @@ async fn stalled_h2_body_gets_408(held: bool) {
     let took = started.elapsed();
     assert_eq!(response.status(), 408);
     assert!(took >= ms(300) && took < Duration::from_secs(2), "{took:?}");
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
+    let body = body_bytes(response).await;
     let json: serde_json::Value = serde_json::from_slice(&body).expect("JSON error");
     assert_eq!(json["error"]["type"], "request_timeout");
     drop(feed);
-    if held {
-        assert_eq!(
-            upstream.connection_count(),
-            0,
-            "a held body reached the upstream"
-        );
-    } else {
-        upstream.wait_closed(0).await;
-    }
+    assert_upstream_let_go(&upstream, held, Duration::from_secs(5)).await;
     // The upstream slot is free again.
     let h2 = h2_client();
     let next = send(&h2, post(&proxy, CHAT, &chat_request("m"))).await;

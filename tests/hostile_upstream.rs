@@ -27,13 +27,7 @@ async fn an_upstream_status_http_does_not_define_is_answered_502_and_counted_ups
     assert!(body.contains("upstream_error"), "{body}");
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[("status", "502"), ("outcome", "upstream_error")]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests_with("502", "upstream_error"), 1.0);
     assert!(!m.text.contains("\"999\""), "{}", m.text);
     assert_eq!(m.get(family::GOODPUT.name, &[]), 0.0);
     assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
@@ -67,13 +61,7 @@ async fn an_unrequested_101_is_answered_502_and_the_upstream_connection_closed()
     upstream.wait_closed(0).await;
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[("status", "502"), ("outcome", "upstream_error")]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests_with("502", "upstream_error"), 1.0);
     assert_eq!(m.get(family::REQUESTS.name, &[("outcome", "ok")]), 0.0);
 }
 
@@ -115,13 +103,7 @@ async fn informational_answers_are_dropped_and_the_final_response_arrives_intact
     assert!(got.headers.get("link").is_none());
     settle(&proxy).await;
     let m = scrape(&proxy).await;
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[("status", "200"), ("outcome", "ok")]
-        ),
-        2.0
-    );
+    assert_eq!(m.requests_with("200", "ok"), 2.0);
     assert!(!m.text.contains("\"103\""));
 }
 
@@ -135,11 +117,7 @@ async fn an_upstream_content_length_with_leading_zeros_reaches_the_client_as_its
     })
     .await;
     let proxy = proxy(&upstream.url(), "").await;
-    let answer = raw_exchange(
-        proxy.proxy_addr(),
-        b"GET /v1/models HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n",
-    )
-    .await;
+    let answer = raw_exchange(proxy.proxy_addr(), GET_MODELS_AND_CLOSE).await;
     let (head, body) = raw_split(&answer);
     assert!(head.contains("\r\ncontent-length: 2\r\n"), "{head}");
     assert_eq!(body, b"{}");

@@ -49,6 +49,17 @@ async fn a_request_head_over_the_limit_gets_431_and_is_not_forwarded() {
     assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
 }
 
+/// Once settled, one request counted `status="413"` (its outcome `ok`: tokentap's answer went out
+/// whole) and nothing left in flight; the scrape is returned for the caller's own checks.
+async fn one_413_counted(proxy: &tokentap::Running) -> Metrics {
+    settle(proxy).await;
+    let m = scrape(proxy).await;
+    let refused = [("status", "413"), ("outcome", "ok")];
+    assert_eq!(m.get(family::REQUESTS.name, &refused), 1.0);
+    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
+    m
+}
+
 #[tokio::test]
 async fn a_declared_body_over_the_limit_gets_413_without_contacting_the_upstream() {
     let upstream = upstream(|_| ok_upstream_steps()).await;
@@ -74,11 +85,7 @@ async fn a_declared_body_over_the_limit_gets_413_without_contacting_the_upstream
         1,
         "the refused request never went upstream"
     );
-    settle(&proxy).await;
-    let m = scrape(&proxy).await;
-    let refused = [("status", "413"), ("outcome", "ok")];
-    assert_eq!(m.get(family::REQUESTS.name, &refused), 1.0);
-    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
+    let m = one_413_counted(&proxy).await;
     assert_eq!(m.get(family::GOODPUT.name, &[]), 1.0, "only the 200");
 }
 
@@ -92,18 +99,13 @@ async fn a_chunked_body_growing_past_the_limit_is_cut_upstream_and_answered_413(
 /// (`hold_request_body_bytes: 0`), its upstream request is aborted.
 async fn chunked_body_past_the_limit(held: bool) {
     let upstream = upstream(|_| ok_upstream_steps()).await;
-    let hold = if held {
-        ""
-    } else {
-        "  hold_request_body_bytes: 0\n"
-    };
-    let yaml = format!("limits:\n  max_request_body_bytes: 1KiB\n{hold}");
+    let yaml = format!(
+        "limits:\n  max_request_body_bytes: 1KiB\n{}",
+        hold_line(held)
+    );
     let proxy = proxy(&upstream.url(), &yaml).await;
-    let mut stream = TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
     let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
-    stream.write_all(head.as_bytes()).await.expect("head");
+    let mut stream = raw_send(proxy.proxy_addr(), head.as_bytes()).await;
     let piece = format!("{{\"model\":\"m\",\"pad\":\"{}", "x".repeat(500));
     let mut body_sent = 0;
     for _ in 0..3 {
@@ -121,51 +123,16 @@ async fn chunked_body_past_the_limit(held: bool) {
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
     assert!(answer.contains("limits.max_request_body_bytes"), "{answer}");
-    if held {
-        assert_eq!(
-            upstream.connection_count(),
-            0,
-            "a held body reached the upstream"
-        );
-    } else {
-        // The upstream got the head and part of the body, then an aborted connection: no complete request.
-        upstream
-            .wait_closed_within(0, Duration::from_secs(10))
-            .await;
-    }
+    assert_upstream_let_go(&upstream, held, Duration::from_secs(10)).await;
     assert!(
         upstream.requests().is_empty(),
         "a truncated body was delivered as complete"
     );
-    settle(&proxy).await;
-    let m = scrape(&proxy).await;
-    let labels = [("status", "413"), ("outcome", "ok")];
-    assert_eq!(m.get(family::REQUESTS.name, &labels), 1.0);
-    assert_eq!(m.get(family::IN_FLIGHT.name, &[]), 0.0);
+    one_413_counted(&proxy).await;
 }
 
-#[tokio::test]
-async fn beyond_max_connections_a_new_connection_is_closed_at_once_counted_and_open_streams_carry_on(
-) {
-    let upstream = upstream(|_| {
-        let mut steps = vec![sse_head()];
-        for i in 0..5 {
-            steps.push(Step::Sleep(ms(100)));
-            steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
-        }
-        steps.push(chunk(DONE.as_bytes()));
-        steps.push(last_chunk());
-        steps
-    })
-    .await;
-    let proxy = proxy(&upstream.url(), "limits:\n  max_connections: 1\n").await;
-    let (mut first, first_conn) = open(&proxy).await;
-    let response = first
-        .send_request(post(&proxy, CHAT, &chat_request("m")))
-        .await
-        .expect("head");
-    let mut first_body = response.into_body();
-    // A second client is accepted and closed at once: no answer, no request read.
+/// A further client is accepted and closed at once (within 2 s): no answer, no request read.
+async fn assert_a_newcomer_is_closed_at_once(proxy: &tokentap::Running) {
     let asked = tokio::time::Instant::now();
     let answer = raw_exchange(
         proxy.proxy_addr(),
@@ -174,6 +141,16 @@ async fn beyond_max_connections_a_new_connection_is_closed_at_once_counted_and_o
     .await;
     assert!(answer.is_empty(), "{answer:?}");
     assert!(asked.elapsed() < Duration::from_secs(2), "closed at once");
+}
+
+#[tokio::test]
+async fn beyond_max_connections_a_new_connection_is_closed_at_once_counted_and_open_streams_carry_on(
+) {
+    let upstream = upstream(|_| content_stream(5, ms(100))).await;
+    let proxy = proxy(&upstream.url(), "limits:\n  max_connections: 1\n").await;
+    let (first, first_conn, response) = open_chat(&proxy).await;
+    let mut first_body = response.into_body();
+    assert_a_newcomer_is_closed_at_once(&proxy).await;
     assert_eq!(proxy.open_connections(), 1);
     let mut got = Vec::new();
     while let Some(frame) = first_body.frame().await {
@@ -214,14 +191,7 @@ fn slow_chat_or_quick(request: &RecordedRequest) -> Vec<Step> {
     if !request.request_line().contains(CHAT) {
         return ok_upstream_steps();
     }
-    let mut steps = vec![sse_head()];
-    for i in 0..5 {
-        steps.push(Step::Sleep(ms(100)));
-        steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
-    }
-    steps.push(chunk(DONE.as_bytes()));
-    steps.push(last_chunk());
-    steps
+    content_stream(5, ms(100))
 }
 
 /// One quick request on a kept-alive connection: its status.
@@ -280,14 +250,7 @@ async fn at_max_connections_the_oldest_idle_connection_makes_room_and_busy_ones_
     for stream in streams {
         bodies.push(stream.await.expect("head").into_body());
     }
-    let asked = tokio::time::Instant::now();
-    let answer = raw_exchange(
-        proxy.proxy_addr(),
-        b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n",
-    )
-    .await;
-    assert!(answer.is_empty(), "{answer:?}");
-    assert!(asked.elapsed() < Duration::from_secs(2), "closed at once");
+    assert_a_newcomer_is_closed_at_once(&proxy).await;
     for body in bodies {
         let got = body.collect().await.expect("the stream is not disturbed");
         assert!(got.to_bytes().ends_with(DONE.as_bytes()));
@@ -309,11 +272,7 @@ async fn an_h2c_connection_with_a_stream_open_is_never_reclaimed_and_an_idle_one
     let upstream = upstream(slow_chat_or_quick).await;
     let proxy = proxy(&upstream.url(), "limits:\n  max_connections: 2\n").await;
     // The oldest connection is h2c with a stream open; the other an idle HTTP/1.1 one.
-    let (mut h2, h2_conn) = open_h2(&proxy).await;
-    let response = h2
-        .send_request(post(&proxy, CHAT, &chat_request("m")))
-        .await
-        .expect("head");
+    let (_h2, h2_conn, response) = open_h2_chat(&proxy).await;
     let (mut a, a_conn) = open(&proxy).await;
     assert_eq!(quick(&mut a, &proxy).await, 200);
     // A newcomer takes the idle one's place, not the older h2c one's.

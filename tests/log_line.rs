@@ -8,8 +8,7 @@
 use crate::support;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -107,21 +106,11 @@ async fn the_slo_field_says_met_missed_or_why_the_request_did_not_count() {
 
 /// Sends `body` to `path` with `x-request-id: id` over a blocking connection; the status line.
 fn request(proxy: &str, method: &str, path: &str, id: &str, body: &str) -> String {
-    let mut stream = TcpStream::connect(proxy).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    write!(
-        stream,
+    let request = format!(
         "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-request-id: {id}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
-    )
-    .expect("write");
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    String::from_utf8_lossy(&answer)
-        .lines()
-        .next()
-        .unwrap_or("")
-        .to_owned()
+    );
+    status_line_blocking(proxy, request.as_bytes(), Duration::from_secs(10))
 }
 
 /// A logfmt reader: `key=value` pairs, a value either bare (up to a space) or double-quoted with

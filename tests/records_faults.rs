@@ -7,8 +7,7 @@
 
 use crate::support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -19,18 +18,8 @@ use support::{ok_stream, start_binary_after, upstream, Metrics, Process};
 
 /// One chat request through the proxy: the answer's status line ("" if none came within 30 s).
 fn chat(proxy: &str) -> String {
-    let mut stream = TcpStream::connect(proxy).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(30))).ok();
-    stream
-        .write_all(&support::raw_chat("m", true))
-        .expect("write");
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    String::from_utf8_lossy(&answer)
-        .lines()
-        .next()
-        .unwrap_or("")
-        .to_owned()
+    let request = support::raw_chat("m", true);
+    support::status_line_blocking(proxy, &request, Duration::from_secs(30))
 }
 
 fn records_counted(process: &Process) -> (f64, f64) {

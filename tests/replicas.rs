@@ -78,15 +78,6 @@ fn model(n: usize) -> &'static str {
     MODELS[(n / 3) % 2]
 }
 
-fn seed(request: &RecordedRequest) -> usize {
-    let body = String::from_utf8_lossy(&request.body);
-    body.split("\"seed\":")
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|digits| digits.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Sends the load, each request to its replica, and checks each ended cleanly.
 async fn drive(replicas: &[Running]) {
     let client = client();

@@ -15,9 +15,7 @@ use serde_json::Value;
 use support::*;
 use tokentap::config::SloKind;
 use tokentap::record::metrics::family;
-use tokentap::report::query::{parse_slo, Window};
-use tokentap::report::slowest::SlowBy;
-use tokentap::report::{run, Format, Options};
+use tokentap::report::query::parse_slo;
 
 const CEILINGS: &str =
     "ttft=100ms,itl=150ms,tpot=50ms,e2e=400ms,time_to_first_answer=100ms,time_to_first_tool_call=100ms";
@@ -147,21 +145,7 @@ fn wait_for_lines(path: &Path, n: usize) {
 }
 
 fn report(path: &Path, slo: Option<&str>) -> Value {
-    let options = Options {
-        files: vec![path.to_string_lossy().into_owned()],
-        compare: Vec::new(),
-        by: None,
-        window: Window::default(),
-        format: Format::Json,
-        slo: slo.map(|s| parse_slo(s).expect("ceilings")),
-        strict: true,
-        progress: false,
-        slowest: 0,
-        slowest_by: SlowBy::TTFT,
-    };
-    let (mut out, mut warn) = (Vec::new(), Vec::new());
-    run(&options, &mut out, &mut warn).expect("report");
-    serde_json::from_slice(&out).expect("json")
+    json_report(path, slo.map(|s| parse_slo(s).expect("ceilings")))
 }
 
 fn missed(doc: &Value, kind: &str) -> f64 {

@@ -16,9 +16,7 @@ use tokentap::record::finished::{conclude, DecoderReport, FinishedRecord};
 use tokentap::record::outcome::Outcome;
 use tokentap::record::request_record::{RequestRecord, RECORD_VERSION};
 use tokentap::record::timeline::Timeline;
-use tokentap::report::query::{format_rfc3339, parse_ceilings, Window};
-use tokentap::report::slowest::SlowBy;
-use tokentap::report::{run, Format, Options};
+use tokentap::report::query::{format_rfc3339, parse_ceilings};
 use tokio::time::Instant;
 
 fn ms(n: u64) -> Duration {
@@ -238,21 +236,7 @@ fn report_of(records: &[RequestRecord], slo: Option<Ceilings>) -> Value {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("records-{}.jsonl", slo.is_some()));
     std::fs::write(&path, lines).unwrap();
-    let options = Options {
-        files: vec![path.to_string_lossy().into_owned()],
-        compare: Vec::new(),
-        by: None,
-        window: Window::default(),
-        format: Format::Json,
-        slo,
-        strict: true,
-        progress: false,
-        slowest: 0,
-        slowest_by: SlowBy::TTFT,
-    };
-    let (mut out, mut warn) = (Vec::new(), Vec::new());
-    run(&options, &mut out, &mut warn).unwrap();
-    serde_json::from_slice(&out).unwrap()
+    crate::support::json_report(&path, slo)
 }
 
 fn missed(doc: &Value, kind: &str) -> u64 {

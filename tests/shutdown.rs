@@ -15,6 +15,14 @@ use tokio::time::Instant;
 
 const CHAT: &str = "/v1/chat/completions";
 
+/// What a shutdown running as a task left behind, once it has finished (within 60 s).
+async fn finished(shutdown: tokio::task::JoinHandle<tokentap::Drained>) -> tokentap::Drained {
+    tokio::time::timeout(Duration::from_secs(60), shutdown)
+        .await
+        .expect("shutdown never finished")
+        .expect("task")
+}
+
 async fn get_status(proxy: &tokentap::Running, path: &str) -> u16 {
     let request = http::Request::get(format!("http://{}{path}", proxy.metrics_addr()))
         .body(Full::new(Bytes::new()))
@@ -37,11 +45,7 @@ async fn shutdown_turns_unready_at_once_refuses_new_clients_and_lets_a_stream_fi
     let upstream = upstream(|_| token_stream(10, ms(300))).await;
     let proxy = proxy(&upstream.url(), "shutdown_grace: 30s\n").await;
     assert_eq!(get_status(&proxy, "/readyz").await, 200);
-    let (mut sender, _conn) = open(&proxy).await;
-    let response = sender
-        .send_request(post(&proxy, CHAT, &chat_request("m")))
-        .await
-        .expect("head");
+    let (_sender, _conn, response) = open_chat(&proxy).await;
     let mut body = response.into_body();
     let mut got = Vec::new();
     let first = body.frame().await.expect("frame").expect("data");
@@ -68,11 +72,7 @@ async fn shutdown_turns_unready_at_once_refuses_new_clients_and_lets_a_stream_fi
     }
     expected.push_str(DONE);
     assert_eq!(String::from_utf8_lossy(&got), expected);
-    let drained = tokio::time::timeout(Duration::from_secs(60), drained)
-        .await
-        .expect("shutdown never finished")
-        .expect("task");
-    assert_eq!(drained.cut, 0);
+    assert_eq!(finished(drained).await.cut, 0);
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "shutdown waited {:?} after the last request had ended",
@@ -89,11 +89,7 @@ async fn shutdown_turns_unready_at_once_refuses_new_clients_and_lets_a_stream_fi
 async fn a_stream_outliving_the_grace_is_cut_broken_and_counted_timeout() {
     let upstream = upstream(|_| token_stream(200, ms(50))).await;
     let proxy = proxy(&upstream.url(), "shutdown_grace: 2s\n").await;
-    let (mut sender, _conn) = open(&proxy).await;
-    let response = sender
-        .send_request(post(&proxy, CHAT, &chat_request("m")))
-        .await
-        .expect("head");
+    let (_sender, _conn, response) = open_chat(&proxy).await;
     let mut body = response.into_body();
     for _ in 0..3 {
         body.frame().await.expect("frame").expect("data");
@@ -113,11 +109,7 @@ async fn a_stream_outliving_the_grace_is_cut_broken_and_counted_timeout() {
         cut_after >= Duration::from_secs(2) && cut_after < Duration::from_secs(2) + ms(100),
         "cut after {cut_after:?}, grace 2s"
     );
-    let drained = tokio::time::timeout(Duration::from_secs(60), drained)
-        .await
-        .expect("shutdown never finished")
-        .expect("task");
-    assert_eq!(drained.cut, 1);
+    assert_eq!(finished(drained).await.cut, 1);
     let closed = upstream.wait_closed(0).await - started;
     assert!(closed < Duration::from_secs(2) + ms(100), "{closed:?}");
     let m = scrape(&proxy).await;
@@ -181,11 +173,7 @@ async fn an_idle_proxy_shuts_down_at_once() {
 async fn an_h2c_stream_in_flight_finishes_within_the_grace() {
     let upstream = upstream(|_| token_stream(5, ms(400))).await;
     let proxy = proxy(&upstream.url(), "shutdown_grace: 30s\n").await;
-    let (mut sender, conn) = open_h2(&proxy).await;
-    let response = sender
-        .send_request(post(&proxy, CHAT, &chat_request("m")))
-        .await
-        .expect("head");
+    let (_sender, conn, response) = open_h2_chat(&proxy).await;
     let started = Instant::now();
     let drained = tokio::spawn(proxy.shutdown());
     let body = response
@@ -194,11 +182,7 @@ async fn an_h2c_stream_in_flight_finishes_within_the_grace() {
         .await
         .expect("the stream is not cut");
     assert!(body.to_bytes().ends_with(DONE.as_bytes()));
-    let drained = tokio::time::timeout(Duration::from_secs(60), drained)
-        .await
-        .expect("shutdown never finished")
-        .expect("task");
-    assert_eq!(drained.cut, 0);
+    assert_eq!(finished(drained).await.cut, 0);
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "{:?}",

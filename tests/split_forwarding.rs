@@ -87,13 +87,7 @@ async fn through_the_proxy(path: &'static str, body: Vec<u8>, frames: Vec<Vec<u8
     settle(&proxy).await;
     let m = scrape(&proxy).await;
     let model = [("model", "m")];
-    assert_eq!(
-        m.get(
-            family::REQUESTS.name,
-            &[("model", "m"), ("status", "200"), ("outcome", want.outcome)]
-        ),
-        1.0
-    );
+    assert_eq!(m.requests("m", "200", want.outcome), 1.0);
     assert_eq!(m.get(family::REQUESTS.name, &[]), 1.0);
     assert_eq!(
         m.get(family::OUTPUT_TOKENS.name, &model),

@@ -102,17 +102,7 @@ async fn a_stream_silent_past_idle_is_cut_and_the_client_stream_breaks() {
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_but_steady_stream_is_never_cut_by_idle() {
-    let upstream = upstream(|_| {
-        let mut steps = vec![sse_head()];
-        for i in 0..5 {
-            steps.push(Step::Sleep(secs(4)));
-            steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
-        }
-        steps.push(chunk(DONE.as_bytes()));
-        steps.push(last_chunk());
-        steps
-    })
-    .await;
+    let upstream = upstream(|_| content_stream(5, secs(4))).await;
     let yaml = "timeouts:\n  idle: 5s\n  client_header_read: 1s\n  client_idle: 2s\n";
     let proxy = proxy(&upstream.url(), yaml).await;
     let got = send(&client(), post(&proxy, CHAT, &chat_request("m"))).await;
@@ -227,17 +217,7 @@ async fn a_kept_alive_connection_is_closed_after_client_idle_and_not_before() {
 // timers removed, so not theirs; the same exchange passes on the real clock).
 #[tokio::test]
 async fn an_h2c_connection_is_timed_by_client_idle_only_and_never_while_a_stream_runs() {
-    let upstream = upstream(|_| {
-        let mut steps = vec![sse_head()];
-        for i in 0..4 {
-            steps.push(Step::Sleep(ms(500)));
-            steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
-        }
-        steps.push(chunk(DONE.as_bytes()));
-        steps.push(last_chunk());
-        steps
-    })
-    .await;
+    let upstream = upstream(|_| content_stream(4, ms(500))).await;
     let yaml = "timeouts:\n  client_header_read: 200ms\n  client_idle: 1s\n";
     let proxy = proxy(&upstream.url(), yaml).await;
     let (mut sender, conn) = open_h2(&proxy).await;

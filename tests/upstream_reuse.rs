@@ -242,6 +242,34 @@ fn streamed_post(proxy: &Running) -> http::Request<Full<Bytes>> {
     post(proxy, "/v1/chat/completions", &chat_request("m"))
 }
 
+/// Sends `make`'s request twice on one client (tokentap keeping idle upstream connections for `idle`)
+/// to an upstream that closes under the second as `second` says. The second is answered as the first
+/// was, sent again once on a new connection byte for byte as it first went, and counted resent; the
+/// scrape is returned for the caller's own checks.
+async fn assert_sent_again_once(second: Second, make: Make, idle: &str, what: &str) -> Metrics {
+    let upstream = upstream(closes_under_the_second(second, answer_any)).await;
+    let proxy = proxy(
+        &upstream.url(),
+        &format!("timeouts:\n  upstream_idle: {idle}\n"),
+    )
+    .await;
+    let client = client();
+    let first = send(&client, make(&proxy)).await;
+    assert_eq!(first.status, 200, "{what}");
+    let again = send(&client, make(&proxy)).await;
+    assert_eq!(again.status, 200, "{what}: {:?}", again.body);
+    assert_eq!(again.body, first.body, "{what}");
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 3, "{what}");
+    assert_eq!(requests[1].raw_head, requests[2].raw_head, "{what}");
+    assert_eq!(requests[1].body, requests[2].body, "{what}");
+    assert_eq!(upstream.connection_count(), 2, "{what}");
+    settle(&proxy).await;
+    let m = scrape(&proxy).await;
+    assert_eq!(m.get(RESENT, &[]), 1.0, "{what}");
+    m
+}
+
 /// A reused connection closed (FIN) or reset as the next request arrives, its idle timer firing at that
 /// moment: a streamed POST, a JSON POST and a GET are each answered, sent again once on a new connection,
 /// byte for byte as the first time, and counted.
@@ -255,22 +283,7 @@ async fn a_reused_connection_closed_under_a_request_has_it_sent_again_and_answer
     for second in [Second::Close, Second::Reset] {
         for (kind, make) in kinds {
             let what = format!("{kind}, {second:?}");
-            let upstream = upstream(closes_under_the_second(second, answer_any)).await;
-            let proxy = proxy(&upstream.url(), "timeouts:\n  upstream_idle: 1m\n").await;
-            let client = client();
-            let first = send(&client, make(&proxy)).await;
-            assert_eq!(first.status, 200, "{what}");
-            let again = send(&client, make(&proxy)).await;
-            assert_eq!(again.status, 200, "{what}: {:?}", again.body);
-            assert_eq!(again.body, first.body, "{what}");
-            let requests = upstream.requests();
-            assert_eq!(requests.len(), 3, "{what}");
-            assert_eq!(requests[1].raw_head, requests[2].raw_head, "{what}");
-            assert_eq!(requests[1].body, requests[2].body, "{what}");
-            assert_eq!(upstream.connection_count(), 2, "{what}");
-            settle(&proxy).await;
-            let m = scrape(&proxy).await;
-            assert_eq!(m.get(RESENT, &[]), 1.0, "{what}");
+            let m = assert_sent_again_once(second, make, "1m", &what).await;
             assert_eq!(
                 m.get(family::REQUESTS.name, &[("status", "200")]),
                 2.0,
@@ -324,20 +337,7 @@ async fn an_idempotent_request_the_upstream_worked_on_before_it_closed_is_sent_a
     for second in [Second::WorksThenCloses, Second::WorksThenResets] {
         for (kind, make) in kinds {
             let what = format!("{kind}, {second:?}");
-            let upstream = upstream(closes_under_the_second(second, answer_any)).await;
-            let proxy = proxy(&upstream.url(), "timeouts:\n  upstream_idle: 1h\n").await;
-            let client = client();
-            let first = send(&client, make(&proxy)).await;
-            assert_eq!(first.status, 200, "{what}");
-            let again = send(&client, make(&proxy)).await;
-            assert_eq!(again.status, 200, "{what}: {:?}", again.body);
-            assert_eq!(again.body, first.body, "{what}");
-            let requests = upstream.requests();
-            assert_eq!(requests.len(), 3, "{what}");
-            assert_eq!(requests[1].raw_head, requests[2].raw_head, "{what}");
-            assert_eq!(requests[1].body, requests[2].body, "{what}");
-            assert_eq!(upstream.connection_count(), 2, "{what}");
-            assert_eq!(scrape(&proxy).await.get(RESENT, &[]), 1.0, "{what}");
+            assert_sent_again_once(second, make, "1h", &what).await;
         }
     }
 }

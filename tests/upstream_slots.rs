@@ -5,45 +5,14 @@
 
 use crate::support;
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body::{Body, Frame};
 use support::*;
 use tokentap::record::metrics::family;
 use tokio::sync::mpsc;
 
 const CHAT: &str = "/v1/chat/completions";
-
-/// A request body the test feeds by hand, to leave it unfinished on an h2 stream.
-struct Fed(mpsc::Receiver<Bytes>);
-
-impl Body for Fed {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|data| data.map(|d| Ok(Frame::data(d))))
-    }
-}
-
-fn slow_stream(hold: Duration) -> Vec<Step> {
-    vec![
-        sse_head(),
-        chunk(ROLE_CHUNK.as_bytes()),
-        Step::Sleep(hold),
-        chunk(content_chunk("late").as_bytes()),
-        chunk(DONE.as_bytes()),
-        last_chunk(),
-    ]
-}
 
 /// The slow-upload attack, scaled down: 4 h2 connections × 8 streams that each send one byte of body and
 /// stall, against 8 upstream slots. None of them takes a slot (their bodies are being held), so another
@@ -173,6 +142,27 @@ async fn a_body_above_the_hold_size_streams_through_unchanged() {
     assert_eq!(upstream.requests()[1].body, chat_request("m").as_bytes());
 }
 
+/// The answer to a request on its own h2 connection, awaited in a task.
+type Parked = tokio::task::JoinHandle<hyper::Result<http::Response<hyper::body::Incoming>>>;
+
+/// Opens an h2 stream without a declared length whose body sends 1,500 bytes and stays unfinished,
+/// holding that much of the held-bytes budget. Returns the body's feed (drop it to end the body) and
+/// the task awaiting the stream's answer.
+async fn park_an_unfinished_body(proxy: &tokentap::Running) -> (mpsc::Sender<Bytes>, Parked) {
+    let (mut sender, _conn) = open_h2::<Fed>(proxy).await;
+    let (feed, body) = mpsc::channel(1);
+    feed.send(Bytes::from(vec![b' '; 1500]))
+        .await
+        .expect("feed");
+    let request = http::Request::post(format!("http://{}{CHAT}", proxy.proxy_addr()))
+        .body(Fed(body))
+        .expect("request");
+    (
+        feed,
+        tokio::spawn(async move { sender.send_request(request).await }),
+    )
+}
+
 /// When the held bytes of all requests together would pass `limits.max_held_request_bytes`, a body
 /// waits for room instead of streaming onto an upstream slot: nothing of it goes upstream until the
 /// other body is sent and its budget given back, then it is held whole, sent and answered. (Before, it
@@ -183,26 +173,15 @@ async fn a_body_with_no_room_in_the_held_bytes_budget_waits_for_it_and_goes_upst
     let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
     let yaml = "limits:\n  hold_request_body_bytes: 2KiB\n  max_held_request_bytes: 2KiB\n";
     let proxy = proxy(&upstream.url(), yaml).await;
-    // One h2 stream without a declared length holds the whole budget with an unfinished body.
-    let (mut sender, _conn) = open_h2::<Fed>(&proxy).await;
-    let (feed, body) = mpsc::channel(1);
-    feed.send(Bytes::from(vec![b' '; 1500]))
-        .await
-        .expect("feed");
-    let request = http::Request::post(format!("http://{}{CHAT}", proxy.proxy_addr()))
-        .body(Fed(body))
-        .expect("request");
-    let parked = tokio::spawn(async move { sender.send_request(request).await });
+    // One h2 stream holds the whole budget with an unfinished body.
+    let (feed, parked) = park_an_unfinished_body(&proxy).await;
     tokio::time::sleep(ms(200)).await;
     let body = format!("{{\"model\":\"m\",\"pad\":\"{}\"}}", "z".repeat(1000));
-    let mut stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
     let head = format!(
         "POST {CHAT} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes()).await.expect("head");
+    let mut stream = raw_send(proxy.proxy_addr(), head.as_bytes()).await;
     stream.write_all(body.as_bytes()).await.expect("body");
     tokio::time::sleep(ms(300)).await;
     assert_eq!(
@@ -287,15 +266,7 @@ async fn a_body_that_finds_no_room_in_time_is_answered_503_and_never_sent() {
     let yaml = "timeouts:\n  request_body_idle: 300ms\n\
                 limits:\n  hold_request_body_bytes: 2KiB\n  max_held_request_bytes: 2KiB\n";
     let proxy = proxy(&upstream.url(), yaml).await;
-    let (mut sender, _conn) = open_h2::<Fed>(&proxy).await;
-    let (feed, body) = mpsc::channel(1);
-    feed.send(Bytes::from(vec![b' '; 1500]))
-        .await
-        .expect("feed");
-    let request = http::Request::post(format!("http://{}{CHAT}", proxy.proxy_addr()))
-        .body(Fed(body))
-        .expect("request");
-    let parked = tokio::spawn(async move { sender.send_request(request).await });
+    let (feed, parked) = park_an_unfinished_body(&proxy).await;
     // It keeps sending a byte now and then: a slow body, never idle, holding the budget.
     let trickle = tokio::spawn(async move {
         for _ in 0..30 {
@@ -400,14 +371,11 @@ async fn a_client_waiting_for_100_continue_gets_it_and_is_answered() {
     let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
     let proxy = proxy(&upstream.url(), "").await;
     let body = chat_request("m");
-    let mut stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
     let head = format!(
         "POST {CHAT} HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes()).await.expect("head");
+    let mut stream = raw_send(proxy.proxy_addr(), head.as_bytes()).await;
     let mut interim = [0u8; 25];
     tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut interim))
         .await
@@ -430,15 +398,12 @@ async fn ttft_starts_at_the_head_while_the_body_is_held() {
     let upstream = upstream(|_| ok_stream()).await;
     let proxy = proxy(&upstream.url(), "").await;
     let body = chat_request("m");
-    let mut stream = tokio::net::TcpStream::connect(proxy.proxy_addr())
-        .await
-        .expect("connect");
     let head = format!(
         "POST {CHAT} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
          content-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes()).await.expect("head");
+    let mut stream = raw_send(proxy.proxy_addr(), head.as_bytes()).await;
     tokio::time::sleep(ms(300)).await;
     assert!(
         upstream.requests().is_empty(),

@@ -90,8 +90,8 @@ pub struct Exchange {
     marks: Vec<u32>,
     /// The server's timings its response headers carried (TGI's `x-queue-time`).
     header_timings: ServerTimings,
-    /// This request in [`ExchangeContext::requests`], until it finishes.
-    counted: Option<Counted>,
+    /// This request in [`ExchangeContext::requests`], until it has been emitted (dropped with it).
+    _counted: Counted,
     /// One of `limits.max_upstream_connections`, and one of its client connection's
     /// `limits.max_upstream_per_connection`, held from forwarding until the exchange finishes.
     upstream_permits: [Option<OwnedSemaphorePermit>; 2],
@@ -112,7 +112,7 @@ impl Exchange {
         arrive: Instant,
         request_model: Arc<RequestSeen>,
     ) -> Self {
-        let counted = Some(context.requests.enter());
+        let counted = context.requests.enter();
         let meter = Meter::begin(context.meter.clone(), api, arrive);
         Exchange {
             context,
@@ -126,7 +126,7 @@ impl Exchange {
             decoder: None,
             marks: Vec::new(),
             header_timings: ServerTimings::default(),
-            counted,
+            _counted: counted,
             upstream_permits: [None, None],
             identity: None,
             messages: None,
@@ -199,9 +199,10 @@ impl Exchange {
     }
 
     /// Ends the exchange as `end` at `now`: its slots go back at once; the rest waits for the request's
-    /// message list when a reader is still reading it (a few milliseconds at most, `list_read.rs`).
+    /// message list when a reader is still reading it (a few milliseconds at most, `list_read.rs`). It
+    /// stays counted in flight (`shutdown.rs`) until it has been emitted, so a drain, or a test that
+    /// waits for nothing in flight, finds its record written and its metrics counted.
     fn finish(mut self, end: End, now: Instant) {
-        self.counted.take();
         self.upstream_permits = [None, None];
         match self.messages.take() {
             Some(read) => read.finish_then(move |listed| self.conclude(end, now, listed)),

@@ -153,6 +153,21 @@ impl Process {
     }
 }
 
+/// Writes `request` on a blocking connection to `addr` and reads until the server closes it (at most
+/// `timeout` between reads); the answer's status line, "" when none came.
+pub fn status_line_blocking(addr: &str, request: &[u8], timeout: Duration) -> String {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(timeout)).ok();
+    stream.write_all(request).expect("write");
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_owned()
+}
+
 /// A GET over a blocking connection (`connection: close`, 5 s read timeout); the whole raw answer.
 pub fn get_blocking(addr: &str, path: &str) -> Result<String, String> {
     let mut stream = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;

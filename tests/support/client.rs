@@ -67,6 +67,32 @@ where
     (sender, tokio::spawn(conn))
 }
 
+/// A chat request's answer, its head received and its body still to read.
+pub type Answer = http::Response<hyper::body::Incoming>;
+
+/// As [`open`], with one chat request for model `m` sent on the connection and its head received.
+pub async fn open_chat(proxy: &Running) -> (http1::SendRequest<Full<Bytes>>, Connection, Answer) {
+    let (mut sender, conn) = open(proxy).await;
+    let request = post(proxy, "/v1/chat/completions", &chat_request("m"));
+    let answer = sender.send_request(request).await.expect("head");
+    (sender, conn, answer)
+}
+
+/// As [`open_h2`], with one chat request for model `m` sent on the connection and its head received.
+pub async fn open_h2_chat(
+    proxy: &Running,
+) -> (http2::SendRequest<Full<Bytes>>, Connection, Answer) {
+    let (mut sender, conn) = open_h2(proxy).await;
+    let request = post(proxy, "/v1/chat/completions", &chat_request("m"));
+    let answer = sender.send_request(request).await.expect("head");
+    (sender, conn, answer)
+}
+
+/// The whole body of an answer whose head the test already has.
+pub async fn body_bytes(answer: Answer) -> Bytes {
+    answer.into_body().collect().await.expect("body").to_bytes()
+}
+
 /// What the client got.
 #[derive(Debug)]
 pub struct Received {

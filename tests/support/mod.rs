@@ -1,26 +1,34 @@
 //! Test harness, one file a job; this file only re-exports, so a test file writes `use support::*;`.
 //! - the scripted upstream is `tokentap::scripted` (raw HTTP/1.1 or TLS on loopback; faults are steps of
 //!   its script; heads, chunks, OpenAI events), re-exported here with the two ways tests start it.
-//! - `binary`: the built binary as a child process (signals, exit, log), blocking GETs.
+//! - `binary`: the built binary as a child process (signals, exit, log), blocking GETs and exchanges.
 //! - `bodies`: request bodies: an agent's long history, bodies no agent sends.
+//! - `held`: a request body held or streamed, and what the upstream saw when tokentap gave up on it.
+//! - `fed`: a request body the test feeds by hand, to stall it on a stream.
 //! - `proxy`: tokentap in-process, and what the test process holds (in flight, descriptors, memory).
 //! - `client`: pooled h1/h2c clients, single h1/h2c connections to drop, what a client got.
 //! - `raw`: raw bytes to the proxy port and the answer as bytes.
-//! - `records`: the request records a test's tokentap writes, read back.
+//! - `records`: the request records a test's tokentap writes, read back, and their JSON report.
 //! - `scrape`: `/metrics` read back as samples.
+//! - `scripts`: upstream scripts more than one suite answers with.
 //! - `prometheus`: a real Prometheus on loopback scraping tokentap, and PromQL queries to it.
 //! - `streams`: generated inputs (random cut points, proptest strategies).
+//! - `tls`: the test TLS identity for an `https://` scripted upstream.
 #![allow(dead_code)]
 
 mod binary;
 mod bodies;
 mod client;
+mod fed;
+mod held;
 mod prometheus;
 mod proxy;
 mod raw;
 mod records;
 mod scrape;
+mod scripts;
 pub mod streams;
+mod tls;
 
 // Each test binary uses a different part of the harness.
 #[allow(unused_imports)]
@@ -29,6 +37,10 @@ pub use binary::*;
 pub use bodies::*;
 #[allow(unused_imports)]
 pub use client::*;
+#[allow(unused_imports)]
+pub use fed::*;
+#[allow(unused_imports)]
+pub use held::*;
 #[allow(unused_imports)]
 pub use prometheus::*;
 #[allow(unused_imports)]
@@ -40,7 +52,11 @@ pub use records::*;
 #[allow(unused_imports)]
 pub use scrape::*;
 #[allow(unused_imports)]
+pub use scripts::*;
+#[allow(unused_imports)]
 pub use streams::{random_frames, Lcg};
+#[allow(unused_imports)]
+pub use tls::*;
 #[allow(unused_imports)]
 pub use tokentap::scripted::*;
 

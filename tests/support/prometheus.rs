@@ -9,10 +9,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use serde_json::Value;
 
-use super::client::client;
+use super::client::{body_bytes, client};
 
 /// True when `prometheus` runs; false (with a message) when it is not installed, unless CI requires it.
 pub fn prometheus_installed(test: &str) -> bool {
@@ -105,12 +105,7 @@ impl Prometheus {
             .await
             .expect("prometheus answers within 5 s")
             .expect("prometheus response");
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .expect("body")
-            .to_bytes();
+        let body = body_bytes(response).await;
         serde_json::from_slice(&body).expect("prometheus JSON")
     }
 

@@ -20,11 +20,22 @@ pub fn raw_chat(model: &str, close: bool) -> Vec<u8> {
     .into_bytes()
 }
 
+/// A GET of `/v1/models` that asks the server to close the connection after its answer.
+pub const GET_MODELS_AND_CLOSE: &[u8] =
+    b"GET /v1/models HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n";
+
+/// Connects to `addr` and writes `bytes` as they are (a head, part of a request), keeping the
+/// connection for the test to go on with: write more, read, or leave.
+pub async fn raw_send(addr: SocketAddr, bytes: &[u8]) -> tokio::net::TcpStream {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(bytes).await.expect("head");
+    stream
+}
+
 /// Writes `request` as it is to the proxy port and reads the answer until the proxy closes the
 /// connection (bounded by 5 s). Returns everything read.
 pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    stream.write_all(request).await.expect("write request");
+    let mut stream = raw_send(addr, request).await;
     let mut answer = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
     answer

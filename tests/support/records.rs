@@ -1,5 +1,6 @@
 //! The request records a test's tokentap writes (`request_log:`): a fresh file for them, and its
-//! records read back once the writer (a thread of its own) has written them.
+//! records read back once the writer (a thread of its own) has written them, and `tokentap report`'s JSON
+//! of such a file.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -37,4 +38,24 @@ fn read_lines<T: DeserializeOwned>(path: &Path, n: usize) -> Vec<T> {
     }
     let text = std::fs::read_to_string(path).unwrap_or_default();
     panic!("fewer than {n} records in {}:\n{text}", path.display());
+}
+
+/// `tokentap report --format json` of the records in `path` (strict), with these ceilings for `--slo`.
+pub fn json_report(path: &Path, slo: Option<tokentap::config::Slo>) -> serde_json::Value {
+    use tokentap::report::{query::Window, run, slowest::SlowBy, Format, Options};
+    let options = Options {
+        files: vec![path.to_string_lossy().into_owned()],
+        compare: Vec::new(),
+        by: None,
+        window: Window::default(),
+        format: Format::Json,
+        slo,
+        strict: true,
+        progress: false,
+        slowest: 0,
+        slowest_by: SlowBy::TTFT,
+    };
+    let (mut out, mut warn) = (Vec::new(), Vec::new());
+    run(&options, &mut out, &mut warn).expect("report");
+    serde_json::from_slice(&out).expect("json")
 }

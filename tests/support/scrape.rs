@@ -92,6 +92,18 @@ impl Metrics {
             .sum()
     }
 
+    /// `tokentap_requests_total` for one model, status and outcome (summed over the other labels).
+    pub fn requests(&self, model: &str, status: &str, outcome: &str) -> f64 {
+        let labels = [("model", model), ("status", status), ("outcome", outcome)];
+        self.get(family::REQUESTS.name, &labels)
+    }
+
+    /// `tokentap_requests_total` for one status and outcome, over every model.
+    pub fn requests_with(&self, status: &str, outcome: &str) -> f64 {
+        let labels = [("status", status), ("outcome", outcome)];
+        self.get(family::REQUESTS.name, &labels)
+    }
+
     pub fn has(&self, name: &str, labels: &[(&str, &str)]) -> bool {
         self.samples.iter().any(|(n, l, _)| {
             n == name

@@ -1,0 +1,41 @@
+//! Upstream scripts more than one suite answers with, beside the library's own (`tokentap::scripted`).
+
+use std::time::Duration;
+
+use tokentap::scripted::*;
+
+/// A chat stream that sends its role chunk, then holds for `hold` before its one content chunk and
+/// `[DONE]`: an answer slow enough to keep its upstream slot busy.
+pub fn slow_stream(hold: Duration) -> Vec<Step> {
+    vec![
+        sse_head(),
+        chunk(ROLE_CHUNK.as_bytes()),
+        Step::Sleep(hold),
+        chunk(content_chunk("late").as_bytes()),
+        chunk(DONE.as_bytes()),
+        last_chunk(),
+    ]
+}
+
+/// A chat stream with no role chunk: head, then `tokens` content chunks (`t0`, `t1`, …), each after
+/// `gap`, then `[DONE]` and the end of the body.
+pub fn content_stream(tokens: usize, gap: Duration) -> Vec<Step> {
+    let mut steps = vec![sse_head()];
+    for i in 0..tokens {
+        steps.push(Step::Sleep(gap));
+        steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
+    }
+    steps.push(chunk(DONE.as_bytes()));
+    steps.push(last_chunk());
+    steps
+}
+
+/// The request number a test's client put in the body (`"seed":N`), 0 when there is none.
+pub fn seed(request: &RecordedRequest) -> usize {
+    let body = String::from_utf8_lossy(&request.body);
+    body.split("\"seed\":")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or(0)
+}
