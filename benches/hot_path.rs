@@ -554,6 +554,86 @@ fn through_proxy_body(bencher: Bencher, size: &str, extra: &str) {
         .bench_local(|| through.request());
 }
 
+/// A short request with `traces:` on and every request sampled: its trace read at admission, its span
+/// built from its record at the end and queued; the collector is a port nothing listens on, so the
+/// exporter's posts fail at once and the spans are dropped and counted (none of it on the request's way).
+#[divan::bench]
+fn through_proxy_short_request_traced(bencher: Bencher) {
+    through_proxy_with(bencher, 8, "traces: {endpoint: \"http://127.0.0.1:9\"}\n");
+}
+
+/// One finished request's span: its figures (read through the figure table) as attributes and
+/// events, built by the span sink on the request's thread when it ends, after the response.
+#[divan::bench]
+fn span_of_a_finished_request(bencher: Bencher) {
+    use std::time::{Duration, SystemTime};
+    use tokentap::record::api::Api;
+    use tokentap::record::emit::{span_of, Finished, Who};
+    use tokentap::record::finished::{conclude, DecoderReport};
+    use tokentap::record::gaps::GapSummary;
+    use tokentap::record::outcome::Outcome;
+    use tokentap::record::timeline::Timeline;
+    use tokentap::record::trace::ids_for;
+    let config = Config::default();
+    let metrics = Metrics::new(&config).unwrap_or_else(|e| panic!("metrics: {e}"));
+    let series = metrics.series_of(
+        metrics.model_label(Some("tiny-llama"), None, true),
+        None,
+        Api::Chat,
+    );
+    let t0 = tokio::time::Instant::now();
+    let ms = Duration::from_millis;
+    let mut timeline = Timeline::new(t0);
+    timeline.on_head(Some(t0 + ms(20)));
+    for i in 0..64 {
+        timeline.on_output(0, t0 + ms(125 + 17 * i));
+    }
+    timeline.on_answer(t0 + ms(125), false);
+    let report = DecoderReport {
+        streaming: true,
+        terminal_event: true,
+        usage_output_tokens: Some(64),
+        input_tokens: Some(512),
+        ..DecoderReport::default()
+    };
+    let ceilings = tokentap::config::Ceilings::default();
+    let status = Some(http::StatusCode::OK);
+    let record = conclude(
+        Some(&report),
+        &timeline,
+        Outcome::Ok,
+        t0 + ms(1250),
+        status,
+        &ceilings,
+    );
+    let gaps = GapSummary::default();
+    let mut head = http::HeaderMap::new();
+    let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    head.insert("traceparent", HeaderValue::from_static(caller));
+    bencher.bench_local(|| {
+        let context = ids_for(black_box(&head));
+        let finished = Finished {
+            who: Who {
+                id: "0123abcd-1f",
+                client_id: None,
+                method: "POST",
+                path: "/v1/chat/completions",
+                start: SystemTime::now(),
+            },
+            api: Api::Chat,
+            series: &series,
+            record: &record,
+            turn: None,
+            gaps: &gaps,
+            request_model: Some("tiny-llama"),
+            response_model: Some("tiny-llama"),
+            response_id: None,
+            span: Some(&context),
+        };
+        span_of(black_box(&finished), &context, ("127.0.0.1", 8000))
+    });
+}
+
 /// Requests with `contents` content chunks through the proxy, after one to open the connections.
 fn through_proxy(bencher: Bencher, contents: usize) {
     through_proxy_with(bencher, contents, "");

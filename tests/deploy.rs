@@ -539,6 +539,8 @@ fn record_fields() -> BTreeSet<String> {
         server: Some(ServerRecord::default()),
         ttft_outside_server_s: Some(0.0),
         gaps_s: Some(Vec::new()),
+        trace_id: Some(String::new()),
+        span_id: Some(String::new()),
         ..RequestRecord::default()
     };
     let record = serde_json::to_value(record).expect("record");

@@ -51,5 +51,6 @@ mod terminal_output;
 mod timeouts;
 mod tokenizer;
 mod tool_calls;
+mod traces;
 mod upstream_reuse;
 mod upstream_slots;

@@ -775,6 +775,51 @@ fn slowest_lists_the_requests_with_the_largest_figure_and_who_sent_them() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--slowest-by: invalid figure \"tps\""));
 }
 
+/// A record that names its span (`traces:`) is listed with its trace and span ids, in the table and
+/// the JSON; records without one leave the columns out.
+#[test]
+fn slowest_names_the_span_of_a_traced_request() {
+    let line = |id: &str, ttft: f64, trace: Option<(&str, &str)>| {
+        let ids = trace.map_or(String::new(), |(t, s)| {
+            format!(",\"trace_id\":\"{t}\",\"span_id\":\"{s}\"")
+        });
+        format!(
+            "{{\"v\":1,\"start\":\"2026-12-03T08:00:00Z\",\"id\":\"{id}\",\"model\":\"m\",\"api\":\"chat\",\"outcome\":\"ok\",\"stream\":true,\"e2e_s\":1.0,\"ttft_s\":{ttft},\"goodput\":false{ids}}}\n"
+        )
+    };
+    let trace = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let lines = line("a", 0.9, Some(trace)) + &line("b", 0.5, None);
+    let path = temp("traced.jsonl", lines.as_bytes());
+    let mut o = options(&[path.to_str().unwrap()]);
+    o.slowest = 2;
+    let doc = json(&o);
+    let requests = doc["slowest"]["requests"].as_array().unwrap();
+    assert_eq!(requests[0]["trace_id"], trace.0);
+    assert_eq!(requests[0]["span_id"], trace.1);
+    assert!(requests[1].get("trace_id").is_none());
+    o.format = Format::Table;
+    let (text, _) = report(&o).unwrap();
+    let table = text.split("Slowest 2 by ttft\n").nth(1).expect("the table");
+    assert!(
+        table.lines().nth(1).unwrap().contains("trace id"),
+        "{table}"
+    );
+    let rows: Vec<&str> = table.lines().skip(3).take(2).collect();
+    assert!(
+        rows[0].contains(trace.0) && rows[0].contains(trace.1),
+        "{table}"
+    );
+    assert!(
+        rows[1].contains(" b ") && rows[1].contains(" - "),
+        "{table}"
+    );
+    let plain = temp("untraced.jsonl", line("b", 0.5, None).as_bytes());
+    let mut o = options(&[plain.to_str().unwrap()]);
+    (o.slowest, o.format) = (1, Format::Table);
+    let (text, _) = report(&o).unwrap();
+    assert!(!text.contains("trace id"), "{text}");
+}
+
 #[test]
 fn made_up_outcomes_and_ceiling_names_are_capped_so_memory_stays_bounded() {
     let mut lines = String::new();

@@ -56,7 +56,10 @@ CREATE TABLE IF NOT EXISTS tokentap.requests
         generation_s Nullable(Float64)),
     ttft_outside_server_s Nullable(Float64),
     -- Every gap, with request_log.gaps: true (else empty).
-    gaps_s Array(Float64) CODEC(ZSTD(1))
+    gaps_s Array(Float64) CODEC(ZSTD(1)),
+    -- The request's span, when one was sampled (traces:): search the tracing backend by trace_id.
+    trace_id Nullable(String),
+    span_id Nullable(String)
 )
 ENGINE = MergeTree
 -- A day a partition: old days are dropped whole (the TTL below), and a window of hours reads a

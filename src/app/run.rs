@@ -39,7 +39,12 @@ pub async fn run(config: &Config) -> Result<(), StartError> {
     let in_flight = running.in_flight();
     let grace = crate::config::format_duration(config.shutdown_grace);
     tracing::info!(in_flight, %grace, "shutdown requested: not ready, no new connections, draining");
+    let asked = tokio::time::Instant::now();
     let drained = running.shutdown().await;
+    // The spans of the last requests go out in what is left of the grace period (at least 2 s, as
+    // the records have, for the requests the grace period cut).
+    let left = config.shutdown_grace.saturating_sub(asked.elapsed());
+    running.flush_spans(left.max(Duration::from_secs(2))).await;
     let records = running.clone();
     // The writer thread may be stuck on a reader that does not read: wait for it off the runtime, briefly.
     let _ =

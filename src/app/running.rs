@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 use crate::logging::records::RecordWriter;
 use crate::record::live::Live;
 use crate::record::metrics::Metrics;
+use crate::record::trace::SpanExporter;
 use crate::shutdown::{self, Count, Drained, Phase, Shutdown};
 use crate::tap::exchange::ExchangeContext;
 
@@ -21,6 +22,8 @@ pub struct Running {
     pub(super) metrics: Arc<Metrics>,
     /// The request_log writer, when `request_log:` is on.
     pub(super) records: Option<Arc<RecordWriter>>,
+    /// The span exporter, when `traces:` is on.
+    pub(super) spans: Option<Arc<SpanExporter>>,
     pub(super) shutdown: Shutdown,
     pub(super) grace: Duration,
     /// Client connections open on the proxy port.
@@ -64,6 +67,14 @@ impl Running {
     pub fn flush_records(&self, limit: Duration) {
         if let Some(records) = &self.records {
             records.flush(limit);
+        }
+    }
+
+    /// Sends the spans queued so far to the collector (`traces:`), waiting at most `limit`; those still
+    /// queued then are dropped and counted (`reason="shutdown"`).
+    pub async fn flush_spans(&self, limit: Duration) {
+        if let Some(spans) = &self.spans {
+            spans.flush(limit).await;
         }
     }
 

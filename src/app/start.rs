@@ -1,5 +1,5 @@
-//! Building a tokentap from its config: what every stage shares, made once, then both ports bound and
-//! served.
+//! Building a tokentap from its config: what every stage shares, made once (the span exporter's task
+//! started with it, `traces:`), then both ports bound and served.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,6 +18,7 @@ use crate::record::emit::{Emitter, Records};
 use crate::record::live::Live;
 use crate::record::meter::MeterContext;
 use crate::record::metrics::Metrics;
+use crate::record::trace::{self, Tracing};
 use crate::shutdown::{Count, Shutdown};
 use crate::tap::exchange::{ExchangeContext, Readers};
 use crate::tap::identity::Identify;
@@ -44,6 +45,8 @@ pub enum StartError {
     SeriesBudget(String),
     #[error("{0}")]
     ModelList(#[from] crate::proxy::models::ModelListError),
+    #[error("{0}")]
+    Traces(#[from] trace::SetupError),
 }
 
 /// Binds the proxy and metrics ports and starts serving.
@@ -57,6 +60,12 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let records = records(config, &metrics).await?;
     let writer = records.as_ref().map(|r| r.writer.clone());
     let metrics = Arc::new(metrics);
+    let tracing = Tracing::start(config, metrics.spans.clone())?;
+    let spans = tracing.as_ref().map(|t| t.exporter.clone());
+    let mut emitter = Emitter::new(metrics.clone(), records);
+    if let Some(tracing) = tracing {
+        emitter = emitter.with_spans(tracing);
+    }
     let meter = Arc::new(MeterContext {
         metrics: metrics.clone(),
         slo: config.slo.clone(),
@@ -64,14 +73,14 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             config.conversations.max_turns,
             config.conversations.idle,
         ),
-        emitter: Emitter::new(metrics.clone(), records),
+        emitter,
     });
     let context = Arc::new(ExchangeContext {
         meter,
         metering: config.metering.clone(),
         tokenizers,
         requests: Count::default(),
-        identify: Identify::new(config.tenants.as_ref()),
+        identify: Identify::new(config.tenants.as_ref()).with_traces(spans.is_some()),
         readers: Readers::default(),
     });
     let upstream = upstream::Upstream::new(config, metrics.upstream.clone())?;
@@ -132,6 +141,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         context,
         metrics,
         records: writer,
+        spans,
         shutdown,
         grace: config.shutdown_grace,
         connections,

@@ -9,7 +9,7 @@
 //! its default; `yaml` is the only module that touches serde_yaml, and names the key of an error as a
 //! dotted path (`slo.models.llama-3.1-70b.ttft`). Sections with checks of their own have their own
 //! file: `limits` (`timeouts:`, `limits:`), `admission` (`model_list:`), `records` (`request_log:`,
-//! `tenants:`), `slo` (the SLO kinds and `slo:`), `ui`, `conversations`. `config/tokentap.yaml` is the annotated example.
+//! `tenants:`), `slo` (the SLO kinds and `slo:`), `ui`, `conversations`, `traces`. `config/tokentap.yaml` is the annotated example.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -24,6 +24,7 @@ mod limits;
 mod records;
 mod section;
 mod slo;
+mod traces;
 mod ui;
 mod values;
 mod yaml;
@@ -36,6 +37,7 @@ pub use conversations::Conversations;
 pub use limits::{Limits, Timeouts};
 pub use records::{RecordPath, RequestLog, TenantFrom, Tenants};
 pub use slo::{ByKind, Ceilings, Slo, SloKind};
+pub use traces::{Compression, Sample, Traces};
 pub use ui::{prometheus_base, Ui};
 pub use values::{format_duration, parse_duration, parse_size, parse_upstream};
 
@@ -101,6 +103,9 @@ pub struct Config {
     /// Recognising conversations from the wire (`conversations:`).
     #[serde(deserialize_with = "section")]
     pub conversations: Conversations,
+    /// One span per finished request, exported with OTLP/HTTP (`traces:`); `None`: off.
+    #[serde(deserialize_with = "optional_section")]
+    pub traces: Option<Traces>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -245,6 +250,7 @@ impl Default for Config {
             tenants: None,
             ui: Ui::default(),
             conversations: Conversations::default(),
+            traces: None,
         }
     }
 }
@@ -361,6 +367,9 @@ impl Config {
         }
         if let Some(log) = &self.request_log {
             log.validate()?;
+        }
+        if let Some(traces) = &self.traces {
+            traces.validate()?;
         }
         if let Some(tenants) = &self.tenants {
             tenants.validate()?;

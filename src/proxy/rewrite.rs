@@ -1,13 +1,16 @@
 //! The request as the upstream gets it: the request line's target is the upstream's path prefix joined
 //! with the client's (origin form), the version HTTP/1.1, `Host` the upstream's authority (as a reverse
 //! proxy must for virtual-hosted and TLS upstreams), the hop-by-hop headers dropped, and an h2 client's
-//! cookie fields joined into one line. Nothing else of the head changes.
+//! cookie fields joined into one line. Nothing else of the head changes, except with
+//! `traces.propagate`, the one documented exception (docs/tracing.md): `traceparent` rewritten (or
+//! added) so that the server's span is the child of tokentap's.
 
 use http::uri::Uri;
 use http::{header, HeaderValue, Version};
 
 use crate::proxy::hop_by_hop::{self, Direction, NextHop};
 use crate::proxy::request_target::Target;
+use crate::record::trace::{self, TraceContext};
 
 /// What every request's head is rewritten with.
 pub struct Rewrite {
@@ -15,24 +18,36 @@ pub struct Rewrite {
     prefix: String,
     /// The `Host` every forwarded request carries: the upstream's authority, as an HTTP client sets it.
     host: Option<HeaderValue>,
+    /// `traces.propagate`: the request's span becomes the server span's parent.
+    propagate: bool,
 }
 
 impl Rewrite {
-    pub fn new(upstream: &Uri) -> Self {
+    pub fn new(upstream: &Uri, propagate: bool) -> Self {
         Rewrite {
             prefix: upstream.path().trim_end_matches('/').to_owned(),
             host: host_header(upstream),
+            propagate,
         }
     }
 
-    /// Rewrites a client's request head, whose target was admitted as `target`, for the upstream.
-    pub fn request(&self, parts: &mut http::request::Parts, target: &Target) {
+    /// Rewrites a client's request head, whose target was admitted as `target`, for the upstream;
+    /// `trace`: the trace the request joined and its span (`traces:`).
+    pub fn request(
+        &self,
+        parts: &mut http::request::Parts,
+        target: &Target,
+        trace: Option<&TraceContext>,
+    ) {
         let client_version = parts.version;
         parts.uri = origin_form(&self.prefix, target.path_and_query());
         parts.version = Version::HTTP_11;
         hop_by_hop::strip(&mut parts.headers, NextHop::Http1, Direction::Request);
         if client_version == Version::HTTP_2 {
             hop_by_hop::join_cookies(&mut parts.headers);
+        }
+        if let Some(trace) = trace.filter(|_| self.propagate) {
+            trace::propagate(&mut parts.headers, trace);
         }
         // In the client's `Host` line, so it keeps its place and case (`insert` replaces in place).
         match &self.host {

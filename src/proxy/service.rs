@@ -8,7 +8,8 @@
 //! 3. **acquire** — one of `limits.max_upstream_connections` slots, and one of the client connection's
 //!    share of them; with none free the request is answered 503 at once: a queue would only hold the
 //!    client's connection and hide the overload from its retry logic.
-//! 4. **send** — the head rewritten for the upstream (`rewrite.rs`) and sent; the request's message list
+//! 4. **send** — the head rewritten for the upstream (`rewrite.rs`; with `traces.propagate`, its
+//!    `traceparent` names the request's span) and sent; the request's message list
 //!    read beside the upstream's work; the wait for the response head bounded by
 //!    `timeouts.response_headers` and a shutdown's grace period.
 //! 5. **answer** — the response head checked and rewritten, its body wrapped in the response tap.
@@ -132,7 +133,10 @@ impl Proxy {
         Proxy {
             inner: Arc::new(Inner {
                 connections,
-                rewrite: Rewrite::new(upstream),
+                rewrite: Rewrite::new(
+                    upstream,
+                    config.traces.as_ref().is_some_and(|t| t.propagate),
+                ),
                 upstream_shown: upstream.to_string().trim_end_matches('/').to_owned(),
                 context,
                 refusals,
@@ -299,7 +303,8 @@ impl Proxy {
         let inner = &self.inner;
         let held = body.held().map(|held| held as HeldBody);
         let mut parts = request.parts.take().ok_or(ProxyError::ClientBodyBroken)?;
-        inner.rewrite.request(&mut parts, target);
+        let trace = request.guard.get_mut().and_then(|e| e.trace());
+        inner.rewrite.request(&mut parts, target, trace);
         let mut forward = std::pin::pin!(inner.connections.send(Request::from_parts(parts, body)));
         let first = std::future::poll_fn(|cx| Poll::Ready(forward.as_mut().poll(cx))).await;
         if let Some(exchange) = request.guard.get_mut() {

@@ -25,6 +25,7 @@ use crate::record::gaps::Gaps;
 use crate::record::metrics::{Metrics, Series};
 use crate::record::outcome::{classify, End, Seen};
 use crate::record::timeline::{Mark, Timeline};
+use crate::record::trace::TraceContext;
 
 /// What every request's meter is given.
 pub struct MeterContext {
@@ -87,6 +88,8 @@ pub struct Ending<'a> {
     pub listed: Listed<'a>,
     /// The Responses API's id of this response, which a later turn may name.
     pub response_id: Option<&'a str>,
+    /// The trace the request joined at admission (`traces:`), its span's id drawn there.
+    pub trace: Option<&'a TraceContext>,
 }
 
 pub struct Meter {
@@ -218,13 +221,18 @@ impl Meter {
         );
         let turn = self.place(&ending, t_end, now);
         let gaps = self.gaps.as_ref().map(Gaps::summary).unwrap_or_default();
-        self.context.emitter.emit(&Finished {
+        let emitter = &self.context.emitter;
+        emitter.emit(&Finished {
             who: ending.who,
             api: self.api,
             series,
             record: &record,
             turn: turn.as_ref(),
             gaps: &gaps,
+            request_model: ending.names.request_model,
+            response_model: ending.names.response_model,
+            response_id: ending.response_id,
+            span: emitter.sampled(ending.trace, &record),
         });
     }
 

@@ -1,5 +1,5 @@
 //! Recording a request: its `api` label, the conversation it continues, its timeline, how it ended (its outcome), which token count to
-//! trust, its finished record (figures and SLO verdict, a pure function) and the metrics, with the
+//! trust, its finished record (figures and SLO verdict, a pure function), the metrics and its span, with the
 //! models the upstream serves deciding which names take a label.
 
 pub mod api;
@@ -18,3 +18,4 @@ pub mod server;
 pub mod slo;
 pub mod timeline;
 pub mod tokens;
+pub mod trace;

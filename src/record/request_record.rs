@@ -111,6 +111,13 @@ pub struct RequestRecord {
     /// Every gap in order, seconds; only with `request_log.gaps: true`, and capped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gaps_s: Option<Vec<f64>>,
+    /// The trace of the request's span (32 hex digits), when one was sampled and handed to the
+    /// exporter (`traces:`, docs/tracing.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    /// That span's id (16 hex digits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

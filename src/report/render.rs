@@ -409,6 +409,14 @@ fn slowest_table(slowest: &SlowestJson, style: Style, out: &mut String) {
     table.left = 5;
     let ms = |v: Option<f64>| opt(v.map(|v| v * 1000.0), 2);
     let tokens = |v: Option<u64>| opt(v.map(|v| v as f64), 0);
+    // The span's ids, only when a record names one (`traces:`): where to find its trace.
+    let traced = slowest.requests.iter().any(|r| r.trace_id.is_some());
+    if traced {
+        table
+            .head
+            .splice(4..4, ["trace id".to_owned(), "span id".to_owned()]);
+        table.left += 2;
+    }
     for r in &slowest.requests {
         let mut row = vec![
             r.start.clone(),
@@ -421,6 +429,10 @@ fn slowest_table(slowest: &SlowestJson, style: Style, out: &mut String) {
             tokens(r.output_tokens),
         ];
         row.extend(figures.iter().map(|(f, _)| ms(r.figure(*f))));
+        if traced {
+            let id = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+            row.splice(4..4, [id(&r.trace_id), id(&r.span_id)]);
+        }
         table.rows.push(row);
     }
     table.write(style, out);

@@ -1,5 +1,5 @@
 //! `--slowest N`: the N requests with the largest value of one figure (TTFT by default), with what
-//! identifies them (start, id, model, tenant) and what explains them (prompt length, outcome, the other
+//! identifies them (start, id, model, tenant, and the span when one was exported) and what explains them (prompt length, outcome, the other
 //! figures). A min-heap of N entries: memory stays bounded whatever the input size.
 
 use std::cmp::{Ordering, Reverse};
@@ -66,6 +66,11 @@ pub struct Slow {
     pub input_tokens: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_tokens: Option<u64>,
+    /// The request's span, when one was sampled (`traces:`): where its trace is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub span_id: Option<String>,
     /// The figures of [`ranked`] it has, by their record field (`ttft_s`, …).
     #[serde(flatten)]
     pub figures: BTreeMap<String, f64>,
@@ -152,6 +157,8 @@ impl Slowest {
             figures: ranked()
                 .filter_map(|f| Some((f.row().record_field(), r.figure(f)?)))
                 .collect(),
+            trace_id: r.trace_id.clone(),
+            span_id: r.span_id.clone(),
         };
         self.heap.push(Reverse(Ranked(value, slow)));
         if self.heap.len() > self.n {

@@ -32,6 +32,7 @@ use crate::record::meter::{Ending, Listed, Meter, MeterContext, Names};
 use crate::record::metrics::Metrics;
 use crate::record::outcome::End;
 use crate::record::server::ServerTimings;
+use crate::record::trace::TraceContext;
 use crate::shutdown::{Count, Counted};
 use crate::tap::identity::{Identify, Identity};
 use crate::tap::list_read::ListRead;
@@ -143,9 +144,16 @@ impl Exchange {
         self.messages = Some(ListRead::start(self.api, body, &self.context.readers));
     }
 
-    /// Reads the request's id and tenant from its head (the head itself is left as it is).
+    /// Reads the request's id and tenant, and the trace it joins (`traces:`), from its head (the head
+    /// itself is left as it is).
     pub fn identify(&mut self, headers: &HeaderMap) {
         self.identity = Some(self.context.identify.of(headers));
+    }
+
+    /// The trace the request joins and its span's id, once its head was read (`traces:`): what
+    /// `traces.propagate` sends upstream.
+    pub fn trace(&self) -> Option<&TraceContext> {
+        self.identity.as_ref()?.trace.as_ref()
     }
 
     /// Holds `permit` (an upstream slot) and `share` (one of its client connection's) until the exchange
@@ -235,6 +243,7 @@ impl Exchange {
             },
             listed,
             response_id: decoder.and_then(|d| d.observations().response_id.as_deref()),
+            trace: identity.and_then(|i| i.trace.as_ref()),
         };
         self.meter.finish(ending, now);
     }

@@ -7,6 +7,10 @@
 //! The bearer hash is HMAC-SHA256 under `tenants.hash_key` (else a random key drawn at start, so the
 //! values change on restart), cut to 12 hex digits (48 bits): it names a tenant without revealing or
 //! letting anyone recompute the token, and the token itself is never kept, logged or exported.
+//!
+//! With `traces:`, the trace a request joins is read here too, from its `traceparent`/`tracestate`,
+//! and its span's id drawn (`record/trace/context.rs`): before anything goes upstream, as
+//! `traces.propagate` sends that id as the server span's parent.
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +21,7 @@ use http::HeaderMap;
 use sha2::Sha256;
 
 use crate::config::{TenantFrom, Tenants};
+use crate::record::trace::{self, TraceContext};
 
 /// The longest client request id taken as it is.
 const MAX_ID_LEN: usize = 128;
@@ -29,6 +34,8 @@ pub struct Identify {
     prefix: String,
     next: AtomicU64,
     tenant: Option<TenantSource>,
+    /// `traces:` is on: each request's trace is read.
+    traces: bool,
 }
 
 enum TenantSource {
@@ -46,6 +53,8 @@ pub struct Identity {
     pub client_id: Option<String>,
     /// The tenant the request names (before the label's cap); `None`: it names none.
     pub tenant: Option<String>,
+    /// The trace it joins and its span's id; `None` without `traces:`.
+    pub trace: Option<TraceContext>,
 }
 
 /// 64 random bits from the standard library's per-process SipHash keys (the OS's randomness).
@@ -78,7 +87,14 @@ impl Identify {
             prefix: format!("{:08x}", random_u64(u64::from(std::process::id())) as u32),
             next: AtomicU64::new(1),
             tenant,
+            traces: false,
         }
+    }
+
+    /// Reads each request's trace too (`traces:`).
+    pub fn with_traces(mut self, on: bool) -> Self {
+        self.traces = on;
+        self
     }
 
     /// The id and tenant of a request with `headers`.
@@ -104,6 +120,7 @@ impl Identify {
             id: self.own_id(),
             client_id,
             tenant,
+            trace: self.traces.then(|| trace::ids_for(headers)),
         }
     }
 

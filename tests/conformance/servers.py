@@ -73,7 +73,7 @@ class Process:
 
 
 class Vllm(Process):
-    def __init__(self, python, model_dir, log_dir):
+    def __init__(self, python, model_dir, log_dir, extra_args=(), extra_env=None, name="vllm"):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.metrics_url = self.url + "/metrics"
@@ -85,6 +85,7 @@ class Vllm(Process):
             VLLM_CPU_KVCACHE_SPACE="1",
             VLLM_NO_USAGE_STATS="1",
         )
+        env.update(extra_env or {})
         argv = [
             python, "-m", "vllm.entrypoints.openai.api_server",
             "--model", model_dir, "--served-model-name", MODEL,
@@ -94,8 +95,9 @@ class Vllm(Process):
             # The server's own view (docs/metrics.md, "Inside the TTFT"): each answer's `metrics` object
             # (queue, prefill, generation) and `usage.prompt_tokens_details.cached_tokens`.
             "--enable-per-request-metrics", "--enable-prompt-tokens-details",
+            *extra_args,
         ]
-        super().__init__("vllm", argv, env, os.path.join(log_dir, "vllm.log"))
+        super().__init__(name, argv, env, os.path.join(log_dir, f"{name}.log"))
         self.wait_ready(self.url + "/health", timeout=300)
 
 

@@ -25,6 +25,7 @@ request_log: {}
 tenants: {slo: {<tenant>: {}}}
 slo: {models: {<model>: {}}}
 tokenizers: {<model>: ''}
+traces: {headers: {<name>: ''}}
 ";
 
 /// Every key the types take, as a dotted path; `<model>` and `<tenant>` stand for any name.

@@ -1,12 +1,17 @@
 //! A finished request, written out once to every sink: the metrics, the log line, the per-request
-//! record (`request_log:`), and whatever sink is added next. The meter builds the [`Finished`] event
+//! record (`request_log:`), its span (`traces:`, `spans.rs`), and whatever sink is added next. The meter builds the [`Finished`] event
 //! (`record/meter.rs`) and hands it to [`Emitter::emit`], the one place a finished request leaves
 //! tokentap; each sink writes what it carries of it, its figures read through the figure table
 //! (`record::figure`), so a new figure reaches every sink from its row and a new sink is one more
 //! [`Sink`].
+//!
+//! Whether a request becomes a span is decided here, once, before any sink runs ([`Emitter::sampled`]:
+//! tail sampling, when the verdict is known), and carried in the event ([`Finished::span`]): so the
+//! record names exactly the span the span sink exports, and neither sink asks the other.
 
 mod log;
 mod records;
+mod spans;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -16,9 +21,12 @@ use crate::record::conversations::Turn;
 use crate::record::finished::FinishedRecord;
 use crate::record::gaps::GapSummary;
 use crate::record::metrics::{Metrics, Series};
+use crate::record::outcome::Outcome;
+use crate::record::trace::{self, Sampler, TraceContext, Tracing};
 
 pub use log::LogLine;
 pub use records::Records;
+pub use spans::{operation, span_of, Spans};
 
 /// Who sent a finished request, and what it asked: what a sink says beside the figures.
 #[derive(Debug, Clone, Copy)]
@@ -35,6 +43,7 @@ pub struct Who<'a> {
 }
 
 /// One finished request, as every sink gets it.
+#[derive(Clone, Copy)]
 pub struct Finished<'a> {
     pub who: Who<'a>,
     pub api: Api,
@@ -46,6 +55,15 @@ pub struct Finished<'a> {
     pub turn: Option<&'a Turn>,
     /// Its own gaps, when a sink lists them (`request_log:`).
     pub gaps: &'a GapSummary,
+    /// The `model` the request body named (its label may be `other` or `unknown`).
+    pub request_model: Option<&'a str>,
+    /// The model the response named.
+    pub response_model: Option<&'a str>,
+    /// The response's id, where the decoder keeps one.
+    pub response_id: Option<&'a str>,
+    /// Its span, when it was sampled ([`Emitter::sampled`]): the trace it joined at admission and its
+    /// span's id. The span sink exports it, the record names it.
+    pub span: Option<&'a TraceContext>,
 }
 
 /// Somewhere a finished request is written.
@@ -63,6 +81,8 @@ pub trait Sink: Send + Sync {
 pub struct Emitter {
     metrics: Arc<Metrics>,
     sinks: Vec<Box<dyn Sink>>,
+    /// `traces.sample`, with the span sink among the sinks; `None`: no request becomes a span.
+    sampler: Option<Sampler>,
 }
 
 impl Emitter {
@@ -72,7 +92,37 @@ impl Emitter {
         if let Some(records) = records {
             sinks.push(Box::new(records));
         }
-        Emitter { metrics, sinks }
+        Emitter {
+            metrics,
+            sinks,
+            sampler: None,
+        }
+    }
+
+    /// Adds the span sink (`traces:`): sampled requests become spans.
+    pub fn with_spans(mut self, tracing: Tracing) -> Self {
+        self.sampler = Some(tracing.sampler);
+        self.with(Spans {
+            exporter: tracing.exporter,
+            server: tracing.server,
+        })
+    }
+
+    /// The span a request in `trace` that ended as `record` says becomes, decided at its end (tail
+    /// sampling: a ratio, and every failure or SLO miss), before any sink sees it; `None` without
+    /// `traces:`, or when it is not sampled.
+    pub fn sampled<'a>(
+        &self,
+        trace: Option<&'a TraceContext>,
+        record: &FinishedRecord,
+    ) -> Option<&'a TraceContext> {
+        let (sampler, trace) = (self.sampler.as_ref()?, trace?);
+        let ending = trace::Ending {
+            failed: record.outcome != Outcome::Ok
+                || record.status.is_some_and(|s| s.as_u16() >= 500),
+            missed_slo: !record.verdict.missed.is_empty(),
+        };
+        sampler.keep(trace, ending).then_some(trace)
     }
 
     /// Adds a sink.
@@ -121,7 +171,7 @@ mod tests {
     use crate::record::timeline::Timeline;
 
     /// A streamed request that has every figure: reasoning, then an answer, then a tool call.
-    fn every_figure() -> FinishedRecord {
+    pub(super) fn every_figure() -> FinishedRecord {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         let mut timeline = Timeline::new(t0);
@@ -169,7 +219,8 @@ mod tests {
     }
 
     /// Every figure the table has reaches every sink under its own name, and no sink carries a figure the
-    /// table does not: the log line (`{name}_ms`), the record (`{name}_s`), the metrics (its family).
+    /// table does not: the log line (`{name}_ms`), the record (`{name}_s`), the span (`tokentap.{name}_s`),
+    /// the metrics (its family).
     #[test]
     fn every_sink_carries_exactly_the_figures_of_the_table() {
         let record = every_figure();
@@ -197,6 +248,10 @@ mod tests {
             record: &record,
             turn: None,
             gaps: &gaps,
+            request_model: None,
+            response_model: None,
+            response_id: None,
+            span: None,
         };
         let line = log::Line(&finished).to_string();
         let identity = request_record::Identity {
@@ -225,6 +280,14 @@ mod tests {
             record_keys.into_iter().filter(|k| figure_like(k)).collect();
         assert_eq!(in_log, from_table(|r| r.log_field()), "{line}");
         assert_eq!(in_record, from_table(|r| r.record_field()), "{json}");
+        let context = trace::ids_for(&http::HeaderMap::new());
+        let span = span_of(&finished, &context, ("127.0.0.1", 8000));
+        let in_span: BTreeSet<String> = (span.attributes.iter())
+            .filter_map(|a| a.key.strip_prefix("tokentap."))
+            .filter(|k| figure_like(k))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(in_span, from_table(|r| r.record_field()), "{span:?}");
         metrics.emit(&finished);
         let families: BTreeSet<String> = metrics
             .gather()
@@ -243,5 +306,37 @@ mod tests {
             let at_end = when.is_some_and(|w| w != crate::record::figure::When::AsItHappens);
             assert_eq!(families.contains(family), at_end, "{figure:?}: {family}");
         }
+    }
+
+    /// The emitter decides a request's span once, at its end, before any sink: with ratio 0 and SLO
+    /// misses on, a request that missed a ceiling or failed keeps its trace's ids, one that met every
+    /// ceiling gets none; without `traces:` no request does.
+    #[test]
+    fn the_span_is_decided_at_the_end_before_the_sinks() {
+        let metrics = Arc::new(Metrics::new(&Config::default()).unwrap_or_else(|e| panic!("{e}")));
+        let off = Emitter::new(metrics.clone(), None);
+        let sample = crate::config::Sample {
+            ratio: 0.0,
+            parent: false,
+            slo_misses: true,
+            failures: true,
+        };
+        let on = Emitter {
+            sampler: Some(Sampler::new(&sample)),
+            ..Emitter::new(metrics, None)
+        };
+        let context = trace::ids_for(&http::HeaderMap::new());
+        let met = every_figure();
+        let mut missed = every_figure();
+        missed.verdict.missed = vec![crate::config::SloKind::Ttft];
+        let failed = FinishedRecord {
+            outcome: Outcome::Cancelled,
+            ..every_figure()
+        };
+        assert_eq!(on.sampled(Some(&context), &met), None);
+        assert_eq!(on.sampled(Some(&context), &missed), Some(&context));
+        assert_eq!(on.sampled(Some(&context), &failed), Some(&context));
+        assert_eq!(on.sampled(None, &missed), None);
+        assert_eq!(off.sampled(Some(&context), &missed), None);
     }
 }

@@ -1,5 +1,6 @@
 //! The per-request records (`request_log:`, docs/records.md): each finished request as one JSON line,
-//! handed to the records' writer (`logging/records.rs`), which never waits.
+//! handed to the records' writer (`logging/records.rs`), which never waits. A record names the
+//! request's span when the emitter sampled one (`trace_id`, `span_id`).
 
 use std::sync::Arc;
 
@@ -29,7 +30,12 @@ impl Sink for Records {
         };
         // Plain numbers and strings: serialising cannot fail; a record that did is not written.
         self.writer.send_with(|| {
-            let record = RequestRecord::of(&identity, finished.record, finished.gaps);
+            let mut record = RequestRecord::of(&identity, finished.record, finished.gaps);
+            // The span the emitter sampled, so records, spans and metrics point at each other.
+            if let Some(span) = finished.span {
+                record.trace_id = Some(span.trace_id.to_string());
+                record.span_id = Some(span.span_id.to_string());
+            }
             serde_json::to_string(&record).ok()
         });
     }

@@ -497,6 +497,24 @@ pub const FORWARDING_DELAY: Family = single(
     H(B::Forwarding),
 );
 
+// Spans exported to an OpenTelemetry collector (`spans.rs`, docs/tracing.md).
+pub const SPANS_EXPORTED: Family = single(
+    "tokentap_spans_exported_total",
+    "Spans the collector accepted (traces:): one per sampled request.",
+    Counter,
+);
+/// The values of `reason` on [`SPANS_DROPPED`], all exported from the start.
+pub const SPAN_DROP_REASONS: &[&str] = &["queue_full", "timeout", "rejected", "failed", "shutdown"];
+pub const SPANS_DROPPED: Family = every(
+    "tokentap_spans_dropped_total",
+    "Sampled spans not exported, by reason: queue_full (traces.queue spans were waiting), timeout (the \
+     export took longer than traces.timeout), rejected (the collector answered a status other than 2xx, \
+     or rejected some spans of a batch), failed (no connection, or it broke before an answer), shutdown \
+     (still queued when the shutdown's flush ran out of time).",
+    Counter,
+    &[Label::Reason(SPAN_DROP_REASONS)],
+);
+
 // Agents: conversations recognised from the wire (docs/metrics.md, "Conversations").
 pub const TURN_TTFT: Family = known(
     "tokentap_turn_time_to_first_token_seconds",
@@ -595,6 +613,8 @@ pub const ALL: &[&Family] = &[
     &MODELS_LISTED,
     &LABELS_RETIRED,
     &FORWARDING_DELAY,
+    &SPANS_EXPORTED,
+    &SPANS_DROPPED,
 ];
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ mod refusals;
 mod registry;
 mod scrape;
 mod series;
+mod spans;
 mod upstream;
 
 pub use agents::Agents;
@@ -44,6 +45,7 @@ pub use labels::{
 pub use refusals::{MetricsPortRefusals, Refusals, METRICS_PORT_REASONS};
 use registry::{Registered, Registrar};
 pub use series::Series;
+pub use spans::SpanCounters;
 pub use upstream::UpstreamCounters;
 
 pub struct Metrics {
@@ -82,6 +84,8 @@ pub struct Metrics {
     pub agents: Agents,
     /// `tokentap_forwarding_delay_seconds`: tokentap's own delay per forwarded frame (`forwarding.rs`).
     pub forwarding_delay: Histogram,
+    /// The spans exported to a collector (`traces:`), and those dropped.
+    pub spans: SpanCounters,
     /// The families labelled by model (and tenant), for retiring idle values.
     families: Registered,
 }
@@ -119,6 +123,7 @@ impl Metrics {
         let inside = Inside::register(&mut rows)?;
         let forwarding_delay = rows.single_histogram(&family::FORWARDING_DELAY)?;
         let agents = Agents::register(&rows)?;
+        let spans = SpanCounters::register(&rows)?;
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }
@@ -190,6 +195,7 @@ impl Metrics {
             inside,
             agents,
             forwarding_delay,
+            spans,
             families,
         })
     }
@@ -429,6 +435,6 @@ mod tests {
     fn the_default_limit_is_the_one_docs_metrics_states() {
         let metrics = Metrics::new(&Config::default()).unwrap();
         // Adding a series family moves this figure: update docs/metrics.md (the series bound) with it.
-        assert_eq!(limit(&metrics), 399_642);
+        assert_eq!(limit(&metrics), 399_648);
     }
 }
