@@ -53,3 +53,4 @@ mod tokenizer;
 mod tool_calls;
 mod upstream_reuse;
 mod upstream_slots;
+mod websocket;

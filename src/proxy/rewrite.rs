@@ -1,7 +1,8 @@
 //! The request as the upstream gets it: the request line's target is the upstream's path prefix joined
 //! with the client's (origin form), the version HTTP/1.1, `Host` the upstream's authority (as a reverse
 //! proxy must for virtual-hosted and TLS upstreams), the hop-by-hop headers dropped, and an h2 client's
-//! cookie fields joined into one line. Nothing else of the head changes.
+//! cookie fields joined into one line. Nothing else of the head changes. A WebSocket handshake keeps
+//! its `Connection` and `Upgrade`, and so does its answer (`upgrade.rs`).
 
 use http::uri::Uri;
 use http::{header, HeaderValue, Version};
@@ -25,12 +26,17 @@ impl Rewrite {
         }
     }
 
-    /// Rewrites a client's request head, whose target was admitted as `target`, for the upstream.
-    pub fn request(&self, parts: &mut http::request::Parts, target: &Target) {
+    /// Rewrites a client's request head, whose target was admitted as `target`, for the upstream; an
+    /// `upgrade` (a WebSocket handshake) keeps `Connection` and `Upgrade`.
+    pub fn request(&self, parts: &mut http::request::Parts, target: &Target, upgrade: bool) {
         let client_version = parts.version;
         parts.uri = origin_form(&self.prefix, target.path_and_query());
         parts.version = Version::HTTP_11;
-        hop_by_hop::strip(&mut parts.headers, NextHop::Http1, Direction::Request);
+        let strip = match upgrade {
+            true => hop_by_hop::strip_for_upgrade,
+            false => hop_by_hop::strip,
+        };
+        strip(&mut parts.headers, NextHop::Http1, Direction::Request);
         if client_version == Version::HTTP_2 {
             hop_by_hop::join_cookies(&mut parts.headers);
         }
@@ -45,9 +51,19 @@ impl Rewrite {
         }
     }
 
-    /// Rewrites the upstream's response head for a client that spoke `client_version`.
-    pub fn response(&self, parts: &mut http::response::Parts, client_version: Version) {
-        hop_by_hop::strip(
+    /// Rewrites the upstream's response head for a client that spoke `client_version`; the answer to
+    /// an `upgrade` keeps `Connection` and `Upgrade`.
+    pub fn response(
+        &self,
+        parts: &mut http::response::Parts,
+        client_version: Version,
+        upgrade: bool,
+    ) {
+        let strip = match upgrade {
+            true => hop_by_hop::strip_for_upgrade,
+            false => hop_by_hop::strip,
+        };
+        strip(
             &mut parts.headers,
             NextHop::to_client(client_version),
             Direction::Response,

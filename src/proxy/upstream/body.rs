@@ -59,6 +59,18 @@ impl UpstreamResponse {
         }
     }
 
+    /// The body of an answer whose connection a task of its own drives and nobody pools (a WebSocket
+    /// handshake's: `mod.rs`).
+    pub(super) fn driven_elsewhere(body: Incoming, arrival: Arc<Arrival>) -> Self {
+        UpstreamResponse {
+            body,
+            lease: None,
+            wake: LookAgain::new(),
+            broke: None,
+            arrival,
+        }
+    }
+
     /// The connection goes back to the pool now, if it can (a response with no body: nobody will poll it).
     pub(super) fn give_back(&mut self) {
         if let Some(lease) = self.lease.take() {
