@@ -389,15 +389,8 @@ async fn a_refused_upgrade_reaches_the_client_as_the_upstream_sent_it() {
             .await
             .expect("refusal");
         drop(upstream);
-        // As for every answer whose body is empty, hyper writes its Content-Length: 0 after the other
-        // headers (tests/headers.rs pins it): the one byte-level difference.
-        let want = match refusal.split_once("Content-Length: 0\r\n") {
-            Some((before, after)) => format!(
-                "{before}{}Content-Length: 0\r\n\r\n",
-                after.trim_end_matches("\r\n").to_owned() + "\r\n"
-            ),
-            None => refusal.clone(),
-        };
+        // Even an empty body's Content-Length stays in its line (elsewhere hyper writes it last).
+        let want = refusal.clone();
         let got = read_n(&mut client_side, want.len()).await;
         assert_eq!(String::from_utf8_lossy(&got), want);
     }

@@ -375,10 +375,13 @@ impl Proxy {
         client: &ClientConn,
     ) -> Response<ProxyBody> {
         let inner = &self.inner;
-        let (mut parts, body) = response.into_parts();
+        let (mut parts, mut body) = response.into_parts();
         inner
             .rewrite
             .response(&mut parts, request.version, request.upgrade.is_some());
+        if request.upgrade.is_some() && parts.status != http::StatusCode::SWITCHING_PROTOCOLS {
+            body.length_in_place();
+        }
         if parts.status == http::StatusCode::SWITCHING_PROTOCOLS {
             let upstream = parts.extensions.remove::<OnUpgrade>();
             if let (Some((client_side, Some(place))), Some(upstream)) =

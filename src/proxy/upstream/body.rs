@@ -46,6 +46,8 @@ pub struct UpstreamResponse {
     /// When the bytes of the last read on the connection reached its socket: those of the frame just
     /// returned, since hyper reads only when it has handed on everything it read before.
     arrival: Arc<Arrival>,
+    /// The body does not say it has ended before it is polled ([`UpstreamResponse::length_in_place`]).
+    end_unsaid: bool,
 }
 
 impl UpstreamResponse {
@@ -56,6 +58,7 @@ impl UpstreamResponse {
             lease: Some(lease),
             wake,
             broke: None,
+            end_unsaid: false,
         }
     }
 
@@ -68,7 +71,15 @@ impl UpstreamResponse {
             wake: LookAgain::new(),
             broke: None,
             arrival,
+            end_unsaid: false,
         }
+    }
+
+    /// An empty body's `Content-Length: 0` stays in its line: hyper's HTTP/1 encoder writes the length
+    /// of a body that says it has ended itself, after the other headers, and in place only for one it
+    /// still has to poll. For a WebSocket handshake's refusal, which passes byte for byte.
+    pub fn length_in_place(&mut self) {
+        self.end_unsaid = true;
     }
 
     /// The connection goes back to the pool now, if it can (a response with no body: nobody will poll it).
@@ -152,7 +163,7 @@ impl Body for UpstreamResponse {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        !self.end_unsaid && self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
