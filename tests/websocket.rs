@@ -395,14 +395,15 @@ async fn a_refused_upgrade_reaches_the_client_as_the_upstream_sent_it() {
         assert_eq!(String::from_utf8_lossy(&got), want);
     }
     let metrics = scrape(&proxy).await;
-    assert_eq!(
-        metrics.get("tokentap_requests_total", &[("status", "403")]),
-        1.0
-    );
-    assert_eq!(
-        metrics.get("tokentap_requests_total", &[("status", "4xx")]),
-        1.0
-    );
+    for status in ["403", "4xx"] {
+        let ok = [("status", status), ("outcome", "ok")];
+        assert_eq!(
+            metrics.get("tokentap_requests_total", &ok),
+            1.0,
+            "{}",
+            metrics.text
+        );
+    }
     assert_eq!(metrics.get(family::SESSIONS_IN_FLIGHT.name, &[]), 0.0);
 }
 

@@ -379,7 +379,9 @@ impl Proxy {
         inner
             .rewrite
             .response(&mut parts, request.version, request.upgrade.is_some());
+        let ended = body.is_end_stream();
         if request.upgrade.is_some() && parts.status != http::StatusCode::SWITCHING_PROTOCOLS {
+            // hyper never polls it (its length is 0): it is over now all the same.
             body.length_in_place();
         }
         if parts.status == http::StatusCode::SWITCHING_PROTOCOLS {
@@ -399,7 +401,7 @@ impl Proxy {
             exchange.on_response(parts.status, parts.headers.get(header::CONTENT_TYPE));
             exchange.on_server_headers(&parts.headers);
         }
-        if body.is_end_stream() {
+        if ended {
             guard.finish(End::Complete);
         }
         let guard = guard.take();

@@ -77,9 +77,11 @@ impl UpstreamResponse {
 
     /// An empty body's `Content-Length: 0` stays in its line: hyper's HTTP/1 encoder writes the length
     /// of a body that says it has ended itself, after the other headers, and in place only for one it
-    /// still has to poll. For a WebSocket handshake's refusal, which passes byte for byte.
+    /// still has to poll. For a WebSocket handshake's refusal, which passes byte for byte. Only an
+    /// empty body: one with bytes says so only after its last frame, and hyper stops polling it once
+    /// its length is written.
     pub fn length_in_place(&mut self) {
-        self.end_unsaid = true;
+        self.end_unsaid = self.body.is_end_stream();
     }
 
     /// The connection goes back to the pool now, if it can (a response with no body: nobody will poll it).
