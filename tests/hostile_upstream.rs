@@ -46,8 +46,9 @@ async fn an_unrequested_101_is_answered_502_and_the_upstream_connection_closed()
     })
     .await;
     let proxy = proxy(&upstream.url(), "").await;
-    // A client asking for an upgrade: tokentap removes `Upgrade`, so the upstream was asked for none.
-    let request = "GET /v1/realtime HTTP/1.1\r\nhost: t\r\nconnection: upgrade, close\r\nupgrade: websocket\r\n\r\n";
+    // A client asking for an upgrade other than WebSocket: tokentap removes `Upgrade`, so the upstream
+    // was asked for none.
+    let request = "GET /v1/realtime HTTP/1.1\r\nhost: t\r\nconnection: upgrade, close\r\nupgrade: h2c\r\n\r\n";
     let answer = raw_exchange(proxy.proxy_addr(), request.as_bytes()).await;
     let (head, body) = raw_split(&answer);
     assert_eq!(raw_status(&answer), 502, "{head}");

@@ -54,3 +54,4 @@ mod tool_calls;
 mod traces;
 mod upstream_reuse;
 mod upstream_slots;
+mod websocket;

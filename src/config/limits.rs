@@ -45,6 +45,9 @@ pub struct Timeouts {
     /// reconnects cheaply).
     #[serde(with = "values::duration")]
     pub metrics_idle: Duration,
+    /// An upgraded (WebSocket) session with no byte either way for this long is closed.
+    #[serde(with = "values::duration")]
+    pub session_idle: Duration,
 }
 
 /// Bounds on what clients may send and how many may connect at once.
@@ -80,6 +83,12 @@ pub struct Limits {
     /// Connections served at once on the metrics port; at it the oldest idle one is closed for a new
     /// one (and, every one busy, a new one may still ask `/healthz` or `/readyz`).
     pub max_metrics_connections: usize,
+    /// Upgraded (WebSocket) sessions open at once; beyond it an upgrade is answered 503 before
+    /// anything goes upstream. A session holds no `max_upstream_connections` slot once upgraded.
+    pub max_sessions: usize,
+    /// Upgraded sessions one client address may have open at once (never above `max_sessions`);
+    /// beyond it: 503.
+    pub max_sessions_per_client: usize,
 }
 
 impl Default for Timeouts {
@@ -95,6 +104,7 @@ impl Default for Timeouts {
             metrics_send: Duration::from_secs(60),
             metrics_header_read: Duration::from_secs(5),
             metrics_idle: Duration::from_secs(30),
+            session_idle: Duration::from_secs(600),
         }
     }
 }
@@ -112,6 +122,8 @@ impl Default for Limits {
             max_held_request_bytes: 64 << 20,
             max_streamed_uploads_per_client: 32,
             max_metrics_connections: 64,
+            max_sessions: 1024,
+            max_sessions_per_client: 128,
         }
     }
 }
@@ -183,6 +195,16 @@ impl Limits {
                 "limits.max_streamed_uploads_per_client",
                 "must be at least 1",
             );
+            return Err(invalid(key, "value", "0", reason));
+        }
+        let sessions = self.max_sessions;
+        if !(1..=Self::MAX_CONNECTIONS).contains(&sessions) {
+            let key = "limits.max_sessions";
+            let reason = "must be between 1 and 1000000";
+            return Err(invalid(key, "value", &sessions.to_string(), reason));
+        }
+        if self.max_sessions_per_client == 0 {
+            let (key, reason) = ("limits.max_sessions_per_client", "must be at least 1");
             return Err(invalid(key, "value", "0", reason));
         }
         let metrics = self.max_metrics_connections;

@@ -11,6 +11,11 @@
 //! request heads are bounded by `limits.max_request_header_bytes` (and hyper's 100 headers), and an
 //! h2 connection may open `limits.max_concurrent_streams` streams at once. Accept failures (out of
 //! file descriptors) back off and are logged as a [`RepeatedWarning`], not once per retry.
+//!
+//! Connections are served with upgrades: a WebSocket handshake the upstream accepted leaves its session
+//! in the connection's [`Handoff`], and once hyper has written the `101` and handed back the socket,
+//! the connection's task runs the session, counted busy, so it keeps its place, is never reclaimed nor
+//! timed out as idle, and is waited for by a shutdown's drain (`proxy/upgrade.rs`).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -32,6 +37,7 @@ use crate::net::client_conn::{accept, sniff, Speaks, TimedIo};
 use crate::net::delay::{Forwarding, FrameDelay};
 use crate::net::places::{Admission, Places};
 use crate::proxy::service::ClientConn;
+use crate::proxy::upgrade::Handoff;
 use crate::proxy::Proxy;
 use crate::record::metrics::Refusals;
 use crate::shutdown::{Count, Counted, Phase, Shutdown};
@@ -246,16 +252,19 @@ impl ServeProxy {
         let io = TokioIo::new(io);
         let proxy = self.port.proxy.clone();
         // An HTTP/1.1 connection carries one request at a time: only h2 needs a share of its own.
+        let handoff = Handoff::default();
         let client = ClientConn {
             share: (!matches!(speaks, Speaks::Http1)).then(|| proxy.connection_share()),
             addr,
+            handoff: (!matches!(speaks, Speaks::H2)).then(|| handoff.clone()),
         };
+        let busy = activity.clone();
         let service = service_fn(move |request| {
             let in_progress = activity.begin();
             let handled = proxy.clone().handle(request, client.clone());
             respond(handled, in_progress, frames.clone())
         });
-        let conn = builder.serve_connection(io, service);
+        let conn = builder.serve_connection_with_upgrades(io, service);
         tokio::pin!(conn);
         let result = tokio::select! {
             result = conn.as_mut() => result,
@@ -274,6 +283,10 @@ impl ServeProxy {
                 self.port.refused.header_too_large.inc();
             }
             tracing::debug!(%err, "client connection ended with an error");
+        }
+        if let Some(session) = handoff.take() {
+            let _in_progress = busy.begin();
+            session.await;
         }
     }
 }

@@ -11,8 +11,9 @@ use crate::proxy::hop_by_hop;
 use crate::proxy::request_target::{Target, TargetError};
 
 /// The request's target made safe to forward, or why tokentap refuses it before anything is sent.
-/// Upgrades are not refused: `Upgrade` is a hop-by-hop header, removed, so the upstream answers the plain
-/// request, as it does behind nginx without `proxy_set_header Upgrade`.
+/// Upgrades are not refused: a WebSocket handshake is passed on (`upgrade.rs`); any other `Upgrade` is a
+/// hop-by-hop header, removed, so the upstream answers the plain request, as it does behind nginx
+/// without `proxy_set_header Upgrade`.
 pub fn admit(
     parts: &http::request::Parts,
     target: Result<Target, TargetError>,
@@ -44,10 +45,11 @@ pub fn admit(
 }
 
 /// Why an upstream's status cannot be forwarded: one HTTP does not define, or a switch of protocols
-/// that was never asked for (tokentap removes `Upgrade` from every request). Other 1xx never get here:
-/// hyper reads them and waits for the final response.
-pub fn undefined_status(status: StatusCode) -> Option<&'static str> {
-    if status == StatusCode::SWITCHING_PROTOCOLS {
+/// that was never asked for (tokentap removes `Upgrade` from every request but a WebSocket handshake,
+/// the one for which `upgrading` is true). Other 1xx never get here: hyper reads them and waits for the
+/// final response.
+pub fn undefined_status(status: StatusCode, upgrading: bool) -> Option<&'static str> {
+    if status == StatusCode::SWITCHING_PROTOCOLS && !upgrading {
         Some("switching protocols though no upgrade was asked for")
     } else if status.as_u16() > 599 {
         Some("which HTTP does not define (100 to 599)")
@@ -90,14 +92,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_101_or_a_status_over_599_is_not_forwarded() {
+    fn only_a_101_never_asked_for_or_a_status_over_599_is_not_forwarded() {
         let status = |code| StatusCode::from_u16(code).unwrap_or_default();
         for code in [101, 600, 999] {
-            assert!(undefined_status(status(code)).is_some(), "{code}");
+            assert!(undefined_status(status(code), false).is_some(), "{code}");
         }
         for code in [100, 103, 200, 204, 304, 404, 599] {
-            assert!(undefined_status(status(code)).is_none(), "{code}");
+            assert!(undefined_status(status(code), false).is_none(), "{code}");
         }
+        assert!(
+            undefined_status(status(101), true).is_none(),
+            "a handshake's 101"
+        );
     }
 
     #[test]

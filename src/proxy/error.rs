@@ -41,6 +41,10 @@ pub enum ProxyError {
     HeldBytesFull { after: Duration },
     #[error("this client address already has {limit} request bodies larger than limits.hold_request_body_bytes being uploaded (limits.max_streamed_uploads_per_client); retry shortly")]
     UploadsPerClient { limit: usize },
+    #[error("{limit} WebSocket sessions are open (limits.max_sessions); retry shortly")]
+    SessionsFull { limit: usize },
+    #[error("this client address already has {limit} WebSocket sessions open (limits.max_sessions_per_client); retry shortly")]
+    SessionsPerClient { limit: usize },
     #[error("shutting down: the grace period ran out before the upstream answered")]
     ShutdownCut,
     #[error("the request target cannot be forwarded: {reason}")]
@@ -115,6 +119,8 @@ impl ProxyError {
             | ProxyError::ConnectionShare { .. }
             | ProxyError::HeldBytesFull { .. }
             | ProxyError::UploadsPerClient { .. }
+            | ProxyError::SessionsFull { .. }
+            | ProxyError::SessionsPerClient { .. }
             | ProxyError::ShutdownCut => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::NotImplemented { .. } => StatusCode::NOT_IMPLEMENTED,
         }
@@ -128,6 +134,8 @@ impl ProxyError {
             ProxyError::UpstreamOverloaded { .. }
                 | ProxyError::ConnectionShare { .. }
                 | ProxyError::UploadsPerClient { .. }
+                | ProxyError::SessionsFull { .. }
+                | ProxyError::SessionsPerClient { .. }
         )
     }
 
@@ -148,6 +156,8 @@ impl ProxyError {
             | ProxyError::ConnectionShare { .. }
             | ProxyError::HeldBytesFull { .. }
             | ProxyError::UploadsPerClient { .. }
+            | ProxyError::SessionsFull { .. }
+            | ProxyError::SessionsPerClient { .. }
             | ProxyError::BadTarget { .. }
             | ProxyError::NotImplemented { .. } => Refusal::Declined,
         }
@@ -169,7 +179,10 @@ impl ProxyError {
             ProxyError::UpstreamOverloaded { .. } | ProxyError::ConnectionShare { .. } => {
                 "upstream_overloaded"
             }
-            ProxyError::HeldBytesFull { .. } | ProxyError::UploadsPerClient { .. } => "overloaded",
+            ProxyError::HeldBytesFull { .. }
+            | ProxyError::UploadsPerClient { .. }
+            | ProxyError::SessionsFull { .. }
+            | ProxyError::SessionsPerClient { .. } => "overloaded",
             ProxyError::NotImplemented { .. } => "not_implemented",
             ProxyError::ShutdownCut => "shutting_down",
         }
@@ -193,7 +206,9 @@ impl ProxyError {
         if let ProxyError::UpstreamOverloaded { .. }
         | ProxyError::ConnectionShare { .. }
         | ProxyError::HeldBytesFull { .. }
-        | ProxyError::UploadsPerClient { .. } = self
+        | ProxyError::UploadsPerClient { .. }
+        | ProxyError::SessionsFull { .. }
+        | ProxyError::SessionsPerClient { .. } = self
         {
             let retry = HeaderValue::from_static("1");
             response.headers_mut().insert(header::RETRY_AFTER, retry);

@@ -72,6 +72,22 @@ impl NextHop {
 /// A `Content-Length` written other than as one plain decimal (`007`, `7, 7`, two equal lines) goes on
 /// as that decimal (`7`), in the place of the first.
 pub fn strip(headers: &mut HeaderMap, next: NextHop, direction: Direction) {
+    strip_except(headers, next, direction, &[]);
+}
+
+/// [`strip`] for a WebSocket handshake and its answer (RFC 6455 §4): `Connection` and `Upgrade` are
+/// hop-by-hop, but they are the handshake, so they pass unchanged, in their place, in both directions
+/// (`Sec-WebSocket-*` are end-to-end and pass as every other header does). Every other rule stands.
+pub fn strip_for_upgrade(headers: &mut HeaderMap, next: NextHop, direction: Direction) {
+    strip_except(
+        headers,
+        next,
+        direction,
+        &[header::CONNECTION, header::UPGRADE],
+    );
+}
+
+fn strip_except(headers: &mut HeaderMap, next: NextHop, direction: Direction, kept: &[HeaderName]) {
     let framing = framing(headers, next);
     let drop_length = headers.contains_key(header::TRANSFER_ENCODING)
         && headers.contains_key(header::CONTENT_LENGTH);
@@ -102,6 +118,9 @@ pub fn strip(headers: &mut HeaderMap, next: NextHop, direction: Direction) {
         })
     });
     let keep = |name: &HeaderName| -> Keep {
+        if kept.contains(name) {
+            return Keep::All;
+        }
         if name == header::TE {
             return if te_trailers {
                 Keep::Once(Some(HeaderValue::from_static("trailers")))
@@ -151,7 +170,7 @@ pub fn strip(headers: &mut HeaderMap, next: NextHop, direction: Direction) {
     }
     // `TE` applies to one connection only, so whoever sends it names it in `Connection` too (RFC 9110
     // §10.1.4): a next hop that does not know it then drops it instead of passing it on.
-    if te_trailers && direction == Direction::Request && next == NextHop::Http1 {
+    if te_trailers && direction == Direction::Request && next == NextHop::Http1 && kept.is_empty() {
         headers.append(header::CONNECTION, HeaderValue::from_static("TE"));
     }
 }
@@ -469,6 +488,36 @@ mod tests {
             let mut h = map(&sent);
             strip(&mut h, NextHop::Http1, direction);
             assert_eq!(pairs(&h), want, "{direction:?}");
+        }
+    }
+
+    #[test]
+    fn a_websocket_handshake_keeps_connection_and_upgrade_in_place_and_loses_the_other_hop_by_hop_headers(
+    ) {
+        let sent = [
+            ("host", "x"),
+            ("Upgrade", "websocket"),
+            ("Connection", "keep-alive, Upgrade"),
+            ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+            ("keep-alive", "timeout=5"),
+            ("sec-websocket-extensions", "permessage-deflate"),
+        ];
+        let want = [
+            ("host", "x"),
+            ("upgrade", "websocket"),
+            ("connection", "keep-alive, Upgrade"),
+            ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+            ("sec-websocket-extensions", "permessage-deflate"),
+        ];
+        for direction in [Direction::Request, Direction::Response] {
+            let mut h = map(&sent);
+            strip_for_upgrade(&mut h, NextHop::Http1, direction);
+            assert_eq!(pairs(&h), want, "{direction:?}");
+            let mut plain = map(&sent);
+            strip(&mut plain, NextHop::Http1, direction);
+            assert!(
+                plain.get(header::UPGRADE).is_none() && plain.get(header::CONNECTION).is_none()
+            );
         }
     }
 

@@ -1,5 +1,5 @@
 //! Forwarding: the per-request service, the request body held or streamed on its way up, the upstream
-//! client, hop-by-hop headers and the request target; beside them, the upstream's model list, fetched in
+//! client, hop-by-hop headers and the request target, WebSocket upgrades passed through; beside them, the upstream's model list, fetched in
 //! the background.
 
 pub mod admit;
@@ -10,6 +10,7 @@ pub mod request_body;
 pub mod request_target;
 pub mod rewrite;
 pub mod service;
+pub mod upgrade;
 pub mod upstream;
 
 pub use service::Proxy;

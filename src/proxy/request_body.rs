@@ -25,7 +25,7 @@
 //! A body that grows past the hold size streams as it arrives: what was read so far goes first, then the
 //! rest, frame by frame. Such a request holds an upstream slot while its client uploads, so each client
 //! address may have at most `limits.max_streamed_uploads_per_client` of them unfinished at once
-//! ([`UploadsPerClient`]). It is never sent twice. The bytes are the client's, unchanged and in order,
+//! ([`PerClient`]). It is never sent twice. The bytes are the client's, unchanged and in order,
 //! either way; only the framing, which belongs to the hop, may differ (a held body goes out with a
 //! `Content-Length`, unless it had trailers).
 
@@ -80,7 +80,7 @@ struct Streamed {
     /// The frame that went past the hold size, sent after the held bytes.
     first: Option<Bytes>,
     /// Its place among its client's unfinished uploads, until its last byte passed.
-    place: Option<UploadPlace>,
+    place: Option<ClientPlace>,
 }
 
 /// How much a request may hold, and the budget all held bodies share.
@@ -246,7 +246,7 @@ impl Outgoing {
 
     /// For a body that streams: counts it among `client`'s unfinished uploads until its last byte
     /// passed. `false` (and nothing counted): the client has as many as it may.
-    pub fn count_upload(&mut self, uploads: &UploadsPerClient, client: Option<IpAddr>) -> bool {
+    pub fn count_upload(&mut self, uploads: &PerClient, client: Option<IpAddr>) -> bool {
         let (Some(rest), Some(client)) = (&mut self.rest, client) else {
             return true;
         };
@@ -326,22 +326,23 @@ impl Body for Outgoing {
     }
 }
 
-/// The unfinished streamed uploads of each client address (`limits.max_streamed_uploads_per_client`):
-/// such an upload holds an upstream slot for as long as its client takes to send it.
-pub struct UploadsPerClient {
+/// What each client address holds of something with a per-client share: its unfinished streamed uploads
+/// (`limits.max_streamed_uploads_per_client`: such an upload holds an upstream slot for as long as its
+/// client takes to send it), or its open WebSocket sessions (`limits.max_sessions_per_client`).
+pub struct PerClient {
     limit: usize,
     open: Arc<Mutex<HashMap<IpAddr, usize>>>,
 }
 
-/// One unfinished upload of a client address; dropping it gives the place back.
-struct UploadPlace {
+/// One place of a client address (an unfinished upload, an open session); dropping it gives it back.
+pub struct ClientPlace {
     client: IpAddr,
     open: Arc<Mutex<HashMap<IpAddr, usize>>>,
 }
 
-impl UploadsPerClient {
+impl PerClient {
     pub fn new(limit: usize) -> Self {
-        UploadsPerClient {
+        PerClient {
             limit,
             open: Arc::default(),
         }
@@ -351,14 +352,15 @@ impl UploadsPerClient {
         self.limit
     }
 
-    fn enter(&self, client: IpAddr) -> Option<UploadPlace> {
+    /// A place for `client`, if it has fewer than its limit.
+    pub fn enter(&self, client: IpAddr) -> Option<ClientPlace> {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let count = open.entry(client).or_insert(0);
         if *count >= self.limit {
             return None;
         }
         *count += 1;
-        Some(UploadPlace {
+        Some(ClientPlace {
             client,
             open: self.open.clone(),
         })
@@ -374,7 +376,7 @@ impl UploadsPerClient {
     }
 }
 
-impl Drop for UploadPlace {
+impl Drop for ClientPlace {
     fn drop(&mut self) {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(count) = open.get_mut(&self.client) {
@@ -498,7 +500,7 @@ mod tests {
 
     #[test]
     fn a_client_has_at_most_its_share_of_unfinished_uploads_and_leaves_no_entry() {
-        let uploads = UploadsPerClient::new(2);
+        let uploads = PerClient::new(2);
         let a: IpAddr = [10, 0, 0, 1].into();
         let b: IpAddr = [10, 0, 0, 2].into();
         let first = uploads.enter(a);

@@ -3,7 +3,8 @@
 //! proxy must for virtual-hosted and TLS upstreams), the hop-by-hop headers dropped, and an h2 client's
 //! cookie fields joined into one line. Nothing else of the head changes, except with
 //! `traces.propagate`, the one documented exception (docs/tracing.md): `traceparent` rewritten (or
-//! added) so that the server's span is the child of tokentap's.
+//! added) so that the server's span is the child of tokentap's. A WebSocket handshake keeps its
+//! `Connection` and `Upgrade`, and so does its answer (`upgrade.rs`).
 
 use http::uri::Uri;
 use http::{header, HeaderValue, Version};
@@ -32,17 +33,23 @@ impl Rewrite {
     }
 
     /// Rewrites a client's request head, whose target was admitted as `target`, for the upstream;
-    /// `trace`: the trace the request joined and its span (`traces:`).
+    /// `trace`: the trace the request joined and its span (`traces:`); an `upgrade` (a WebSocket
+    /// handshake) keeps `Connection` and `Upgrade`.
     pub fn request(
         &self,
         parts: &mut http::request::Parts,
         target: &Target,
         trace: Option<&TraceContext>,
+        upgrade: bool,
     ) {
         let client_version = parts.version;
         parts.uri = origin_form(&self.prefix, target.path_and_query());
         parts.version = Version::HTTP_11;
-        hop_by_hop::strip(&mut parts.headers, NextHop::Http1, Direction::Request);
+        let strip = match upgrade {
+            true => hop_by_hop::strip_for_upgrade,
+            false => hop_by_hop::strip,
+        };
+        strip(&mut parts.headers, NextHop::Http1, Direction::Request);
         if client_version == Version::HTTP_2 {
             hop_by_hop::join_cookies(&mut parts.headers);
         }
@@ -60,9 +67,19 @@ impl Rewrite {
         }
     }
 
-    /// Rewrites the upstream's response head for a client that spoke `client_version`.
-    pub fn response(&self, parts: &mut http::response::Parts, client_version: Version) {
-        hop_by_hop::strip(
+    /// Rewrites the upstream's response head for a client that spoke `client_version`; the answer to
+    /// an `upgrade` keeps `Connection` and `Upgrade`.
+    pub fn response(
+        &self,
+        parts: &mut http::response::Parts,
+        client_version: Version,
+        upgrade: bool,
+    ) {
+        let strip = match upgrade {
+            true => hop_by_hop::strip_for_upgrade,
+            false => hop_by_hop::strip,
+        };
+        strip(
             &mut parts.headers,
             NextHop::to_client(client_version),
             Direction::Response,

@@ -15,6 +15,10 @@
 //! 5. **answer** — the response head checked and rewritten, its body wrapped in the response tap.
 //! 6. **finish** — in the response tap, or the exchange's guard if the client left (`tap/`): once.
 //!
+//! A WebSocket handshake (`upgrade.rs`) takes the same phases, with a session's place taken after
+//! admit; an upstream's `101` to it is answered as it came, and the session that follows is handed to
+//! the client connection's task ([`ClientConn::handoff`]).
+//!
 //! Any phase may end in tokentap's own answer instead ([`Proxy::refuse`]), counted as the request's.
 //! The clock starts when the request head has been read (t_arrive).
 
@@ -29,6 +33,7 @@ use http::{header, Request, Response};
 use http_body::Body;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
@@ -37,9 +42,10 @@ use crate::decode::dialect;
 use crate::logging::repeated::RepeatedWarning;
 use crate::proxy::admit::{admit, declared_length, undefined_status};
 use crate::proxy::error::ProxyError;
-use crate::proxy::request_body::{self, HoldError, HoldLimits, Outgoing, UploadsPerClient};
+use crate::proxy::request_body::{self, HoldError, HoldLimits, Outgoing, PerClient};
 use crate::proxy::request_target::{self, Target};
 use crate::proxy::rewrite::Rewrite;
+use crate::proxy::upgrade::{self, Handoff, Place, Sessions};
 use crate::proxy::upstream::{Upstream, UpstreamResponse};
 use crate::record::metrics::Refusals;
 use crate::record::outcome::End;
@@ -72,7 +78,7 @@ struct Inner {
     /// What a request body may hold before it is sent.
     hold: HoldLimits,
     /// Each client address's unfinished streamed uploads (`limits.max_streamed_uploads_per_client`).
-    uploads: UploadsPerClient,
+    uploads: PerClient,
     /// One permit per upstream request in progress, `limits.max_upstream_connections` in all.
     upstream_slots: Arc<Semaphore>,
     max_upstream: usize,
@@ -80,6 +86,8 @@ struct Inner {
     per_connection: usize,
     overloaded: Mutex<RepeatedWarning>,
     shutdown: Shutdown,
+    /// WebSocket sessions: their limits and what they run with.
+    sessions: Sessions,
 }
 
 /// What a request knows of the client connection it came on.
@@ -90,6 +98,9 @@ pub struct ClientConn {
     pub share: Option<Arc<Semaphore>>,
     /// The client's address.
     pub addr: Option<IpAddr>,
+    /// Where a WebSocket session is left for the connection's task to run (HTTP/1.1 connections);
+    /// without one it runs on a task of its own.
+    pub handoff: Option<Handoff>,
 }
 
 /// One request on its way through the phases.
@@ -105,6 +116,8 @@ struct Forwarding {
     seen: Arc<RequestSeen>,
     /// The proxy's hold on the body, to read its `model` when the upstream never did.
     leftover: Option<Leftover<Incoming>>,
+    /// A WebSocket handshake: the client's side of the upgrade, and the session's place once admitted.
+    upgrade: Option<(OnUpgrade, Option<Place>)>,
 }
 
 /// tokentap's own answer instead of the upstream's, and whether the upstream had been asked.
@@ -139,7 +152,6 @@ impl Proxy {
                 ),
                 upstream_shown: upstream.to_string().trim_end_matches('/').to_owned(),
                 context,
-                refusals,
                 response_headers: config.timeouts.response_headers,
                 idle: config.timeouts.idle,
                 body_idle: config.timeouts.request_body_idle,
@@ -154,13 +166,15 @@ impl Proxy {
                     )),
                     wait: config.timeouts.request_body_idle,
                 },
-                uploads: UploadsPerClient::new(
+                uploads: PerClient::new(
                     (limits.max_streamed_uploads_per_client).min(limits.max_upstream_connections),
                 ),
                 upstream_slots: Arc::new(Semaphore::new(limits.max_upstream_connections)),
                 max_upstream: limits.max_upstream_connections,
                 per_connection: limits.upstream_per_connection(),
                 overloaded: Mutex::default(),
+                sessions: Sessions::new(config, refusals.sessions.clone(), shutdown.clone()),
+                refusals,
                 shutdown,
             }),
         }
@@ -178,7 +192,11 @@ impl Proxy {
         client: ClientConn,
     ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
         let arrive = Instant::now();
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
+        let upgrade = upgrade::is_websocket(&parts)
+            .then(|| parts.extensions.remove::<OnUpgrade>())
+            .flatten()
+            .map(|client| (client, None));
         let target = request_target::resolve(&parts.uri);
         let path = match &target {
             Ok(target) => target.path().to_owned(),
@@ -202,6 +220,7 @@ impl Proxy {
             guard: ExchangeGuard::new(exchange),
             seen,
             leftover: None,
+            upgrade,
         };
         if let (Some(exchange), Some(parts)) = (request.guard.get_mut(), &request.parts) {
             exchange.identify(&parts.headers);
@@ -224,10 +243,13 @@ impl Proxy {
         let inner = &self.inner;
         let parts = request.parts.as_ref().ok_or(ProxyError::ClientBodyBroken)?;
         let target = admit(parts, target, inner.max_body_bytes, inner.max_head_bytes)?;
+        if let Some((_, place)) = &mut request.upgrade {
+            *place = Some(inner.sessions.admit(client.addr)?);
+        }
         let body = self.hold(request, body, &client).await?;
         self.acquire(request, &client)?;
         let response = self.send(request, &target, body).await?;
-        Ok(self.answer(request, response))
+        Ok(self.answer(request, response, &client))
     }
 
     /// The body, read whole into one buffer before anything upstream is taken, or, larger than the hold
@@ -304,7 +326,8 @@ impl Proxy {
         let held = body.held().map(|held| held as HeldBody);
         let mut parts = request.parts.take().ok_or(ProxyError::ClientBodyBroken)?;
         let trace = request.guard.get_mut().and_then(|e| e.trace());
-        inner.rewrite.request(&mut parts, target, trace);
+        let upgrading = request.upgrade.is_some();
+        inner.rewrite.request(&mut parts, target, trace, upgrading);
         let mut forward = std::pin::pin!(inner.connections.send(Request::from_parts(parts, body)));
         let first = std::future::poll_fn(|cx| Poll::Ready(forward.as_mut().poll(cx))).await;
         if let Some(exchange) = request.guard.get_mut() {
@@ -333,33 +356,57 @@ impl Proxy {
             },
             () = inner.shutdown.reached(Phase::Cut) => Err(ProxyError::ShutdownCut),
         };
-        let answered = answered.and_then(|response| match undefined_status(response.status()) {
-            None => Ok(response),
-            Some(why) => Err(ProxyError::UpstreamBadStatus {
-                upstream: inner.upstream_shown.clone(),
-                status: response.status().as_u16(),
-                why,
-            }),
-        });
+        let answered =
+            answered.and_then(
+                |response| match undefined_status(response.status(), upgrading) {
+                    None => Ok(response),
+                    Some(why) => Err(ProxyError::UpstreamBadStatus {
+                        upstream: inner.upstream_shown.clone(),
+                        status: response.status().as_u16(),
+                        why,
+                    }),
+                },
+            );
         answered.map_err(|error| Refused { error, sent: true })
     }
 
     /// The response head rewritten for the client, and its body in the response tap, which meters it
-    /// and finishes the exchange at its end.
+    /// and finishes the exchange at its end. A `101` to a WebSocket handshake leaves its session to the
+    /// client connection.
     fn answer(
         &self,
         request: &mut Forwarding,
         response: Response<UpstreamResponse>,
+        client: &ClientConn,
     ) -> Response<ProxyBody> {
         let inner = &self.inner;
-        let (mut parts, body) = response.into_parts();
-        inner.rewrite.response(&mut parts, request.version);
+        let (mut parts, mut body) = response.into_parts();
+        inner
+            .rewrite
+            .response(&mut parts, request.version, request.upgrade.is_some());
+        let ended = body.is_end_stream();
+        if request.upgrade.is_some() && parts.status != http::StatusCode::SWITCHING_PROTOCOLS {
+            // hyper never polls it (its length is 0): it is over now all the same.
+            body.length_in_place();
+        }
+        if parts.status == http::StatusCode::SWITCHING_PROTOCOLS {
+            let upstream = parts.extensions.remove::<OnUpgrade>();
+            if let (Some((client_side, Some(place))), Some(upstream)) =
+                (request.upgrade.take(), upstream)
+            {
+                let session = inner.sessions.session(place, client_side, upstream);
+                match &client.handoff {
+                    Some(handoff) => handoff.put(session),
+                    None => drop(tokio::spawn(session)),
+                }
+            }
+        }
         let guard = &mut request.guard;
         if let Some(exchange) = guard.get_mut() {
             exchange.on_response(parts.status, parts.headers.get(header::CONTENT_TYPE));
             exchange.on_server_headers(&parts.headers);
         }
-        if body.is_end_stream() {
+        if ended {
             guard.finish(End::Complete);
         }
         let guard = guard.take();

@@ -1,7 +1,8 @@
 //! Body wrappers that observe the bytes passing through the proxy and hand back the very same frames:
 //! [`RequestTap`] reads the request's `model` on its way upstream (and cuts a body over its size limit),
 //! [`ResponseTap`] timestamps the response's frames on their way to the client and finishes the
-//! [`exchange`] when the body ends. The exchange is the request's state the taps feed: it runs the
+//! [`exchange`] when the body ends; [`session`] relays an upgraded (WebSocket) session's bytes both ways,
+//! where a meter of its frames can read them as they pass. The exchange is the request's state the taps feed: it runs the
 //! response through its decoder (`decode`) and, once, records the result (`record`).
 
 pub mod exchange;
@@ -12,6 +13,7 @@ mod list_read;
 mod mock;
 mod request;
 mod response;
+pub mod session;
 
 pub use idle::IdleTimer;
 pub use request::{Leftover, RequestSeen, RequestTap};

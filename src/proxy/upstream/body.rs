@@ -46,6 +46,8 @@ pub struct UpstreamResponse {
     /// When the bytes of the last read on the connection reached its socket: those of the frame just
     /// returned, since hyper reads only when it has handed on everything it read before.
     arrival: Arc<Arrival>,
+    /// The body does not say it has ended before it is polled ([`UpstreamResponse::length_in_place`]).
+    end_unsaid: bool,
 }
 
 impl UpstreamResponse {
@@ -56,7 +58,30 @@ impl UpstreamResponse {
             lease: Some(lease),
             wake,
             broke: None,
+            end_unsaid: false,
         }
+    }
+
+    /// The body of an answer whose connection a task of its own drives and nobody pools (a WebSocket
+    /// handshake's: `mod.rs`).
+    pub(super) fn driven_elsewhere(body: Incoming, arrival: Arc<Arrival>) -> Self {
+        UpstreamResponse {
+            body,
+            lease: None,
+            wake: LookAgain::new(),
+            broke: None,
+            arrival,
+            end_unsaid: false,
+        }
+    }
+
+    /// An empty body's `Content-Length: 0` stays in its line: hyper's HTTP/1 encoder writes the length
+    /// of a body that says it has ended itself, after the other headers, and in place only for one it
+    /// still has to poll. For a WebSocket handshake's refusal, which passes byte for byte. Only an
+    /// empty body: one with bytes says so only after its last frame, and hyper stops polling it once
+    /// its length is written.
+    pub fn length_in_place(&mut self) {
+        self.end_unsaid = self.body.is_end_stream();
     }
 
     /// The connection goes back to the pool now, if it can (a response with no body: nobody will poll it).
@@ -140,7 +165,7 @@ impl Body for UpstreamResponse {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        !self.end_unsaid && self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {

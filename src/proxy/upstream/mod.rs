@@ -16,6 +16,14 @@
 //! `resend::WINDOW` (100 ms) of its last byte leaving. A server that read a POST, worked on it and then
 //! closed does not get it twice. `resend.rs` has the rule and why; each resend is counted in
 //! `tokentap_upstream_requests_resent_total`.
+//!
+//! **Upgrades.** A request that still carries `Upgrade` (only a WebSocket handshake does: the rewrite
+//! removes it from every other) goes on a new connection of its own, never taken from the pool nor put
+//! back, never sent twice ([`Upstream::send`]). That connection is driven by a task of its own until it
+//! is over: after a `101` it hands its socket, with any bytes read past the head, to whoever holds
+//! `hyper::upgrade::on` of the response (the session's relay, `tap/session.rs`); after a refusal it
+//! closes once the refusal's body has been read. The task is aborted if the request is dropped before
+//! its answer.
 
 mod arrival;
 mod body;
@@ -116,6 +124,9 @@ impl Upstream {
         &self,
         request: Request<Outgoing>,
     ) -> Result<Response<UpstreamResponse>, UpstreamError> {
+        if request.headers().contains_key(http::header::UPGRADE) {
+            return self.send_upgrade(request).await;
+        }
         let (mut conn, reused) = match self.pool.take().await {
             Some(conn) => (conn, true),
             None => (self.connect().await?, false),
@@ -186,6 +197,24 @@ impl Upstream {
         Ok(response)
     }
 
+    /// An upgrade request on a new connection of its own (see the module's documentation).
+    async fn send_upgrade(
+        &self,
+        request: Request<Outgoing>,
+    ) -> Result<Response<UpstreamResponse>, UpstreamError> {
+        let stream = (self.connector.connect().await).map_err(UpstreamError::Connect)?;
+        let arrival = stream.arrival();
+        let (mut sender, driver) = self.handshake.handshake(TokioIo::new(stream)).await?;
+        let driving = AbortOnDrop(Some(tokio::spawn(async move {
+            if let Err(error) = driver.with_upgrades().await {
+                tracing::debug!(%error, "upstream connection of an upgrade ended");
+            }
+        })));
+        let response = sender.send_request(request).await?;
+        driving.disarm();
+        Ok(response.map(|body| UpstreamResponse::driven_elsewhere(body, arrival)))
+    }
+
     async fn connect(&self) -> Result<Box<pool::Conn>, UpstreamError> {
         let stream = self
             .connector
@@ -195,6 +224,24 @@ impl Upstream {
         let (traffic, arrival) = (stream.traffic(), stream.arrival());
         let (sender, driver) = self.handshake.handshake(TokioIo::new(stream)).await?;
         Ok(Box::new(pool::Conn::new(sender, driver, traffic, arrival)))
+    }
+}
+
+/// A task aborted when dropped, unless disarmed first.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl AbortOnDrop {
+    /// The task runs on by itself (a dropped handle detaches it).
+    fn disarm(mut self) {
+        self.0.take();
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
     }
 }
 

@@ -417,6 +417,21 @@ pub const fn of_figure(figure: Figure) -> &'static Family {
     }
 }
 
+/// The values of `reason` on [`SESSIONS_REFUSED`], all exported from the start.
+pub const SESSION_REFUSED_REASONS: &[&str] = &["max_sessions", "per_client"];
+pub const SESSIONS_REFUSED: Family = every(
+    "tokentap_sessions_refused_total",
+    "WebSocket upgrades answered 503 before anything went upstream, by reason: max_sessions \
+     (limits.max_sessions sessions were open), per_client (the client address had \
+     limits.max_sessions_per_client open).",
+    Counter,
+    &[Label::Reason(SESSION_REFUSED_REASONS)],
+);
+pub const SESSIONS_IN_FLIGHT: Family = single(
+    "tokentap_sessions_in_flight",
+    "Upgraded (WebSocket) sessions open: from the upstream's 101 to the end of the relay.",
+    Gauge,
+);
 /// The values of `reason` on [`METRICS_PORT_REFUSED`], all exported from the start.
 pub const METRICS_PORT_REASONS: &[&str] = &[
     "max_connections",
@@ -598,6 +613,8 @@ pub const ALL: &[&Family] = &[
     &HELD_BYTES_REFUSED,
     &HELD_BYTES_WAITED,
     &UPLOADS_PER_CLIENT_REFUSED,
+    &SESSIONS_REFUSED,
+    &SESSIONS_IN_FLIGHT,
     &CONNECTIONS_REFUSED,
     &CONNECTIONS_RECLAIMED,
     &UPSTREAM_IDLE,

@@ -1,11 +1,12 @@
 //! What tokentap's own limits turn away, counted: on the proxy port a connection beyond
 //! `limits.max_connections` (or the idle one that made room for it), a head too slow or too large, a request beyond
-//! `limits.max_upstream_connections` or its connection's share of them; on the metrics port a connection beyond
+//! `limits.max_upstream_connections` or its connection's share of them, a WebSocket upgrade beyond
+//! `limits.max_sessions` or its client's share (beside them, the sessions open); on the metrics port a connection beyond
 //! `limits.max_metrics_connections` (or the idle one that made room for it), an answer not taken within `timeouts.metrics_send`, a live view
 //! refused for want of a place, a `Host` not allowed. None of these is a request, so none is in
 //! `tokentap_requests_total`; each has its own series, all of them there from the start.
 
-use prometheus::IntCounter;
+use prometheus::{IntCounter, IntGauge};
 
 use super::family;
 use super::registry::Registrar;
@@ -33,9 +34,25 @@ pub struct Refusals {
     pub held_bytes_waited: IntCounter,
     /// Requests answered 503 at `limits.max_streamed_uploads_per_client`.
     pub uploads_per_client: IntCounter,
+    /// WebSocket upgrades refused, and the sessions open.
+    pub sessions: SessionCounts,
     /// What the metrics port turned away: `tokentap_metrics_port_refused_total{reason}`.
     pub metrics_port: MetricsPortRefusals,
 }
+
+/// The upgraded sessions: those refused (`tokentap_sessions_refused_total{reason}`, one counter per
+/// reason of [`SESSION_REFUSED_REASONS`]) and those open, the bound the refusals are counted against.
+#[derive(Clone)]
+pub struct SessionCounts {
+    /// Upgrades answered 503 because `limits.max_sessions` sessions were open.
+    pub full: IntCounter,
+    /// Upgrades answered 503 because their client address had `limits.max_sessions_per_client` open.
+    pub per_client: IntCounter,
+    /// `tokentap_sessions_in_flight`.
+    pub open: IntGauge,
+}
+
+pub use super::family::SESSION_REFUSED_REASONS;
 
 pub use super::family::METRICS_PORT_REASONS;
 
@@ -67,7 +84,21 @@ impl Refusals {
             held_bytes: rows.single_counter(&family::HELD_BYTES_REFUSED)?,
             held_bytes_waited: rows.single_counter(&family::HELD_BYTES_WAITED)?,
             uploads_per_client: rows.single_counter(&family::UPLOADS_PER_CLIENT_REFUSED)?,
+            sessions: SessionCounts::register(rows)?,
             metrics_port: MetricsPortRefusals::register(rows)?,
+        })
+    }
+}
+
+impl SessionCounts {
+    fn register(rows: &Registrar<'_>) -> Result<Self, prometheus::Error> {
+        let refused = rows.fixed_counter(&family::SESSIONS_REFUSED)?;
+        let [full, per_client] =
+            [0, 1].map(|i| refused.with_label_values(&[SESSION_REFUSED_REASONS[i]]));
+        Ok(SessionCounts {
+            full,
+            per_client,
+            open: rows.single_gauge(&family::SESSIONS_IN_FLIGHT)?,
         })
     }
 }
