@@ -440,6 +440,7 @@ fn json_output_has_a_stable_shape() {
             "input_tokens",
             "metrics",
             "outcomes",
+            "output_token_sources",
             "output_token_throughput",
             "output_tokens",
             "request_count",

@@ -219,6 +219,21 @@ async fn each_dialect_times_the_chunk_that_starts_the_first_tool_call() {
             vec!["time_to_first_tool_call".to_owned()],
             "{name}"
         );
+        // No usage on a stream that called a tool: the count is what the client saw, a floor (the
+        // server generated the call's markup too, which it never streamed).
+        let source = |s| {
+            let l = [("model", "m"), ("api", case.api), ("token_source", s)];
+            m.get(family::TOKEN_SOURCE.name, &l)
+        };
+        let floor = record.output_tokens_source.as_deref() == Some("floor");
+        let usage = record.output_tokens_source.as_deref() == Some("usage");
+        assert!(floor || usage, "{name}: {:?}", record.output_tokens_source);
+        assert_eq!(source("floor"), f64::from(u8::from(floor)), "{name}");
+        assert_eq!(
+            source("chunks"),
+            0.0,
+            "{name}: never counted as exact chunks"
+        );
     }
 }
 

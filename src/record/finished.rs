@@ -131,6 +131,7 @@ pub fn conclude(
             reasoning: r.reasoning_tokens,
             events: timeline.output_chunks(),
             streaming: r.streaming,
+            parsed: r.reasoning_events > 0 || timeline.called_tool(),
         };
         output_tokens(offered, || r.tokenizer_count)
     });
@@ -163,14 +164,22 @@ pub fn conclude(
 }
 
 /// Reasoning tokens: the usage details' count, else (a stream) the tokenizer's count of the reasoning
-/// text, else one per output event that carried reasoning; `None` when nothing says anything (no
-/// reasoning streamed, no details).
+/// text, else one per output event that carried reasoning; never below the events that carried
+/// reasoning (each carried at least one token: vLLM has reported `reasoning_tokens: 0` for a stream of
+/// 17 reasoning chunks); `None` when nothing says anything (no reasoning streamed, no details).
 fn reasoning_tokens(report: &DecoderReport) -> Option<u64> {
-    let chunks = report.streaming && report.reasoning_events > 0;
-    report
+    let events = if report.streaming {
+        report.reasoning_events
+    } else {
+        0
+    };
+    let counted = report
         .reasoning_tokens
-        .or(report.tokenizer_reasoning_count.filter(|_| chunks))
-        .or(chunks.then_some(report.reasoning_events))
+        .or(report.tokenizer_reasoning_count.filter(|_| events > 0));
+    match counted {
+        Some(n) => Some(n.max(events)),
+        None => (events > 0).then_some(events),
+    }
 }
 
 #[cfg(test)]
@@ -501,5 +510,40 @@ mod tests {
         assert_eq!(record.judged[SloKind::Ttft], None);
         assert_eq!(record.verdict.missed, vec![SloKind::E2e]);
         assert_eq!(record.slo(), "missed:e2e");
+    }
+
+    #[test]
+    fn reasoning_tokens_are_never_below_the_reasoning_events() {
+        // vLLM has reported `reasoning_tokens: 0` for a stream of 17 reasoning chunks.
+        let report = DecoderReport {
+            reasoning_tokens: Some(0),
+            reasoning_events: 17,
+            ..stream_report(Some(40))
+        };
+        let record = conclude(
+            Some(&report),
+            &timeline(Instant::now(), &[(0, 10), (0, 20)]),
+            Outcome::Ok,
+            Instant::now() + ms(100),
+            Some(StatusCode::OK),
+            &Ceilings::default(),
+        );
+        assert_eq!(record.reasoning_tokens, Some(17));
+        // Without usage a reasoning stream's output count is a floor.
+        let report = DecoderReport {
+            reasoning_events: 1,
+            ..stream_report(None)
+        };
+        let t0 = Instant::now();
+        let record = conclude(
+            Some(&report),
+            &timeline(t0, &[(0, 10), (0, 20)]),
+            Outcome::Ok,
+            t0 + ms(100),
+            Some(StatusCode::OK),
+            &Ceilings::default(),
+        );
+        assert_eq!(record.token_source, Some(TokenSource::Floor));
+        assert_eq!(record.output_tokens, Some(2));
     }
 }

@@ -95,6 +95,11 @@ impl Timeline {
         }
     }
 
+    /// Whether an output started a tool call.
+    pub fn called_tool(&self) -> bool {
+        self.tool.is_some()
+    }
+
     /// The upstream's response head arrived at `at` (`None`: the answer was tokentap's own).
     pub fn on_head(&mut self, at: Option<Instant>) {
         self.head = at;

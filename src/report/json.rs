@@ -72,6 +72,14 @@ pub struct SummaryJson {
     pub requests_with_every_gap: u64,
     pub attainment: Vec<Attainment>,
     pub outcomes: Vec<OutcomeCount>,
+    /// Requests with an output token count, by its source (`floor`: a lower bound, docs/metrics.md).
+    pub output_token_sources: Vec<SourceCount>,
+}
+
+#[derive(Serialize)]
+pub struct SourceCount {
+    pub source: String,
+    pub count: u64,
 }
 
 #[derive(Serialize, Clone, Copy)]
@@ -189,6 +197,14 @@ pub fn summary(
         requests_with_every_gap: summary.requests_with_every_gap,
         attainment,
         outcomes,
+        output_token_sources: summary
+            .token_sources
+            .iter()
+            .map(|(source, &count)| SourceCount {
+                source: source.clone(),
+                count,
+            })
+            .collect(),
     }
 }
 

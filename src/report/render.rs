@@ -268,6 +268,19 @@ fn summary(s: &SummaryJson, style: Style, out: &mut String) {
         ]);
     }
     outcomes.write(style, out);
+    let counted: u64 = s.output_token_sources.iter().map(|c| c.count).sum();
+    let mut sources = Table::new(&["Output tokens from", "requests", "share"]);
+    for c in &s.output_token_sources {
+        let share = c.count as f64 / counted.max(1) as f64 * 100.0;
+        sources.rows.push(vec![
+            c.source.clone(),
+            number(c.count as f64, 0),
+            format!("{}%", number(share, 2)),
+        ]);
+    }
+    if !sources.rows.is_empty() {
+        sources.write(style, out);
+    }
 }
 
 /// The whole-set figures: name, value, decimals. `Duration` is the set's own span; the rates divide

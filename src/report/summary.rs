@@ -178,6 +178,8 @@ pub struct Summary {
     pub missed: BTreeMap<String, u64>,
     /// Requests by (outcome, status or `none`).
     pub outcomes: BTreeMap<(String, String), u64>,
+    /// Requests with an output token count, by where it came from (`floor`: a lower bound).
+    pub token_sources: BTreeMap<String, u64>,
 }
 
 impl Summary {
@@ -234,6 +236,9 @@ impl Summary {
             .map_or_else(|| "none".to_owned(), |s| s.to_string());
         let other = || (OVERFLOW.to_owned(), OVERFLOW.to_owned());
         count(&mut self.outcomes, &(record.outcome.clone(), status), other);
+        if let Some(source) = &record.output_tokens_source {
+            count(&mut self.token_sources, source, || OVERFLOW.to_owned());
+        }
         match verdicts {
             Verdicts::Recorded => {
                 self.good += u64::from(record.goodput);

@@ -10,6 +10,7 @@
 
 use crate::config::{ByKind, Config, Slo, SloKind};
 use crate::record::api::Api;
+use crate::record::tokens::TokenSource;
 
 use super::family::{self, Apis, Buckets, Family, Kind, Label};
 use super::status_labels;
@@ -17,7 +18,7 @@ use super::status_labels;
 /// The values of the `outcome` label (`record::outcome::Outcome`).
 const OUTCOMES: usize = 4;
 /// The values of the `token_source` label (`tokens::TokenSource`).
-const TOKEN_SOURCES: usize = 4;
+const TOKEN_SOURCES: usize = TokenSource::ALL.len();
 
 /// The bucket boundaries of each histogram: the configured buckets plus every SLO ceiling of its kind.
 pub struct Boundaries {
