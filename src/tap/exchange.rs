@@ -262,16 +262,18 @@ fn names<'a>(
     }
 }
 
-/// Owns an exchange until it is finished; dropping it unfinished means the client went away.
-pub struct ExchangeGuard(Option<Exchange>);
+/// Owns an exchange until it is finished; dropping it unfinished means the client went away. The
+/// exchange is boxed: it is over a kilobyte, and the guard travels in the request's future and then in
+/// the response body, each moved whole more than once per request.
+pub struct ExchangeGuard(Option<Box<Exchange>>);
 
 impl ExchangeGuard {
     pub fn new(exchange: Exchange) -> Self {
-        ExchangeGuard(Some(exchange))
+        ExchangeGuard(Some(Box::new(exchange)))
     }
 
     pub fn get_mut(&mut self) -> Option<&mut Exchange> {
-        self.0.as_mut()
+        self.0.as_deref_mut()
     }
 
     /// Moves the exchange into a guard of its own (the response body's), leaving this one empty.
@@ -282,7 +284,7 @@ impl ExchangeGuard {
     /// Finishes the exchange as `end`, unless it was already finished.
     pub fn finish(&mut self, end: End) {
         if let Some(exchange) = self.0.take() {
-            exchange.finish(end, Instant::now());
+            (*exchange).finish(end, Instant::now());
         }
     }
 }
