@@ -172,10 +172,7 @@ pub struct Drained {
 /// accept loop to end (so the port is closed), then for every request and client connection to
 /// finish, at most `grace`; then cuts what is left and waits (briefly) until it is recorded.
 pub async fn drain(
-    shutdown: Shutdown,
-    accept_loop: Option<JoinHandle<()>>,
-    requests: Count,
-    connections: Count,
+    shutdown: Shutdown, accept_loop: Option<JoinHandle<()>>, requests: Count, connections: Count,
     grace: Duration,
 ) -> Drained {
     let deadline = Instant::now() + grace;

@@ -336,9 +336,7 @@ fn circle(edges: &Edges) -> Option<Vec<&str>> {
     }
     // Depth-first search for a path from a room back to itself.
     fn find<'a>(
-        at: &'a str,
-        next: &BTreeMap<&'a str, BTreeSet<&'a str>>,
-        stack: &mut Vec<&'a str>,
+        at: &'a str, next: &BTreeMap<&'a str, BTreeSet<&'a str>>, stack: &mut Vec<&'a str>,
         done: &mut BTreeSet<&'a str>,
     ) -> Option<Vec<&'a str>> {
         if let Some(start) = stack.iter().position(|room| *room == at) {

@@ -280,11 +280,7 @@ fn rows<'a>(rows: &'a [Value], by: &str, group: &str) -> Vec<&'a Value> {
 
 /// One section of a report (its total, or a group) against the SQL's rows for the same group.
 fn check_section(
-    tally: &mut Tally,
-    what: &str,
-    section: &Value,
-    sql: &[Vec<Value>],
-    (by, group): (&str, &str),
+    tally: &mut Tally, what: &str, section: &Value, sql: &[Vec<Value>], (by, group): (&str, &str),
     what_if: bool,
 ) {
     let [summary] = rows(&sql[0], by, group)[..] else {

@@ -73,11 +73,7 @@ impl Load {
 /// passed; meanwhile, and until they are all answered, a plain request goes every 10 ms, one at a
 /// time, and the RSS is sampled between them.
 async fn under_load(
-    name: &str,
-    body: &str,
-    clients: usize,
-    window: Duration,
-    (status, prefill): (u16, Duration),
+    name: &str, body: &str, clients: usize, window: Duration, (status, prefill): (u16, Duration),
 ) -> Load {
     let upstream = support::upstream(move |request: &RecordedRequest| match request.body.len() {
         0..=4096 => vec![json_response(200, "OK", ANSWER)],

@@ -212,9 +212,7 @@ fn fixtures() -> Vec<Fixture> {
 /// llamacpp-python/), as a chat stream: its events, (first output, last output, outputs) and (N, input
 /// tokens, token_source).
 fn tiny_llama(
-    name: &'static str,
-    bytes: &'static [u8],
-    events: usize,
+    name: &'static str, bytes: &'static [u8], events: usize,
     (first, last, outputs): (usize, usize, usize),
     (tokens, input, source): (u64, u64, &'static str),
 ) -> Fixture {

@@ -362,8 +362,7 @@ impl http_body::Body for Frames {
     type Error = std::convert::Infallible;
 
     fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
+        mut self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
         std::task::Poll::Ready(self.0.pop_front().map(Ok))
     }

@@ -21,11 +21,7 @@ async fn run(path: &str, body: &str, head: fn() -> Step, events: Vec<(u64, Strin
 }
 
 async fn stream_with(
-    path: &str,
-    body: &str,
-    head: fn() -> Step,
-    events: Vec<(u64, String)>,
-    yaml: &str,
+    path: &str, body: &str, head: fn() -> Step, events: Vec<(u64, String)>, yaml: &str,
 ) -> Metrics {
     let sent: String = events.iter().map(|(_, e)| e.as_str()).collect();
     run_with(path, body, timed(head(), &events), &sent, yaml).await

@@ -196,8 +196,7 @@ fn slow_chat_or_quick(request: &RecordedRequest) -> Vec<Step> {
 
 /// One quick request on a kept-alive connection: its status.
 async fn quick(
-    sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>,
-    proxy: &tokentap::Running,
+    sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>, proxy: &tokentap::Running,
 ) -> u16 {
     let request = http::Request::get(format!("http://{}/v1/models", proxy.proxy_addr()))
         .body(Full::new(Bytes::new()))

@@ -14,10 +14,7 @@ const CHAT: &str = "/v1/chat/completions";
 /// Role chunk at once, first token after `ttft`, later tokens after each gap, then usage (if any) and [DONE]
 /// after `tail`.
 fn token_script(
-    ttft: Duration,
-    gaps: &[u64],
-    usage: Option<(u64, u64)>,
-    tail: Duration,
+    ttft: Duration, gaps: &[u64], usage: Option<(u64, u64)>, tail: Duration,
 ) -> Vec<Step> {
     let mut steps = vec![
         sse_head(),

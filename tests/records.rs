@@ -11,9 +11,7 @@ use tokentap::logging::records;
 use tokentap::record::metrics::family;
 
 fn with_header(
-    mut request: http::Request<http_body_util::Full<bytes::Bytes>>,
-    name: &'static str,
-    value: &str,
+    mut request: http::Request<http_body_util::Full<bytes::Bytes>>, name: &'static str, value: &str,
 ) -> http::Request<http_body_util::Full<bytes::Bytes>> {
     let value = value.parse().expect("header value");
     request.headers_mut().insert(name, value);

@@ -107,9 +107,7 @@ async fn a_write_cut_mid_record_leaves_one_torn_line_counted_lost_and_the_next_r
 /// Starts the binary with `yaml` and reads its log until the startup line, giving up after `bound`.
 /// `None` (and the child killed) if it did not start.
 fn start_within(
-    yaml: &str,
-    dir: &Path,
-    bound: Duration,
+    yaml: &str, dir: &Path, bound: Duration,
 ) -> Option<(std::process::Child, String, String)> {
     let config = dir.join("tokentap.yaml");
     std::fs::write(&config, yaml).expect("config");

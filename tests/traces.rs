@@ -211,9 +211,7 @@ fn text(span: &Span, key: &str) -> Option<String> {
 }
 
 fn with_header(
-    mut request: http::Request<Full<Bytes>>,
-    name: &'static str,
-    value: &str,
+    mut request: http::Request<Full<Bytes>>, name: &'static str, value: &str,
 ) -> http::Request<Full<Bytes>> {
     request
         .headers_mut()

@@ -198,8 +198,7 @@ const WORK: Duration = Duration::from_secs(2);
 /// An upstream that answers its first request and keeps the connection, meets the second with `second`,
 /// and answers every later one.
 fn closes_under_the_second(
-    second: Second,
-    answer: fn(&RecordedRequest) -> Vec<Step>,
+    second: Second, answer: fn(&RecordedRequest) -> Vec<Step>,
 ) -> impl Fn(&RecordedRequest) -> Vec<Step> + Send + Sync + 'static {
     let seen = Arc::new(AtomicUsize::new(0));
     move |request| match (seen.fetch_add(1, Ordering::SeqCst), second) {

@@ -164,8 +164,7 @@ fn frame(first: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
 
 /// An open session through `proxy` to the scripted upstream: (client, upstream, the upstream's head).
 async fn session(
-    proxy: SocketAddr,
-    rx: &mut mpsc::UnboundedReceiver<(String, TcpStream)>,
+    proxy: SocketAddr, rx: &mut mpsc::UnboundedReceiver<(String, TcpStream)>,
 ) -> (TcpStream, TcpStream, String) {
     let request = handshake("/v1/realtime?model=m", "");
     let mut to_proxy = TcpStream::connect(proxy).await.expect("connect");

@@ -71,9 +71,7 @@ pub async fn serve(listener: TcpListener, upstream: SocketAddr) {
 }
 
 async fn forward(
-    client: Upstream,
-    upstream: SocketAddr,
-    request: Request<Incoming>,
+    client: Upstream, upstream: SocketAddr, request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let (mut parts, body) = request.into_parts();
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());

@@ -206,13 +206,8 @@ fn request_path() -> String {
 }
 
 async fn stream_once(
-    sender: &mut SendRequest<Full<Bytes>>,
-    arrival: &Arrival,
-    spec: &Spec,
-    warmup_ns: u64,
-    end_ns: u64,
-    samples: &mut Samples,
-    open: Option<&AtomicUsize>,
+    sender: &mut SendRequest<Full<Bytes>>, arrival: &Arrival, spec: &Spec, warmup_ns: u64,
+    end_ns: u64, samples: &mut Samples, open: Option<&AtomicUsize>,
 ) -> Result<(), String> {
     let mut request = Request::post(request_path())
         .header(header::HOST, "bench.local")

@@ -522,10 +522,7 @@ async fn bench(args: &Args) -> Result<Report, String> {
 }
 
 async fn memory(
-    setup: &Setup,
-    upstream: SocketAddr,
-    kind: Kind,
-    steps: &[usize],
+    setup: &Setup, upstream: SocketAddr, kind: Kind, steps: &[usize],
 ) -> Result<MemoryRow, String> {
     let mut proxy = target::start(setup, upstream, kind)?;
     proxy.ready().await?;

@@ -48,11 +48,7 @@ impl SelfDelay {
 const ANCHORS: [Kind; 3] = [Kind::Nginx, Kind::Haproxy, Kind::Hyper];
 
 fn row(
-    o: &mut String,
-    figure: &str,
-    target: &str,
-    value: impl Fn(Kind) -> Option<f64>,
-    unit: &str,
+    o: &mut String, figure: &str, target: &str, value: impl Fn(Kind) -> Option<f64>, unit: &str,
 ) {
     let t = value(Kind::Tokentap);
     let mut cells = vec![match t {

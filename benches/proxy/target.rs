@@ -303,11 +303,7 @@ pub fn start_hyper(setup: &Setup, upstream: SocketAddr) -> Result<Proxy, String>
 }
 
 fn start_self(
-    setup: &Setup,
-    program: &Path,
-    flag: &str,
-    upstream: SocketAddr,
-    kind: Kind,
+    setup: &Setup, program: &Path, flag: &str, upstream: SocketAddr, kind: Kind,
 ) -> Result<Proxy, String> {
     let addr = free_port().map_err(|e| e.to_string())?;
     let child = pinned(setup, program)

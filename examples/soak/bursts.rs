@@ -13,13 +13,8 @@ use super::{fds, one_stream, sample, scrape, HttpClient, Tally};
 
 /// Runs rounds until `deadline`; returns the highest descriptor count seen at the end of a lull.
 pub async fn run(
-    client: HttpClient,
-    url: String,
-    expected: Arc<Vec<u8>>,
-    tally: Arc<Tally>,
-    deadline: Instant,
-    burst: usize,
-    (pid, metrics): (u32, SocketAddr),
+    client: HttpClient, url: String, expected: Arc<Vec<u8>>, tally: Arc<Tally>, deadline: Instant,
+    burst: usize, (pid, metrics): (u32, SocketAddr),
 ) -> usize {
     let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
     let (mut round, mut fds_after_lulls) = (0u64, 0usize);

@@ -154,11 +154,7 @@ type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Ful
 
 /// One client slot: opens stream after stream until the deadline.
 async fn slot(
-    client: HttpClient,
-    url: String,
-    expected: Arc<Vec<u8>>,
-    tally: Arc<Tally>,
-    deadline: Instant,
+    client: HttpClient, url: String, expected: Arc<Vec<u8>>, tally: Arc<Tally>, deadline: Instant,
 ) {
     while Instant::now() < deadline {
         if !one_stream(&client, &url, &expected, &tally).await {

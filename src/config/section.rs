@@ -90,8 +90,7 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for NullsAreDefaults<A> {
     type Error = A::Error;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(
-        &mut self,
-        seed: K,
+        &mut self, seed: K,
     ) -> Result<Option<K::Value>, A::Error> {
         self.key = None;
         let key = &mut self.key;

@@ -240,10 +240,7 @@ impl<'de> Deserialize<'de> for Ceiling {
 
 /// Reads one ceiling per kind key into `ceilings`, refusing a kind written twice.
 fn read_ceiling<'de, A: MapAccess<'de>>(
-    map: &mut A,
-    kind: SloKind,
-    ceilings: &mut Ceilings,
-    seen: &mut ByKind<bool>,
+    map: &mut A, kind: SloKind, ceilings: &mut Ceilings, seen: &mut ByKind<bool>,
 ) -> Result<(), A::Error> {
     if std::mem::replace(&mut seen[kind], true) {
         return Err(de::Error::duplicate_field(kind.as_str()));

@@ -76,9 +76,7 @@ impl NdjsonFramer {
     }
 
     fn process<F: FnMut(&[u8])>(
-        &mut self,
-        mut bytes: &[u8],
-        on_line: &mut F,
+        &mut self, mut bytes: &[u8], on_line: &mut F,
     ) -> Result<(), Overflow> {
         let max = self.max_line_bytes;
         while let Some(pos) = memchr::memchr(b'\n', bytes) {

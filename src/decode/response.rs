@@ -139,10 +139,7 @@ pub struct ResponseDecoder {
 impl ResponseDecoder {
     /// `text` says whether (and with which tokenizer) the output text is to be counted.
     pub fn new(
-        dialect: Box<dyn Dialect>,
-        format: Format,
-        limits: &Metering,
-        text: TextCount,
+        dialect: Box<dyn Dialect>, format: Format, limits: &Metering, text: TextCount,
     ) -> Self {
         let framing = match format {
             Format::Sse => Framing::Sse(SseFramer::new(limits.max_event_bytes)),

@@ -34,10 +34,7 @@ impl Pending {
 
     /// Interprets one complete line (without its terminator).
     fn line<F: FnMut(FramedEvent<'_>)>(
-        &mut self,
-        line: &[u8],
-        max: usize,
-        on_event: &mut F,
+        &mut self, line: &[u8], max: usize, on_event: &mut F,
     ) -> Result<(), Overflow> {
         if line.is_empty() {
             self.dispatch(on_event);
@@ -124,9 +121,7 @@ impl SseFramer {
     /// Returns `Err(Overflow)` when the bound is exceeded (events completed earlier in `bytes` have
     /// been delivered); the framer then frees its buffers and rejects every later feed.
     pub fn feed(
-        &mut self,
-        bytes: &[u8],
-        mut on_event: impl FnMut(FramedEvent<'_>),
+        &mut self, bytes: &[u8], mut on_event: impl FnMut(FramedEvent<'_>),
     ) -> Result<(), Overflow> {
         if self.poisoned {
             return Err(Overflow);
@@ -153,9 +148,7 @@ impl SseFramer {
     }
 
     fn feed_inner<F: FnMut(FramedEvent<'_>)>(
-        &mut self,
-        mut bytes: &[u8],
-        on_event: &mut F,
+        &mut self, mut bytes: &[u8], on_event: &mut F,
     ) -> Result<(), Overflow> {
         while let Some(matched) = self.bom_matched {
             let Some((&b, rest)) = bytes.split_first() else {
@@ -174,9 +167,7 @@ impl SseFramer {
     }
 
     fn process<F: FnMut(FramedEvent<'_>)>(
-        &mut self,
-        mut bytes: &[u8],
-        on_event: &mut F,
+        &mut self, mut bytes: &[u8], on_event: &mut F,
     ) -> Result<(), Overflow> {
         if self.last_was_cr {
             match bytes.split_first() {

@@ -104,9 +104,7 @@ impl RecordWriter {
     /// Starts the writer thread with a queue of `queue` lines; the thread opens `target` itself, and
     /// the returned [`Opened`] says how that went.
     pub fn start(
-        target: Target,
-        queue: usize,
-        counters: RecordCounters,
+        target: Target, queue: usize, counters: RecordCounters,
     ) -> io::Result<(Self, Opened)> {
         let (sender, receiver) = mpsc::sync_channel(queue);
         let reopen = Arc::new(AtomicBool::new(false));

@@ -169,8 +169,7 @@ impl<B: Body<Data = Bytes>> Body for Tracked<B> {
     type Error = B::Error;
 
     fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        self: Pin<&mut Self>, cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.project();
         let polled = this.inner.poll_frame(cx);

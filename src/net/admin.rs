@@ -122,11 +122,7 @@ fn plain(status: StatusCode, content_type: &'static str, body: Bytes) -> Respons
 
 impl MetricsPort {
     async fn serve(
-        self: Arc<Self>,
-        stream: TcpStream,
-        activity: Arc<Activity>,
-        kept: Kept,
-        place: Place,
+        self: Arc<Self>, stream: TcpStream, activity: Arc<Activity>, kept: Kept, place: Place,
     ) {
         let t = &self.timeouts;
         let io = TimedIo::new(

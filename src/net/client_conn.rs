@@ -82,9 +82,7 @@ struct SendTimer {
 impl SendTimer {
     /// `polled` is the socket's answer to a write; a write still blocked at the deadline fails.
     fn check<R>(
-        &mut self,
-        cx: &mut Context<'_>,
-        polled: Poll<io::Result<R>>,
+        &mut self, cx: &mut Context<'_>, polled: Poll<io::Result<R>>,
     ) -> Poll<io::Result<R>> {
         if !polled.is_pending() {
             return polled;
@@ -149,9 +147,7 @@ impl<T> TimedIo<T> {
     /// After a write that began at `began` (see [`TimedIo::begin`]): a write that took all of the
     /// `offered` bytes carried every frame handed over before it.
     fn wrote(
-        &self,
-        polled: &Poll<io::Result<usize>>,
-        offered: impl FnOnce() -> usize,
+        &self, polled: &Poll<io::Result<usize>>, offered: impl FnOnce() -> usize,
         began: Option<Instant>,
     ) {
         if let (Some(frames), Poll::Ready(Ok(n)), Some(began)) = (&self.frames, polled, began) {
@@ -182,9 +178,7 @@ impl<T> TimedIo<T> {
 
 impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
     fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
+        self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
@@ -252,9 +246,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
     fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
+        self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let began = this.begin();
@@ -289,9 +281,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
     }
 
     fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
+        self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let began = this.begin();
@@ -346,9 +336,7 @@ pub async fn sniff(stream: &TcpStream, deadline: Instant) -> Speaks {
 /// Accepts the next connection. `failures` is the listener's own: out of file descriptors and the
 /// like, the loop backs off 50 ms instead of spinning, and says so at most once per 10 s.
 pub async fn accept(
-    listener: &TcpListener,
-    what: &'static str,
-    failures: &mut RepeatedWarning,
+    listener: &TcpListener, what: &'static str, failures: &mut RepeatedWarning,
 ) -> tokio::net::TcpStream {
     loop {
         match listener.accept().await {
@@ -605,8 +593,7 @@ mod tests {
         type Error = std::convert::Infallible;
 
         fn poll_frame(
-            self: Pin<&mut Self>,
-            _: &mut Context<'_>,
+            self: Pin<&mut Self>, _: &mut Context<'_>,
         ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
             let this = self.get_mut();
             Poll::Ready((!this.frames.is_empty()).then(|| Ok(Frame::data(this.frames.remove(0)))))

@@ -107,8 +107,7 @@ impl<B: Body<Data = Bytes> + ReadAt> Body for Forwarding<B> {
     type Error = B::Error;
 
     fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        self: Pin<&mut Self>, cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let mut this = self.project();
         let asked = *this.asked.get_or_insert_with(Instant::now);
@@ -152,8 +151,7 @@ mod tests {
         type Error = std::convert::Infallible;
 
         fn poll_frame(
-            mut self: Pin<&mut Self>,
-            _: &mut Context<'_>,
+            mut self: Pin<&mut Self>, _: &mut Context<'_>,
         ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
             match self.next.pop_front() {
                 Some(Some(at)) => {

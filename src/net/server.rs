@@ -152,9 +152,7 @@ fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
 /// allocation per request, freed at the head, instead of its size held per open connection.
 /// Each data frame of the body is noted in `frames` on its way into hyper (`delay.rs`).
 fn respond<F, B>(
-    handled: F,
-    in_progress: InProgress,
-    frames: Arc<FrameDelay>,
+    handled: F, in_progress: InProgress, frames: Arc<FrameDelay>,
 ) -> impl Future<Output = Result<Response<Tracked<Forwarding<B>>>, Infallible>>
 where
     F: Future<Output = Result<Response<B>, Infallible>>,

@@ -15,9 +15,7 @@ use crate::proxy::request_target::{Target, TargetError};
 /// hop-by-hop header, removed, so the upstream answers the plain request, as it does behind nginx
 /// without `proxy_set_header Upgrade`.
 pub fn admit(
-    parts: &http::request::Parts,
-    target: Result<Target, TargetError>,
-    max_body_bytes: u64,
+    parts: &http::request::Parts, target: Result<Target, TargetError>, max_body_bytes: u64,
     max_head_bytes: usize,
 ) -> Result<Target, ProxyError> {
     if parts.version < Version::HTTP_2 && head_len(parts) > max_head_bytes {

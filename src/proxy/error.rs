@@ -62,10 +62,7 @@ pub enum ProxyError {
 impl ProxyError {
     /// Sorts an upstream error into the case the user must be told about.
     pub fn from_client(
-        err: &UpstreamError,
-        upstream: &str,
-        request: &RequestSeen,
-        limits: (u64, Duration),
+        err: &UpstreamError, upstream: &str, request: &RequestSeen, limits: (u64, Duration),
     ) -> Self {
         if let Some(error) = Self::of_body(request, limits) {
             return error;

@@ -170,9 +170,7 @@ impl Buffer<'_> {
 /// Reads `tap` whole into one buffer if it fits the hold size, else up to where it stopped fitting.
 /// `declared`: the body's `Content-Length`, when it has one.
 pub async fn hold(
-    mut tap: RequestTap<Incoming>,
-    limits: &HoldLimits,
-    declared: Option<u64>,
+    mut tap: RequestTap<Incoming>, limits: &HoldLimits, declared: Option<u64>,
 ) -> Result<Hold, HoldError> {
     let mut buffer = Buffer {
         bytes: Vec::new(),
@@ -260,8 +258,7 @@ impl Body for Outgoing {
     type Error = BoxError;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         if !this.held_sent {

@@ -36,10 +36,7 @@ impl Rewrite {
     /// `trace`: the trace the request joined and its span (`traces:`); an `upgrade` (a WebSocket
     /// handshake) keeps `Connection` and `Upgrade`.
     pub fn request(
-        &self,
-        parts: &mut http::request::Parts,
-        target: &Target,
-        trace: Option<&TraceContext>,
+        &self, parts: &mut http::request::Parts, target: &Target, trace: Option<&TraceContext>,
         upgrade: bool,
     ) {
         let client_version = parts.version;
@@ -70,10 +67,7 @@ impl Rewrite {
     /// Rewrites the upstream's response head for a client that spoke `client_version`; the answer to
     /// an `upgrade` keeps `Connection` and `Upgrade`.
     pub fn response(
-        &self,
-        parts: &mut http::response::Parts,
-        client_version: Version,
-        upgrade: bool,
+        &self, parts: &mut http::response::Parts, client_version: Version, upgrade: bool,
     ) {
         let strip = match upgrade {
             true => hop_by_hop::strip_for_upgrade,

@@ -135,10 +135,7 @@ impl From<ProxyError> for Refused {
 
 impl Proxy {
     pub fn new(
-        connections: Upstream,
-        config: &Config,
-        context: Arc<ExchangeContext>,
-        refusals: Refusals,
+        connections: Upstream, config: &Config, context: Arc<ExchangeContext>, refusals: Refusals,
         shutdown: Shutdown,
     ) -> Self {
         let upstream = &config.upstream;
@@ -187,9 +184,7 @@ impl Proxy {
 
     /// Forwards one request that came on `client`.
     pub async fn handle(
-        self,
-        request: Request<Incoming>,
-        client: ClientConn,
+        self, request: Request<Incoming>, client: ClientConn,
     ) -> Result<Response<ProxyBody>, std::convert::Infallible> {
         let arrive = Instant::now();
         let (mut parts, body) = request.into_parts();
@@ -234,11 +229,8 @@ impl Proxy {
 
     /// The phases of a request, in order (see the module's documentation).
     async fn forward(
-        &self,
-        request: &mut Forwarding,
-        target: Result<Target, request_target::TargetError>,
-        body: Incoming,
-        client: ClientConn,
+        &self, request: &mut Forwarding, target: Result<Target, request_target::TargetError>,
+        body: Incoming, client: ClientConn,
     ) -> Result<Response<ProxyBody>, Refused> {
         let inner = &self.inner;
         let parts = request.parts.as_ref().ok_or(ProxyError::ClientBodyBroken)?;
@@ -255,10 +247,7 @@ impl Proxy {
     /// The body, read whole into one buffer before anything upstream is taken, or, larger than the hold
     /// size, its first part, the rest to stream (counted among its client address's uploads).
     async fn hold(
-        &self,
-        request: &mut Forwarding,
-        body: Incoming,
-        client: &ClientConn,
+        &self, request: &mut Forwarding, body: Incoming, client: &ClientConn,
     ) -> Result<Outgoing, ProxyError> {
         let inner = &self.inner;
         let scan_bytes = inner.context.metering.model_scan_bytes;
@@ -317,10 +306,7 @@ impl Proxy {
     /// beside the upstream's work, never before it (`Exchange::read_messages`). Ends with the response
     /// head, within `timeouts.response_headers` and a shutdown's grace.
     async fn send(
-        &self,
-        request: &mut Forwarding,
-        target: &Target,
-        body: Outgoing,
+        &self, request: &mut Forwarding, target: &Target, body: Outgoing,
     ) -> Result<Response<UpstreamResponse>, Refused> {
         let inner = &self.inner;
         let held = body.held().map(|held| held as HeldBody);
@@ -374,10 +360,7 @@ impl Proxy {
     /// and finishes the exchange at its end. A `101` to a WebSocket handshake leaves its session to the
     /// client connection.
     fn answer(
-        &self,
-        request: &mut Forwarding,
-        response: Response<UpstreamResponse>,
-        client: &ClientConn,
+        &self, request: &mut Forwarding, response: Response<UpstreamResponse>, client: &ClientConn,
     ) -> Response<ProxyBody> {
         let inner = &self.inner;
         let (mut parts, mut body) = response.into_parts();

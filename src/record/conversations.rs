@@ -207,11 +207,7 @@ impl Conversations {
     /// it is, and whether it continued a conversation. The turn is then one later requests may
     /// continue, the next one's think time running from `end`.
     pub fn place(
-        &self,
-        list: &MessageList,
-        arrive: Instant,
-        end: Instant,
-        response_id: Option<&str>,
+        &self, list: &MessageList, arrive: Instant, end: Instant, response_id: Option<&str>,
     ) -> (Turn, Lookup) {
         let whole = list.whole();
         let continued = self.continued(list);

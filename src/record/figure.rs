@@ -196,11 +196,7 @@ impl When {
 }
 
 const fn row(
-    figure: Figure,
-    name: &'static str,
-    unit: Unit,
-    slo: Option<SloKind>,
-    carried: When,
+    figure: Figure, name: &'static str, unit: Unit, slo: Option<SloKind>, carried: When,
     histogram: Option<When>,
     (report, live): (Option<Report>, Option<(&'static str, &'static str)>),
 ) -> Row {
@@ -217,9 +213,7 @@ const fn row(
 }
 
 const fn report(
-    (header, tag): (&'static str, &'static str),
-    ok_only: bool,
-    slowest: Option<&'static str>,
+    (header, tag): (&'static str, &'static str), ok_only: bool, slowest: Option<&'static str>,
     note: Option<&'static str>,
 ) -> Option<Report> {
     Some(Report {

@@ -116,12 +116,8 @@ pub fn t_end(end: End, terminal_event_at: Option<Instant>, now: Instant) -> Inst
 /// The record of a request that ended at `end` with `outcome`. `report` is the decoder's, `None` when
 /// the response was not metered (not 2xx, or an unknown API); `ceilings` are those of its model.
 pub fn conclude(
-    report: Option<&DecoderReport>,
-    timeline: &Timeline,
-    outcome: Outcome,
-    end: Instant,
-    status: Option<StatusCode>,
-    ceilings: &Ceilings,
+    report: Option<&DecoderReport>, timeline: &Timeline, outcome: Outcome, end: Instant,
+    status: Option<StatusCode>, ceilings: &Ceilings,
 ) -> FinishedRecord {
     let metered = report.filter(|r| r.skipped.is_none());
     let streaming = metered.is_some_and(|r| r.streaming);

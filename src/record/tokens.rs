@@ -71,8 +71,7 @@ pub struct Offered {
 /// `N` and its source; `None` when nothing can be known (a JSON body without usage). `tokenizer` is
 /// asked only when the server reported no usage.
 pub fn output_tokens(
-    offered: Offered,
-    tokenizer: impl FnOnce() -> Option<u64>,
+    offered: Offered, tokenizer: impl FnOnce() -> Option<u64>,
 ) -> Option<(u64, TokenSource)> {
     let events = offered.events;
     match offered.usage {

@@ -71,9 +71,7 @@ pub fn progress_sink(asked: bool) -> Option<Box<dyn Write>> {
 
 /// Reads every record of `names` (`-` is stdin) into `each`. Fails only when a file cannot be opened.
 pub fn read_all(
-    names: &[String],
-    mut progress: Option<&mut dyn Write>,
-    mut each: impl FnMut(RequestRecord),
+    names: &[String], mut progress: Option<&mut dyn Write>, mut each: impl FnMut(RequestRecord),
 ) -> Result<InputStats, String> {
     let mut stats = InputStats::default();
     for name in names {
@@ -100,11 +98,8 @@ pub fn read_all(
 }
 
 fn read_one(
-    name: &str,
-    reader: &mut dyn BufRead,
-    stats: &mut InputStats,
-    progress: &mut Option<&mut dyn Write>,
-    each: &mut impl FnMut(RequestRecord),
+    name: &str, reader: &mut dyn BufRead, stats: &mut InputStats,
+    progress: &mut Option<&mut dyn Write>, each: &mut impl FnMut(RequestRecord),
 ) {
     let mut line = Vec::new();
     let mut number = 0u64;

@@ -143,9 +143,7 @@ fn per_second(n: u64, duration: Option<f64>) -> Option<f64> {
 /// `summary` with its rates over `duration` (the whole report's span) and the attainment of each of
 /// `ceilings` (the same list for every group).
 pub fn summary(
-    summary: &Summary,
-    ceilings: &[(String, Limit)],
-    duration: Option<f64>,
+    summary: &Summary, ceilings: &[(String, Limit)], duration: Option<f64>,
 ) -> SummaryJson {
     let metrics = Row::all()
         .filter(|&f| summary.sketch(f).count() > 0)

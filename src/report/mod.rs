@@ -78,9 +78,7 @@ fn verdicts(options: &Options) -> Verdicts {
 
 /// Reads one record set; the warnings go to `warn`.
 fn read(
-    options: &Options,
-    files: &[String],
-    warn: &mut dyn Write,
+    options: &Options, files: &[String], warn: &mut dyn Write,
 ) -> Result<(Report, InputStats), String> {
     let mut report = Report::new(verdicts(options), options.by);
     report.slowest = Slowest::new(options.slowest, options.slowest_by);

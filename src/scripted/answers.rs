@@ -139,9 +139,7 @@ impl<'a> Chunks<'a> {
     /// A streamed answer as vLLM sends it: head, the role chunk at once (chat only), then each piece of
     /// text after its pause, the usage chunk when given, `[DONE]`, the end of the body.
     pub fn stream(
-        &self,
-        texts: impl IntoIterator<Item = (Duration, String)>,
-        usage: Option<(u64, u64)>,
+        &self, texts: impl IntoIterator<Item = (Duration, String)>, usage: Option<(u64, u64)>,
     ) -> Vec<Step> {
         let mut steps = vec![sse_head()];
         if self.chat {

@@ -450,8 +450,7 @@ async fn sleep_for(d: Duration) {
 }
 
 async fn read_request<R: AsyncRead + Unpin>(
-    rd: &mut R,
-    buf: &mut Vec<u8>,
+    rd: &mut R, buf: &mut Vec<u8>,
 ) -> Option<RecordedRequest> {
     let head_end = loop {
         if let Some(pos) = memchr::memmem::find(buf, b"\r\n\r\n") {

@@ -104,13 +104,8 @@ pub struct Exchange {
 
 impl Exchange {
     pub fn begin(
-        context: Arc<ExchangeContext>,
-        api: Api,
-        dialect: Option<Box<dyn Dialect>>,
-        method: Method,
-        path: String,
-        arrive: Instant,
-        request_model: Arc<RequestSeen>,
+        context: Arc<ExchangeContext>, api: Api, dialect: Option<Box<dyn Dialect>>, method: Method,
+        path: String, arrive: Instant, request_model: Arc<RequestSeen>,
     ) -> Self {
         let counted = context.requests.enter();
         let meter = Meter::begin(context.meter.clone(), api, arrive);
@@ -251,9 +246,7 @@ impl Exchange {
 
 /// The names a request's labels come from: its `model`, the response's, its tenant.
 fn names<'a>(
-    request: &'a RequestSeen,
-    decoder: Option<&'a ResponseDecoder>,
-    identity: Option<&'a Identity>,
+    request: &'a RequestSeen, decoder: Option<&'a ResponseDecoder>, identity: Option<&'a Identity>,
 ) -> Names<'a> {
     Names {
         request_model: request.get(),

@@ -172,8 +172,7 @@ impl ListRead {
     /// The request ended: `then` gets the list now if it was read, or, if a reader is reading it, when
     /// the reader is done, on the reader's thread; a body still waiting for a reader goes, `Late`.
     pub fn finish_then(
-        self,
-        then: impl for<'a> FnOnce(Result<Option<&'a MessageList>, Unread>) + Send + 'static,
+        self, then: impl for<'a> FnOnce(Result<Option<&'a MessageList>, Unread>) + Send + 'static,
     ) {
         let shared = self.shared.clone();
         let mut waiting = shared.then.lock().unwrap_or_else(PoisonError::into_inner);

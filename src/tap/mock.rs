@@ -78,8 +78,7 @@ impl Body for MockBody {
     type Error = std::io::Error;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         loop {
             if let Some(sleep) = self.sleep.as_mut() {

@@ -109,10 +109,7 @@ pub struct Leftover<B> {
 
 impl<B> RequestTap<B> {
     pub fn new(
-        inner: B,
-        scan_bytes: usize,
-        max_body_bytes: u64,
-        body_idle: Duration,
+        inner: B, scan_bytes: usize, max_body_bytes: u64, body_idle: Duration,
         slot: Arc<RequestSeen>,
     ) -> (Self, Leftover<B>) {
         let scanner = Some(FieldScanner::new(
@@ -177,8 +174,7 @@ where
     type Error = BoxError;
 
     fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        self: Pin<&mut Self>, cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         let mut shared = lock(&this.shared);

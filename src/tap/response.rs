@@ -90,9 +90,7 @@ impl ReadAt for Full<Bytes> {
 impl<B> ResponseTap<B> {
     /// `shutdown_cut` completes when a shutdown's grace period is over.
     pub fn new(
-        inner: B,
-        exchange: ExchangeGuard,
-        idle: Duration,
+        inner: B, exchange: ExchangeGuard, idle: Duration,
         shutdown_cut: impl Future<Output = ()> + Send + 'static,
     ) -> Self {
         ResponseTap {
@@ -115,8 +113,7 @@ where
     type Error = BoxError;
 
     fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        self: Pin<&mut Self>, cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let mut this = self.project();
         if *this.cut {
@@ -212,8 +209,7 @@ mod tests {
     }
 
     fn tap_with_cut(
-        body: MockBody,
-        cut: impl Future<Output = ()> + Send + 'static,
+        body: MockBody, cut: impl Future<Output = ()> + Send + 'static,
     ) -> (ResponseTap<MockBody>, Arc<Metrics>) {
         let (guard, metrics) = exchange();
         (ResponseTap::new(body, guard, IDLE, cut), metrics)

@@ -69,11 +69,7 @@ pub enum Ended {
 /// Relays the session until it ends (see the module's documentation); `cut` completes at a shutdown's
 /// cut.
 pub async fn relay<C, U, W>(
-    mut client: C,
-    mut upstream: U,
-    idle: Duration,
-    cut: impl Future<Output = ()>,
-    watch: &mut W,
+    mut client: C, mut upstream: U, idle: Duration, cut: impl Future<Output = ()>, watch: &mut W,
 ) -> Ended
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -230,12 +226,7 @@ impl Pipe {
     /// Moves what it can from `from` to `to`. Ready with `Ok` once `from` has ended and `to`'s half has
     /// been shut; `moved` is set when any byte was read or written.
     fn poll_pass<R, T, W>(
-        &mut self,
-        cx: &mut Context<'_>,
-        from: &mut R,
-        to: &mut T,
-        watch: &mut W,
-        moved: &mut bool,
+        &mut self, cx: &mut Context<'_>, from: &mut R, to: &mut T, watch: &mut W, moved: &mut bool,
     ) -> Poll<io::Result<()>>
     where
         R: AsyncRead + Unpin,

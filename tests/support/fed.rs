@@ -15,8 +15,7 @@ impl Body for Fed {
     type Error = std::convert::Infallible;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         self.0
             .poll_recv(cx)

@@ -32,10 +32,7 @@ pub enum TopError {
 /// Shows the figures of the metrics port at `base` (e.g. `http://127.0.0.1:9464`); each answer must
 /// come whole within `timeout`.
 pub async fn run(
-    base: &str,
-    window: Option<&str>,
-    once: bool,
-    timeout: Duration,
+    base: &str, window: Option<&str>, once: bool, timeout: Duration,
 ) -> Result<(), TopError> {
     let base = base.trim_end_matches('/');
     let mut url = format!("{base}/api/v1/live");
@@ -77,9 +74,7 @@ pub(crate) fn show(table: &str, once: bool) -> bool {
 type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>;
 
 async fn fetch(
-    client: &HttpClient,
-    uri: &http::Uri,
-    timeout: Duration,
+    client: &HttpClient, uri: &http::Uri, timeout: Duration,
 ) -> Result<LiveView, String> {
     let whole = async {
         let response = client.get(uri.clone()).await.map_err(|e| e.to_string())?;

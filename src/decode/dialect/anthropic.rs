@@ -160,10 +160,7 @@ impl Wire for Anthropic {
     }
 
     fn apply(
-        &mut self,
-        event: &Event<'_>,
-        obs: &mut Observations,
-        text: &mut EventOutput<'_>,
+        &mut self, event: &Event<'_>, obs: &mut Observations, text: &mut EventOutput<'_>,
     ) -> EventKind {
         match event.kind.as_deref().unwrap_or_default() {
             "content_block_delta" => event

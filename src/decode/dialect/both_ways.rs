@@ -69,10 +69,7 @@ pub fn fast_exactly_where(read: BothWays, events: &[&str], fast: fn(&str) -> boo
 /// 4,000 mutations (see [`mutated`]) of the fixtures' events and `shapes`, each read alike both ways
 /// wherever the scanner reads it.
 pub fn mutations_read_alike(
-    read: BothWays,
-    fixtures: &[&'static str],
-    shapes: &[&'static str],
-    snippets: &[&'static str],
+    read: BothWays, fixtures: &[&'static str], shapes: &[&'static str], snippets: &[&'static str],
 ) {
     let config = ProptestConfig {
         cases: 4000,
@@ -91,9 +88,7 @@ pub fn mutations_read_alike(
 /// One to three edits of one of the fixtures' events or `shapes`: a snippet inserted, a byte deleted or
 /// replaced, or the value after the next colon swapped for a snippet.
 pub fn mutated(
-    fixtures: &[&'static str],
-    shapes: &[&'static str],
-    snippets: &[&'static str],
+    fixtures: &[&'static str], shapes: &[&'static str], snippets: &[&'static str],
 ) -> impl Strategy<Value = Vec<u8>> {
     let snippets: Vec<&'static str> = SNIPPETS.iter().chain(snippets).copied().collect();
     let mut base = data_events(fixtures);

@@ -53,9 +53,7 @@ pub struct Chunk<'a> {
 }
 
 fn record(
-    timings: Option<&Timings>,
-    predicted: Option<u64>,
-    evaluated: Option<u64>,
+    timings: Option<&Timings>, predicted: Option<u64>, evaluated: Option<u64>,
     obs: &mut Observations,
 ) {
     obs.record(
@@ -79,10 +77,7 @@ impl Wire for LlamaCpp {
 
     /// What one event says, read by the scanner or by serde_json.
     fn apply(
-        &mut self,
-        chunk: &Chunk<'_>,
-        obs: &mut Observations,
-        text: &mut EventOutput<'_>,
+        &mut self, chunk: &Chunk<'_>, obs: &mut Observations, text: &mut EventOutput<'_>,
     ) -> EventKind {
         obs.model(chunk.model.0.as_deref());
         let (predicted, evaluated) = (chunk.tokens_predicted, chunk.tokens_evaluated);

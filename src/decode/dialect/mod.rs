@@ -174,8 +174,7 @@ fn marks_tool_call(dialect: &mut dyn Dialect, data: &str) -> bool {
 /// [`classify_with`], also returning the choices the event advanced.
 #[cfg(test)]
 fn classify_choices(
-    dialect: &mut dyn Dialect,
-    data: &str,
+    dialect: &mut dyn Dialect, data: &str,
 ) -> (EventKind, Observations, String, Vec<u32>) {
     let (mut obs, mut copied, mut choices) = (Observations::default(), Vec::new(), Vec::new());
     let event = FramedEvent::unnamed(data.as_bytes());
@@ -195,10 +194,7 @@ pub trait Dialect: Send {
     /// Classifies one event of a streaming response, records any usage, model or end it carries, and
     /// reports what an output-bearing event produced into `output`.
     fn on_event(
-        &mut self,
-        event: &FramedEvent<'_>,
-        obs: &mut Observations,
-        output: &mut EventOutput<'_>,
+        &mut self, event: &FramedEvent<'_>, obs: &mut Observations, output: &mut EventOutput<'_>,
     ) -> EventKind;
     /// The top-level fields of a non-streaming JSON body this dialect reads.
     fn body_fields(&self) -> &'static [&'static str];

@@ -90,10 +90,7 @@ impl Wire for Ollama {
 
     /// What one line means, the same whichever reading made it.
     fn apply(
-        &mut self,
-        line: &Line<'_>,
-        obs: &mut Observations,
-        text: &mut EventOutput<'_>,
+        &mut self, line: &Line<'_>, obs: &mut Observations, text: &mut EventOutput<'_>,
     ) -> EventKind {
         obs.model(line.model.0.as_deref());
         obs.record(line.eval_count, line.prompt_eval_count);

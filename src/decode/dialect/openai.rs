@@ -224,9 +224,7 @@ fn record_usage(usage: &Usage, obs: &mut Observations) {
 
 /// The server's own timings: vLLM's `metrics`, llama.cpp's `timings` (and its cached prompt tokens).
 fn record_timings(
-    metrics: Option<&VllmMetrics>,
-    timings: Option<&LlamaTimings>,
-    obs: &mut Observations,
+    metrics: Option<&VllmMetrics>, timings: Option<&LlamaTimings>, obs: &mut Observations,
 ) {
     if let Some(metrics) = metrics {
         obs.server.merge(metrics.timings());
@@ -287,10 +285,7 @@ impl Wire for OpenAi {
     }
 
     fn apply(
-        &mut self,
-        read: &Read<'_>,
-        obs: &mut Observations,
-        output: &mut EventOutput<'_>,
+        &mut self, read: &Read<'_>, obs: &mut Observations, output: &mut EventOutput<'_>,
     ) -> EventKind {
         match read {
             Read::Scanned(chunk) => apply_scanned(chunk, obs, output),
@@ -314,9 +309,7 @@ impl Wire for OpenAi {
 }
 
 fn apply_parsed(
-    chunk: &Chunk<'_>,
-    obs: &mut Observations,
-    output: &mut EventOutput<'_>,
+    chunk: &Chunk<'_>, obs: &mut Observations, output: &mut EventOutput<'_>,
 ) -> EventKind {
     obs.model(chunk.model.as_deref());
     if let Some(usage) = &chunk.usage {
@@ -341,9 +334,7 @@ fn apply_parsed(
 
 /// [`apply_parsed`] for a scanned chunk: the same fields in the same order.
 fn apply_scanned(
-    chunk: &scan::Chunk<'_>,
-    obs: &mut Observations,
-    output: &mut EventOutput<'_>,
+    chunk: &scan::Chunk<'_>, obs: &mut Observations, output: &mut EventOutput<'_>,
 ) -> EventKind {
     if obs.model.is_none() {
         if let Some(model) = &chunk.model {

@@ -121,10 +121,7 @@ impl Wire for Responses {
     }
 
     fn apply(
-        &mut self,
-        event: &Event<'_>,
-        obs: &mut Observations,
-        text: &mut EventOutput<'_>,
+        &mut self, event: &Event<'_>, obs: &mut Observations, text: &mut EventOutput<'_>,
     ) -> EventKind {
         if let Some(response) = &event.response {
             obs.response_id(response.id.0.as_deref());

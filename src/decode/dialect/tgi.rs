@@ -72,10 +72,7 @@ impl Wire for Tgi {
 
     /// A token is output-bearing whatever its text; only a plain token's text is copied for a tokenizer.
     fn apply(
-        &mut self,
-        event: &Event<'_>,
-        obs: &mut Observations,
-        out: &mut EventOutput<'_>,
+        &mut self, event: &Event<'_>, obs: &mut Observations, out: &mut EventOutput<'_>,
     ) -> EventKind {
         if let Some(details) = &event.details {
             details.record(obs);

@@ -36,10 +36,7 @@ pub trait Wire: Default + Send + 'static {
     /// What one event meant: its kind; any usage, model or end it carries into `obs`; what an
     /// output-bearing event produced into `output`.
     fn apply(
-        &mut self,
-        event: &Self::Event<'_>,
-        obs: &mut Observations,
-        output: &mut EventOutput<'_>,
+        &mut self, event: &Self::Event<'_>, obs: &mut Observations, output: &mut EventOutput<'_>,
     ) -> EventKind;
 
     /// The top-level fields of a non-streaming JSON body this dialect reads.
@@ -53,10 +50,7 @@ impl<W: Wire> Dialect for W {
     /// An event without data, and the `[DONE]` some servers end every API's stream with, carry nothing;
     /// every other event is the scanner's if it reads it, else serde_json's.
     fn on_event(
-        &mut self,
-        event: &FramedEvent<'_>,
-        obs: &mut Observations,
-        output: &mut EventOutput<'_>,
+        &mut self, event: &FramedEvent<'_>, obs: &mut Observations, output: &mut EventOutput<'_>,
     ) -> EventKind {
         let data = event.data.trim_ascii();
         if data.is_empty() || data == b"[DONE]" {
@@ -99,9 +93,7 @@ pub type BothWays = fn(&[u8], &Observations, bool) -> (Option<Reading>, Option<R
 /// by a dialect that has seen no event before, from a copy of `before`, with the text copied or not.
 #[doc(hidden)]
 pub fn both_ways<W: Wire>(
-    data: &[u8],
-    before: &Observations,
-    with_text: bool,
+    data: &[u8], before: &Observations, with_text: bool,
 ) -> (Option<Reading>, Option<Reading>) {
     let apply = |event: &W::Event<'_>, obs: &mut Observations, out: &mut EventOutput<'_>| {
         W::default().apply(event, obs, out)
@@ -117,8 +109,7 @@ pub fn both_ways<W: Wire>(
 }
 
 fn reading(
-    before: &Observations,
-    with_text: bool,
+    before: &Observations, with_text: bool,
     read: impl FnOnce(&mut Observations, &mut EventOutput<'_>) -> Option<EventKind>,
 ) -> Option<Reading> {
     let (mut obs, mut choices, mut texts) = (before.clone(), Vec::new(), Vec::new());

@@ -343,8 +343,7 @@ impl<'a> Cursor<'a> {
     /// An object, the cursor on `{`: `member` reads the value of each key it knows and says so; the
     /// others are skipped.
     pub fn object(
-        &mut self,
-        mut member: impl FnMut(&mut Self, &'a [u8]) -> Option<bool>,
+        &mut self, mut member: impl FnMut(&mut Self, &'a [u8]) -> Option<bool>,
     ) -> Option<()> {
         self.eat(b'{')?;
         if self.next()? == b'}' {
@@ -370,8 +369,7 @@ impl<'a> Cursor<'a> {
     /// `data` as one object and nothing after it but white space, `member` called for each key as in
     /// [`Cursor::object`]; `None` when it is not that (invalid UTF-8 included): an event's whole body.
     pub fn whole_object(
-        data: &'a [u8],
-        member: impl FnMut(&mut Self, &'a [u8]) -> Option<bool>,
+        data: &'a [u8], member: impl FnMut(&mut Self, &'a [u8]) -> Option<bool>,
     ) -> Option<()> {
         let mut c = Cursor::new(std::str::from_utf8(data).ok()?);
         c.object(member)?;

@@ -58,9 +58,7 @@ impl FieldScanner {
     /// `max_scan_bytes`: after this many bytes have been fed, the scanner stops looking
     /// (values completed before that are kept).
     pub fn new(
-        wanted: &'static [&'static str],
-        max_value_bytes: usize,
-        max_scan_bytes: usize,
+        wanted: &'static [&'static str], max_value_bytes: usize, max_scan_bytes: usize,
     ) -> Self {
         let key_cap = wanted.iter().map(|w| w.len()).max().unwrap_or(0);
         FieldScanner {

@@ -132,10 +132,7 @@ impl<'s> Canonical<'s> {
     /// Anthropic `system`, a Responses `instructions`, or its `input` given as a string); `None` when
     /// that content is empty.
     pub fn wrapped(
-        &mut self,
-        c: &mut Cursor<'_>,
-        depth: u32,
-        role: &str,
+        &mut self, c: &mut Cursor<'_>, depth: u32, role: &str,
     ) -> Result<Option<Digest>, Unread> {
         self.out.clear();
         self.members.clear();
@@ -306,9 +303,7 @@ impl<'s> Canonical<'s> {
 
     /// The elements of the array the cursor is on, at `depth`, each read by `element`.
     fn elements(
-        &mut self,
-        c: &mut Cursor<'_>,
-        depth: u32,
+        &mut self, c: &mut Cursor<'_>, depth: u32,
         mut element: impl FnMut(&mut Self, &mut Cursor<'_>) -> Result<(), Unread>,
     ) -> Result<(), Unread> {
         if depth > MAX_DEPTH {

@@ -172,10 +172,7 @@ impl Found {
 /// The list the cursor is on, each message's digest pushed onto `messages`: whether it is a list (an
 /// array, or for Responses a string: one user message); anything else is skipped, no list.
 fn list(
-    reader: &mut Canonical<'_>,
-    c: &mut Cursor<'_>,
-    api: Api,
-    messages: &mut Vec<Digest>,
+    reader: &mut Canonical<'_>, c: &mut Cursor<'_>, api: Api, messages: &mut Vec<Digest>,
 ) -> Result<bool, Unread> {
     match c.peek() {
         Some(b'[') => {}

@@ -60,9 +60,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Discovery {
     pub(super) fn new(
-        roots: Vec<PathBuf>,
-        served: Option<Arc<ServedModels>>,
-        max_names: usize,
+        roots: Vec<PathBuf>, served: Option<Arc<ServedModels>>, max_names: usize,
     ) -> Self {
         let shared = Arc::new(Shared {
             roots,

@@ -97,9 +97,7 @@ impl UpstreamResponse {
 /// has left its last word there too (the end, or the error), and is dropped. At the body's end the
 /// connection goes back to the pool if it can carry the next request.
 fn look(
-    body: &mut Incoming,
-    lease: &mut Option<Lease>,
-    cx: &mut Context<'_>,
+    body: &mut Incoming, lease: &mut Option<Lease>, cx: &mut Context<'_>,
 ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
     let mut frame = Pin::new(&mut *body).poll_frame(cx);
     if frame.is_pending() {
@@ -134,8 +132,7 @@ impl Body for UpstreamResponse {
     type Error = hyper::Error;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = &mut *self;
         if let Some(error) = this.broke.take() {

@@ -121,8 +121,7 @@ impl Upstream {
     /// connection the upstream closed without answering is sent once more on a new one (see the module's
     /// documentation).
     pub async fn send(
-        &self,
-        request: Request<Outgoing>,
+        &self, request: Request<Outgoing>,
     ) -> Result<Response<UpstreamResponse>, UpstreamError> {
         if request.headers().contains_key(http::header::UPGRADE) {
             // Boxed: its connect and handshake futures are large, and inline they made every
@@ -201,8 +200,7 @@ impl Upstream {
 
     /// An upgrade request on a new connection of its own (see the module's documentation).
     async fn send_upgrade(
-        &self,
-        request: Request<Outgoing>,
+        &self, request: Request<Outgoing>,
     ) -> Result<Response<UpstreamResponse>, UpstreamError> {
         let stream = (self.connector.connect().await).map_err(UpstreamError::Connect)?;
         let arrival = stream.arrival();
@@ -250,10 +248,7 @@ impl Drop for AbortOnDrop {
 /// What is known of a try on `conn` that failed with `error`; `before` are the connection's counts
 /// when it began. The close is timed by when it woke the request's task, not by when the task ran.
 fn failure(
-    conn: &pool::Conn,
-    before: connect::Counts,
-    wake: &LookAgain,
-    error: &UpstreamError,
+    conn: &pool::Conn, before: connect::Counts, wake: &LookAgain, error: &UpstreamError,
 ) -> resend::Failure {
     let after = conn.traffic.counts();
     let last_write = conn.traffic.last_write();
@@ -307,9 +302,7 @@ impl From<TrySendError<Request<Outgoing>>> for Failed {
 
 /// Sends the request on `conn` and drives the connection until the response head has come.
 async fn exchange(
-    conn: &mut pool::Conn,
-    request: Request<Outgoing>,
-    wake: &LookAgain,
+    conn: &mut pool::Conn, request: Request<Outgoing>, wake: &LookAgain,
 ) -> Result<Response<hyper::body::Incoming>, Failed> {
     let mut answer = pin!(conn.sender.try_send_request(request));
     let mut over = false;

@@ -47,10 +47,8 @@ pub struct Conn {
 
 impl Conn {
     pub(super) fn new(
-        sender: SendRequest<Outgoing>,
-        driver: Connection<TokioIo<Stream>, Outgoing>,
-        traffic: Arc<Traffic>,
-        arrival: Arc<Arrival>,
+        sender: SendRequest<Outgoing>, driver: Connection<TokioIo<Stream>, Outgoing>,
+        traffic: Arc<Traffic>, arrival: Arc<Arrival>,
     ) -> Self {
         Conn {
             sender,

@@ -86,9 +86,7 @@ impl LookAgain {
     /// Runs `poll` with this waker in place of `cx`'s. Also says whether anything was woken while it ran,
     /// so the caller polls again before it returns pending.
     pub(super) fn poll<R>(
-        &self,
-        cx: &Context<'_>,
-        poll: impl FnOnce(&mut Context<'_>) -> R,
+        &self, cx: &Context<'_>, poll: impl FnOnce(&mut Context<'_>) -> R,
     ) -> (R, bool) {
         {
             let mut task = self

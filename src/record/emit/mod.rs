@@ -112,9 +112,7 @@ impl Emitter {
     /// sampling: a ratio, and every failure or SLO miss), before any sink sees it; `None` without
     /// `traces:`, or when it is not sampled.
     pub fn sampled<'a>(
-        &self,
-        trace: Option<&'a TraceContext>,
-        record: &FinishedRecord,
+        &self, trace: Option<&'a TraceContext>, record: &FinishedRecord,
     ) -> Option<&'a TraceContext> {
         let (sampler, trace) = (self.sampler.as_ref()?, trace?);
         let ending = trace::Ending {

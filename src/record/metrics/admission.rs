@@ -54,10 +54,7 @@ impl Metrics {
     /// name with its first 2xx. When every place is taken, names idle or no longer listed are retired
     /// first.
     pub fn model_label(
-        &self,
-        request: Option<&str>,
-        response: Option<&str>,
-        two_xx: bool,
+        &self, request: Option<&str>, response: Option<&str>, two_xx: bool,
     ) -> Arc<str> {
         let (model, admit) = match self.admission(request, response, two_xx) {
             Admission::Lookup(model, admit) => (model, admit),
@@ -75,10 +72,7 @@ impl Metrics {
 
     /// Which name a request is counted under, and what it may do with a place.
     fn admission<'a>(
-        &self,
-        request: Option<&'a str>,
-        response: Option<&'a str>,
-        two_xx: bool,
+        &self, request: Option<&'a str>, response: Option<&'a str>, two_xx: bool,
     ) -> Admission<'a> {
         let named = request.filter(|n| !n.is_empty()).or(response);
         if self.served.state() == ListState::Unlisted {

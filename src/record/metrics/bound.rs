@@ -82,11 +82,7 @@ impl Boundaries {
     /// request_log writer's two dropped-record series. Every labelled row of [`family::ALL`] counts
     /// the product of its labels' values, for each API it holds series for.
     pub fn series_limit(
-        &self,
-        slo: &Slo,
-        model_values: usize,
-        tenant_values: usize,
-        unlabelled: usize,
+        &self, slo: &Slo, model_values: usize, tenant_values: usize, unlabelled: usize,
         records: bool,
     ) -> SeriesBound {
         let statuses = status_labels().count();

@@ -149,10 +149,7 @@ impl Family {
 use Label::{Api as A, Model as M, Tenant as T};
 
 const fn known(
-    name: &'static str,
-    help: &'static str,
-    kind: Kind,
-    labels: &'static [Label],
+    name: &'static str, help: &'static str, kind: Kind, labels: &'static [Label],
 ) -> Family {
     Family {
         name,
@@ -164,10 +161,7 @@ const fn known(
 }
 
 const fn every(
-    name: &'static str,
-    help: &'static str,
-    kind: Kind,
-    labels: &'static [Label],
+    name: &'static str, help: &'static str, kind: Kind, labels: &'static [Label],
 ) -> Family {
     Family {
         name,

@@ -78,11 +78,7 @@ impl Metrics {
     /// labelled by it): how a family that is not a figure's is written. A row that holds no series for
     /// the request's API (a path no dialect knows) is left alone, as the series bound counts it.
     pub(super) fn observe_at(
-        &self,
-        series: &Series,
-        family: &'static Family,
-        turn: Option<&str>,
-        value: f64,
+        &self, series: &Series, family: &'static Family, turn: Option<&str>, value: f64,
     ) {
         if let Some(values) = series.labels(turn).of(family) {
             if let Some(h) = self.families.histogram(family) {

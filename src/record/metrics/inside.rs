@@ -57,10 +57,7 @@ impl Inside {
 
     /// A finished request's server-reported timings, and the part of its TTFT outside the server.
     pub fn observe_server(
-        &self,
-        series: &Series,
-        server: &ServerTimings,
-        outside: Option<Outside>,
+        &self, series: &Series, server: &ServerTimings, outside: Option<Outside>,
     ) {
         let labels = Self::labels(series);
         let families = [

@@ -91,9 +91,7 @@ pub enum Lookup {
 
 impl ModelLabels {
     pub fn new<'a>(
-        cap: usize,
-        idle: Option<Duration>,
-        configured: impl Iterator<Item = &'a str>,
+        cap: usize, idle: Option<Duration>, configured: impl Iterator<Item = &'a str>,
     ) -> Self {
         let now = Instant::now();
         let pin = |name: &str| {
@@ -117,9 +115,7 @@ impl ModelLabels {
 
     /// The same capped set for the `tenant` label: a request that names no tenant is `none`.
     pub fn for_tenants<'a>(
-        cap: usize,
-        idle: Option<Duration>,
-        configured: impl Iterator<Item = &'a str>,
+        cap: usize, idle: Option<Duration>, configured: impl Iterator<Item = &'a str>,
     ) -> Self {
         ModelLabels {
             unknown: Arc::from(NO_TENANT),
@@ -203,9 +199,7 @@ impl ModelLabels {
     /// (pinned names never), and calls `purge` with them while the set is locked, so no request can take
     /// a name back before its series are gone. Returns how many were retired.
     pub fn retire(
-        &self,
-        dropped: impl Fn(&str) -> bool,
-        purge: impl FnOnce(&HashSet<Arc<str>>),
+        &self, dropped: impl Fn(&str) -> bool, purge: impl FnOnce(&HashSet<Arc<str>>),
     ) -> usize {
         let now = Instant::now();
         let idle = |entry: &Admitted| {

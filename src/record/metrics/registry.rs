@@ -51,8 +51,7 @@ impl<'a> Registrar<'a> {
     }
 
     pub fn histogram(
-        &mut self,
-        family: &'static Family,
+        &mut self, family: &'static Family,
     ) -> Result<HistogramVec, prometheus::Error> {
         let Kind::Histogram(buckets) = family.kind else {
             return Err(prometheus::Error::Msg(format!(
@@ -84,8 +83,7 @@ impl<'a> Registrar<'a> {
 
     /// A counter with labels other than `model`: nothing to retire.
     pub fn fixed_counter(
-        &self,
-        family: &'static Family,
+        &self, family: &'static Family,
     ) -> Result<IntCounterVec, prometheus::Error> {
         debug_assert!(!family.has(Label::Model), "{}", family.name);
         let names = family.label_names(self.tenants);
@@ -94,24 +92,21 @@ impl<'a> Registrar<'a> {
 
     /// An unlabelled counter.
     pub fn single_counter(
-        &self,
-        family: &'static Family,
+        &self, family: &'static Family,
     ) -> Result<prometheus::IntCounter, prometheus::Error> {
         self.keep(prometheus::IntCounter::with_opts(Self::opts(family))?)
     }
 
     /// An unlabelled gauge.
     pub fn single_gauge(
-        &self,
-        family: &'static Family,
+        &self, family: &'static Family,
     ) -> Result<prometheus::IntGauge, prometheus::Error> {
         self.keep(prometheus::IntGauge::with_opts(Self::opts(family))?)
     }
 
     /// An unlabelled histogram.
     pub fn single_histogram(
-        &self,
-        family: &'static Family,
+        &self, family: &'static Family,
     ) -> Result<prometheus::Histogram, prometheus::Error> {
         let Kind::Histogram(buckets) = family.kind else {
             return Err(prometheus::Error::Msg(format!(

@@ -178,10 +178,7 @@ impl Batcher {
     /// Exports `batch` and what is queued, batch by batch, until nothing is left or `flush.until`
     /// has passed; the rest is counted as dropped at shutdown.
     async fn flush(
-        &mut self,
-        spans: &mut mpsc::Receiver<Span>,
-        batch: &mut Vec<Span>,
-        flush: Flush,
+        &mut self, spans: &mut mpsc::Receiver<Span>, batch: &mut Vec<Span>, flush: Flush,
     ) {
         loop {
             while batch.len() < self.batch {
