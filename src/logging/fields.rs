@@ -90,32 +90,25 @@ impl Visit for FieldsVisitor<'_> {
         if self.result.is_err() {
             return;
         }
-        if field.name() == PREFORMATTED {
-            let writer = &mut self.writer;
-            let separated = if self.is_empty {
-                Ok(())
-            } else {
-                writer.write_char(' ')
-            };
-            self.is_empty = false;
-            self.result = separated.and_then(|()| write!(writer, "{value:?}"));
-            return;
-        }
-        if !self.plain(field) {
+        // A pre-formatted field is written as it is: its value without its name.
+        let named = field.name() != PREFORMATTED;
+        if named && !self.plain(field) {
             self.by_default(|v| v.record_debug(field, value));
             return;
         }
         let writer = &mut self.writer;
-        let separated = if self.is_empty {
+        let mut result = if self.is_empty {
             Ok(())
         } else {
             writer.write_char(' ')
         };
         self.is_empty = false;
-        self.result = separated
-            .and_then(|()| writer.write_str(field.name()))
-            .and_then(|()| writer.write_char('='))
-            .and_then(|()| write!(writer, "{value:?}"));
+        if named {
+            result = result
+                .and_then(|()| writer.write_str(field.name()))
+                .and_then(|()| writer.write_char('='));
+        }
+        self.result = result.and_then(|()| write!(writer, "{value:?}"));
     }
 }
 
