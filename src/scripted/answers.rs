@@ -178,7 +178,15 @@ pub fn chat_delta(delta: &str) -> String {
 
 /// A vLLM-like stream: head, role chunk, then `tokens` content chunks `gap` apart, `[DONE]`, end.
 pub fn token_stream(tokens: usize, gap: Duration) -> Vec<Step> {
-    let mut steps = vec![sse_head(), chunk(ROLE_CHUNK.as_bytes())];
+    let mut steps = content_stream(tokens, gap);
+    steps.insert(1, chunk(ROLE_CHUNK.as_bytes()));
+    steps
+}
+
+/// [`token_stream`] without the role chunk: head, then `tokens` content chunks (`t0`, `t1`, …), each
+/// after `gap`, then `[DONE]` and the end of the body.
+pub fn content_stream(tokens: usize, gap: Duration) -> Vec<Step> {
+    let mut steps = vec![sse_head()];
     for i in 0..tokens {
         steps.push(Step::Sleep(gap));
         steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));

@@ -17,19 +17,6 @@ pub fn slow_stream(hold: Duration) -> Vec<Step> {
     ]
 }
 
-/// A chat stream with no role chunk: head, then `tokens` content chunks (`t0`, `t1`, …), each after
-/// `gap`, then `[DONE]` and the end of the body.
-pub fn content_stream(tokens: usize, gap: Duration) -> Vec<Step> {
-    let mut steps = vec![sse_head()];
-    for i in 0..tokens {
-        steps.push(Step::Sleep(gap));
-        steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
-    }
-    steps.push(chunk(DONE.as_bytes()));
-    steps.push(last_chunk());
-    steps
-}
-
 /// The request number a test's client put in the body (`"seed":N`), 0 when there is none.
 pub fn seed(request: &RecordedRequest) -> usize {
     let body = String::from_utf8_lossy(&request.body);
