@@ -269,20 +269,25 @@ async fn the_handshake_and_every_frame_pass_byte_identical_both_ways() {
     assert_eq!(read_to_end(&mut client_side).await.expect("the end"), echo);
     drop(client_side);
     let requests = [("status", "1xx"), ("api", "other"), ("outcome", "ok")];
+    let metrics = once_no_session_is_open(&proxy).await;
+    assert_eq!(
+        metrics.get("tokentap_requests_total", &requests),
+        1.0,
+        "{}",
+        metrics.text
+    );
+}
+
+/// The scrape once no session is counted open (within 2 s); panics if one still is.
+async fn once_no_session_is_open(proxy: &tokentap::Running) -> Metrics {
     for _ in 0..100 {
-        let metrics = scrape(&proxy).await;
+        let metrics = scrape(proxy).await;
         if metrics.get(family::SESSIONS_IN_FLIGHT.name, &[]) == 0.0 {
-            assert_eq!(
-                metrics.get("tokentap_requests_total", &requests),
-                1.0,
-                "{}",
-                metrics.text
-            );
-            return;
+            return metrics;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("the session did not end");
+    panic!("sessions still counted open");
 }
 
 #[tokio::test]
@@ -347,17 +352,7 @@ async fn a_client_that_vanishes_or_an_upstream_that_closes_ends_the_session_on_b
         1.0
     );
     drop(client_side);
-    for _ in 0..100 {
-        if scrape(&proxy)
-            .await
-            .get(family::SESSIONS_IN_FLIGHT.name, &[])
-            == 0.0
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("sessions still counted open");
+    once_no_session_is_open(&proxy).await;
 }
 
 #[tokio::test]
