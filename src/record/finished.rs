@@ -99,7 +99,7 @@ impl FinishedRecord {
     }
 
     /// The `slo` field of the log line: `met`, or why not.
-    pub fn slo(&self) -> String {
+    pub fn slo(&self) -> crate::record::slo::Described<'_> {
         self.verdict.describe(self.outcome.as_str(), self.status)
     }
 }
@@ -233,7 +233,7 @@ mod tests {
         assert_eq!(record.figures.tpot, Some(ms(100)));
         assert_eq!(record.judged[SloKind::Itl], Some(ms(50)));
         assert!(record.verdict.goodput);
-        assert_eq!(record.slo(), "met");
+        assert_eq!(record.slo().to_string(), "met");
     }
 
     #[test]
@@ -395,7 +395,7 @@ mod tests {
         assert_eq!(record.judged[SloKind::Tpot], None);
         assert_eq!(record.verdict.missed, vec![SloKind::Ttft]);
         assert!(!record.verdict.goodput);
-        assert_eq!(record.slo(), "cancelled;missed:ttft");
+        assert_eq!(record.slo().to_string(), "cancelled;missed:ttft");
     }
 
     #[test]
@@ -420,7 +420,7 @@ mod tests {
             "no TPOT for a request cut short"
         );
         assert_eq!(record.verdict.missed, vec![SloKind::Itl]);
-        assert_eq!(record.slo(), "timeout;missed:itl");
+        assert_eq!(record.slo().to_string(), "timeout;missed:itl");
     }
 
     #[test]
@@ -471,7 +471,7 @@ mod tests {
         assert_eq!(record.judged[SloKind::Ttft], None);
         assert_eq!(record.judged[SloKind::E2e], Some(ms(5)));
         assert!(!record.verdict.goodput);
-        assert_eq!(record.slo(), "not_2xx");
+        assert_eq!(record.slo().to_string(), "not_2xx");
     }
 
     #[test]
@@ -505,7 +505,7 @@ mod tests {
         assert_eq!(record.token_source, Some(TokenSource::Usage));
         assert_eq!(record.judged[SloKind::Ttft], None);
         assert_eq!(record.verdict.missed, vec![SloKind::E2e]);
-        assert_eq!(record.slo(), "missed:e2e");
+        assert_eq!(record.slo().to_string(), "missed:e2e");
     }
 
     #[test]

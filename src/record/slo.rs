@@ -64,21 +64,45 @@ impl Verdict {
     /// For the log line: `met` for goodput, else why not, joined by `;`: the outcome when it was not
     /// `ok` (`cancelled`, `upstream_error`, `timeout`), `not_2xx` for an answer outside 2xx, and the
     /// ceilings missed (`missed:ttft,itl`). With no ceiling configured, an `ok` 2xx request is `met`.
-    pub fn describe(&self, outcome: &str, status: Option<http::StatusCode>) -> String {
-        if self.goodput {
-            return "met".to_owned();
+    pub fn describe<'a>(
+        &'a self, outcome: &'a str, status: Option<http::StatusCode>,
+    ) -> Described<'a> {
+        Described {
+            verdict: self,
+            outcome,
+            status,
         }
-        let mut why = Vec::new();
-        if outcome != "ok" {
-            why.push(outcome.to_owned());
-        } else if !status.is_some_and(|s| s.is_success()) {
-            why.push("not_2xx".to_owned());
+    }
+}
+
+/// A [`Verdict`] in the log line's words ([`Verdict::describe`]), written where it goes.
+pub struct Described<'a> {
+    verdict: &'a Verdict,
+    outcome: &'a str,
+    status: Option<http::StatusCode>,
+}
+
+impl std::fmt::Display for Described<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.verdict.goodput {
+            return f.write_str("met");
         }
-        if !self.missed.is_empty() {
-            let kinds: Vec<&str> = self.missed.iter().map(|k| k.as_str()).collect();
-            why.push(format!("missed:{}", kinds.join(",")));
+        let mut separator = "";
+        if self.outcome != "ok" {
+            f.write_str(self.outcome)?;
+            separator = ";";
+        } else if !self.status.is_some_and(|s| s.is_success()) {
+            f.write_str("not_2xx")?;
+            separator = ";";
         }
-        why.join(";")
+        for (i, kind) in self.verdict.missed.iter().enumerate() {
+            f.write_str(if i == 0 { separator } else { "," })?;
+            if i == 0 {
+                f.write_str("missed:")?;
+            }
+            f.write_str(kind.as_str())?;
+        }
+        Ok(())
     }
 }
 
@@ -129,7 +153,7 @@ mod tests {
         let v = judge(&ceilings(), &thinking, true);
         assert_eq!(v.missed, vec![SloKind::TimeToFirstAnswer]);
         assert_eq!(
-            v.describe("ok", Some(http::StatusCode::OK)),
+            v.describe("ok", Some(http::StatusCode::OK)).to_string(),
             "missed:time_to_first_answer"
         );
     }
@@ -146,7 +170,7 @@ mod tests {
         let v = judge(&ceilings(), &late, true);
         assert_eq!(v.missed, vec![SloKind::TimeToFirstToolCall]);
         assert_eq!(
-            v.describe("ok", Some(http::StatusCode::OK)),
+            v.describe("ok", Some(http::StatusCode::OK)).to_string(),
             "missed:time_to_first_tool_call"
         );
         let none = Figures {
@@ -182,7 +206,10 @@ mod tests {
                 goodput: true
             }
         );
-        assert_eq!(v.describe("ok", Some(http::StatusCode::OK)), "met");
+        assert_eq!(
+            v.describe("ok", Some(http::StatusCode::OK)).to_string(),
+            "met"
+        );
     }
 
     #[test]
@@ -198,7 +225,7 @@ mod tests {
         assert_eq!(v.missed, vec![SloKind::Ttft, SloKind::Itl]);
         assert!(!v.goodput);
         assert_eq!(
-            v.describe("ok", Some(http::StatusCode::OK)),
+            v.describe("ok", Some(http::StatusCode::OK)).to_string(),
             "missed:ttft,itl"
         );
     }
@@ -224,11 +251,11 @@ mod tests {
     #[test]
     fn the_log_says_why_a_request_is_not_goodput() {
         let within = judge(&Ceilings::default(), &Figures::default(), false);
-        assert_eq!(within.describe("cancelled", None), "cancelled");
+        assert_eq!(within.describe("cancelled", None).to_string(), "cancelled");
         let not_found = Some(http::StatusCode::NOT_FOUND);
-        assert_eq!(within.describe("ok", not_found), "not_2xx");
+        assert_eq!(within.describe("ok", not_found).to_string(), "not_2xx");
         assert_eq!(
-            within.describe("upstream_error", not_found),
+            within.describe("upstream_error", not_found).to_string(),
             "upstream_error"
         );
         let slow = Figures {
@@ -236,10 +263,16 @@ mod tests {
             ..Figures::default()
         };
         let v = judge(&ceilings(), &slow, false);
-        assert_eq!(v.describe("timeout", None), "timeout;missed:ttft");
+        assert_eq!(
+            v.describe("timeout", None).to_string(),
+            "timeout;missed:ttft"
+        );
         // No ceiling configured: an ok 2xx request is met, nothing else is "failed".
         let ok = judge(&Ceilings::default(), &slow, true);
-        assert_eq!(ok.describe("ok", Some(http::StatusCode::OK)), "met");
+        assert_eq!(
+            ok.describe("ok", Some(http::StatusCode::OK)).to_string(),
+            "met"
+        );
     }
 
     #[test]

@@ -32,6 +32,20 @@ fn plain(f: &mut fmt::Formatter<'_>, key: &str, value: &str) -> fmt::Result {
     f.write_char('"')
 }
 
+/// ` key="value"` for a value a client chose, escaped as `Debug` escapes it; one that is all printable
+/// ASCII without a quote or backslash (nearly every path and model name) is written as it is, which
+/// `Debug` would write too, without its character-by-character escaping.
+fn quoted(f: &mut fmt::Formatter<'_>, key: &str, value: &str) -> fmt::Result {
+    if value
+        .bytes()
+        .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
+    {
+        return plain(f, key, value);
+    }
+    f.write_str(key)?;
+    write!(f, "{value:?}")
+}
+
 /// A finished request's line.
 pub(super) struct Line<'a, 'b>(pub(super) &'a Finished<'b>);
 
@@ -49,10 +63,11 @@ impl fmt::Display for Line<'_, '_> {
         // and the outcome need no escaping; what a client chose (its id, the path, the model) does.
         plain(f, "id=", who.id)?;
         if let Some(client) = who.client_id {
-            write!(f, " client_request_id={client:?}")?;
+            quoted(f, " client_request_id=", client)?;
         }
         plain(f, " method=", who.method)?;
-        write!(f, " path={:?} model={:?}", who.path, &*series.model)?;
+        quoted(f, " path=", who.path)?;
+        quoted(f, " model=", &series.model)?;
         plain(f, " api=", api.as_str())?;
         let status = record
             .status
@@ -70,29 +85,69 @@ impl fmt::Display for Line<'_, '_> {
             f.write_char(' ')?;
             f.write_str(row.name)?;
             match row.unit {
-                Unit::Seconds => write!(f, "_ms={}", Millis::of_secs(value))?,
+                Unit::Seconds => {
+                    f.write_str("_ms=")?;
+                    fmt::Display::fmt(&Millis::of_secs(value), f)?;
+                }
                 Unit::TokensPerSecond => write!(f, "={value:?}")?,
             }
         }
         if let Some(n) = record.output_tokens {
-            write!(f, " output_tokens={n}")?;
+            f.write_str(" output_tokens=")?;
+            fmt::Display::fmt(&n, f)?;
         }
         if let Some(source) = record.token_source.map(TokenSource::as_str) {
-            write!(f, " token_source={source:?}")?;
+            plain(f, " token_source=", source)?;
         }
         if let Some(n) = record.input_tokens {
-            write!(f, " input_tokens={n}")?;
+            f.write_str(" input_tokens=")?;
+            fmt::Display::fmt(&n, f)?;
         }
         if let Some(turn) = turn {
-            write!(
-                f,
-                " conversation={:?} turn={}",
-                &*turn.conversation, turn.turn
-            )?;
+            quoted(f, " conversation=", &turn.conversation)?;
+            write!(f, " turn={}", turn.turn)?;
             if let Some(think) = turn.think {
                 write!(f, " think_ms={}", Millis::of(think))?;
             }
         }
-        write!(f, " slo={}", record.slo())
+        f.write_str(" slo=")?;
+        fmt::Display::fmt(&record.slo(), f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Quoted(&'static str);
+
+    impl fmt::Display for Quoted {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            quoted(f, "k=", self.0)
+        }
+    }
+
+    #[test]
+    fn a_value_a_client_chose_is_written_as_debug_writes_it() {
+        let values = [
+            "/v1/chat/completions",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "",
+            "it's ~ fine",
+            "a \"quoted\" one",
+            "back\\slash",
+            "new\nline x=1",
+            "tab\there",
+            "\u{7f}",
+            "caf\u{e9}",
+            "line\u{2028}separator",
+        ];
+        for value in values {
+            assert_eq!(
+                Quoted(value).to_string(),
+                format!("k={value:?}"),
+                "{value:?}"
+            );
+        }
     }
 }

@@ -120,20 +120,46 @@ pub(super) struct Labels<'a> {
 impl<'a> Labels<'a> {
     /// The values of `family`'s labels; `None` for a family with other labels, or one that holds no
     /// series for the request's API (a path no dialect knows).
-    pub(super) fn of(&self, family: &Family) -> Option<Vec<&'a str>> {
+    pub(super) fn of(&self, family: &Family) -> Option<Values<'a>> {
         if family.apis == Apis::Known && self.api == Api::Other {
             return None;
         }
-        family
-            .labels
-            .iter()
-            .filter_map(|label| match label {
-                Label::Model => Some(Some(self.model)),
-                Label::Api => Some(Some(self.api.as_str())),
-                Label::Tenant => self.tenant.map(Some),
-                Label::Turn => Some(self.turn),
-                _ => Some(None),
-            })
-            .collect()
+        let mut values = Values {
+            values: [""; MAX_LABELS],
+            len: 0,
+        };
+        for label in family.labels {
+            let value = match label {
+                Label::Model => self.model,
+                Label::Api => self.api.as_str(),
+                Label::Tenant => match self.tenant {
+                    Some(tenant) => tenant,
+                    None => continue,
+                },
+                Label::Turn => self.turn?,
+                _ => return None,
+            };
+            *values.values.get_mut(values.len)? = value;
+            values.len += 1;
+        }
+        Some(values)
+    }
+}
+
+/// The most labels a request's own values fill: model, API, tenant and turn.
+const MAX_LABELS: usize = 4;
+
+/// A family's label values for one request, kept on the stack: they are looked up with on every
+/// observation that resolves a child, and a `Vec` each time was an allocation per lookup.
+pub(super) struct Values<'a> {
+    values: [&'a str; MAX_LABELS],
+    len: usize,
+}
+
+impl<'a> std::ops::Deref for Values<'a> {
+    type Target = [&'a str];
+
+    fn deref(&self) -> &[&'a str] {
+        self.values.get(..self.len).unwrap_or_default()
     }
 }
