@@ -53,6 +53,13 @@ const REASONING_PARTS: [&[u8]; 2] = [b"thinking", b"redacted_thinking"];
 /// Content parts that are plain text, in each API's spelling.
 const TEXT_PARTS: [&[u8]; 3] = [b"text", b"input_text", b"output_text"];
 
+/// The first 128 bits of what `hasher` hashed.
+pub fn first_bits(hasher: Sha256) -> Digest {
+    let mut digest = [0; 16];
+    digest.copy_from_slice(hasher.finalize().get(..16).unwrap_or(&[0; 16]));
+    digest
+}
+
 /// Whether a value was written (`false`: it was empty, and left out), or why the body is not read.
 type Wrote = Result<bool, Unread>;
 
@@ -102,10 +109,10 @@ impl<'s> Canonical<'s> {
         Ok(())
     }
 
-    /// The digest of the list item the cursor is on, at `depth`: `None` for a Responses reasoning
-    /// item (left out); `NotAMessage` for anything but an object with a `role` (or, a Responses item,
-    /// a `type`).
-    pub fn message(&mut self, c: &mut Cursor<'_>, depth: u32) -> Result<Option<Digest>, Unread> {
+    /// Writes the list item the cursor is on, at `depth`, for [`Canonical::hash_into`]: `false` for a
+    /// Responses reasoning item (left out); `NotAMessage` for anything but an object with a `role`
+    /// (or, a Responses item, a `type`).
+    pub fn message(&mut self, c: &mut Cursor<'_>, depth: u32) -> Result<bool, Unread> {
         match c.next() {
             Some(b'{') => {}
             // Read no further: a list with anything but messages in it is no conversation.
@@ -119,48 +126,52 @@ impl<'s> Canonical<'s> {
         self.members(c, depth, true)?;
         let kind = self.member(b"type").and_then(string_of);
         if self.responses && kind == Some(b"reasoning") {
-            return Ok(None);
+            return Ok(false);
         }
         let role = self.member(b"role").and_then(string_of);
         if role.is_none() && !(self.responses && kind.is_some()) {
             return Err(Unread::NotAMessage);
         }
-        Ok(Some(self.digest()))
+        Ok(true)
     }
 
-    /// The digest of a message made of a role and the value the cursor is on as its content (an
-    /// Anthropic `system`, a Responses `instructions`, or its `input` given as a string); `None` when
-    /// that content is empty.
-    pub fn wrapped(
-        &mut self, c: &mut Cursor<'_>, depth: u32, role: &str,
-    ) -> Result<Option<Digest>, Unread> {
+    /// Writes a message made of a role and the value the cursor is on as its content (an Anthropic
+    /// `system`, a Responses `instructions`, or its `input` given as a string), for
+    /// [`Canonical::digest`] or [`Canonical::hash_into`]; `false` when that content is empty.
+    pub fn wrapped(&mut self, c: &mut Cursor<'_>, depth: u32, role: &str) -> Result<bool, Unread> {
         self.out.clear();
         self.members.clear();
         self.token(STRING, b"content")?;
         if !self.content(c, depth)? {
-            return Ok(None);
+            return Ok(false);
         }
         self.members.push((0, self.out.len()));
         let start = self.out.len();
         self.token(STRING, b"role")?;
         self.token(STRING, role.as_bytes())?;
         self.members.push((start, self.out.len()));
-        Ok(Some(self.digest()))
+        Ok(true)
     }
 
     /// The message written, its members in key order: the first 128 bits of their SHA-256.
-    fn digest(&mut self) -> Digest {
+    pub fn digest(&mut self) -> Digest {
+        let mut hasher = Sha256::new();
+        self.hash_into(&mut hasher);
+        first_bits(hasher)
+    }
+
+    /// Hashes the message written into `hasher`: its length, then its members in key order (the
+    /// length keeps the boundary between two messages hashed one after the other).
+    pub fn hash_into(&mut self, hasher: &mut Sha256) {
         let out = &self.out;
         self.members
             .sort_by(|a, b| key_at(out, a.0).cmp(key_at(out, b.0)));
-        let mut hasher = Sha256::new();
+        let len: usize = self.members.iter().map(|&(start, end)| end - start).sum();
         hasher.update([OBJECT]);
+        hasher.update((len as u64).to_le_bytes());
         for &(start, end) in &self.members {
             hasher.update(out.get(start..end).unwrap_or_default());
         }
-        let mut digest = [0; 16];
-        digest.copy_from_slice(hasher.finalize().get(..16).unwrap_or(&[0; 16]));
-        digest
     }
 
     /// The value of the message's own member `key` (the last, if given twice).

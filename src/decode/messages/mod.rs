@@ -89,7 +89,9 @@ pub fn read(api: Api, body: &[u8], stop: &AtomicBool) -> Result<Option<MessageLi
             }
             match field {
                 Field::List => found.list = list(&mut reader, &mut c, api, &mut found.messages)?,
-                Field::System => found.system = reader.wrapped(&mut c, 2, "system")?,
+                Field::System => {
+                    found.system = (reader.wrapped(&mut c, 2, "system")?).then(|| reader.digest())
+                }
                 Field::Previous if c.peek() == Some(b'"') => {
                     let id = c.string().ok_or(Unread::NotJson)?.value();
                     found.previous =
@@ -110,7 +112,7 @@ pub fn read(api: Api, body: &[u8], stop: &AtomicBool) -> Result<Option<MessageLi
         return Err(Unread::NotJson);
     }
     Ok(match found.list {
-        true => found.digests(api),
+        true => found.prefixes(api),
         false => None,
     })
 }
@@ -144,24 +146,55 @@ struct Found {
     /// Whether the body has a list (an array; a string for Responses).
     list: bool,
     system: Option<Digest>,
-    messages: Vec<Digest>,
+    messages: Chain,
     previous: Option<String>,
 }
 
+/// The list's messages hashed one after another as they are read, a digest taken after each: the
+/// digest of each prefix of the list, without a hash of each message of its own.
+#[derive(Default)]
+struct Chain {
+    hasher: Sha256,
+    prefixes: Vec<Digest>,
+}
+
+impl Chain {
+    /// Adds the message `reader` has written.
+    fn push(&mut self, api: Api, reader: &mut Canonical<'_>) {
+        if self.prefixes.is_empty() {
+            self.hasher.update(api.as_str());
+            self.hasher.update(b"m");
+        }
+        reader.hash_into(&mut self.hasher);
+        self.prefixes
+            .push(canonical::first_bits(self.hasher.clone()));
+    }
+}
+
 impl Found {
-    /// Each prefix's digest, chained from the API and each message's own digest (a conversation stays
-    /// on one API: the same words sent to another are another conversation); `None` for no message.
-    fn digests(self, api: Api) -> Option<MessageList> {
-        let mut hasher = Sha256::new();
-        hasher.update(api.as_str());
-        let prefixes: Vec<Digest> = (self.system.iter().chain(&self.messages))
-            .map(|message| {
-                hasher.update(message);
-                let mut prefix = [0; 16];
-                prefix.copy_from_slice(&hasher.clone().finalize()[..16]);
-                prefix
-            })
-            .collect();
+    /// Each prefix's digest: the API's and the list's chain (a conversation stays on one API: the
+    /// same words sent to another are another conversation); with a system message, which is the
+    /// list's first but may stand anywhere in the body, first its own prefix and then each of the
+    /// chain's taken with it. `None` for no message.
+    fn prefixes(self, api: Api) -> Option<MessageList> {
+        let chain = self.messages.prefixes;
+        let prefixes = match self.system {
+            None => chain,
+            Some(system) => {
+                let with = |tag: &[u8], digest: &Digest| {
+                    let mut hasher = Sha256::new();
+                    hasher.update(api.as_str());
+                    hasher.update(tag);
+                    hasher.update(system);
+                    hasher.update(digest);
+                    canonical::first_bits(hasher)
+                };
+                let first = with(b"s", &[0; 16]);
+                std::iter::once(first)
+                    .chain(chain.iter().map(|prefix| with(b"p", prefix)))
+                    .collect()
+            }
+        };
         (!prefixes.is_empty()).then_some(MessageList {
             prefixes,
             previous_response: self.previous,
@@ -169,15 +202,17 @@ impl Found {
     }
 }
 
-/// The list the cursor is on, each message's digest pushed onto `messages`: whether it is a list (an
+/// The list the cursor is on, each message added to `messages`: whether it is a list (an
 /// array, or for Responses a string: one user message); anything else is skipped, no list.
 fn list(
-    reader: &mut Canonical<'_>, c: &mut Cursor<'_>, api: Api, messages: &mut Vec<Digest>,
+    reader: &mut Canonical<'_>, c: &mut Cursor<'_>, api: Api, messages: &mut Chain,
 ) -> Result<bool, Unread> {
     match c.peek() {
         Some(b'[') => {}
         Some(b'"') if api == Api::Responses => {
-            messages.extend(reader.wrapped(c, 2, "user")?);
+            if reader.wrapped(c, 2, "user")? {
+                messages.push(api, reader);
+            }
             return Ok(true);
         }
         _ => return c.skip().map(|()| false).ok_or(Unread::NotJson),
@@ -194,7 +229,9 @@ fn list(
             return Err(Unread::TooMany);
         }
         reader.poll(c)?;
-        messages.extend(reader.message(c, 3)?);
+        if reader.message(c, 3)? {
+            messages.push(api, reader);
+        }
         match c.next() {
             Some(b',') => c.at += 1,
             Some(b']') => {

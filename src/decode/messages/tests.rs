@@ -329,3 +329,40 @@ fn a_read_stops_once_its_request_ended() {
         Err(Unread::Late)
     );
 }
+
+#[test]
+fn where_one_message_ends_is_part_of_every_prefix() {
+    // The same members, cut into two messages at another place: no prefix may be equal.
+    let one = list(
+        Api::Chat,
+        r#"{"messages":[{"role":"user","content":"a","name":"x"},{"role":"user","content":"b"}]}"#,
+    );
+    let other = list(
+        Api::Chat,
+        r#"{"messages":[{"role":"user","content":"a"},{"name":"x","role":"user","content":"b"}]}"#,
+    );
+    assert_eq!((one.len(), other.len()), (2, 2));
+    assert_ne!(one[0], other[0]);
+    assert_ne!(one[1], other[1]);
+}
+
+#[test]
+fn a_system_prompt_is_the_first_message_wherever_it_stands_in_the_body() {
+    let before = r#"{"system":"Be brief.","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}"#;
+    let after = r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}],"system":"Be brief."}"#;
+    let without =
+        r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}"#;
+    let (before, after) = (list(Api::Messages, before), list(Api::Messages, after));
+    assert_eq!(before, after);
+    assert_eq!(before.len(), 3, "the system prompt and two messages");
+    let without = list(Api::Messages, without);
+    assert!(
+        without.iter().all(|prefix| !before.contains(prefix)),
+        "a list with a system prompt shares no prefix with the same list without it"
+    );
+    let other = list(
+        Api::Messages,
+        r#"{"system":"Be long.","messages":[{"role":"user","content":"hi"}]}"#,
+    );
+    assert_ne!(other[..], before[..2]);
+}
