@@ -14,15 +14,14 @@ use crate::proxy::models::ModelList;
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
 use crate::record::conversations::Conversations;
-use crate::record::emit::{Emitter, Records};
+use crate::record::emit::Records;
 use crate::record::live::Live;
-use crate::record::meter::MeterContext;
 use crate::record::metrics::Metrics;
 use crate::record::trace::{self, Tracing};
 use crate::shutdown::{Count, Shutdown};
-use crate::tap::exchange::{ExchangeContext, Readers};
-use crate::tap::identity::Identify;
+use crate::tap::exchange::ExchangeContext;
 
+use super::reload::{settings, Parts, Reloader};
 use super::running::Running;
 
 #[derive(Debug, thiserror::Error)]
@@ -62,27 +61,14 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let metrics = Arc::new(metrics);
     let tracing = Tracing::start(config, metrics.spans.clone())?;
     let spans = tracing.as_ref().map(|t| t.exporter.clone());
-    let mut emitter = Emitter::new(metrics.clone(), records);
-    if let Some(tracing) = tracing {
-        emitter = emitter.with_spans(tracing);
-    }
-    let meter = Arc::new(MeterContext {
-        metrics: metrics.clone(),
-        slo: config.slo.clone(),
-        conversations: Conversations::new(
-            config.conversations.max_turns,
-            config.conversations.idle,
-        ),
-        emitter,
-    });
-    let context = Arc::new(ExchangeContext {
-        meter,
-        metering: config.metering.clone(),
+    let conversations =
+        Conversations::new(config.conversations.max_turns, config.conversations.idle).map(Arc::new);
+    let settings = settings(config, &metrics, conversations.clone(), records, tracing);
+    let context = Arc::new(ExchangeContext::new(
+        settings,
+        config.metering.clone(),
         tokenizers,
-        requests: Count::default(),
-        identify: Identify::new(config.tenants.as_ref()).with_traces(spans.is_some()),
-        readers: Readers::default(),
-    });
+    ));
     let upstream = upstream::Upstream::new(config, metrics.upstream.clone())?;
     let model_list = match config.model_list.enabled {
         true => Some(ModelList::new(config, metrics.served.clone())?),
@@ -121,6 +107,19 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             .ok(),
         _ => None,
     };
+    let model_list_task = model_list.map(|list| tokio::spawn(list.run()));
+    let parts = Parts {
+        records: writer,
+        spans,
+        model_list_task,
+    };
+    let reloader = Arc::new(Reloader::new(
+        config,
+        context.clone(),
+        metrics.clone(),
+        conversations,
+        parts,
+    ));
     let metrics_port = MetricsPort {
         metrics: metrics.clone(),
         shutdown: shutdown.clone(),
@@ -129,9 +128,9 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         timeouts: config.timeouts.clone(),
         max_connections: config.limits.max_metrics_connections,
         allowed_hosts: config.metrics.allowed_hosts.clone(),
+        reload: Some(reloader.clone()),
     };
     let serving = listeners.serve(proxy_port, metrics_port);
-    let model_list_task = model_list.map(|list| tokio::spawn(list.run()));
     let snapshot_task = live
         .clone()
         .map(|live| tokio::spawn(live.run(metrics.clone())));
@@ -140,8 +139,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         metrics_addr,
         context,
         metrics,
-        records: writer,
-        spans,
+        reloader,
         shutdown,
         grace: config.shutdown_grace,
         connections,
@@ -149,7 +147,6 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         metrics_task: serving.metrics,
         snapshot_task,
         live,
-        model_list_task,
     })
 }
 
@@ -158,7 +155,9 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
 const RECORDS_OPEN_WAIT: Duration = Duration::from_secs(1);
 
 /// Starts the request_log writer, when one is configured.
-async fn records(config: &Config, metrics: &Metrics) -> Result<Option<Records>, StartError> {
+pub(super) async fn records(
+    config: &Config, metrics: &Metrics,
+) -> Result<Option<Records>, StartError> {
     let (Some(log), Some(counters)) = (&config.request_log, &metrics.records) else {
         return Ok(None);
     };
