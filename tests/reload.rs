@@ -89,9 +89,23 @@ async fn in_flight(running: &Running, n: i64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_hundred_streams_in_flight_are_judged_by_the_ceilings_they_started_with() {
-    // Each stream's first token comes 1.5 s after its head: within the first ceiling (9 s), past the
-    // second (123 ms).
-    let upstream = support::upstream(|_| slow_stream(Duration::from_millis(1500))).await;
+    // Each stream's first token comes at once, its second 20 ms later, its last 1.5 s after that: a
+    // longest gap within the first ITL ceiling (9 s), past the second (1.234 s). The reload comes
+    // between the second token and the last.
+    let upstream = support::upstream(|_| {
+        vec![
+            sse_head(),
+            chunk(ROLE_CHUNK.as_bytes()),
+            chunk(content_chunk("a").as_bytes()),
+            Step::Sleep(ms(20)),
+            chunk(content_chunk("b").as_bytes()),
+            Step::Sleep(ms(1500)),
+            chunk(content_chunk("late").as_bytes()),
+            chunk(DONE.as_bytes()),
+            last_chunk(),
+        ]
+    })
+    .await;
     let (path, records, records_after) = (
         config_file("inflight"),
         support::temp_file("reload-inflight"),
@@ -100,7 +114,7 @@ async fn two_hundred_streams_in_flight_are_judged_by_the_ceilings_they_started_w
     let before = yaml(
         &upstream.url(),
         &format!(
-            "max_models: 4\nslo: {{ttft: 9s}}\ntenants: {{header: x-tenant}}\nrequest_log: {{path: {}}}\n",
+            "max_models: 4\nslo: {{ttft: 9s, itl: 9s}}\ntenants: {{header: x-tenant}}\nrequest_log: {{path: {}}}\n",
             records.display()
         ),
     );
@@ -116,10 +130,12 @@ async fn two_hundred_streams_in_flight_are_judged_by_the_ceilings_they_started_w
         streams.spawn(async move { send(&client, request).await });
     }
     in_flight(&running, 200).await;
+    // Every stream has had its first gap (so its ITL series is resolved) before the reload.
+    tokio::time::sleep(ms(300)).await;
     let after = yaml(
         &upstream.url(),
         &format!(
-            "max_models: 4\nslo: {{ttft: 123ms}}\ntenants: {{header: x-team}}\nrequest_log: {{path: {}}}\nlog_level: warn\n",
+            "max_models: 4\nslo: {{ttft: 123ms, itl: 1234ms}}\ntenants: {{header: x-team}}\nrequest_log: {{path: {}}}\nlog_level: warn\n",
             records_after.display()
         ),
     );
@@ -164,8 +180,9 @@ async fn two_hundred_streams_in_flight_are_judged_by_the_ceilings_they_started_w
 
     let m = scrape(&running).await;
     assert_eq!(reloads(&m, "success"), 1.0);
-    // Judged by the ceiling each started with: the 200 met 9 s, the 20 missed 123 ms.
-    assert_eq!(violations(&m, "ttft"), 20.0);
+    // Judged by the ceiling each started with: the 200 met 9 s, the 20 missed 1.234 s.
+    assert_eq!(violations(&m, "itl"), 20.0);
+    assert_eq!(violations(&m, "ttft"), 0.0);
     let goodput = |tenant| {
         m.get(
             "tokentap_goodput_requests_total",
@@ -187,28 +204,26 @@ async fn two_hundred_streams_in_flight_are_judged_by_the_ceilings_they_started_w
         )
     };
     assert_eq!((requests("acme"), requests("blue")), (200.0, 20.0));
-    // The new ceiling is a bucket boundary, the old one is gone, and the 200 first tokens that came
-    // after the reload are in the family the page shows.
+    // The new ceilings are bucket boundaries and the old ones are gone; the families whose edges
+    // changed started again from zero at the reload: the 200 first tokens (before it) are not in the
+    // new TTFT family, and the gaps that came after it are in the new ITL family, the 200 in-flight
+    // streams' last gaps included (2 gaps each for the 20 later streams).
     let edges = ttft_edges(&m);
     assert!(edges.contains(&"0.123".to_owned()), "{edges:?}");
     assert!(!edges.contains(&"9".to_owned()), "{edges:?}");
-    let ttft_count = m.get(
-        "tokentap_time_to_first_token_seconds_count",
-        &[("model", "m"), ("api", "chat"), ("tenant", "acme")],
-    );
-    assert_eq!(ttft_count, 200.0);
-    let under_new_ceiling = m.get(
-        "tokentap_time_to_first_token_seconds_bucket",
-        &[
-            ("model", "m"),
-            ("api", "chat"),
-            ("tenant", "blue"),
-            ("le", "0.123"),
-        ],
-    );
-    assert_eq!(under_new_ceiling, 0.0);
+    let itl_edges = m.label_values("tokentap_inter_token_latency_seconds_bucket", "le");
+    assert!(itl_edges.contains(&"1.234".to_owned()), "{itl_edges:?}");
+    assert!(!itl_edges.contains(&"9".to_owned()), "{itl_edges:?}");
+    let count = |name| m.get(name, &[("model", "m"), ("api", "chat")]);
+    assert_eq!(count("tokentap_time_to_first_token_seconds_count"), 20.0);
+    assert_eq!(count("tokentap_inter_token_latency_seconds_count"), 240.0);
+    let gap = |le| {
+        let labels = [("model", "m"), ("api", "chat"), ("le", le)];
+        m.get("tokentap_max_inter_token_gap_seconds_bucket", &labels)
+    };
+    assert_eq!((gap("1.234"), gap("+Inf")), (0.0, 220.0));
 
-    // The records: the 200 in the old file, none missed; the 20 in the new one, each missing ttft.
+    // The records: the 200 in the old file, none missed; the 20 in the new one, each missing itl.
     let old = read_json_records(&records, 200);
     assert_eq!(old.len(), 200);
     let met = |r: &serde_json::Value| r.get("slo_missed").is_none() && r["goodput"] == true;
@@ -216,7 +231,7 @@ async fn two_hundred_streams_in_flight_are_judged_by_the_ceilings_they_started_w
     assert!(old.iter().all(|r| r["tenant"] == "acme"));
     let new = read_json_records(&records_after, 20);
     assert_eq!(new.len(), 20);
-    let missed = |r: &serde_json::Value| r["slo_missed"] == serde_json::json!(["ttft"]);
+    let missed = |r: &serde_json::Value| r["slo_missed"] == serde_json::json!(["itl"]);
     assert!(new.iter().all(|r| missed(r) && r["goodput"] == false));
     assert!(new.iter().all(|r| r["tenant"] == "blue"));
     for file in [path, records, records_after] {
