@@ -205,9 +205,9 @@ async fn two_hundred_streams_in_flight_are_judged_by_the_ceilings_they_started_w
     };
     assert_eq!((requests("acme"), requests("blue")), (200.0, 20.0));
     // The new ceilings are bucket boundaries and the old ones are gone; the families whose edges
-    // changed started again from zero at the reload: the 200 first tokens (before it) are not in the
-    // new TTFT family, and the gaps that came after it are in the new ITL family, the 200 in-flight
-    // streams' last gaps included (2 gaps each for the 20 later streams).
+    // changed carried their counts over (nothing reset): the 200 first tokens before the reload and
+    // the 20 after it, the 200 first gaps before it, the in-flight streams' 200 last gaps after it (in
+    // the new family: they were resolved before the reload) and the 20 later streams' 40.
     let edges = ttft_edges(&m);
     assert!(edges.contains(&"0.123".to_owned()), "{edges:?}");
     assert!(!edges.contains(&"9".to_owned()), "{edges:?}");
@@ -215,8 +215,15 @@ async fn two_hundred_streams_in_flight_are_judged_by_the_ceilings_they_started_w
     assert!(itl_edges.contains(&"1.234".to_owned()), "{itl_edges:?}");
     assert!(!itl_edges.contains(&"9".to_owned()), "{itl_edges:?}");
     let count = |name| m.get(name, &[("model", "m"), ("api", "chat")]);
-    assert_eq!(count("tokentap_time_to_first_token_seconds_count"), 20.0);
-    assert_eq!(count("tokentap_inter_token_latency_seconds_count"), 240.0);
+    assert_eq!(count("tokentap_time_to_first_token_seconds_count"), 220.0);
+    assert_eq!(count("tokentap_inter_token_latency_seconds_count"), 440.0);
+    // The new edge 0.123 carries the old edge below it (0.1): the buckets stay cumulative.
+    let ttft_at = |le| {
+        let labels = [("model", "m"), ("api", "chat"), ("le", le)];
+        m.get("tokentap_time_to_first_token_seconds_bucket", &labels)
+    };
+    let (at, under, above) = (ttft_at("0.1"), ttft_at("0.123"), ttft_at("0.15"));
+    assert!(at <= under && under <= above && ttft_at("+Inf") == 220.0);
     let gap = |le| {
         let labels = [("model", "m"), ("api", "chat"), ("le", le)];
         m.get("tokentap_max_inter_token_gap_seconds_bucket", &labels)

@@ -58,8 +58,7 @@ pub type Source = Arc<dyn Fn() -> Result<Config, String> + Send + Sync>;
 /// How a reload came out.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reloaded {
-    /// Applied: the keys that changed, and the histogram families that start again with new
-    /// boundaries.
+    /// Applied: the keys that changed, and the histogram families that took new boundaries.
     Applied {
         changed: Vec<String>,
         rebucketed: Vec<&'static str>,
@@ -92,8 +91,7 @@ impl Reloaded {
                 let mut said = format!("config reloaded: {} changed", changed.join(", "));
                 if !rebucketed.is_empty() {
                     let families = rebucketed.join(", ");
-                    said +=
-                        &format!("; new bucket boundaries (series restart from zero): {families}");
+                    said += &format!("; new bucket boundaries: {families}");
                 }
                 said
             }

@@ -1,8 +1,8 @@
 //! What a config reload changes in the metrics, and how reloads are counted. A reload is checked
 //! whole before anything changes ([`Metrics::bound_for`]: the series bound the new config would
 //! allow, refused above `metrics.max_series` as at start), then applied ([`Metrics::reconfigure`]):
-//! the histogram families whose boundaries changed (an SLO ceiling is a boundary) start again with the
-//! new ones (`rebucket.rs`), the configured model and tenant names take their pinned places, the tenant
+//! the histogram families whose boundaries changed (an SLO ceiling is a boundary) take the new ones,
+//! each series carrying its counts over (`rebucket.rs`), the configured model and tenant names take their pinned places, the tenant
 //! allowlist is replaced. Counters are never touched: `tokentap_slo_violations_total` and the goodput
 //! counter run on through a reload.
 
@@ -113,7 +113,7 @@ impl Metrics {
     }
 
     /// Applies what `config` changes in the metrics (checked first with [`Metrics::bound_for`]); the
-    /// names of the histogram families that start again with new boundaries.
+    /// names of the histogram families that took new boundaries.
     pub fn reconfigure(&self, config: &Config) -> Result<Vec<&'static str>, prometheus::Error> {
         let bound = self.bound_for(config);
         // Every histogram family with boundaries of its own is labelled by model, so registered there

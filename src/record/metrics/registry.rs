@@ -200,7 +200,7 @@ impl Registered {
                 continue;
             }
             match registered {
-                Labelled::Histogram(h) => purge_by(&h.current(), label.name(), names),
+                Labelled::Histogram(h) => h.purge(label.name(), names),
                 Labelled::Counter(c) => purge_by(c, label.name(), names),
             }
         }
@@ -208,7 +208,9 @@ impl Registered {
 }
 
 /// Removes every series of `family` whose `label` is one of `names`.
-fn purge_by<T: MetricVecBuilder>(family: &MetricVec<T>, label: &str, names: &HashSet<Arc<str>>) {
+pub(super) fn purge_by<T: MetricVecBuilder>(
+    family: &MetricVec<T>, label: &str, names: &HashSet<Arc<str>>,
+) {
     for gathered in family.collect() {
         for metric in gathered.get_metric() {
             let labels: HashMap<&str, &str> = metric
