@@ -143,6 +143,7 @@ async fn two_hundred_streams_in_flight_are_judged_by_the_ceilings_they_started_w
     let Reloaded::Applied {
         changed,
         rebucketed,
+        reopened: false,
     } = &reloaded
     else {
         panic!("{reloaded:?}");

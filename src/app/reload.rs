@@ -14,11 +14,13 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use std::time::Duration;
+
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
-use crate::config::Config;
-use crate::logging::records::RecordWriter;
+use crate::config::{Config, RecordPath};
+use crate::logging::records::{RecordWriter, Target};
 use crate::proxy::models::ModelList;
 use crate::record::conversations::Conversations;
 use crate::record::emit::{Emitter, Records};
@@ -62,6 +64,8 @@ pub enum Reloaded {
     Applied {
         changed: Vec<String>,
         rebucketed: Vec<&'static str>,
+        /// The request_log file was reopened (its path did not change: logrotate's `create` mode).
+        reopened: bool,
     },
     /// Not applied: the file could not be read, did not parse or failed a check.
     Failed(String),
@@ -81,14 +85,18 @@ impl Reloaded {
     /// What the log and `POST /-/reload`'s answer say.
     pub fn describe(&self) -> String {
         match self {
-            Reloaded::Applied { changed, .. } if changed.is_empty() => {
-                "config reloaded: nothing changed".into()
-            }
             Reloaded::Applied {
                 changed,
                 rebucketed,
+                reopened,
             } => {
-                let mut said = format!("config reloaded: {} changed", changed.join(", "));
+                let mut said = match changed.is_empty() {
+                    true => "config reloaded: nothing changed".to_owned(),
+                    false => format!("config reloaded: {} changed", changed.join(", ")),
+                };
+                if *reopened {
+                    said += "; request_log file reopened";
+                }
                 if !rebucketed.is_empty() {
                     let families = rebucketed.join(", ");
                     said += &format!("; new bucket boundaries: {families}");
@@ -228,7 +236,7 @@ impl Reloader {
                 gaps: log.gaps,
                 max_gaps: log.max_gaps,
             }),
-            _ => match super::start::records(&config, &self.metrics).await {
+            _ => match records(&config, &self.metrics).await {
                 Ok(records) => records,
                 Err(e) => return Reloaded::Failed(e.to_string()),
             },
@@ -280,8 +288,55 @@ impl Reloader {
         Reloaded::Applied {
             changed: live,
             rebucketed,
+            reopened: kept_writer.is_some(),
         }
     }
+}
+
+/// How long start waits for the request_log path to open before it serves without it: a path that
+/// cannot be opened is refused at start, one whose open blocks (a FIFO no one reads) is not waited for.
+const RECORDS_OPEN_WAIT: Duration = Duration::from_secs(1);
+
+/// A request_log path that cannot be opened (at start, or a reload's new one).
+#[derive(Debug, thiserror::Error)]
+#[error("request_log.path: cannot open {path} for appending: {source}")]
+pub struct RecordsOpen {
+    path: String,
+    source: std::io::Error,
+}
+
+/// Starts the request_log writer, when one is configured.
+pub(super) async fn records(
+    config: &Config, metrics: &Metrics,
+) -> Result<Option<Records>, RecordsOpen> {
+    let (Some(log), Some(counters)) = (&config.request_log, &metrics.records) else {
+        return Ok(None);
+    };
+    let (target, path) = match &log.path {
+        RecordPath::Stdout => (Target::Stdout, "-".to_owned()),
+        RecordPath::File(path) => (Target::File(path.clone()), path.display().to_string()),
+    };
+    let refused = |source| RecordsOpen {
+        path: path.clone(),
+        source,
+    };
+    let (writer, opened) =
+        RecordWriter::start(target, log.queue, counters.clone()).map_err(refused)?;
+    let waited = tokio::task::spawn_blocking(move || opened.wait(RECORDS_OPEN_WAIT)).await;
+    match waited {
+        Ok(Some(Err(source))) => return Err(refused(source)),
+        Ok(None) => tracing::warn!(
+            path,
+            "request_log.path is not open after 1s (a FIFO no one reads yet? a hung mount?): serving on; \
+             records wait in the queue, then are dropped and counted, until it opens"
+        ),
+        Ok(Some(Ok(()))) | Err(_) => {}
+    }
+    Ok(Some(Records {
+        writer: Arc::new(writer),
+        gaps: log.gaps,
+        max_gaps: log.max_gaps,
+    }))
 }
 
 impl crate::net::admin::Reload for Reloader {

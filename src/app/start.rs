@@ -2,11 +2,9 @@
 //! started with it, `traces:`), then both ports bound and served.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use crate::config::{Config, RecordPath};
+use crate::config::Config;
 use crate::decode::tokenizer::Tokenizers;
-use crate::logging::records::{RecordWriter, Target};
 use crate::net::admin::MetricsPort;
 use crate::net::fleet::{FleetPage, Prometheus};
 use crate::net::server::{BindError, Listeners, ProxyPort};
@@ -14,14 +12,13 @@ use crate::proxy::models::ModelList;
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
 use crate::record::conversations::Conversations;
-use crate::record::emit::Records;
 use crate::record::live::Live;
 use crate::record::metrics::Metrics;
 use crate::record::trace::{self, Tracing};
 use crate::shutdown::{Count, Shutdown};
 use crate::tap::exchange::ExchangeContext;
 
-use super::reload::{settings, Parts, Reloader};
+use super::reload::{records, settings, Parts, RecordsOpen, Reloader};
 use super::running::Running;
 
 #[derive(Debug, thiserror::Error)]
@@ -34,11 +31,8 @@ pub enum StartError {
     Tokenizer(#[from] crate::config::ConfigError),
     #[error("upstream TLS: {0}")]
     Tls(#[from] upstream::TlsSetupError),
-    #[error("request_log.path: cannot open {path} for appending: {source}")]
-    RequestLog {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("{0}")]
+    RequestLog(#[from] RecordsOpen),
     /// The configuration's series limit is above `metrics.max_series`; the message names the product.
     #[error("{0}")]
     SeriesBudget(String),
@@ -148,42 +142,4 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         snapshot_task,
         live,
     })
-}
-
-/// How long start waits for the request_log path to open before it serves without it: a path that
-/// cannot be opened is refused at start, one whose open blocks (a FIFO no one reads) is not waited for.
-const RECORDS_OPEN_WAIT: Duration = Duration::from_secs(1);
-
-/// Starts the request_log writer, when one is configured.
-pub(super) async fn records(
-    config: &Config, metrics: &Metrics,
-) -> Result<Option<Records>, StartError> {
-    let (Some(log), Some(counters)) = (&config.request_log, &metrics.records) else {
-        return Ok(None);
-    };
-    let (target, path) = match &log.path {
-        RecordPath::Stdout => (Target::Stdout, "-".to_owned()),
-        RecordPath::File(path) => (Target::File(path.clone()), path.display().to_string()),
-    };
-    let refused = |source| StartError::RequestLog {
-        path: path.clone(),
-        source,
-    };
-    let (writer, opened) =
-        RecordWriter::start(target, log.queue, counters.clone()).map_err(refused)?;
-    let waited = tokio::task::spawn_blocking(move || opened.wait(RECORDS_OPEN_WAIT)).await;
-    match waited {
-        Ok(Some(Err(source))) => return Err(refused(source)),
-        Ok(None) => tracing::warn!(
-            path,
-            "request_log.path is not open after 1s (a FIFO no one reads yet? a hung mount?): serving on; \
-             records wait in the queue, then are dropped and counted, until it opens"
-        ),
-        Ok(Some(Ok(()))) | Err(_) => {}
-    }
-    Ok(Some(Records {
-        writer: Arc::new(writer),
-        gaps: log.gaps,
-        max_gaps: log.max_gaps,
-    }))
 }
