@@ -449,3 +449,72 @@ fn the_binary_reloads_on_sighup_and_its_log_level_follows() {
         "{log}"
     );
 }
+
+/// A real Prometheus scraping across a reload that changes the TTFT ceiling (skipped, with a message,
+/// when `prometheus` is not on PATH, as `tests/prometheus.rs` is): the families the ceiling bounds take
+/// the new boundary and Prometheus sees no counter reset in them, so the shipped ratio rule keeps its
+/// denominator; its numerator counts the requests after the reload, each judged by the new ceiling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_a_real_prometheus_a_ceiling_change_resets_no_series_and_the_ratio_rule_counts_on()
+{
+    if !prometheus_installed("through_a_real_prometheus_*") {
+        return;
+    }
+    let upstream = support::upstream(|_| {
+        let mut steps = content_stream(2, ms(1));
+        steps.insert(2, Step::Sleep(ms(20)));
+        steps
+    })
+    .await;
+    let path = config_file("prometheus");
+    let text = yaml(&upstream.url(), "slo: {ttft: 9s}\n");
+    let running = start_from(&path, &text).await;
+    let client = client();
+    // Paced across several scrapes, so the violations' series (new at the reload) is seen growing.
+    let load = |n: usize| {
+        let client = client.clone();
+        let requests: Vec<_> = (0..n)
+            .map(|_| post(&running, "/v1/chat/completions", &chat_request("m")))
+            .collect();
+        async move {
+            for request in requests {
+                assert_eq!(send(&client, request).await.status, 200);
+                tokio::time::sleep(ms(150)).await;
+            }
+        }
+    };
+    load(20).await;
+    let mut prom = Prometheus::start(&[running.metrics_addr().port()]);
+    let total = "sum(tokentap_requests_total)";
+    prom.wait_until("the first load scraped", total, |v| v == 20.0)
+        .await;
+    let reloaded = reload(&running, &path, &text.replace("ttft: 9s", "ttft: 5ms")).await;
+    assert!(matches!(reloaded, Reloaded::Applied { .. }), "{reloaded:?}");
+    load(20).await;
+    prom.wait_until("the second load scraped", total, |v| v == 40.0)
+        .await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    let resets = prom
+        .query("sum(resets(tokentap_time_to_first_token_seconds_count[5m]))")
+        .await;
+    assert_eq!(resets.len(), 1);
+    assert_eq!(resets[0].1, 0.0, "no reset of _count across the reload");
+    let count = prom
+        .query("sum(tokentap_time_to_first_token_seconds_count)")
+        .await;
+    assert_eq!(count[0].1, 40.0);
+    let les = prom
+        .query("count by (le) (tokentap_time_to_first_token_seconds_bucket)")
+        .await;
+    let les: Vec<&str> = les.iter().filter_map(|(l, _)| l["le"].as_str()).collect();
+    assert!(les.contains(&"0.005") && !les.contains(&"9"), "{les:?}");
+    // Prometheus started after the first 20 (they met 9 s); the 20 in its window, after the reload, all
+    // missed 5 ms: the rule's ratio is near one (under it by `rate()`'s extrapolation of the misses'
+    // series, which appeared in the window), and never above it.
+    let ratio = prom
+        .query_model("model:tokentap_slo_violations_ttft:ratio_rate5m")
+        .await;
+    assert!(ratio > 0.5 && ratio <= 1.0, "TTFT misses ratio: {ratio}");
+    let _ = std::fs::remove_file(path);
+}
