@@ -38,6 +38,6 @@ pub mod scripted;
 pub mod shutdown;
 pub mod tap;
 
-pub use app::{run, start, Running, StartError};
+pub use app::{run, start, Reloaded, Running, Source, StartError};
 pub use config::Config;
 pub use shutdown::Drained;

@@ -38,6 +38,7 @@ mod prometheus;
 mod properties;
 mod records;
 mod records_faults;
+mod reload;
 mod replicas;
 mod report;
 mod report_proxy;

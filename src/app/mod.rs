@@ -6,10 +6,12 @@
 //! `127.0.0.1:0`; [`run`] is the binary's main loop, which ends with a graceful shutdown
 //! ([`Running::shutdown`], see `shutdown.rs`).
 
+mod reload;
 mod run;
 mod running;
 mod start;
 
+pub use reload::{changes, Reloaded, Source, LIVE};
 pub use run::run;
 pub use running::Running;
 pub use start::{start, StartError};

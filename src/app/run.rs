@@ -1,4 +1,5 @@
-//! The binary's main loop: start, serve until SIGTERM or SIGINT, then shut down gracefully.
+//! The binary's main loop: start, reload the config at each SIGHUP, serve until SIGTERM or SIGINT, then
+//! shut down gracefully.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -6,18 +7,25 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::net::signals::{shutdown_signal, Hangups};
 
+use super::reload::Source;
 use super::start::{start, StartError};
 
 /// Runs until SIGTERM or SIGINT, then shuts down gracefully (see
-/// [`Running::shutdown`](super::Running::shutdown)).
-pub async fn run(config: &Config) -> Result<(), StartError> {
+/// [`Running::shutdown`](super::Running::shutdown)); each SIGHUP reloads the config from `source`.
+pub async fn run(config: &Config, source: Source) -> Result<(), StartError> {
     let signalled = shutdown_signal();
     let hangups = Hangups::listen();
+    if let Err(e) = crate::logging::set_level(config.log_level.as_deref()) {
+        tracing::warn!(%e, "log_level: the log's filter was not set");
+    }
     let running = Arc::new(start(config).await?);
-    let reopening = running.clone();
-    hangups.reopen(move || {
-        reopening.reopen_records();
-        reopening.records.is_some()
+    running.reload_from(source);
+    let reloading = running.clone();
+    hangups.reload(move || {
+        let running = reloading.clone();
+        async move {
+            running.reload().await;
+        }
     });
     tracing::info!(
         listen = %running.proxy_addr(),

@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::logging::records::RecordWriter;
+use crate::config::Config;
 use crate::record::live::Live;
 use crate::record::metrics::Metrics;
-use crate::record::trace::SpanExporter;
 use crate::shutdown::{self, Count, Drained, Phase, Shutdown};
 use crate::tap::exchange::ExchangeContext;
+
+use super::reload::{Reloaded, Reloader, Source};
 
 /// A running tokentap. Dropping it stops the listeners (connections already open finish on their own).
 pub struct Running {
@@ -20,10 +21,9 @@ pub struct Running {
     pub(super) metrics_addr: SocketAddr,
     pub(super) context: Arc<ExchangeContext>,
     pub(super) metrics: Arc<Metrics>,
-    /// The request_log writer, when `request_log:` is on.
-    pub(super) records: Option<Arc<RecordWriter>>,
-    /// The span exporter, when `traces:` is on.
-    pub(super) spans: Option<Arc<SpanExporter>>,
+    /// The config's reloads, and what they replace (the request_log writer, the span exporter, the
+    /// model list's fetcher).
+    pub(super) reloader: Arc<Reloader>,
     pub(super) shutdown: Shutdown,
     pub(super) grace: Duration,
     /// Client connections open on the proxy port.
@@ -33,8 +33,6 @@ pub struct Running {
     /// The live page's snapshots (`ui.enabled`).
     pub(super) snapshot_task: Option<JoinHandle<()>>,
     pub(super) live: Option<Arc<Live>>,
-    /// The upstream's model list, fetched in the background (`model_list.enabled`).
-    pub(super) model_list_task: Option<JoinHandle<()>>,
 }
 
 impl Running {
@@ -58,14 +56,15 @@ impl Running {
 
     /// The request_log file is to be opened again before its next record (after logrotate renamed it).
     pub fn reopen_records(&self) {
-        if let Some(records) = &self.records {
+        if let Some(records) = &self.reloader.parts().records {
             records.reopen();
         }
     }
 
     /// Waits (at most `limit`) until every request record queued so far is written.
     pub fn flush_records(&self, limit: Duration) {
-        if let Some(records) = &self.records {
+        let records = self.reloader.parts().records.clone();
+        if let Some(records) = records {
             records.flush(limit);
         }
     }
@@ -73,9 +72,31 @@ impl Running {
     /// Sends the spans queued so far to the collector (`traces:`), waiting at most `limit`; those still
     /// queued then are dropped and counted (`reason="shutdown"`).
     pub async fn flush_spans(&self, limit: Duration) {
-        if let Some(spans) = &self.spans {
+        let spans = self.reloader.parts().spans.clone();
+        if let Some(spans) = spans {
             spans.flush(limit).await;
         }
+    }
+
+    /// Whether `request_log:` is on.
+    pub fn has_records(&self) -> bool {
+        self.reloader.parts().records.is_some()
+    }
+
+    /// Where a reload reads the config from (the binary: the config file, with the command line's
+    /// overrides); without it, [`Running::reload`] fails.
+    pub fn reload_from(&self, source: Source) {
+        self.reloader.read_from(source);
+    }
+
+    /// Reads the config again and applies what can change live, or nothing (SIGHUP does this).
+    pub async fn reload(&self) -> Reloaded {
+        self.reloader.reload().await
+    }
+
+    /// Applies `config` as a reload that read it would (`Err`: a file that failed to read or check).
+    pub async fn reload_with(&self, config: Result<Config, String>) -> Reloaded {
+        self.reloader.apply(config).await
     }
 
     /// Takes a snapshot for the live page now, as each `ui.interval` does (for tests that need a history
@@ -105,10 +126,10 @@ impl Running {
             task.abort();
         }
         self.metrics_task.abort();
-        for task in [&self.snapshot_task, &self.model_list_task]
-            .into_iter()
-            .flatten()
-        {
+        if let Some(task) = &self.snapshot_task {
+            task.abort();
+        }
+        if let Some(task) = self.reloader.parts().model_list_task.take() {
             task.abort();
         }
     }

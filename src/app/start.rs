@@ -2,11 +2,9 @@
 //! started with it, `traces:`), then both ports bound and served.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use crate::config::{Config, RecordPath};
+use crate::config::Config;
 use crate::decode::tokenizer::Tokenizers;
-use crate::logging::records::{RecordWriter, Target};
 use crate::net::admin::MetricsPort;
 use crate::net::fleet::{FleetPage, Prometheus};
 use crate::net::server::{BindError, Listeners, ProxyPort};
@@ -14,15 +12,13 @@ use crate::proxy::models::ModelList;
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
 use crate::record::conversations::Conversations;
-use crate::record::emit::{Emitter, Records};
 use crate::record::live::Live;
-use crate::record::meter::MeterContext;
 use crate::record::metrics::Metrics;
 use crate::record::trace::{self, Tracing};
 use crate::shutdown::{Count, Shutdown};
-use crate::tap::exchange::{ExchangeContext, Readers};
-use crate::tap::identity::Identify;
+use crate::tap::exchange::ExchangeContext;
 
+use super::reload::{records, settings, Parts, RecordsOpen, Reloader};
 use super::running::Running;
 
 #[derive(Debug, thiserror::Error)]
@@ -35,11 +31,8 @@ pub enum StartError {
     Tokenizer(#[from] crate::config::ConfigError),
     #[error("upstream TLS: {0}")]
     Tls(#[from] upstream::TlsSetupError),
-    #[error("request_log.path: cannot open {path} for appending: {source}")]
-    RequestLog {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("{0}")]
+    RequestLog(#[from] RecordsOpen),
     /// The configuration's series limit is above `metrics.max_series`; the message names the product.
     #[error("{0}")]
     SeriesBudget(String),
@@ -62,27 +55,14 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let metrics = Arc::new(metrics);
     let tracing = Tracing::start(config, metrics.spans.clone())?;
     let spans = tracing.as_ref().map(|t| t.exporter.clone());
-    let mut emitter = Emitter::new(metrics.clone(), records);
-    if let Some(tracing) = tracing {
-        emitter = emitter.with_spans(tracing);
-    }
-    let meter = Arc::new(MeterContext {
-        metrics: metrics.clone(),
-        slo: config.slo.clone(),
-        conversations: Conversations::new(
-            config.conversations.max_turns,
-            config.conversations.idle,
-        ),
-        emitter,
-    });
-    let context = Arc::new(ExchangeContext {
-        meter,
-        metering: config.metering.clone(),
+    let conversations =
+        Conversations::new(config.conversations.max_turns, config.conversations.idle).map(Arc::new);
+    let settings = settings(config, &metrics, conversations.clone(), records, tracing);
+    let context = Arc::new(ExchangeContext::new(
+        settings,
+        config.metering.clone(),
         tokenizers,
-        requests: Count::default(),
-        identify: Identify::new(config.tenants.as_ref()).with_traces(spans.is_some()),
-        readers: Readers::default(),
-    });
+    ));
     let upstream = upstream::Upstream::new(config, metrics.upstream.clone())?;
     let model_list = match config.model_list.enabled {
         true => Some(ModelList::new(config, metrics.served.clone())?),
@@ -121,6 +101,19 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             .ok(),
         _ => None,
     };
+    let model_list_task = model_list.map(|list| tokio::spawn(list.run()));
+    let parts = Parts {
+        records: writer,
+        spans,
+        model_list_task,
+    };
+    let reloader = Arc::new(Reloader::new(
+        config,
+        context.clone(),
+        metrics.clone(),
+        conversations,
+        parts,
+    ));
     let metrics_port = MetricsPort {
         metrics: metrics.clone(),
         shutdown: shutdown.clone(),
@@ -129,9 +122,9 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         timeouts: config.timeouts.clone(),
         max_connections: config.limits.max_metrics_connections,
         allowed_hosts: config.metrics.allowed_hosts.clone(),
+        reload: Some(reloader.clone()),
     };
     let serving = listeners.serve(proxy_port, metrics_port);
-    let model_list_task = model_list.map(|list| tokio::spawn(list.run()));
     let snapshot_task = live
         .clone()
         .map(|live| tokio::spawn(live.run(metrics.clone())));
@@ -140,8 +133,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         metrics_addr,
         context,
         metrics,
-        records: writer,
-        spans,
+        reloader,
         shutdown,
         grace: config.shutdown_grace,
         connections,
@@ -149,42 +141,5 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         metrics_task: serving.metrics,
         snapshot_task,
         live,
-        model_list_task,
     })
-}
-
-/// How long start waits for the request_log path to open before it serves without it: a path that
-/// cannot be opened is refused at start, one whose open blocks (a FIFO no one reads) is not waited for.
-const RECORDS_OPEN_WAIT: Duration = Duration::from_secs(1);
-
-/// Starts the request_log writer, when one is configured.
-async fn records(config: &Config, metrics: &Metrics) -> Result<Option<Records>, StartError> {
-    let (Some(log), Some(counters)) = (&config.request_log, &metrics.records) else {
-        return Ok(None);
-    };
-    let (target, path) = match &log.path {
-        RecordPath::Stdout => (Target::Stdout, "-".to_owned()),
-        RecordPath::File(path) => (Target::File(path.clone()), path.display().to_string()),
-    };
-    let refused = |source| StartError::RequestLog {
-        path: path.clone(),
-        source,
-    };
-    let (writer, opened) =
-        RecordWriter::start(target, log.queue, counters.clone()).map_err(refused)?;
-    let waited = tokio::task::spawn_blocking(move || opened.wait(RECORDS_OPEN_WAIT)).await;
-    match waited {
-        Ok(Some(Err(source))) => return Err(refused(source)),
-        Ok(None) => tracing::warn!(
-            path,
-            "request_log.path is not open after 1s (a FIFO no one reads yet? a hung mount?): serving on; \
-             records wait in the queue, then are dropped and counted, until it opens"
-        ),
-        Ok(Some(Ok(()))) | Err(_) => {}
-    }
-    Ok(Some(Records {
-        writer: Arc::new(writer),
-        gaps: log.gaps,
-        max_gaps: log.max_gaps,
-    }))
 }

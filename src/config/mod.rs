@@ -77,6 +77,9 @@ pub struct Config {
     /// After SIGTERM/SIGINT, how long in-flight requests may run on before they are cut.
     #[serde(with = "values::duration")]
     pub shutdown_grace: Duration,
+    /// The log's filter (`info`, `warn`, `info,tokentap=debug`: `RUST_LOG`'s syntax); `None`:
+    /// `RUST_LOG`, else `info`. A reload applies it.
+    pub log_level: Option<String>,
     #[serde(deserialize_with = "section")]
     pub metering: Metering,
     #[serde(deserialize_with = "section")]
@@ -134,6 +137,9 @@ pub struct MetricsOptions {
     /// `/readyz` answer every host.
     #[serde(deserialize_with = "values::lowercase")]
     pub allowed_hosts: Vec<String>,
+    /// `POST /-/reload` on the metrics port reloads the config, as SIGHUP does (off: that port
+    /// answers anyone who reaches it).
+    pub enable_reload: bool,
 }
 
 /// Histogram boundaries in seconds (`output_tokens_per_second`: tokens/s).
@@ -240,6 +246,7 @@ impl Default for Config {
             timeouts: Timeouts::default(),
             limits: Limits::default(),
             shutdown_grace: Duration::from_secs(30),
+            log_level: None,
             metering: Metering::default(),
             metrics: MetricsOptions::default(),
             buckets: Buckets::default(),
@@ -270,6 +277,7 @@ impl Default for MetricsOptions {
             model_idle: Some(Duration::from_secs(3600)),
             max_series: MetricsOptions::DEFAULT_MAX_SERIES,
             allowed_hosts: Vec::new(),
+            enable_reload: false,
         }
     }
 }
@@ -314,6 +322,12 @@ impl Config {
         parse_upstream(&self.upstream.to_string())?;
         if let Some(path) = &self.upstream_ca_file {
             check_readable_file("upstream_ca_file", path)?;
+        }
+        if let Some(level) = &self.log_level {
+            if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(level) {
+                let reason = format!("{e} (RUST_LOG's syntax: info, warn, info,tokentap=debug)");
+                return Err(invalid("log_level", "filter", level, reason));
+            }
         }
         if self.max_models == 0 {
             return Err(invalid("max_models", "value", "0", "must be at least 1"));

@@ -34,7 +34,33 @@ pub fn dropped_lines() -> u64 {
     REFUSED.load(Ordering::Relaxed) + overflowed
 }
 
-/// Installs the process-wide subscriber: `RUST_LOG` filter (default `info`), colour only on a terminal.
+/// Replaces the installed subscriber's filter; set once by [`init`].
+type SetFilter = Box<dyn Fn(tracing_subscriber::EnvFilter) -> Result<(), String> + Send + Sync>;
+static FILTER: OnceLock<SetFilter> = OnceLock::new();
+
+/// The filter `log_level` names; `None`: `RUST_LOG`, else `info`.
+fn filter_of(level: Option<&str>) -> Result<tracing_subscriber::EnvFilter, String> {
+    let builder = tracing_subscriber::EnvFilter::builder();
+    match level {
+        Some(level) => builder.parse(level).map_err(|e| e.to_string()),
+        None => Ok(tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))),
+    }
+}
+
+/// Makes `level` (the config's `log_level`; `None`: `RUST_LOG`, else `info`) the log's filter, at start
+/// and at each reload. False when no subscriber was installed (a process that never called [`init`]:
+/// the tests that run the proxy in-process).
+pub fn set_level(level: Option<&str>) -> Result<bool, String> {
+    let Some(set) = FILTER.get() else {
+        return Ok(false);
+    };
+    set(filter_of(level)?)?;
+    Ok(true)
+}
+
+/// Installs the process-wide subscriber: `RUST_LOG` filter (default `info`; [`set_level`] replaces
+/// it), colour only on a terminal.
 /// Keep the returned guard until the process exits: dropping it writes out what is still queued
 /// (waiting at most a second for a stalled reader).
 pub fn init() -> WorkerGuard {
@@ -44,9 +70,8 @@ pub fn init() -> WorkerGuard {
         .thread_name("tokentap-log")
         .finish(Stderr::new(io::stderr()));
     let _ = OVERFLOWED.set(writer.error_counter());
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let filter = filter_of(None).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .fmt_fields(fields::Fields)
         .with_timer(fields::Timestamp)
@@ -55,7 +80,12 @@ pub fn init() -> WorkerGuard {
         // Its own report of a failed write goes to the same stderr with `eprintln!`, which panics
         // when stderr is gone: the failure is counted instead.
         .log_internal_errors(false)
-        .init();
+        .with_filter_reloading();
+    let handle = builder.reload_handle();
+    let _ = FILTER.set(Box::new(move |filter| {
+        handle.reload(filter).map_err(|e| e.to_string())
+    }));
+    builder.init();
     guard
 }
 

@@ -1,7 +1,9 @@
 //! The metrics port's endpoints, tokentap's own answers: `/metrics` (the Prometheus page), `/healthz`
 //! (the process is up), `/readyz` (503 once a shutdown has begun, so a load balancer stops sending), and,
 //! unless `ui.enabled` is false, the live page `/`, its JSON `/api/v1/live` and, with `ui.prometheus`,
-//! the fleet's table `/api/v1/fleet` (`ui/`, `fleet.rs`).
+//! the fleet's table `/api/v1/fleet` (`ui/`, `fleet.rs`); with `metrics.enable_reload`, `POST /-/reload`
+//! reloads the config as SIGHUP does (off by default, as Prometheus's `--web.enable-lifecycle`: this
+//! port answers anyone who reaches it).
 //!
 //! The port binds every interface by default, so what a client can hold here is bounded like the proxy
 //! port: at most `limits.max_metrics_connections` connections, the oldest idle one closed to make room
@@ -23,6 +25,8 @@
 //! the scrape.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -57,7 +61,21 @@ pub struct MetricsPort {
     pub max_connections: usize,
     /// `metrics.allowed_hosts`, lowercase; empty: any `Host`.
     pub allowed_hosts: Vec<String>,
+    /// What `POST /-/reload` calls (the app's reloader).
+    pub reload: Option<Arc<dyn Reload>>,
 }
+
+/// A config reload, as `POST /-/reload` asks for it (the app's reloader implements it: this stage
+/// cannot reach the app).
+pub trait Reload: Send + Sync {
+    /// `metrics.enable_reload`, as the config running now says.
+    fn enabled(&self) -> bool;
+    /// Reloads the config; whether it was applied, and what the log says of it.
+    fn reload(&self) -> Pin<Box<dyn Future<Output = (bool, String)> + Send + '_>>;
+}
+
+/// The path of the reload endpoint (Prometheus's).
+const RELOAD_PATH: &str = "/-/reload";
 
 /// Connections kept apart for `/healthz` and `/readyz`, taken only when every one of
 /// `limits.max_metrics_connections` is busy: room for a kubelet's liveness, readiness and startup probes
@@ -176,6 +194,33 @@ impl MetricsPort {
         &self.metrics.refusals.metrics_port
     }
 
+    /// `POST /-/reload`: the reload's result as the body, 200 when it was applied, 500 when not (the
+    /// file failed, or changed what needs a restart), 403 while `metrics.enable_reload` is off; any
+    /// other method 405.
+    async fn reload(&self, method: &Method) -> Response<Full<Bytes>> {
+        let text = |status, body: String| plain(status, "text/plain", Bytes::from(body));
+        if method != Method::POST {
+            let mut response = text(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "only POST reloads the config\n".into(),
+            );
+            let allow = HeaderValue::from_static("POST");
+            response.headers_mut().insert(header::ALLOW, allow);
+            return response;
+        }
+        let Some(reload) = self.reload.as_ref().filter(|r| r.enabled()) else {
+            let body =
+                "reloading by POST is off: set metrics.enable_reload: true (or send SIGHUP)\n";
+            return text(StatusCode::FORBIDDEN, body.into());
+        };
+        let (applied, said) = reload.reload().await;
+        let status = match applied {
+            true => StatusCode::OK,
+            false => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        text(status, format!("{said}\n"))
+    }
+
     /// Whether `request` names a host this port answers: any without `metrics.allowed_hosts`.
     fn host_allowed(&self, request: &Request<Incoming>) -> bool {
         if self.allowed_hosts.is_empty() {
@@ -206,6 +251,9 @@ impl MetricsPort {
                 "text/plain",
                 Bytes::from_static(body.as_bytes()),
             );
+        }
+        if path == RELOAD_PATH {
+            return self.reload(request.method()).await;
         }
         if let (true, Some(live)) = (get, &self.live) {
             let answer = match path {

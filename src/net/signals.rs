@@ -1,12 +1,13 @@
 //! The signals an operator sends: SIGTERM and SIGINT start a graceful shutdown ([`shutdown_signal`]);
 //! SIGHUP, which operators and logrotate send by habit and whose default action kills the process, is
-//! taken over at once and reopens the request_log file ([`Hangups`]), never stopping the proxy.
+//! taken over at once and reloads the config, which reopens the request_log file too ([`Hangups`]),
+//! never stopping the proxy.
 
 use std::future::Future;
 
 /// SIGHUP, taken over for the life of the process: its default action kills the process, and
-/// operators and logrotate send it by habit. It reopens the request_log file (logrotate's `create`
-/// mode) and never stops the proxy.
+/// operators and logrotate send it by habit. It reloads the config (and so reopens the request_log
+/// file, logrotate's `create` mode) and never stops the proxy.
 pub struct Hangups {
     #[cfg(unix)]
     signal: Option<tokio::signal::unix::Signal>,
@@ -32,21 +33,21 @@ impl Hangups {
         Hangups {}
     }
 
-    /// From now on, each SIGHUP calls `reopen` (which reopens the request_log file and says whether
-    /// there is one) and is logged.
-    pub fn reopen(self, reopen: impl Fn() -> bool + Send + 'static) {
+    /// From now on, each SIGHUP runs `reload` to its end (the reload logs what it did); hangups that
+    /// arrive meanwhile make one more run, not one each.
+    pub fn reload<F, R>(self, reload: F)
+    where
+        F: Fn() -> R + Send + 'static,
+        R: Future<Output = ()> + Send,
+    {
         #[cfg(not(unix))]
-        let _ = reopen;
+        let _ = reload;
         #[cfg(unix)]
         if let Some(mut hangups) = self.signal {
             tokio::spawn(async move {
                 while hangups.recv().await.is_some() {
-                    match reopen() {
-                        true => tracing::info!("SIGHUP received: request_log file reopened"),
-                        false => tracing::info!(
-                            "SIGHUP received: nothing to reopen (no request_log; the log is stderr)"
-                        ),
-                    }
+                    tracing::info!("SIGHUP received: reloading the config");
+                    reload().await;
                 }
             });
         }

@@ -27,13 +27,15 @@ use crate::record::outcome::{classify, End, Seen};
 use crate::record::timeline::{Mark, Timeline};
 use crate::record::trace::TraceContext;
 
-/// What every request's meter is given.
+/// What every request's meter is given: the part of the config a reload may change (the ceilings, the
+/// emitter's sinks) beside what outlives a reload (the metrics, the conversations). A request is given
+/// the one current at its admission and finishes under it (`tap/exchange.rs`).
 pub struct MeterContext {
     pub metrics: Arc<Metrics>,
     /// The SLO ceilings: default, per model, per tenant.
     pub slo: Slo,
     /// The turns seen, to recognise conversations; `None`: `conversations.max_turns: 0`.
-    pub conversations: Option<Conversations>,
+    pub conversations: Option<Arc<Conversations>>,
     /// Where a finished request goes.
     pub emitter: Emitter,
 }
@@ -92,8 +94,8 @@ pub struct Ending<'a> {
     pub trace: Option<&'a TraceContext>,
 }
 
+/// One request's meter; each call is given the [`MeterContext`] the request was admitted under.
 pub struct Meter {
-    context: Arc<MeterContext>,
     api: Api,
     timeline: Timeline,
     status: Option<StatusCode>,
@@ -108,12 +110,11 @@ pub struct Meter {
 
 impl Meter {
     /// A request to `api` whose head arrived at `arrive`.
-    pub fn begin(context: Arc<MeterContext>, api: Api, arrive: Instant) -> Self {
+    pub fn begin(context: &MeterContext, api: Api, arrive: Instant) -> Self {
         let in_flight = context.metrics.in_flight(api);
         in_flight.inc();
         let gaps = (context.emitter.gaps()).map(|(list, cap)| Gaps::new(list, cap));
         Meter {
-            context,
             api,
             timeline: Timeline::new(arrive),
             status: None,
@@ -136,15 +137,17 @@ impl Meter {
     }
 
     /// A frame the decoder read `read` in passed at `now`.
-    pub fn on_frame(&mut self, read: &Read<'_>, names: &Names<'_>, now: Instant) {
+    pub fn on_frame(
+        &mut self, context: &MeterContext, read: &Read<'_>, names: &Names<'_>, now: Instant,
+    ) {
         if read.ended && self.ended.is_none() {
             self.ended = Some(now);
         }
         for &choice in read.outputs {
             match self.timeline.on_output(choice, now) {
-                Mark::First(ttft) => self.observe(names, Figure::Ttft, ttft.as_secs_f64()),
+                Mark::First(ttft) => self.observe(context, names, Figure::Ttft, ttft.as_secs_f64()),
                 Mark::Gap(gap) => {
-                    let (series, _, context) = self.series_mut(names);
+                    let (series, _) = self.series_mut(context, names);
                     series.observe_gap(&context.metrics, gap.as_secs_f64());
                     if let Some(gaps) = &mut self.gaps {
                         gaps.push(gap);
@@ -156,29 +159,33 @@ impl Meter {
         if read.answered {
             if let Some(answer) = self.timeline.on_answer(now, read.reasoning_first) {
                 let wait = answer.time_to_first_answer.as_secs_f64();
-                self.observe(names, Figure::TimeToFirstAnswer, wait);
+                self.observe(context, names, Figure::TimeToFirstAnswer, wait);
                 if let Some(time) = answer.reasoning_time {
-                    self.observe(names, Figure::ReasoningTime, time.as_secs_f64());
+                    let time = time.as_secs_f64();
+                    self.observe(context, names, Figure::ReasoningTime, time);
                 }
             }
         }
         if read.tool_called {
             if let Some(wait) = self.timeline.on_tool_call(now) {
-                self.observe(names, Figure::TimeToFirstToolCall, wait.as_secs_f64());
+                let wait = wait.as_secs_f64();
+                self.observe(context, names, Figure::TimeToFirstToolCall, wait);
             }
         }
     }
 
-    fn observe(&mut self, names: &Names<'_>, figure: Figure, value: f64) {
-        let (series, _, context) = self.series_mut(names);
+    fn observe(&mut self, context: &MeterContext, names: &Names<'_>, figure: Figure, value: f64) {
+        let (series, _) = self.series_mut(context, names);
         series.observe(&context.metrics, figure, value);
     }
 
     /// The request's series and ceilings, resolved the first time they are needed ([`Metrics::model_label`]
     /// says which model name takes a place: one the upstream lists, else, when it lists nothing, one
-    /// answered 2xx). The context comes back beside them, for observing.
-    fn series_mut(&mut self, names: &Names<'_>) -> (&mut Series, &Ceilings, &MeterContext) {
-        let (context, api) = (&self.context, self.api);
+    /// answered 2xx).
+    fn series_mut(
+        &mut self, context: &MeterContext, names: &Names<'_>,
+    ) -> (&mut Series, &Ceilings) {
+        let api = self.api;
         let confirmed = self.status.is_some_and(|s| s.is_success());
         let (series, ceilings) = self.series.get_or_insert_with(|| {
             let metrics = &context.metrics;
@@ -189,25 +196,25 @@ impl Meter {
                 (context.slo).ceilings_for_request(&series.model, series.tenant.as_deref());
             (series, ceilings)
         });
-        (series, ceilings, context)
+        (series, ceilings)
     }
 
     /// The request ended: what the decoder read last is read at t_end, the outcome classified, the
     /// record concluded, the request placed in its conversation and emitted to every sink.
-    pub fn finish(mut self, ending: Ending<'_>, now: Instant) {
+    pub fn finish(mut self, context: &MeterContext, ending: Ending<'_>, now: Instant) {
         self.in_flight.dec();
         let t_end = t_end(ending.end, self.ended, now);
         if let End::Refused(_) = ending.end {
             self.timeline.on_head(None);
         }
-        self.on_frame(&ending.last, &ending.names, t_end);
+        self.on_frame(context, &ending.last, &ending.names, t_end);
         let seen = Seen {
             terminal_event: self.ended.is_some(),
             error_event: ending.report.as_ref().is_some_and(|r| r.error_event),
             request_body_idle: ending.request_body_idle,
         };
         let outcome = classify(ending.end, seen);
-        self.series_mut(&ending.names);
+        self.series_mut(context, &ending.names);
         let Some((series, ceilings)) = &self.series else {
             return;
         };
@@ -219,9 +226,9 @@ impl Meter {
             self.status,
             ceilings,
         );
-        let turn = self.place(&ending, t_end, now);
+        let turn = self.place(context, &ending, t_end, now);
         let gaps = self.gaps.as_ref().map(Gaps::summary).unwrap_or_default();
-        let emitter = &self.context.emitter;
+        let emitter = &context.emitter;
         emitter.emit(&Finished {
             who: ending.who,
             api: self.api,
@@ -238,9 +245,11 @@ impl Meter {
 
     /// The request's place in its conversation, once it ended at `t_end` (the think time before the
     /// next turn runs from there); `None` without a message list.
-    fn place(&self, ending: &Ending<'_>, t_end: Instant, now: Instant) -> Option<Turn> {
-        let conversations = self.context.conversations.as_ref()?;
-        let agents = &self.context.metrics.agents;
+    fn place(
+        &self, context: &MeterContext, ending: &Ending<'_>, t_end: Instant, now: Instant,
+    ) -> Option<Turn> {
+        let conversations = context.conversations.as_ref()?;
+        let agents = &context.metrics.agents;
         let turn = match ending.listed {
             Listed::List(list) => {
                 let arrive = self.timeline.arrive();

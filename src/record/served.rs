@@ -52,7 +52,7 @@ pub enum ListState {
 pub struct ServedModels {
     listed: RwLock<Listed>,
     /// Names always admitted: `model_list.names` and `slo.models`.
-    configured: HashSet<String>,
+    configured: RwLock<HashSet<String>>,
     /// Wakes the fetcher: a name the list lacks (or a pending one) got a 2xx.
     wanted: Notify,
     /// `tokentap_upstream_models_listed`: names in the upstream's last list; -1 while pending.
@@ -87,11 +87,20 @@ impl ServedModels {
         };
         ServedModels {
             listed: RwLock::new(listed),
-            configured: configured.map(str::to_owned).collect(),
+            configured: RwLock::new(configured.map(str::to_owned).collect()),
             wanted: Notify::new(),
             gauge,
             watchers: Mutex::default(),
         }
+    }
+
+    /// Makes `configured` the names always admitted (a reload's `model_list.names` and `slo.models`).
+    pub fn set_configured<'a>(&self, configured: impl Iterator<Item = &'a str>) {
+        let names = configured.map(str::to_owned).collect();
+        *self
+            .configured
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = names;
     }
 
     /// A fetcher will ask the upstream for its list: until it pushes an answer, only the configured
@@ -181,7 +190,11 @@ impl ServedModels {
     /// Whether `name` is listed by the upstream or named in the configuration (while pending or
     /// unlisted, only the configured names are).
     pub fn lists(&self, name: &str) -> bool {
-        if self.configured.contains(name) {
+        let configured = self
+            .configured
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        if configured.contains(name) {
             return true;
         }
         let listed = self.listed.read().unwrap_or_else(PoisonError::into_inner);

@@ -12,7 +12,7 @@
 //! before the server's chunked terminator) had the whole answer: that request is complete, and ends
 //! when the terminal event passed.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::SystemTime;
 
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
@@ -39,22 +39,56 @@ use crate::tap::list_read::ListRead;
 pub use crate::tap::list_read::{HeldBody, Readers};
 use crate::tap::RequestSeen;
 
-/// What every exchange is given: its meter's context, the metering bounds, the configured tokenizers,
-/// who sent a request, the readers of message lists, and the count of requests in flight a shutdown
-/// waits on.
+/// The part of the config a reload may change, as the requests see it: each request takes the one
+/// current at its admission (one `Arc` clone, [`ExchangeContext::settings`]) and finishes under it, so
+/// every request in flight is judged by the ceilings it started with and every later one by the new.
+pub struct Settings {
+    /// The meter's context: the ceilings and the sinks (with the metrics and the conversations, which
+    /// outlive a reload).
+    pub meter: MeterContext,
+    /// Reads each request's id and tenant (and, with `traces:`, the trace it joins).
+    pub identify: Identify,
+}
+
+/// What every exchange is given: the settings a reload may change, the metering bounds, the configured
+/// tokenizers, the readers of message lists, and the count of requests in flight a shutdown waits on.
 pub struct ExchangeContext {
-    pub meter: Arc<MeterContext>,
+    /// The one place that holds the live part of the config; replaced whole by a reload.
+    settings: RwLock<Arc<Settings>>,
     pub metering: Metering,
     pub tokenizers: Arc<Tokenizers>,
     /// Requests between t_arrive and t_end: what a shutdown waits for.
     pub requests: Count,
-    /// Reads each request's id and tenant.
-    pub identify: Identify,
     /// The threads large message lists are read on.
     pub readers: Readers,
 }
 
 impl ExchangeContext {
+    pub fn new(settings: Settings, metering: Metering, tokenizers: Arc<Tokenizers>) -> Self {
+        ExchangeContext {
+            settings: RwLock::new(Arc::new(settings)),
+            metering,
+            tokenizers,
+            requests: Count::default(),
+            readers: Readers::default(),
+        }
+    }
+
+    /// The settings current now (a request takes them once, at its admission).
+    pub fn settings(&self) -> Arc<Settings> {
+        (self.settings.read().unwrap_or_else(PoisonError::into_inner)).clone()
+    }
+
+    /// Makes `settings` current for the requests admitted from now on; those in flight keep theirs.
+    /// Returns the ones replaced.
+    pub fn replace(&self, settings: Settings) -> Arc<Settings> {
+        let mut current = self
+            .settings
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        std::mem::replace(&mut current, Arc::new(settings))
+    }
+
     /// A context that meters into `metrics` with `config`'s ceilings and bounds, and writes no record
     /// and recognises no conversation (for the taps' unit tests and the benchmarks).
     pub fn metering_only(config: &Config, metrics: Arc<Metrics>) -> Self {
@@ -64,19 +98,19 @@ impl ExchangeContext {
             conversations: None,
             emitter: Emitter::new(metrics, None),
         };
-        ExchangeContext {
-            meter: Arc::new(meter),
-            metering: config.metering.clone(),
-            tokenizers: Arc::new(Tokenizers::default()),
-            requests: Count::default(),
+        let settings = Settings {
+            meter,
             identify: Identify::new(None),
-            readers: Readers::default(),
-        }
+        };
+        let tokenizers = Arc::new(Tokenizers::default());
+        ExchangeContext::new(settings, config.metering.clone(), tokenizers)
     }
 }
 
 pub struct Exchange {
     context: Arc<ExchangeContext>,
+    /// The settings current at the request's admission, which it finishes under.
+    settings: Arc<Settings>,
     api: Api,
     method: Method,
     path: String,
@@ -108,9 +142,11 @@ impl Exchange {
         path: String, arrive: Instant, request_model: Arc<RequestSeen>,
     ) -> Self {
         let counted = context.requests.enter();
-        let meter = Meter::begin(context.meter.clone(), api, arrive);
+        let settings = context.settings();
+        let meter = Meter::begin(&settings.meter, api, arrive);
         Exchange {
             context,
+            settings,
             api,
             method,
             path,
@@ -132,7 +168,7 @@ impl Exchange {
     /// works, for the conversation this request continues (`list_read.rs` says where and how far).
     /// `None`: the body streams (too large to hold), so its list is not read.
     pub fn read_messages(&mut self, body: Option<HeldBody>) {
-        let recognising = self.context.meter.conversations.is_some();
+        let recognising = self.settings.meter.conversations.is_some();
         if !recognising || !messages::has_messages(self.api) {
             return;
         }
@@ -142,7 +178,7 @@ impl Exchange {
     /// Reads the request's id and tenant, and the trace it joins (`traces:`), from its head (the head
     /// itself is left as it is).
     pub fn identify(&mut self, headers: &HeaderMap) {
-        self.identity = Some(self.context.identify.of(headers));
+        self.identity = Some(self.settings.identify.of(headers));
     }
 
     /// The trace the request joins and its span's id, once its head was read (`traces:`): what
@@ -189,7 +225,8 @@ impl Exchange {
         decoder.feed(bytes, &mut self.marks);
         let read = decoder.read(&self.marks);
         let names = names(&self.request_model, Some(decoder), self.identity.as_ref());
-        self.meter.on_frame(&read, &names, now);
+        self.meter
+            .on_frame(&self.settings.meter, &read, &names, now);
         self.marks.clear();
     }
 
@@ -240,7 +277,7 @@ impl Exchange {
             response_id: decoder.and_then(|d| d.observations().response_id.as_deref()),
             trace: identity.and_then(|i| i.trace.as_ref()),
         };
-        self.meter.finish(ending, now);
+        self.meter.finish(&self.settings.meter, ending, now);
     }
 }
 

@@ -104,6 +104,17 @@ impl Metrics {
         self.get(family::REQUESTS.name, &labels)
     }
 
+    /// The values `label` takes on the samples of `name`, sorted, each once.
+    pub fn label_values(&self, name: &str, label: &str) -> Vec<String> {
+        let mut values: Vec<String> = (self.samples.iter())
+            .filter(|(n, _, _)| n == name)
+            .filter_map(|(_, l, _)| l.get(label).cloned())
+            .collect();
+        values.sort();
+        values.dedup();
+        values
+    }
+
     pub fn has(&self, name: &str, labels: &[(&str, &str)]) -> bool {
         self.samples.iter().any(|(n, l, _)| {
             n == name

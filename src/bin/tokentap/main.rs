@@ -332,8 +332,26 @@ fn execute(cli: Cli) -> Result<(), String> {
         None => {
             let config = load(&cli.proxy, Config::default)?;
             allocator::return_freed_memory();
+            // A reload reads the file again with the same flags over it, as at start.
+            let ProxyArgs {
+                config: file,
+                listen,
+                upstream,
+                metrics_listen,
+                ui,
+            } = cli.proxy;
+            let source: tokentap::Source = std::sync::Arc::new(move || {
+                let flags = ProxyArgs {
+                    config: file.clone(),
+                    listen,
+                    upstream: upstream.clone(),
+                    metrics_listen,
+                    ui,
+                };
+                load(&flags, Config::default)
+            });
             runtime()?
-                .block_on(tokentap::run(&config))
+                .block_on(tokentap::run(&config, source))
                 .map_err(|e| e.to_string())
         }
     }

@@ -205,14 +205,14 @@ fn model_idle_defaults_to_an_hour_and_never_or_zero_turns_retirement_off() {
         assert_eq!(c.metrics.model_idle, want, "{yaml}");
     }
     let want =
-        "metrics: unknown field `idle`, expected one of `model_idle`, `max_series`, `allowed_hosts` at line 1 column 11";
+        "metrics: unknown field `idle`, expected one of `model_idle`, `max_series`, `allowed_hosts`, `enable_reload` at line 1 column 11";
     assert_eq!(err("metrics: {idle: 1h}"), want);
 }
 
 #[test]
 fn unknown_key_at_top_level_is_named() {
     let want = "unknown field `lisen`, expected one of `listen`, `upstream`, `metrics_listen`, \
-         `upstream_ca_file`, `max_models`, `model_list`, `timeouts`, `limits`, `shutdown_grace`, `metering`, \
+         `upstream_ca_file`, `max_models`, `model_list`, `timeouts`, `limits`, `shutdown_grace`, `log_level`, `metering`, \
          `metrics`, `buckets`, `slo`, `tokenizers`, `tokenizer_dirs`, `request_log`, `tenants`, `ui`, `conversations`, `traces` at line 2 column 1";
     assert_eq!(err("listen: 0.0.0.0:1\nlisen: 0.0.0.0:2\n"), want);
 }

@@ -10,7 +10,7 @@
 //! goes at the next retirement after it ends). Retirement runs at each scrape and when a name needs a
 //! place and every one is taken.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use super::family::Label;
 use super::{Lookup, Metrics};
@@ -32,9 +32,12 @@ impl Metrics {
     /// one on its first 2xx.
     pub fn tenant_label(&self, tenant: Option<&str>, two_xx: bool) -> Option<Arc<str>> {
         let tenants = self.tenants.as_ref()?;
-        let admit = match self.tenants_allowed.is_empty() {
-            true => two_xx,
-            false => tenant.is_some_and(|t| self.tenants_allowed.contains(t)),
+        let admit = {
+            let allowed = (self.tenants_allowed.read()).unwrap_or_else(PoisonError::into_inner);
+            match allowed.is_empty() {
+                true => two_xx,
+                false => tenant.is_some_and(|t| allowed.contains(t)),
+            }
         };
         Some(match tenants.lookup(tenant, admit) {
             Lookup::Label(label) => label,

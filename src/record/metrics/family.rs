@@ -79,6 +79,8 @@ pub enum Label {
     Turn,
     /// What recognising a conversation found (`record::conversations::Lookup`).
     Lookup,
+    /// How something tokentap did came out, a fixed set named here (a config reload's).
+    Result(&'static [&'static str]),
 }
 
 impl Label {
@@ -93,7 +95,7 @@ impl Label {
             Label::TokenSource => "token_source",
             Label::Reason(_) => "reason",
             Label::Turn => "turn",
-            Label::Lookup => "result",
+            Label::Lookup | Label::Result(_) => "result",
         }
     }
 }
@@ -506,6 +508,24 @@ pub const FORWARDING_DELAY: Family = single(
     H(B::Forwarding),
 );
 
+// Reloading the config (SIGHUP, `POST /-/reload`: docs/operations.md, "Reload").
+/// The values of `result` on [`CONFIG_RELOADS`], all exported from the start.
+pub const RELOAD_RESULTS: &[&str] = &["success", "failure", "refused"];
+pub const CONFIG_RELOADS: Family = every(
+    "tokentap_config_reloads_total",
+    "Config reloads (SIGHUP, POST /-/reload), by result: success (the file was read, checked and \
+     applied), failure (it could not be read, did not parse or failed a check, as check-config would \
+     say; nothing changed), refused (it was valid but changed a key that needs a restart, named in the \
+     log; nothing changed).",
+    Counter,
+    &[Label::Result(RELOAD_RESULTS)],
+);
+pub const CONFIG_LAST_RELOAD: Family = single(
+    "tokentap_config_last_reload_success_timestamp_seconds",
+    "When the config running now was loaded (Unix time, seconds): at start, then at each successful reload.",
+    Gauge,
+);
+
 // Spans exported to an OpenTelemetry collector (`spans.rs`, docs/tracing.md).
 pub const SPANS_EXPORTED: Family = single(
     "tokentap_spans_exported_total",
@@ -624,6 +644,8 @@ pub const ALL: &[&Family] = &[
     &MODELS_LISTED,
     &LABELS_RETIRED,
     &FORWARDING_DELAY,
+    &CONFIG_RELOADS,
+    &CONFIG_LAST_RELOAD,
     &SPANS_EXPORTED,
     &SPANS_DROPPED,
 ];

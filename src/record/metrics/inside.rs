@@ -6,7 +6,9 @@
 //! others. These are resolved only when a request has the figure, once per request: a deployment whose
 //! server reports no timings and whose model does not reason exports none of these series.
 
-use prometheus::{HistogramVec, IntCounterVec};
+use prometheus::IntCounterVec;
+
+use super::rebucket::Rebucketable;
 
 use super::family;
 use super::registry::Registrar;
@@ -16,11 +18,11 @@ use crate::record::server::{Outside, ServerTimings};
 pub struct Inside {
     reasoning_tokens: IntCounterVec,
     cached_input_tokens: IntCounterVec,
-    server_queue: HistogramVec,
-    server_ttft: HistogramVec,
-    server_prefill: HistogramVec,
-    server_generation: HistogramVec,
-    outside: HistogramVec,
+    server_queue: Rebucketable,
+    server_ttft: Rebucketable,
+    server_prefill: Rebucketable,
+    server_generation: Rebucketable,
+    outside: Rebucketable,
     outside_clamped: IntCounterVec,
 }
 

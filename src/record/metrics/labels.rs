@@ -9,6 +9,7 @@
 //! the set is still locked, so a name admitted again starts from fresh series.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -71,7 +72,8 @@ pub struct ModelLabels {
     cap: usize,
     idle: Option<Duration>,
     admitted: Mutex<HashMap<Arc<str>, Admitted>>,
-    pinned: usize,
+    /// How many names are pinned (configured); a reload may change them ([`ModelLabels::pin`]).
+    pinned: AtomicUsize,
     unknown: Arc<str>,
     other: Arc<str>,
     unadmitted: Arc<str>,
@@ -105,7 +107,7 @@ impl ModelLabels {
         ModelLabels {
             cap,
             idle,
-            pinned: admitted.len(),
+            pinned: AtomicUsize::new(admitted.len()),
             admitted: Mutex::new(admitted),
             unknown: Arc::from(UNKNOWN_MODEL),
             other: Arc::from(OTHER_MODEL),
@@ -125,7 +127,30 @@ impl ModelLabels {
 
     /// The most values the label can take: the admitted names, `unknown`, `other` and `unadmitted`.
     pub fn max_values(&self) -> usize {
-        self.cap.max(self.pinned) + 3
+        Self::values_with(self.cap, self.pinned.load(Ordering::Relaxed))
+    }
+
+    /// What [`ModelLabels::max_values`] would be with this cap and `pinned` configured names.
+    pub fn values_with(cap: usize, pinned: usize) -> usize {
+        cap.max(pinned) + 3
+    }
+
+    /// Makes `configured` the pinned names (a reload's): a new one takes its place at once, one no
+    /// longer configured keeps its place as any admitted name does, until it is retired.
+    pub fn pin<'a>(&self, configured: impl Iterator<Item = &'a str>) {
+        let configured: HashSet<&str> = configured.collect();
+        let mut admitted = self.lock();
+        for (name, entry) in admitted.iter_mut() {
+            entry.pinned = configured.contains(&**name);
+        }
+        let now = Instant::now();
+        for name in &configured {
+            admitted.entry(Arc::from(*name)).or_insert(Admitted {
+                last_request: now,
+                pinned: true,
+            });
+        }
+        self.pinned.store(configured.len(), Ordering::Relaxed);
     }
 
     pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Admitted>> {
@@ -156,7 +181,7 @@ impl ModelLabels {
         if !confirmed {
             return Lookup::Label(self.unadmitted.clone());
         }
-        if admitted.len() >= self.cap.max(self.pinned) {
+        if admitted.len() >= self.cap.max(self.pinned.load(Ordering::Relaxed)) {
             return Lookup::Full;
         }
         let label: Arc<str> = Arc::from(model);

@@ -9,11 +9,9 @@
 //! [`scrape`] encodes the page off the async workers and lets concurrent scrapes share one encoding.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
-use prometheus::{
-    Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry,
-};
+use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 use crate::config::{Config, SloKind};
 use crate::record::api::Api;
@@ -28,6 +26,8 @@ mod finish;
 pub mod forwarding;
 mod inside;
 mod labels;
+mod rebucket;
+mod reconfigure;
 mod refusals;
 mod registry;
 mod scrape;
@@ -42,6 +42,9 @@ pub use labels::{
     status_label, status_labels, Lookup, ModelLabels, NO_TENANT, OTHER_MODEL, UNADMITTED_MODEL,
     UNKNOWN_MODEL,
 };
+use rebucket::Rebucketable;
+pub use rebucket::Rebuckets;
+pub use reconfigure::{ConfigReloads, ReloadResult};
 pub use refusals::{MetricsPortRefusals, Refusals, SessionCounts, METRICS_PORT_REASONS};
 use registry::{Registered, Registrar};
 pub use series::Series;
@@ -51,8 +54,10 @@ pub use upstream::UpstreamCounters;
 pub struct Metrics {
     registry: Registry,
     /// Each figure's histogram family (its row's), by [`Figure`].
-    figure_histograms: [Option<HistogramVec>; Figure::COUNT],
-    itl: HistogramVec,
+    figure_histograms: [Option<Rebucketable>; Figure::COUNT],
+    itl: Rebucketable,
+    /// Bumped each time a reload swapped histogram families (`rebucket.rs`).
+    rebuckets: Rebuckets,
     requests: IntCounterVec,
     input_tokens: IntCounterVec,
     output_tokens: IntCounterVec,
@@ -62,6 +67,8 @@ pub struct Metrics {
     metering_skipped: IntCounterVec,
     token_source: IntCounterVec,
     series_count: IntGauge,
+    /// `tokentap_metrics_series_limit`, set again by a reload.
+    limit: IntGauge,
     encodes: IntCounter,
     retired: IntCounter,
     scrapes: scrape::Coalesce,
@@ -69,7 +76,7 @@ pub struct Metrics {
     /// The names the upstream lists (and the configured ones): which model names may take a place.
     pub served: Arc<ServedModels>,
     /// `tenants.allow`: the only tenant values that may take a place; empty: any answered 2xx.
-    tenants_allowed: HashSet<String>,
+    tenants_allowed: RwLock<HashSet<String>>,
     /// The `tenant` label values, when `tenants:` is configured.
     pub tenants: Option<ModelLabels>,
     pub refusals: Refusals,
@@ -77,7 +84,11 @@ pub struct Metrics {
     pub upstream: UpstreamCounters,
     /// The request_log writer's counters, when `request_log:` is configured.
     pub records: Option<crate::logging::records::RecordCounters>,
-    bound: SeriesBound,
+    bound: RwLock<SeriesBound>,
+    /// The series without labels (tokentap's own counters and gauges), as registered.
+    unlabelled: usize,
+    /// Config reloads and the last one that succeeded.
+    pub reloads: ConfigReloads,
     /// What is inside a TTFT: reasoning, the prefix cache, the server's own timings.
     pub inside: Inside,
     /// The conversation families without a `model` label.
@@ -95,7 +106,7 @@ impl Metrics {
         let registry = Registry::new();
         let boundaries = bound::Boundaries::of(config);
         let mut rows = Registrar::new(&registry, &boundaries, config.tenants.is_some());
-        let mut figure_histograms: [Option<HistogramVec>; Figure::COUNT] = Default::default();
+        let mut figure_histograms: [Option<Rebucketable>; Figure::COUNT] = Default::default();
         for figure in Figure::ALL {
             if figure.row().histogram.is_some() {
                 let family = family::of_figure(figure);
@@ -124,6 +135,7 @@ impl Metrics {
         let forwarding_delay = rows.single_histogram(&family::FORWARDING_DELAY)?;
         let agents = Agents::register(&rows)?;
         let spans = SpanCounters::register(&rows)?;
+        let reloads = ConfigReloads::register(&rows)?;
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }
@@ -134,16 +146,7 @@ impl Metrics {
         let models = ModelLabels::new(config.max_models, config.metrics.model_idle, configured());
         let listed = rows.single_gauge(&family::MODELS_LISTED)?;
         let served = Arc::new(ServedModels::new(configured(), listed));
-        // With an allowlist, the tenants.slo names are allowed too (they have their own places anyway).
-        let tenants_allowed = match config.tenants.as_ref().filter(|t| !t.allow.is_empty()) {
-            Some(t) => t
-                .allow
-                .iter()
-                .chain(config.slo.tenants.keys())
-                .cloned()
-                .collect(),
-            None => HashSet::new(),
-        };
+        let tenants_allowed = RwLock::new(reconfigure::tenants_allowed(config));
         let tenants = config.tenants.as_ref().map(|t| {
             let pinned = config.slo.tenants.keys().map(String::as_str);
             ModelLabels::for_tenants(t.max, config.metrics.model_idle, pinned)
@@ -172,6 +175,8 @@ impl Metrics {
             registry,
             figure_histograms,
             itl,
+            rebuckets: Rebuckets::default(),
+            limit,
             requests,
             input_tokens,
             output_tokens,
@@ -191,7 +196,9 @@ impl Metrics {
             refusals,
             upstream,
             records,
-            bound,
+            bound: RwLock::new(bound),
+            unlabelled,
+            reloads,
             inside,
             agents,
             forwarding_delay,
@@ -201,8 +208,11 @@ impl Metrics {
     }
 
     /// The most series this process can export, and how that figure is made.
-    pub fn bound(&self) -> &SeriesBound {
-        &self.bound
+    pub fn bound(&self) -> SeriesBound {
+        self.bound
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Every family's current values, as a scrape would see them (the live page's snapshots read this).
@@ -436,6 +446,6 @@ mod tests {
     fn the_default_limit_is_the_one_docs_metrics_states() {
         let metrics = Metrics::new(&Config::default()).unwrap();
         // Adding a series family moves this figure: update docs/metrics.md (the series bound) with it.
-        assert_eq!(limit(&metrics), 400_372);
+        assert_eq!(limit(&metrics), 400_376);
     }
 }

@@ -3,17 +3,18 @@
 //! retired model or tenant value is removed from every family that has it.
 
 use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::bound::Boundaries;
 use super::family::{Family, Kind, Label, ALL};
+use super::rebucket::Rebucketable;
 
 /// A registered family with a `model` label, kept so that a retired model (or tenant) value is removed
 /// from every family that has it.
 enum Labelled {
-    Histogram(HistogramVec),
+    Histogram(Rebucketable),
     Counter(IntCounterVec),
 }
 
@@ -52,15 +53,16 @@ impl<'a> Registrar<'a> {
 
     pub fn histogram(
         &mut self, family: &'static Family,
-    ) -> Result<HistogramVec, prometheus::Error> {
+    ) -> Result<Rebucketable, prometheus::Error> {
         let Kind::Histogram(buckets) = family.kind else {
             return Err(prometheus::Error::Msg(format!(
                 "{} is not a histogram",
                 family.name
             )));
         };
-        let opts = HistogramOpts::from(Self::opts(family)).buckets(self.boundaries.get(buckets));
-        let h = self.keep(HistogramVec::new(opts, &family.label_names(self.tenants))?)?;
+        let names = family.label_names(self.tenants);
+        let h = Rebucketable::new(family, names, self.boundaries.get(buckets))?;
+        let h = self.keep(h)?;
         if family.has(Label::Model) {
             self.labelled.push((family, Labelled::Histogram(h.clone())));
         }
@@ -102,6 +104,13 @@ impl<'a> Registrar<'a> {
         &self, family: &'static Family,
     ) -> Result<prometheus::IntGauge, prometheus::Error> {
         self.keep(prometheus::IntGauge::with_opts(Self::opts(family))?)
+    }
+
+    /// An unlabelled gauge of a fractional value (a timestamp).
+    pub fn single_float_gauge(
+        &self, family: &'static Family,
+    ) -> Result<prometheus::Gauge, prometheus::Error> {
+        self.keep(prometheus::Gauge::with_opts(Self::opts(family))?)
     }
 
     /// An unlabelled histogram.
@@ -153,7 +162,7 @@ impl Registered {
     }
 
     /// A registered histogram row labelled by model (every one is: see [`Registrar::finish`]).
-    pub fn histogram(&self, family: &'static Family) -> Option<&HistogramVec> {
+    pub fn histogram(&self, family: &'static Family) -> Option<&Rebucketable> {
         match self.find(family)? {
             Labelled::Histogram(h) => Some(h),
             Labelled::Counter(_) => None,
@@ -168,6 +177,22 @@ impl Registered {
         }
     }
 
+    /// Gives every histogram family the boundaries `boundaries` name for it (a reload's); the names of
+    /// those whose boundaries changed, each now empty.
+    pub fn rebucket(
+        &self, boundaries: &Boundaries,
+    ) -> Result<Vec<&'static str>, prometheus::Error> {
+        let mut changed = Vec::new();
+        for (family, registered) in &self.labelled {
+            if let (Labelled::Histogram(h), Kind::Histogram(buckets)) = (registered, family.kind) {
+                if h.rebucket(&boundaries.get(buckets))? {
+                    changed.push(family.name);
+                }
+            }
+        }
+        Ok(changed)
+    }
+
     /// Removes every series whose `label` is one of `names`, from every family that has that label.
     pub fn purge(&self, label: Label, names: &HashSet<Arc<str>>) {
         for (family, registered) in &self.labelled {
@@ -175,7 +200,7 @@ impl Registered {
                 continue;
             }
             match registered {
-                Labelled::Histogram(h) => purge_by(h, label.name(), names),
+                Labelled::Histogram(h) => h.purge(label.name(), names),
                 Labelled::Counter(c) => purge_by(c, label.name(), names),
             }
         }
@@ -183,7 +208,9 @@ impl Registered {
 }
 
 /// Removes every series of `family` whose `label` is one of `names`.
-fn purge_by<T: MetricVecBuilder>(family: &MetricVec<T>, label: &str, names: &HashSet<Arc<str>>) {
+pub(super) fn purge_by<T: MetricVecBuilder>(
+    family: &MetricVec<T>, label: &str, names: &HashSet<Arc<str>>,
+) {
     for gathered in family.collect() {
         for metric in gathered.get_metric() {
             let labels: HashMap<&str, &str> = metric

@@ -21,6 +21,9 @@ pub struct Series {
     /// Each figure's histogram, once observed.
     figures: [Option<Histogram>; Figure::COUNT],
     itl: Option<Histogram>,
+    /// The families' generation the children were resolved at (`rebucket.rs`): older ones are
+    /// resolved again, so an observation after a reload lands in the family the page shows.
+    generation: u64,
 }
 
 impl Metrics {
@@ -34,6 +37,7 @@ impl Metrics {
             api,
             figures: Default::default(),
             itl: None,
+            generation: self.rebuckets.generation(),
         }
     }
 
@@ -51,6 +55,7 @@ impl Series {
 
     /// Observes `value` (in the figure's unit) on `figure`'s histogram.
     pub fn observe(&mut self, metrics: &Metrics, figure: Figure, value: f64) {
+        self.follow(metrics);
         if self.figures[figure as usize].is_none() {
             if figure.row().histogram.is_none() {
                 return;
@@ -69,7 +74,8 @@ impl Series {
     /// Observes `value` on `figure`'s histogram without keeping the child: a figure observed once, at
     /// the request's end.
     pub fn observe_once(&self, metrics: &Metrics, figure: Figure, value: f64) {
-        if let Some(histogram) = &self.figures[figure as usize] {
+        let current = self.generation == metrics.rebuckets.generation();
+        if let Some(histogram) = self.figures[figure as usize].as_ref().filter(|_| current) {
             return histogram.observe(value);
         }
         if figure.row().histogram.is_none() {
@@ -86,6 +92,7 @@ impl Series {
 
     /// Observes one inter-token gap.
     pub fn observe_gap(&mut self, metrics: &Metrics, seconds: f64) {
+        self.follow(metrics);
         if self.itl.is_none() {
             let labels = self.labels(None);
             self.itl = labels
@@ -94,6 +101,16 @@ impl Series {
         }
         if let Some(itl) = &self.itl {
             itl.observe(seconds);
+        }
+    }
+
+    /// Forgets the children resolved before a reload swapped the histogram families.
+    fn follow(&mut self, metrics: &Metrics) {
+        let generation = metrics.rebuckets.generation();
+        if self.generation != generation {
+            self.figures = Default::default();
+            self.itl = None;
+            self.generation = generation;
         }
     }
 

@@ -47,11 +47,19 @@ impl Tracing {
         let Some(traces) = &config.traces else {
             return Ok(None);
         };
-        Ok(Some(Tracing {
+        let exporter = Arc::new(SpanExporter::start(traces, counters)?);
+        Ok(Tracing::with_exporter(config, exporter))
+    }
+
+    /// Traces for `config` sent through an exporter already running (a reload that left `traces:` as
+    /// it was); `None` without `traces:`.
+    pub fn with_exporter(config: &Config, exporter: Arc<SpanExporter>) -> Option<Self> {
+        let traces = config.traces.as_ref()?;
+        Some(Tracing {
             sampler: Sampler::new(&traces.sample),
-            exporter: Arc::new(SpanExporter::start(traces, counters)?),
+            exporter,
             server: server(&config.upstream),
-        }))
+        })
     }
 }
 
