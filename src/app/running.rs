@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use crate::logging::records::RecordWriter;
+use crate::net::tls::Certificates;
 use crate::record::live::Live;
 use crate::record::metrics::Metrics;
 use crate::record::trace::SpanExporter;
@@ -35,6 +36,8 @@ pub struct Running {
     pub(super) live: Option<Arc<Live>>,
     /// The upstream's model list, fetched in the background (`model_list.enabled`).
     pub(super) model_list_task: Option<JoinHandle<()>>,
+    /// The proxy port's certificate (`listen_tls:`).
+    pub(super) certificates: Option<Arc<Certificates>>,
 }
 
 impl Running {
@@ -44,6 +47,11 @@ impl Running {
 
     pub fn metrics_addr(&self) -> SocketAddr {
         self.metrics_addr
+    }
+
+    /// The proxy port's certificate and key (`listen_tls:`), to [`Certificates::reload`] them.
+    pub fn certificates(&self) -> Option<&Certificates> {
+        self.certificates.as_deref()
     }
 
     /// Requests between t_arrive and t_end, all APIs.

@@ -10,6 +10,7 @@ use crate::logging::records::{RecordWriter, Target};
 use crate::net::admin::MetricsPort;
 use crate::net::fleet::{FleetPage, Prometheus};
 use crate::net::server::{BindError, Listeners, ProxyPort};
+use crate::net::tls::{Certificates, TlsFileError, TlsListener};
 use crate::proxy::models::ModelList;
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
@@ -35,6 +36,11 @@ pub enum StartError {
     Tokenizer(#[from] crate::config::ConfigError),
     #[error("upstream TLS: {0}")]
     Tls(#[from] upstream::TlsSetupError),
+    /// `listen_tls:`'s files: the message names the key, the path and what is wrong.
+    #[error("{0}")]
+    ListenTls(#[from] TlsFileError),
+    #[error("listen_tls: {0}")]
+    ListenTlsSetup(#[source] rustls::Error),
     #[error("request_log.path: cannot open {path} for appending: {source}")]
     RequestLog {
         path: String,
@@ -96,6 +102,15 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         metrics.refusals.clone(),
         shutdown.clone(),
     );
+    let certificates = match &config.listen_tls {
+        Some(files) => Some(Certificates::load(files)?),
+        None => None,
+    };
+    let tls = certificates
+        .clone()
+        .map(TlsListener::new)
+        .transpose()
+        .map_err(StartError::ListenTlsSetup)?;
     let listeners = Listeners::bind(config).await?;
     let (proxy_addr, metrics_addr) = (listeners.proxy_addr, listeners.metrics_addr);
     let connections = Count::default();
@@ -107,6 +122,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         forwarding_delay: metrics.forwarding_delay.clone(),
         connections: connections.clone(),
         shutdown: shutdown.clone(),
+        tls,
     };
     // The live page's first snapshot is taken before the proxy serves: a snapshot taken after the first
     // requests finished would be the baseline its windows count from, and they would never show them.
@@ -150,6 +166,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         snapshot_task,
         live,
         model_list_task,
+        certificates,
     })
 }
 

@@ -240,6 +240,12 @@ fn execute(cli: Cli) -> Result<(), String> {
     match &cli.command {
         Some(Command::CheckConfig { file }) => {
             let config = Config::load(file).map_err(|e| e.to_string())?;
+            let certificates = config
+                .listen_tls
+                .as_ref()
+                .map(tokentap::net::tls::Certificates::load)
+                .transpose()
+                .map_err(|e| format!("{}: {e}", file.display()))?;
             let tokenizers = tokentap::decode::tokenizer::Tokenizers::load(&config, None)
                 .map_err(|e| format!("{}: {e}", file.display()))?;
             let metrics = tokentap::record::metrics::Metrics::new(&config)
@@ -257,6 +263,14 @@ fn execute(cli: Cli) -> Result<(), String> {
                 config.slo.models.len(),
                 config.tokenizers.len()
             );
+            if let (Some(files), Some(certificates)) = (&config.listen_tls, &certificates) {
+                println!(
+                    "listen_tls: {} ({} certificate(s) in the chain) with the key in {}",
+                    files.cert_file.display(),
+                    certificates.chain_len(),
+                    files.key_file.display()
+                );
+            }
             println!("series bound: {}", bound.describe());
             for line in tokenizers.report() {
                 println!("{line}");
