@@ -89,6 +89,40 @@ fn check_config_rejects_bad_values_naming_key_and_value() {
 }
 
 #[test]
+fn check_config_reads_the_listen_tls_pair_and_names_what_is_wrong_with_it() {
+    let tls = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+    let scratch = Scratch::new("listen-tls");
+    let pair =
+        |key: &str| format!("listen_tls: {{cert_file: {tls}/server.pem, key_file: {tls}/{key}}}\n");
+    let good = scratch.write("good.yaml", &pair("server.key"));
+    let out = tokentap()
+        .arg("check-config")
+        .arg(&good)
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("listen_tls: ") && stdout.contains("(1 certificate(s) in the chain)"),
+        "{stdout}"
+    );
+    let bad = scratch.write("bad.yaml", &pair("rotated.key"));
+    let out = tokentap()
+        .arg("check-config")
+        .arg(&bad)
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let said = format!("listen_tls.key_file: {tls}/rotated.key: is not the key of the certificate in {tls}/server.pem");
+    assert!(stderr.contains(&said), "{stderr}");
+}
+
+#[test]
 fn check_config_checks_tokenizers_as_this_binary_can_use_them() {
     let words = concat!(
         env!("CARGO_MANIFEST_DIR"),
