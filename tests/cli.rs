@@ -123,6 +123,51 @@ fn check_config_reads_the_listen_tls_pair_and_names_what_is_wrong_with_it() {
 }
 
 #[test]
+fn the_shipped_slo_objects_are_what_slo_objects_renders_from_the_example_config() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    for (format, file) in [
+        ("pyrra", "deploy/kubernetes/pyrra-slos.yaml"),
+        ("sloth", "deploy/kubernetes/sloth-slos.yaml"),
+    ] {
+        let out = tokentap()
+            .current_dir(root)
+            .args([
+                "slo-objects",
+                "--config",
+                "config/tokentap.yaml",
+                "--format",
+                format,
+            ])
+            .output()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let shipped = std::fs::read_to_string(format!("{root}/{file}")).expect("shipped");
+        assert!(
+            String::from_utf8_lossy(&out.stdout) == shipped,
+            "{file} differs from `tokentap slo-objects --config config/tokentap.yaml --format {format}`: run it again"
+        );
+    }
+    let out = tokentap()
+        .current_dir(root)
+        .args([
+            "slo-objects",
+            "--config",
+            "config/tokentap.yaml",
+            "--target",
+            "100",
+        ])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("--target: 100 must be above 0 and below 100"));
+}
+
+#[test]
 fn check_config_checks_tokenizers_as_this_binary_can_use_them() {
     let words = concat!(
         env!("CARGO_MANIFEST_DIR"),
