@@ -1,5 +1,5 @@
-//! The listeners: the proxy port (HTTP/1.1 and h2c on one socket) and the metrics port (its endpoints
-//! are `admin.rs`). [`Listeners::bind`] binds both and says where they are (so tests run the whole
+//! The listeners: the proxy port (HTTP/1.1 and h2c on one socket, or both over TLS with `listen_tls:`,
+//! `tls.rs`) and the metrics port (its endpoints are `admin.rs`). [`Listeners::bind`] binds both and says where they are (so tests run the whole
 //! proxy in-process on `127.0.0.1:0`); [`Listeners::serve`] runs their accept loops with what each
 //! connection needs, handed in by the caller (`app/`, which builds it all and shuts it down).
 //!
