@@ -89,6 +89,85 @@ fn check_config_rejects_bad_values_naming_key_and_value() {
 }
 
 #[test]
+fn check_config_reads_the_listen_tls_pair_and_names_what_is_wrong_with_it() {
+    let tls = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+    let scratch = Scratch::new("listen-tls");
+    let pair =
+        |key: &str| format!("listen_tls: {{cert_file: {tls}/server.pem, key_file: {tls}/{key}}}\n");
+    let good = scratch.write("good.yaml", &pair("server.key"));
+    let out = tokentap()
+        .arg("check-config")
+        .arg(&good)
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("listen_tls: ") && stdout.contains("(1 certificate(s) in the chain)"),
+        "{stdout}"
+    );
+    let bad = scratch.write("bad.yaml", &pair("rotated.key"));
+    let out = tokentap()
+        .arg("check-config")
+        .arg(&bad)
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let said = format!("listen_tls.key_file: {tls}/rotated.key: is not the key of the certificate in {tls}/server.pem");
+    assert!(stderr.contains(&said), "{stderr}");
+}
+
+#[test]
+fn the_shipped_slo_objects_are_what_slo_objects_renders_from_the_example_config() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    for (format, file) in [
+        ("pyrra", "deploy/kubernetes/pyrra-slos.yaml"),
+        ("sloth", "deploy/kubernetes/sloth-slos.yaml"),
+    ] {
+        let out = tokentap()
+            .current_dir(root)
+            .args([
+                "slo-objects",
+                "--config",
+                "config/tokentap.yaml",
+                "--format",
+                format,
+            ])
+            .output()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let shipped = std::fs::read_to_string(format!("{root}/{file}")).expect("shipped");
+        assert!(
+            String::from_utf8_lossy(&out.stdout) == shipped,
+            "{file} differs from `tokentap slo-objects --config config/tokentap.yaml --format {format}`: run it again"
+        );
+    }
+    let out = tokentap()
+        .current_dir(root)
+        .args([
+            "slo-objects",
+            "--config",
+            "config/tokentap.yaml",
+            "--target",
+            "100",
+        ])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("--target: 100 must be above 0 and below 100"));
+}
+
+#[test]
 fn check_config_checks_tokenizers_as_this_binary_can_use_them() {
     let words = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -181,7 +260,7 @@ fn check_config_lists_each_tokenizer_it_found_for_which_model_and_where_it_looks
         "tokenizer discovery under /nonexistent/tokenizers: not a directory (yet)".to_owned(),
         FROM_ROOT_ON.to_owned(),
     ];
-    let bound = "series bound: models 103 × apis 8 × statuses 22 × outcomes 4 = 72512 series of tokentap_requests_total alone; 400376 series in all";
+    let bound = "series bound: models 103 × apis 8 × statuses 22 × outcomes 4 = 72512 series of tokentap_requests_total alone; 400382 series in all";
     assert!(
         stdout.lines().nth(1).is_some_and(|l| l.starts_with(bound)),
         "{stdout}"

@@ -187,6 +187,27 @@ fn dashboard_queries() -> Vec<(String, String)> {
     queries
 }
 
+/// The selectors and queries of the SLO objects `tokentap slo-objects` made (deploy/kubernetes/).
+fn slo_object_queries() -> Vec<(String, String)> {
+    let mut queries = Vec::new();
+    for slo in yaml_documents("deploy/kubernetes/pyrra-slos.yaml") {
+        let ratio = &slo["spec"]["indicator"]["ratio"];
+        for side in ["errors", "total"] {
+            let place = format!("Pyrra {} {side}", str_of(&slo["metadata"]["name"]));
+            queries.push((place, str_of(&ratio[side]["metric"]).to_owned()));
+        }
+    }
+    let sloth = yaml("deploy/kubernetes/sloth-slos.yaml");
+    for slo in sloth["spec"]["slos"].as_sequence().into_iter().flatten() {
+        for side in ["errorQuery", "totalQuery"] {
+            let place = format!("Sloth {} {side}", str_of(&slo["name"]));
+            queries.push((place, str_of(&slo["sli"]["events"][side]).to_owned()));
+        }
+    }
+    assert!(queries.len() >= 20, "{queries:?}");
+    queries
+}
+
 #[tokio::test(start_paused = true)]
 async fn rules_and_dashboard_query_only_series_that_exist() {
     let exported = exported_names().await;
@@ -199,6 +220,7 @@ async fn rules_and_dashboard_query_only_series_that_exist() {
         })
         .collect();
     queries.extend(dashboard_queries());
+    queries.extend(slo_object_queries());
     assert!(queries.len() > 50, "only {} queries found", queries.len());
     for (place, expr) in &queries {
         let names = tokentap_names(expr);

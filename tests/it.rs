@@ -50,6 +50,7 @@ mod signal;
 mod split_forwarding;
 mod terminal_output;
 mod timeouts;
+mod tls_listener;
 mod tokenizer;
 mod tool_calls;
 mod traces;

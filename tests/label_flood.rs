@@ -115,9 +115,9 @@ async fn a_flood_of_junk_names_and_paths_stays_under_the_series_limit_and_the_re
     // conversation families, by model and turn but not by API: 6 turns × 4 (TTFT) + 6 × 11 (prompt
     // tokens) + 17 (think time) = 107; plus the three lookup results and the eight reasons a list is
     // not read, in-flight per API, skipped metering per API and reason, the metrics port's five
-    // refusal reasons, the spans' five drop reasons, the sessions' two refusal reasons, the config
-    // reloads' three results, and the unlabelled counters, gauges and histograms (their buckets carry
-    // only `le`).
+    // refusal reasons, the spans' five drop reasons, the sessions' two refusal reasons, the six
+    // reasons a TLS handshake failed, the config reloads' three results, and the unlabelled counters,
+    // gauges and histograms (their buckets carry only `le`).
     let unlabelled = m
         .text
         .lines()
@@ -125,7 +125,7 @@ async fn a_flood_of_junk_names_and_paths_stays_under_the_series_limit_and_the_re
         .count();
     assert_eq!(
         limit,
-        (6 * (7 * 163 + 93 + 107) + 8 + 14 + 5 + 5 + 2 + 3 + 8 + 3 + unlabelled) as f64
+        (6 * (7 * 163 + 93 + 107) + 8 + 14 + 5 + 5 + 2 + 6 + 3 + 8 + 3 + unlabelled) as f64
     );
 }
 

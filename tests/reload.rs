@@ -144,6 +144,7 @@ async fn two_hundred_streams_in_flight_are_judged_by_the_ceilings_they_started_w
         changed,
         rebucketed,
         reopened: false,
+        certificates: false,
     } = &reloaded
     else {
         panic!("{reloaded:?}");

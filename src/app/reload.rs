@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, RecordPath};
 use crate::logging::records::{RecordWriter, Target};
+use crate::net::tls::Certificates;
 use crate::proxy::models::ModelList;
 use crate::record::conversations::Conversations;
 use crate::record::emit::{Emitter, Records};
@@ -66,6 +67,8 @@ pub enum Reloaded {
         rebucketed: Vec<&'static str>,
         /// The request_log file was reopened (its path did not change: logrotate's `create` mode).
         reopened: bool,
+        /// `listen_tls`'s certificate and key were read again and are served to new handshakes.
+        certificates: bool,
     },
     /// Not applied: the file could not be read, did not parse or failed a check.
     Failed(String),
@@ -89,6 +92,7 @@ impl Reloaded {
                 changed,
                 rebucketed,
                 reopened,
+                certificates,
             } => {
                 let mut said = match changed.is_empty() {
                     true => "config reloaded: nothing changed".to_owned(),
@@ -96,6 +100,9 @@ impl Reloaded {
                 };
                 if *reopened {
                     said += "; request_log file reopened";
+                }
+                if *certificates {
+                    said += "; listen_tls certificate read again";
                 }
                 if !rebucketed.is_empty() {
                     let families = rebucketed.join(", ");
@@ -116,6 +123,8 @@ pub(super) struct Parts {
     pub(super) records: Option<Arc<RecordWriter>>,
     pub(super) spans: Option<Arc<SpanExporter>>,
     pub(super) model_list_task: Option<JoinHandle<()>>,
+    /// The proxy port's certificate (`listen_tls:`), read again at each reload (rotation).
+    pub(super) certificates: Option<Arc<Certificates>>,
 }
 
 /// The one reloader of a running tokentap.
@@ -257,6 +266,11 @@ impl Reloader {
             },
             false => None,
         };
+        let certificates = self.parts().certificates.clone();
+        let fresh = match certificates.as_ref().map(|c| c.read()).transpose() {
+            Ok(fresh) => fresh,
+            Err(e) => return Reloaded::Failed(e.to_string()),
+        };
         // Applied from here on, whole.
         let rebucketed = match self.metrics.reconfigure(&config) {
             Ok(rebucketed) => rebucketed,
@@ -268,6 +282,9 @@ impl Reloader {
         }
         if let Some(writer) = &kept_writer {
             writer.reopen();
+        }
+        if let (Some(certificates), Some(fresh)) = (&certificates, fresh) {
+            certificates.serve(fresh);
         }
         {
             let mut parts = self.parts();
@@ -289,6 +306,7 @@ impl Reloader {
             changed: live,
             rebucketed,
             reopened: kept_writer.is_some(),
+            certificates: certificates.is_some(),
         }
     }
 }

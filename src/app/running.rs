@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
+use crate::net::tls::Certificates;
 use crate::record::live::Live;
 use crate::record::metrics::Metrics;
 use crate::shutdown::{self, Count, Drained, Phase, Shutdown};
@@ -33,6 +34,8 @@ pub struct Running {
     /// The live page's snapshots (`ui.enabled`).
     pub(super) snapshot_task: Option<JoinHandle<()>>,
     pub(super) live: Option<Arc<Live>>,
+    /// The proxy port's certificate (`listen_tls:`).
+    pub(super) certificates: Option<Arc<Certificates>>,
 }
 
 impl Running {
@@ -42,6 +45,11 @@ impl Running {
 
     pub fn metrics_addr(&self) -> SocketAddr {
         self.metrics_addr
+    }
+
+    /// The proxy port's certificate and key (`listen_tls:`), to [`Certificates::reload`] them.
+    pub fn certificates(&self) -> Option<&Certificates> {
+        self.certificates.as_deref()
     }
 
     /// Requests between t_arrive and t_end, all APIs.

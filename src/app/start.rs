@@ -8,6 +8,7 @@ use crate::decode::tokenizer::Tokenizers;
 use crate::net::admin::MetricsPort;
 use crate::net::fleet::{FleetPage, Prometheus};
 use crate::net::server::{BindError, Listeners, ProxyPort};
+use crate::net::tls::{Certificates, TlsFileError, TlsListener};
 use crate::proxy::models::ModelList;
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
@@ -33,6 +34,11 @@ pub enum StartError {
     Tls(#[from] upstream::TlsSetupError),
     #[error("{0}")]
     RequestLog(#[from] RecordsOpen),
+    /// `listen_tls:`'s files: the message names the key, the path and what is wrong.
+    #[error("{0}")]
+    ListenTls(#[from] TlsFileError),
+    #[error("listen_tls: {0}")]
+    ListenTlsSetup(#[source] rustls::Error),
     /// The configuration's series limit is above `metrics.max_series`; the message names the product.
     #[error("{0}")]
     SeriesBudget(String),
@@ -76,6 +82,15 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         metrics.refusals.clone(),
         shutdown.clone(),
     );
+    let certificates = match &config.listen_tls {
+        Some(files) => Some(Certificates::load(files)?),
+        None => None,
+    };
+    let tls = certificates
+        .clone()
+        .map(TlsListener::new)
+        .transpose()
+        .map_err(StartError::ListenTlsSetup)?;
     let listeners = Listeners::bind(config).await?;
     let (proxy_addr, metrics_addr) = (listeners.proxy_addr, listeners.metrics_addr);
     let connections = Count::default();
@@ -87,6 +102,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         forwarding_delay: metrics.forwarding_delay.clone(),
         connections: connections.clone(),
         shutdown: shutdown.clone(),
+        tls,
     };
     // The live page's first snapshot is taken before the proxy serves: a snapshot taken after the first
     // requests finished would be the baseline its windows count from, and they would never show them.
@@ -106,6 +122,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         records: writer,
         spans,
         model_list_task,
+        certificates: certificates.clone(),
     };
     let reloader = Arc::new(Reloader::new(
         config,
@@ -141,5 +158,6 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         metrics_task: serving.metrics,
         snapshot_task,
         live,
+        certificates,
     })
 }

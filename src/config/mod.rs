@@ -9,7 +9,7 @@
 //! its default; `yaml` is the only module that touches serde_yaml, and names the key of an error as a
 //! dotted path (`slo.models.llama-3.1-70b.ttft`). Sections with checks of their own have their own
 //! file: `limits` (`timeouts:`, `limits:`), `admission` (`model_list:`), `records` (`request_log:`,
-//! `tenants:`), `slo` (the SLO kinds and `slo:`), `ui`, `conversations`, `traces`. `config/tokentap.yaml` is the annotated example.
+//! `tenants:`), `slo` (the SLO kinds and `slo:`), `ui`, `conversations`, `traces`, `tls` (`listen_tls:`). `config/tokentap.yaml` is the annotated example.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -24,6 +24,7 @@ mod limits;
 mod records;
 mod section;
 mod slo;
+mod tls;
 mod traces;
 mod ui;
 mod values;
@@ -37,6 +38,7 @@ pub use conversations::Conversations;
 pub use limits::{Limits, Timeouts};
 pub use records::{RecordPath, RequestLog, TenantFrom, Tenants};
 pub use slo::{ByKind, Ceilings, Slo, SloKind};
+pub use tls::ListenTls;
 pub use traces::{Compression, Sample, Traces};
 pub use ui::{prometheus_base, Ui};
 pub use values::{format_duration, parse_duration, parse_size, parse_upstream};
@@ -58,6 +60,9 @@ pub const WITHOUT_TOKENIZER_FEATURE: &str = "this tokentap was built without the
 pub struct Config {
     #[serde(with = "values::address")]
     pub listen: SocketAddr,
+    /// TLS on `listen` (`listen_tls:`); `None`: plain TCP.
+    #[serde(deserialize_with = "optional_section")]
+    pub listen_tls: Option<ListenTls>,
     /// Normalised by [`parse_upstream`]: path "/" or a prefix without trailing '/'.
     #[serde(with = "values::upstream")]
     pub upstream: http::Uri,
@@ -238,6 +243,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            listen_tls: None,
             upstream: http::Uri::from_static("http://127.0.0.1:8000/"),
             metrics_listen: SocketAddr::from(([0, 0, 0, 0], 9464)),
             upstream_ca_file: None,
@@ -318,6 +324,9 @@ impl Config {
         if self.listen == self.metrics_listen && self.listen.port() != 0 {
             let (value, reason) = (self.metrics_listen.to_string(), "must differ from listen");
             return Err(invalid("metrics_listen", "address", &value, reason));
+        }
+        if let Some(tls) = &self.listen_tls {
+            tls.validate()?;
         }
         parse_upstream(&self.upstream.to_string())?;
         if let Some(path) = &self.upstream_ca_file {

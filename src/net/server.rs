@@ -1,5 +1,5 @@
-//! The listeners: the proxy port (HTTP/1.1 and h2c on one socket) and the metrics port (its endpoints
-//! are `admin.rs`). [`Listeners::bind`] binds both and says where they are (so tests run the whole
+//! The listeners: the proxy port (HTTP/1.1 and h2c on one socket, or both over TLS with `listen_tls:`,
+//! `tls.rs`) and the metrics port (its endpoints are `admin.rs`). [`Listeners::bind`] binds both and says where they are (so tests run the whole
 //! proxy in-process on `127.0.0.1:0`); [`Listeners::serve`] runs their accept loops with what each
 //! connection needs, handed in by the caller (`app/`, which builds it all and shuts it down).
 //!
@@ -26,6 +26,7 @@ use http::Response;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -36,11 +37,12 @@ use crate::net::admin::{serve_metrics, MetricsPort};
 use crate::net::client_conn::{accept, sniff, Speaks, TimedIo};
 use crate::net::delay::{Forwarding, FrameDelay};
 use crate::net::places::{Admission, Places};
+use crate::net::tls::TlsListener;
 use crate::proxy::service::ClientConn;
 use crate::proxy::upgrade::Handoff;
 use crate::proxy::Proxy;
 use crate::record::metrics::Refusals;
-use crate::shutdown::{Count, Counted, Phase, Shutdown};
+use crate::shutdown::{Count, Counted, Phase, Reached, Shutdown};
 
 /// A port that could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +117,8 @@ pub struct ProxyPort {
     /// Counts each client connection as open, however its task ends.
     pub connections: Count,
     pub shutdown: Shutdown,
+    /// TLS on the port (`listen_tls:`); `None`: plain TCP.
+    pub tls: Option<TlsListener>,
 }
 
 fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
@@ -225,23 +229,60 @@ impl ServeProxy {
 
     async fn serve(&self, stream: tokio::net::TcpStream, activity: Arc<Activity>) {
         let addr = stream.peer_addr().ok().map(|a| a.ip());
-        let (header_read, idle) = (
-            self.port.timeouts.client_header_read,
-            self.port.timeouts.client_idle,
-        );
+        let header_read = self.port.timeouts.client_header_read;
         let frames = FrameDelay::new(self.port.forwarding_delay.clone());
-        let io = TimedIo::new(stream, activity.clone(), header_read, idle)
-            .counting_head_timeouts(self.port.refused.head_timeouts.clone())
-            .timing_frames(frames.clone());
         let mut draining = self.port.shutdown.reached(Phase::Draining);
-        let speaks = tokio::select! {
-            // The head's deadline: a silent connection is given up on when its timer closes it.
-            speaks = sniff(io.get_ref(), io.deadline()) => speaks,
-            // A connection that has sent nothing yet is closed, as hyper-util closes one still
-            // reading its first bytes.
-            () = &mut draining => return,
-            () = std::future::poll_fn(|cx| activity.poll_reclaimed(cx)) => return,
+        let reclaimed = || std::future::poll_fn(|cx| activity.poll_reclaimed(cx));
+        let Some(tls) = &self.port.tls else {
+            let io = self.timed(stream, &activity, &frames);
+            let speaks = tokio::select! {
+                // The head's deadline: a silent connection is given up on when its timer closes it.
+                speaks = sniff(io.get_ref(), io.deadline()) => speaks,
+                // A connection that has sent nothing yet is closed, as hyper-util closes one still
+                // reading its first bytes.
+                () = &mut draining => return,
+                () = reclaimed() => return,
+            };
+            return self
+                .serve_http(io, speaks, addr, activity, frames, draining)
+                .await;
         };
+        let deadline = tokio::time::Instant::now() + header_read;
+        let (stream, speaks) = tokio::select! {
+            shaken = tls.handshake(stream, deadline) => match shaken {
+                Ok(shaken) => shaken,
+                Err(failed) => {
+                    self.port.refused.tls_handshakes[failed.index()].inc();
+                    return;
+                }
+            },
+            // Like a connection that has sent no head yet.
+            () = &mut draining => return,
+            () = reclaimed() => return,
+        };
+        let io = self.timed(stream, &activity, &frames);
+        self.serve_http(io, speaks, addr, activity, frames, draining)
+            .await;
+    }
+
+    /// The client's socket (or its TLS stream) with the connection's timers.
+    fn timed<T>(
+        &self, stream: T, activity: &Arc<Activity>, frames: &Arc<FrameDelay>,
+    ) -> TimedIo<T> {
+        let timeouts = &self.port.timeouts;
+        let (header_read, idle) = (timeouts.client_header_read, timeouts.client_idle);
+        TimedIo::new(stream, activity.clone(), header_read, idle)
+            .counting_head_timeouts(self.port.refused.head_timeouts.clone())
+            .timing_frames(frames.clone())
+    }
+
+    /// Serves HTTP on a connection whose version is known as far as `speaks` says, until it ends.
+    async fn serve_http<T>(
+        &self, io: TimedIo<T>, speaks: Speaks, addr: Option<std::net::IpAddr>,
+        activity: Arc<Activity>, frames: Arc<FrameDelay>, draining: Reached,
+    ) where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let builder = match speaks {
             Speaks::Http1 => &self.builders.http1,
             Speaks::H2 => &self.builders.h2,

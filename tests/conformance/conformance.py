@@ -23,6 +23,7 @@ import traceback
 import aiperf_run
 import clients
 import reuse
+import tls
 from servers import MODEL, Relay, Reused, Tokentap, Vllm, dechunk_response, scrape, settle
 
 # The bound asserted on "vLLM stops generating after the client left", in seconds. The issue asks for
@@ -463,6 +464,7 @@ def main():
         aiperf_conversations(suite, a.tokentap, a.model_dir, os.path.join(a.out, "aiperf-conversations"))
         cancellation(suite)
         reuse.connection_reuse(suite, a.tokentap, os.path.dirname(a.model_dir), a.out)
+        tls.tls_listener(suite, a.tokentap, os.path.dirname(a.model_dir), a.out)
         relay = Relay(vllm.port)
         relayed = Tokentap(a.tokentap, relay.url, os.path.dirname(a.model_dir), a.out, name="tokentap-relayed")
         byte_identity(suite, relay, relayed)

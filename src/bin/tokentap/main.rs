@@ -8,6 +8,7 @@
 mod allocator;
 mod demo;
 mod fleet;
+mod slo_objects;
 mod top;
 
 use std::io::Write;
@@ -104,6 +105,22 @@ enum Command {
     CheckConfig {
         /// The YAML file to check.
         file: PathBuf,
+    },
+    /// Print the config's SLO ceilings as Pyrra ServiceLevelObjectives (or a Sloth
+    /// PrometheusServiceLevel) on tokentap's own counters, for `kubectl apply` (docs/deploy.md).
+    SloObjects {
+        /// The YAML config whose `slo:` ceilings (default and per model) become objects.
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// pyrra (one ServiceLevelObjective per ceiling) or sloth (one PrometheusServiceLevel).
+        #[arg(long, value_name = "FORMAT", default_value = "pyrra")]
+        format: String,
+        /// The objective: the percentage of judged requests within their ceiling.
+        #[arg(long, value_name = "PERCENT", default_value = "99")]
+        target: String,
+        /// Pyrra's window (Sloth's comes from its own configuration).
+        #[arg(long, value_name = "DURATION", default_value = "30d")]
+        window: String,
     },
     /// Print the tenant tag (`t-` and 12 hex digits) that the config's `tenants.bearer_hash` and
     /// `tenants.hash_key` give the bearer token read from stdin, for `tenants.allow`.
@@ -240,6 +257,12 @@ fn execute(cli: Cli) -> Result<(), String> {
     match &cli.command {
         Some(Command::CheckConfig { file }) => {
             let config = Config::load(file).map_err(|e| e.to_string())?;
+            let certificates = config
+                .listen_tls
+                .as_ref()
+                .map(tokentap::net::tls::Certificates::load)
+                .transpose()
+                .map_err(|e| format!("{}: {e}", file.display()))?;
             let tokenizers = tokentap::decode::tokenizer::Tokenizers::load(&config, None)
                 .map_err(|e| format!("{}: {e}", file.display()))?;
             let metrics = tokentap::record::metrics::Metrics::new(&config)
@@ -257,10 +280,34 @@ fn execute(cli: Cli) -> Result<(), String> {
                 config.slo.models.len(),
                 config.tokenizers.len()
             );
+            if let (Some(files), Some(certificates)) = (&config.listen_tls, &certificates) {
+                println!(
+                    "listen_tls: {} ({} certificate(s) in the chain) with the key in {}",
+                    files.cert_file.display(),
+                    certificates.chain_len(),
+                    files.key_file.display()
+                );
+            }
             println!("series bound: {}", bound.describe());
             for line in tokenizers.report() {
                 println!("{line}");
             }
+            Ok(())
+        }
+        Some(Command::SloObjects {
+            config: path,
+            format,
+            target,
+            window,
+        }) => {
+            let config = Config::load(path).map_err(|e| e.to_string())?;
+            let format = slo_objects::Format::parse(format)?;
+            let objective = slo_objects::Objective::parse(target, window)?;
+            let source = path.display().to_string();
+            print!(
+                "{}",
+                slo_objects::render(&config, format, &objective, &source)
+            );
             Ok(())
         }
         Some(Command::TenantTag { config: path }) => {

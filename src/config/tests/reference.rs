@@ -21,6 +21,7 @@ const EXAMPLE: &str = include_str!("../../../config/tokentap.yaml");
 /// Turns on the sections that are off by default and puts one entry in each map keyed by a name, so
 /// that the walk over the serialized config sees every key inside them.
 const EVERY_PART: &str = "
+listen_tls: {}
 request_log: {}
 tenants: {slo: {<tenant>: {}}}
 slo: {models: {<model>: {}}}

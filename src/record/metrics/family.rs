@@ -447,6 +447,26 @@ pub const METRICS_PORT_REFUSED: Family = every(
     &[Label::Reason(METRICS_PORT_REASONS)],
 );
 
+/// The values of `reason` on [`TLS_HANDSHAKE_FAILURES`], all exported from the start.
+pub const TLS_HANDSHAKE_REASONS: &[&str] = &[
+    "timeout",
+    "closed",
+    "not_tls",
+    "client_alert",
+    "incompatible",
+    "other",
+];
+pub const TLS_HANDSHAKE_FAILURES: Family = every(
+    "tokentap_tls_handshake_failures_total",
+    "Client connections to a listen_tls listener closed before their TLS handshake completed, by \
+     reason: timeout (not done within timeouts.client_header_read), closed (the client went away), \
+     not_tls (bytes that are not TLS: plain HTTP sent to the TLS port, garbage), client_alert (the \
+     client refused, e.g. a certificate it does not trust), incompatible (no TLS version, cipher suite \
+     or ALPN protocol in common), other.",
+    Counter,
+    &[Label::Reason(TLS_HANDSHAKE_REASONS)],
+);
+
 // tokentap's own upstream connections (`upstream.rs`).
 pub const UPSTREAM_IDLE: Family = single(
     "tokentap_upstream_idle_connections",
@@ -637,6 +657,7 @@ pub const ALL: &[&Family] = &[
     &UPSTREAM_RESENT,
     &HEAD_TIMEOUTS,
     &HEADER_TOO_LARGE,
+    &TLS_HANDSHAKE_FAILURES,
     &SERIES_LIMIT,
     &SERIES,
     &ENCODES,

@@ -1,5 +1,5 @@
 //! What tokentap's own limits turn away, counted: on the proxy port a connection beyond
-//! `limits.max_connections` (or the idle one that made room for it), a head too slow or too large, a request beyond
+//! `limits.max_connections` (or the idle one that made room for it), a head too slow or too large, a TLS handshake that failed, a request beyond
 //! `limits.max_upstream_connections` or its connection's share of them, a WebSocket upgrade beyond
 //! `limits.max_sessions` or its client's share (beside them, the sessions open); on the metrics port a connection beyond
 //! `limits.max_metrics_connections` (or the idle one that made room for it), an answer not taken within `timeouts.metrics_send`, a live view
@@ -23,6 +23,9 @@ pub struct Refusals {
     pub head_timeouts: IntCounter,
     /// HTTP/1.1 request heads hyper answered with 431 (or 414) because they were too large.
     pub header_too_large: IntCounter,
+    /// Client connections to a `listen_tls` listener closed before their handshake completed, one
+    /// counter per reason of [`TLS_HANDSHAKE_REASONS`], in its order.
+    pub tls_handshakes: [IntCounter; TLS_HANDSHAKE_REASONS.len()],
     /// Requests answered 503 because `limits.max_upstream_connections` were in progress.
     pub upstream_requests: IntCounter,
     /// Requests answered 503 because their client connection had `limits.max_upstream_per_connection`
@@ -56,6 +59,8 @@ pub use super::family::SESSION_REFUSED_REASONS;
 
 pub use super::family::METRICS_PORT_REASONS;
 
+pub use super::family::TLS_HANDSHAKE_REASONS;
+
 /// The metrics port's refusals, one counter per reason of [`METRICS_PORT_REASONS`].
 #[derive(Clone)]
 pub struct MetricsPortRefusals {
@@ -79,6 +84,10 @@ impl Refusals {
             reclaimed: rows.single_counter(&family::CONNECTIONS_RECLAIMED)?,
             head_timeouts: rows.single_counter(&family::HEAD_TIMEOUTS)?,
             header_too_large: rows.single_counter(&family::HEADER_TOO_LARGE)?,
+            tls_handshakes: {
+                let failures = rows.fixed_counter(&family::TLS_HANDSHAKE_FAILURES)?;
+                std::array::from_fn(|i| failures.with_label_values(&[TLS_HANDSHAKE_REASONS[i]]))
+            },
             upstream_requests: rows.single_counter(&family::UPSTREAM_REFUSED)?,
             connection_share: rows.single_counter(&family::CONNECTION_SHARE_REFUSED)?,
             held_bytes: rows.single_counter(&family::HELD_BYTES_REFUSED)?,
