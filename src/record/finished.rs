@@ -37,8 +37,11 @@ impl SkipReason {
 /// recorded from the decoding.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DecoderReport {
-    /// A stream of events (SSE or NDJSON), as opposed to one JSON body.
+    /// A stream of events (SSE or NDJSON), as opposed to one JSON body or a body of audio.
     pub streaming: bool,
+    /// The output was audio (speech): its events are pieces of audio, not tokens, so only the usage
+    /// counts tokens.
+    pub audio: bool,
     /// Why metering switched off, if it did; the figures below are then not to be trusted.
     pub skipped: Option<SkipReason>,
     /// The server reported an error inside the stream.
@@ -127,6 +130,7 @@ pub fn conclude(
             reasoning: r.reasoning_tokens,
             events: timeline.output_chunks(),
             streaming: r.streaming,
+            audio: r.audio,
             parsed: r.reasoning_events > 0 || timeline.called_tool(),
         };
         output_tokens(offered, || r.tokenizer_count)
