@@ -415,6 +415,30 @@ mod tests {
     }
 
     #[test]
+    fn a_48_mib_file_holds_no_more_than_a_delimiter_and_the_field_after_it_is_read() {
+        let b = "--cd7d52304fdd33525bc05cca4ffd257a";
+        let mut form = scanner(64 << 20);
+        let head = format!(
+            "{b}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\n"
+        );
+        form.feed(head.as_bytes());
+        // Frames that end in a delimiter's beginning, so the window holds all it may.
+        let mut frame = vec![0x55; 64 << 10];
+        let most = form.delimiter.len();
+        frame.extend_from_slice(form.delimiter.get(..most - 1).unwrap_or_default());
+        for _ in 0..(48 << 20) / frame.len() {
+            form.feed(&frame);
+            assert!(form.window.len() < most && form.window.capacity() <= 2 * most);
+            assert!(form.value.capacity() == 0 && form.head.capacity() <= MAX_PART_HEAD);
+            assert!(form.joined.capacity() <= 4 * most);
+        }
+        let tail =
+            format!("\r\n{b}\r\nContent-Disposition: form-data; name=model\r\n\r\nm\r\n{b}--");
+        form.feed(tail.as_bytes());
+        assert_eq!(form.string("model").as_deref(), Some("m"));
+    }
+
+    #[test]
     fn a_file_named_model_an_over_long_value_and_the_last_duplicate() {
         let b = "--cd7d52304fdd33525bc05cca4ffd257a";
         let part = |head: &str, value: &str| format!("{b}\r\n{head}\r\n\r\n{value}\r\n");
