@@ -417,7 +417,24 @@ async fn speech_as_raw_audio_has_its_ttft_at_the_first_byte_and_no_token_figures
         let ok = [l[0], l[1], ("status", "200"), ("outcome", "ok")];
         assert_eq!(m.get(family::REQUESTS.name, &ok), 1.0, "{content_type}");
     }
-    let records = read_json_records(&records, 4);
+    let path = records;
+    let records = read_json_records(&path, 4);
+    let options = tokentap::report::Options {
+        files: vec![path.to_string_lossy().into_owned()],
+        compare: Vec::new(),
+        by: Some(tokentap::report::query::By::Api),
+        window: Default::default(),
+        format: tokentap::report::Format::Json,
+        slo: None,
+        strict: true,
+        progress: false,
+        slowest: 0,
+        slowest_by: tokentap::report::slowest::SlowBy::TTFT,
+    };
+    let (mut out, mut warn) = (Vec::new(), Vec::new());
+    tokentap::report::run(&options, &mut out, &mut warn).expect("report");
+    let doc: serde_json::Value = serde_json::from_slice(&out).expect("json");
+    assert_eq!(doc["groups"]["speech"]["request_count"], 4, "{doc}");
     for record in &records {
         assert_eq!(record["api"], "speech");
         assert_close(record["ttft_s"].as_f64().unwrap_or(-1.0), 0.030, "ttft_s");
