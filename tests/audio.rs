@@ -39,94 +39,47 @@ struct Capture {
     input: Option<u64>,
 }
 
+/// A capture's three files, by their common name.
+macro_rules! files {
+    ($stem:literal) => {
+        (
+            include_bytes!(concat!("fixtures/audio/", $stem, ".http")),
+            include_bytes!(concat!("fixtures/audio/", $stem, ".sse")),
+            include_bytes!(concat!("fixtures/audio/", $stem, ".reads.json")),
+        )
+    };
+}
+
+type Files = (&'static [u8], &'static [u8], &'static [u8]);
+
+#[rustfmt::skip]
 fn captures() -> Vec<Capture> {
-    let whisper = |name, http, body, reads, tokens, input| Capture {
-        name,
-        http,
-        body,
-        reads,
-        path: "/v1/audio/transcriptions",
-        model: "tiny-whisper",
-        tokens,
-        input,
+    let capture = |name, (http, body, reads): Files, path, model, tokens, input| Capture {
+        name, http, body, reads, path, model, tokens, input,
     };
-    let qwen = |name, http, body, reads, tokens, input| Capture {
-        model: "tiny-qwen3-asr",
-        ..whisper(name, http, body, reads, tokens, input)
-    };
+    let (whisper, qwen) = ("tiny-whisper", "tiny-qwen3-asr");
+    let (transcribe, translate) = ("/v1/audio/transcriptions", "/v1/audio/translations");
     vec![
-        whisper(
-            "whisper stream",
-            audio!("vllm-tiny-whisper-transcription-stream.http"),
-            audio!("vllm-tiny-whisper-transcription-stream.sse"),
-            audio!("vllm-tiny-whisper-transcription-stream.reads.json"),
-            (8, "chunks"),
-            None,
-        ),
-        whisper(
-            "whisper stream with usage",
-            audio!("vllm-tiny-whisper-transcription-stream-usage.http"),
-            audio!("vllm-tiny-whisper-transcription-stream-usage.sse"),
-            audio!("vllm-tiny-whisper-transcription-stream-usage.reads.json"),
-            (8, "usage"),
-            Some(104),
-        ),
-        whisper(
-            "whisper stream with continuous usage",
-            audio!("vllm-tiny-whisper-transcription-stream-continuous.http"),
-            audio!("vllm-tiny-whisper-transcription-stream-continuous.sse"),
-            audio!("vllm-tiny-whisper-transcription-stream-continuous.reads.json"),
-            (8, "usage"),
-            Some(104),
-        ),
-        Capture {
-            path: "/v1/audio/translations",
-            ..whisper(
-                "whisper translation with usage",
-                audio!("vllm-tiny-whisper-translation-stream-usage.http"),
-                audio!("vllm-tiny-whisper-translation-stream-usage.sse"),
-                audio!("vllm-tiny-whisper-translation-stream-usage.reads.json"),
-                (8, "usage"),
-                Some(104),
-            )
-        },
+        capture("whisper stream", files!("vllm-tiny-whisper-transcription-stream"), transcribe,
+            whisper, (8, "chunks"), None),
+        capture("whisper stream with usage", files!("vllm-tiny-whisper-transcription-stream-usage"),
+            transcribe, whisper, (8, "usage"), Some(104)),
+        capture("whisper stream with continuous usage",
+            files!("vllm-tiny-whisper-transcription-stream-continuous"), transcribe, whisper,
+            (8, "usage"), Some(104)),
+        capture("whisper translation with usage", files!("vllm-tiny-whisper-translation-stream-usage"),
+            translate, whisper, (8, "usage"), Some(104)),
         // Qwen3-ASR holds text back: 4 chunks with text for 8 tokens. Without usage the count is the
         // chunks'; with it, the usage's.
-        qwen(
-            "qwen3-asr stream",
-            audio!("vllm-tiny-qwen3-asr-transcription-stream.http"),
-            audio!("vllm-tiny-qwen3-asr-transcription-stream.sse"),
-            audio!("vllm-tiny-qwen3-asr-transcription-stream.reads.json"),
-            (4, "chunks"),
-            None,
-        ),
-        qwen(
-            "qwen3-asr stream with usage",
-            audio!("vllm-tiny-qwen3-asr-transcription-stream-usage.http"),
-            audio!("vllm-tiny-qwen3-asr-transcription-stream-usage.sse"),
-            audio!("vllm-tiny-qwen3-asr-transcription-stream-usage.reads.json"),
-            (8, "usage"),
-            Some(34),
-        ),
-        qwen(
-            "qwen3-asr stream with continuous usage",
-            audio!("vllm-tiny-qwen3-asr-transcription-stream-continuous.http"),
-            audio!("vllm-tiny-qwen3-asr-transcription-stream-continuous.sse"),
-            audio!("vllm-tiny-qwen3-asr-transcription-stream-continuous.reads.json"),
-            (8, "usage"),
-            Some(34),
-        ),
-        Capture {
-            path: "/v1/audio/translations",
-            ..qwen(
-                "qwen3-asr translation with usage",
-                audio!("vllm-tiny-qwen3-asr-translation-stream-usage.http"),
-                audio!("vllm-tiny-qwen3-asr-translation-stream-usage.sse"),
-                audio!("vllm-tiny-qwen3-asr-translation-stream-usage.reads.json"),
-                (8, "usage"),
-                Some(26),
-            )
-        },
+        capture("qwen3-asr stream", files!("vllm-tiny-qwen3-asr-transcription-stream"), transcribe,
+            qwen, (4, "chunks"), None),
+        capture("qwen3-asr stream with usage", files!("vllm-tiny-qwen3-asr-transcription-stream-usage"),
+            transcribe, qwen, (8, "usage"), Some(34)),
+        capture("qwen3-asr stream with continuous usage",
+            files!("vllm-tiny-qwen3-asr-transcription-stream-continuous"), transcribe, qwen,
+            (8, "usage"), Some(34)),
+        capture("qwen3-asr translation with usage", files!("vllm-tiny-qwen3-asr-translation-stream-usage"),
+            translate, qwen, (8, "usage"), Some(26)),
     ]
 }
 
