@@ -338,7 +338,11 @@ fn audio_answer(content_type: &str, pieces: &[(u64, usize)]) -> (Vec<Step>, Vec<
 #[tokio::test(start_paused = true)]
 async fn speech_as_raw_audio_has_its_ttft_at_the_first_byte_and_no_token_figures() {
     let records = temp_file("audio-speech-records");
-    let yaml = format!("request_log: {{path: {}}}\n", records.display());
+    // A time-to-first-audio ceiling of 20 ms, which the first byte at 30 ms misses.
+    let yaml = format!(
+        "slo: {{ttft: 20ms}}\nrequest_log: {{path: {}}}\n",
+        records.display()
+    );
     for content_type in [
         "audio/mpeg",
         "audio/wav",
@@ -369,6 +373,13 @@ async fn speech_as_raw_audio_has_its_ttft_at_the_first_byte_and_no_token_figures
         assert!(!m.has(family::TOKEN_SOURCE.name, &l), "{content_type}");
         let ok = [l[0], l[1], ("status", "200"), ("outcome", "ok")];
         assert_eq!(m.get(family::REQUESTS.name, &ok), 1.0, "{content_type}");
+        let missed = [l[0], l[1], ("slo", "ttft")];
+        assert_eq!(
+            m.get(family::SLO_VIOLATIONS.name, &missed),
+            1.0,
+            "{content_type}"
+        );
+        assert_eq!(m.get(family::GOODPUT.name, &l), 0.0, "{content_type}");
     }
     let path = records;
     let records = read_json_records(&path, 4);
@@ -388,11 +399,34 @@ async fn speech_as_raw_audio_has_its_ttft_at_the_first_byte_and_no_token_figures
     tokentap::report::run(&options, &mut out, &mut warn).expect("report");
     let doc: serde_json::Value = serde_json::from_slice(&out).expect("json");
     assert_eq!(doc["groups"]["speech"]["request_count"], 4, "{doc}");
+    assert_eq!(doc["groups"]["speech"]["good_request_count"], 0, "{doc}");
+    // Judged again from the records (`--slo`), as the proxy judged the requests.
+    let slo = tokentap::Config::from_yaml_str("upstream: http://127.0.0.1:9\nslo: {ttft: 20ms}\n")
+        .expect("config")
+        .slo;
+    let options = tokentap::report::Options {
+        slo: Some(slo),
+        ..options
+    };
+    let (mut out, mut warn) = (Vec::new(), Vec::new());
+    tokentap::report::run(&options, &mut out, &mut warn).expect("report");
+    let doc: serde_json::Value = serde_json::from_slice(&out).expect("json");
+    let attainment = &doc["groups"]["speech"]["attainment"][0];
+    assert_eq!(
+        (&attainment["ceiling"], &attainment["missed"]),
+        (&"ttft".into(), &4.into()),
+        "{doc}"
+    );
     for record in &records {
         assert_eq!(record["api"], "speech");
         assert_close(record["ttft_s"].as_f64().unwrap_or(-1.0), 0.030, "ttft_s");
         assert!(record["output_tokens"].is_null(), "{record}");
         assert!(record["token_source"].is_null(), "{record}");
+        assert_eq!(
+            record["slo_missed"],
+            serde_json::json!(["ttft"]),
+            "{record}"
+        );
     }
 }
 
