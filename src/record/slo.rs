@@ -4,7 +4,7 @@
 //!
 //! A ceiling is missed when the measured value is above it (a value equal to the ceiling meets it, matching
 //! the histogram's `le` bucket). A ceiling whose figure does not exist for the request (TPOT or ITL with fewer
-//! than two tokens, TTFT of a non-streaming response, the time to first answer of a stream that ended
+//! than two tokens, TTFT of a JSON body (a body of audio, speech, has one: its first byte), the time to first answer of a stream that ended
 //! `ok` with reasoning only, the time to first tool call of a stream that called none) is met. For a request that failed or was cancelled, a wait still open when
 //! it broke off counts with its lower bound (the time already waited), so a ceiling already exceeded is
 //! still counted as missed, and such a request is never goodput.
