@@ -11,6 +11,7 @@ mod support;
 mod admission;
 mod admission_faults;
 mod architecture;
+mod audio;
 mod cancellation;
 mod cli;
 mod clickhouse;

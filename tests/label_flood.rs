@@ -108,8 +108,8 @@ async fn a_flood_of_junk_names_and_paths_stays_under_the_series_limit_and_the_re
         "{} series, limit {limit}",
         samples(&m)
     );
-    // The limit with these buckets: 6 model values (3 names, unknown, other, unadmitted); a known
-    // API's pair at most 7 × 4 histogram series + 3 + 5 token sources + 22 × 4 requests = 124, and
+    // The limit with these buckets: 6 model values (3 names, unknown, other, unadmitted);
+    // 9 known APIs, each with at most 7 × 4 histogram series + 3 + 5 token sources + 22 × 4 requests = 124, and
     // what is inside a TTFT, the time to the first tool call and the time to the response head (9
     // more histograms × 4, 3 more counters) = 163; the `other` API's 4 + 1 + 88 = 93; the
     // conversation families, by model and turn but not by API: 6 turns × 4 (TTFT) + 6 × 11 (prompt
@@ -125,7 +125,7 @@ async fn a_flood_of_junk_names_and_paths_stays_under_the_series_limit_and_the_re
         .count();
     assert_eq!(
         limit,
-        (6 * (7 * 163 + 93 + 107) + 8 + 14 + 5 + 5 + 2 + 6 + 3 + 8 + 3 + unlabelled) as f64
+        (6 * (9 * 163 + 93 + 107) + 10 + 18 + 5 + 5 + 2 + 6 + 3 + 8 + 3 + unlabelled) as f64
     );
 }
 

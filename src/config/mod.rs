@@ -291,7 +291,7 @@ impl Default for MetricsOptions {
 impl MetricsOptions {
     /// The default series budget: well above the default configuration's limit (about 337,000), and
     /// what one Prometheus server can take from one target without a second thought.
-    pub const DEFAULT_MAX_SERIES: u64 = 500_000;
+    pub const DEFAULT_MAX_SERIES: u64 = 600_000;
 }
 
 impl Config {

@@ -86,6 +86,19 @@ fn cases() -> Vec<Case> {
             None, None, Some("tiny-llama"), "readreadreadwideread document"),
         case(fixture!("vllm/messages-stream.sse"), "/v1/messages", Format::Sse, 6, Some(6), Some(30),
             Some("tiny-llama"), " AS> AS> AS>"),
+        // Real vLLM 0.32 audio streams and OpenAI's written ones (tests/fixtures/audio/README.md).
+        case(fixture!("audio/vllm-tiny-whisper-transcription-stream-usage.sse"), "/v1/audio/transcriptions",
+            Format::Sse, 8, Some(8), Some(104), Some("tiny-whisper"),
+            "GRAM distributionerm<|27.94|>oll<|18.82|>tail<|13.68|>"),
+        case(fixture!("audio/vllm-tiny-qwen3-asr-transcription-stream-continuous.sse"),
+            "/v1/audio/transcriptions", Format::Sse, 4, Some(8), Some(34), Some("tiny-qwen3-asr"),
+            " prot prot prot prot"),
+        case(fixture!("audio/vllm-tiny-qwen3-asr-translation-stream-usage.sse"), "/v1/audio/translations",
+            Format::Sse, 8, Some(8), Some(26), Some("tiny-qwen3-asr"), "ari\nari\nari\nari\n"),
+        case(fixture!("audio/openai-transcription-stream.sse"), "/v1/audio/transcriptions", Format::Sse,
+            5, Some(5), Some(14), None, "The quick brown fox."),
+        case(fixture!("audio/openai-speech-stream.sse"), "/v1/audio/speech", Format::Sse, 3, Some(42),
+            Some(6), None, ""),
     ]
 }
 

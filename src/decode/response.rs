@@ -3,7 +3,9 @@
 //! which output-bearing events a frame carried (one mark per event and choice) and whether the API's
 //! terminal event has passed. It only reads the bytes it is lent; forwarding never
 //! waits on it. The framing follows the response's content type, not the path: `text/event-stream` is
-//! SSE, `application/x-ndjson` (Ollama's streams) is NDJSON, anything else is one JSON body.
+//! SSE, `application/x-ndjson` (Ollama's streams) is NDJSON, anything else is one JSON body, except
+//! for an API whose output is audio (speech, [`Carries::Audio`]): there a body that is neither SSE nor
+//! JSON is the audio, and its first byte is the first output (the time to first audio), nothing more.
 //!
 //! When the stream cannot be understood (an event over the framer's bound, a payload the dialect cannot
 //! parse) metering switches off for the rest of that response with a reason; the bytes keep flowing.
@@ -11,7 +13,7 @@
 use http::HeaderValue;
 
 use crate::config::Metering;
-use crate::decode::dialect::{Dialect, EventKind, EventOutput, Observations};
+use crate::decode::dialect::{Carries, Dialect, EventKind, EventOutput, Observations};
 use crate::decode::event::FramedEvent;
 use crate::decode::json::FieldScanner;
 use crate::decode::ndjson::NdjsonFramer;
@@ -31,8 +33,11 @@ pub enum Format {
     Sse,
     /// `application/x-ndjson` and its aliases: one JSON object a line.
     Ndjson,
-    /// Anything else: one JSON body, read for its top-level fields.
+    /// `application/json`, `…+json`, or no content type: one JSON body, read for its top-level fields.
     Json,
+    /// Anything else (`audio/mpeg`, `application/octet-stream`, `text/plain`, …): the audio of an API
+    /// whose output is audio, else read as one JSON body, as every body was before audio.
+    Raw,
 }
 
 impl Format {
@@ -44,6 +49,7 @@ impl Format {
             .map(str::trim)
             .unwrap_or_default();
         let is = |name: &str| essence.eq_ignore_ascii_case(name);
+        let lower = essence.to_ascii_lowercase();
         if is("text/event-stream") {
             Format::Sse
         } else if [
@@ -55,8 +61,14 @@ impl Format {
         .any(|name| is(name))
         {
             Format::Ndjson
-        } else {
+        } else if essence.is_empty()
+            || is("application/json")
+            || is("text/json")
+            || lower.ends_with("+json")
+        {
             Format::Json
+        } else {
+            Format::Raw
         }
     }
 }
@@ -65,6 +77,10 @@ enum Framing {
     Sse(SseFramer),
     Ndjson(NdjsonFramer),
     Json(FieldScanner),
+    /// A body of audio: whether its first byte has passed.
+    Audio {
+        started: bool,
+    },
 }
 
 /// Everything but the framer: what the events have told so far.
@@ -144,7 +160,8 @@ impl ResponseDecoder {
         let framing = match format {
             Format::Sse => Framing::Sse(SseFramer::new(limits.max_event_bytes)),
             Format::Ndjson => Framing::Ndjson(NdjsonFramer::new(limits.max_event_bytes)),
-            Format::Json => Framing::Json(FieldScanner::new(
+            Format::Raw if dialect.carries() == Carries::Audio => Framing::Audio { started: false },
+            Format::Json | Format::Raw => Framing::Json(FieldScanner::new(
                 dialect.body_fields(),
                 MAX_BODY_FIELD_BYTES,
                 limits.max_event_bytes,
@@ -168,9 +185,9 @@ impl ResponseDecoder {
         }
     }
 
-    /// A stream of events (SSE or NDJSON), as opposed to one JSON body.
+    /// A stream of events (SSE or NDJSON), as opposed to one JSON body or a body of audio.
     pub fn is_streaming(&self) -> bool {
-        !matches!(self.framing, Framing::Json(_))
+        matches!(self.framing, Framing::Sse(_) | Framing::Ndjson(_))
     }
 
     /// Reads one body frame and appends to `marks` the choice of each output it completed, in order
@@ -190,6 +207,14 @@ impl ResponseDecoder {
                 let event = FramedEvent::unnamed(line);
                 reading.event(&event, marks);
             }),
+            Framing::Audio { started } => {
+                if !*started && !bytes.is_empty() {
+                    *started = true;
+                    reading.answered = true;
+                    marks.push(0);
+                }
+                Ok(())
+            }
         };
         if fed.is_err() {
             reading.skipped.get_or_insert(SkipReason::EventTooLarge);
@@ -209,8 +234,9 @@ impl ResponseDecoder {
         let reading = &mut self.reading;
         let obs = &reading.obs;
         // The tokenizer counts only what the server did not report: the output without usage, the
-        // reasoning streamed without usage details.
-        let metered = streaming && reading.skipped.is_none();
+        // reasoning streamed without usage details; never audio.
+        let audio = reading.dialect.carries() == Carries::Audio;
+        let metered = streaming && reading.skipped.is_none() && !audio;
         let whole = metered && obs.output_tokens.is_none();
         let reasoning = metered && obs.reasoning_tokens.is_none() && reading.reasoning_events > 0;
         let counted = if whole || reasoning {
@@ -220,6 +246,7 @@ impl ResponseDecoder {
         };
         DecoderReport {
             streaming,
+            audio,
             skipped: reading.skipped,
             error_event: reading.error_event,
             terminal_event: obs.ended,
@@ -253,7 +280,7 @@ impl ResponseDecoder {
                     reading.skipped.get_or_insert(SkipReason::MalformedEvent);
                 }
             }
-            Framing::Ndjson(_) => {}
+            Framing::Ndjson(_) | Framing::Audio { .. } => {}
         }
     }
 
@@ -501,7 +528,11 @@ data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use"
         assert_eq!(of("application/x-ndjson; charset=utf-8"), Format::Ndjson);
         assert_eq!(of("application/json"), Format::Json);
         assert_eq!(of("application/json; charset=utf-8"), Format::Json);
+        assert_eq!(of("application/problem+json"), Format::Json);
         assert_eq!(Format::of(None), Format::Json);
+        assert_eq!(of("audio/mpeg"), Format::Raw);
+        assert_eq!(of("application/octet-stream"), Format::Raw);
+        assert_eq!(of("text/plain; charset=utf-8"), Format::Raw);
     }
 
     #[test]
@@ -514,6 +545,24 @@ data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use"
         assert_eq!(feed(&mut decoder, body), 1);
         assert_eq!(finish(&mut decoder, false), 0);
         assert_eq!(decoder.skipped(), None);
+    }
+
+    #[test]
+    fn a_body_of_audio_has_one_output_at_its_first_byte_and_no_tokens() {
+        let mut decoder = decoder_for("/v1/audio/speech", Format::Raw);
+        assert_eq!(feed(&mut decoder, b""), 0, "an empty frame is not audio");
+        assert_eq!(feed(&mut decoder, b"ID3\x04"), 1);
+        assert!(decoder.answered());
+        assert_eq!(feed(&mut decoder, &[0xff; 4096]), 0, "only the first byte");
+        let mut marks = Vec::new();
+        let report = decoder.finish(true, &mut marks);
+        assert!(marks.is_empty());
+        assert!(report.audio && !report.streaming);
+        assert_eq!((report.usage_output_tokens, report.skipped), (None, None));
+        // Every other API reads such a body as JSON, as before: no output.
+        let mut decoder = decoder_for("/v1/chat/completions", Format::Raw);
+        assert_eq!(feed(&mut decoder, b"hello"), 0);
+        assert!(!decoder.finish(true, &mut marks).audio);
     }
 
     #[test]

@@ -251,8 +251,11 @@ impl Proxy {
     ) -> Result<Outgoing, ProxyError> {
         let inner = &self.inner;
         let scan_bytes = inner.context.metering.model_scan_bytes;
+        let content_type = (request.parts.as_ref())
+            .and_then(|parts| parts.headers.get(http::header::CONTENT_TYPE));
         let (body, leftover) = RequestTap::new(
             body,
+            content_type,
             scan_bytes,
             inner.max_body_bytes,
             inner.body_idle,

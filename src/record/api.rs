@@ -18,11 +18,16 @@ pub enum Api {
     Ollama,
     /// llama.cpp server's native `/completion`.
     LlamaCpp,
+    /// Speech to text (`…/v1/audio/transcriptions` and `…/v1/audio/translations`: one wire format, one
+    /// kind of work, so one label).
+    Transcriptions,
+    /// Text to speech (`…/v1/audio/speech`): its output is audio.
+    Speech,
     Other,
 }
 
 impl Api {
-    pub const ALL: [Api; 8] = [
+    pub const ALL: [Api; 10] = [
         Api::Chat,
         Api::Completions,
         Api::Responses,
@@ -30,6 +35,8 @@ impl Api {
         Api::Generate,
         Api::Ollama,
         Api::LlamaCpp,
+        Api::Transcriptions,
+        Api::Speech,
         Api::Other,
     ];
 
@@ -42,6 +49,8 @@ impl Api {
             Api::Generate => "generate",
             Api::Ollama => "ollama",
             Api::LlamaCpp => "llamacpp",
+            Api::Transcriptions => "transcriptions",
+            Api::Speech => "speech",
             Api::Other => "other",
         }
     }

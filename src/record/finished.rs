@@ -37,8 +37,11 @@ impl SkipReason {
 /// recorded from the decoding.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DecoderReport {
-    /// A stream of events (SSE or NDJSON), as opposed to one JSON body.
+    /// A stream of events (SSE or NDJSON), as opposed to one JSON body or a body of audio.
     pub streaming: bool,
+    /// The output was audio (speech): its events are pieces of audio, not tokens, so only the usage
+    /// counts tokens.
+    pub audio: bool,
     /// Why metering switched off, if it did; the figures below are then not to be trusted.
     pub skipped: Option<SkipReason>,
     /// The server reported an error inside the stream.
@@ -127,6 +130,7 @@ pub fn conclude(
             reasoning: r.reasoning_tokens,
             events: timeline.output_chunks(),
             streaming: r.streaming,
+            audio: r.audio,
             parsed: r.reasoning_events > 0 || timeline.called_tool(),
         };
         output_tokens(offered, || r.tokenizer_count)
@@ -134,6 +138,8 @@ pub fn conclude(
     let figures = timeline.figures(end, counted.map_or(0, |c| c.0));
     let ending = Ending {
         streaming,
+        // A body of audio is no stream, but its first byte is timed (a decoder reports on 2xx only).
+        timed: streaming || report.is_some_and(|r| r.audio),
         ok: outcome == Outcome::Ok,
         // The gap still open when the request broke off.
         open_gap: timeline
@@ -296,6 +302,33 @@ mod tests {
             Some(7),
             "a tokenizer before chunks"
         );
+    }
+
+    #[test]
+    fn a_body_of_audio_is_judged_on_its_time_to_first_audio_and_has_no_token_count() {
+        let t0 = Instant::now();
+        let tl = timeline(t0, &[(0, 30)]);
+        let report = DecoderReport {
+            audio: true,
+            ..DecoderReport::default()
+        };
+        let ceilings = Ceilings::default().with(SloKind::Ttft, ms(20));
+        let record = conclude(Some(&report), &tl, Outcome::Ok, t0 + ms(70), OK, &ceilings);
+        assert!(!record.streaming);
+        assert_eq!(record.figures.ttft, Some(ms(30)));
+        assert_eq!((record.output_tokens, record.token_source), (None, None));
+        assert_eq!(record.verdict.missed, vec![SloKind::Ttft]);
+        // A JSON body's missing TTFT is not judged: it has none to wait for.
+        let json = DecoderReport::default();
+        let record = conclude(
+            Some(&json),
+            &tl,
+            Outcome::Cancelled,
+            t0 + ms(70),
+            OK,
+            &ceilings,
+        );
+        assert!(record.verdict.missed.is_empty());
     }
 
     #[test]

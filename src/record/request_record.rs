@@ -13,6 +13,7 @@ use time::format_description::FormatItem;
 use time::macros::format_description;
 use time::{Date, OffsetDateTime};
 
+use crate::record::api::Api;
 use crate::record::conversations::Turn;
 use crate::record::figure::Figure;
 use crate::record::finished::FinishedRecord;
@@ -257,8 +258,10 @@ impl RequestRecord {
     /// How the request ended, as judging goes. The gap still open when a request broke off is not in
     /// the record, so an ITL ceiling it missed only on that gap shows as met.
     pub fn ending(&self) -> Ending {
+        let two_xx = self.status.is_some_and(|s| (200..300).contains(&s));
         Ending {
             streaming: self.stream,
+            timed: self.stream || (self.api == Api::Speech.as_str() && two_xx),
             ok: self.outcome == "ok",
             open_gap: None,
         }

@@ -4,7 +4,7 @@
 //!
 //! A ceiling is missed when the measured value is above it (a value equal to the ceiling meets it, matching
 //! the histogram's `le` bucket). A ceiling whose figure does not exist for the request (TPOT or ITL with fewer
-//! than two tokens, TTFT of a non-streaming response, the time to first answer of a stream that ended
+//! than two tokens, TTFT of a JSON body (a body of audio, speech, has one: its first byte), the time to first answer of a stream that ended
 //! `ok` with reasoning only, the time to first tool call of a stream that called none) is met. For a request that failed or was cancelled, a wait still open when
 //! it broke off counts with its lower bound (the time already waited), so a ceiling already exceeded is
 //! still counted as missed, and such a request is never goodput.
@@ -19,6 +19,9 @@ use crate::record::timeline::Figures;
 pub struct Ending {
     /// A stream metered to its end: the stream figures apply.
     pub streaming: bool,
+    /// Its first output is timed, so the waits (TTFT, the first answer) apply: a stream metered to its
+    /// end, or a 2xx answer to speech (a body of audio, whose first byte is its first output).
+    pub timed: bool,
     /// It ended `ok`.
     pub ok: bool,
     /// For a request that did not end `ok`: the gap still open when it broke off, where known.
@@ -33,9 +36,10 @@ pub type Judged = ByKind<Option<Duration>>;
 /// one still open. A new SLO kind is an arm here.
 pub fn judged_figure(kind: SloKind, figures: &Figures, end: &Ending) -> Option<Duration> {
     let stream = |d: Option<Duration>| d.filter(|_| end.streaming);
+    let timed = |d: Option<Duration>| d.filter(|_| end.timed);
     let waited = |d: Option<Duration>| match end.ok {
-        true => stream(d),
-        false => stream(d.or(Some(figures.e2e))),
+        true => timed(d),
+        false => timed(d.or(Some(figures.e2e))),
     };
     match kind {
         SloKind::Ttft => waited(figures.ttft),
@@ -136,6 +140,7 @@ mod tests {
     fn judge(ceilings: &Ceilings, figures: &Figures, succeeded: bool) -> Verdict {
         let end = Ending {
             streaming: true,
+            timed: true,
             ok: true,
             open_gap: None,
         };
@@ -181,6 +186,7 @@ mod tests {
         // A stream cut off before any call, long past the ceiling: not taken to have waited for one.
         let cut = Ending {
             streaming: true,
+            timed: true,
             ok: false,
             open_gap: None,
         };

@@ -63,6 +63,9 @@ pub struct Offered {
     pub events: u64,
     /// The response was a stream of events (a single JSON body has no events to count).
     pub streaming: bool,
+    /// The output was audio: an event is a piece of audio, not a token, so the usage is the only
+    /// count, taken as reported (never raised to the events), and without it there is none.
+    pub audio: bool,
     /// The stream carried output the server parsed out of what it generated (a tool call, or reasoning
     /// streamed apart): what the client saw is less than what was generated.
     pub parsed: bool,
@@ -74,6 +77,9 @@ pub fn output_tokens(
     offered: Offered, tokenizer: impl FnOnce() -> Option<u64>,
 ) -> Option<(u64, TokenSource)> {
     let events = offered.events;
+    if offered.audio {
+        return offered.usage.map(|n| (n, TokenSource::Usage));
+    }
     match offered.usage {
         Some(n) if n >= events => Some((n, TokenSource::Usage)),
         Some(n) => {
@@ -99,8 +105,24 @@ mod tests {
             reasoning,
             events,
             streaming: true,
+            audio: false,
             parsed: false,
         }
+    }
+
+    #[test]
+    fn audio_is_counted_by_its_usage_alone() {
+        let audio = |usage| Offered {
+            audio: true,
+            ..stream(usage, None, 3)
+        };
+        // Three pieces of audio are not three tokens: without usage there is no count.
+        assert_eq!(output_tokens(audio(None), || Some(9)), None);
+        // Usage as reported, even below the events: a piece of audio is not a token.
+        assert_eq!(
+            output_tokens(audio(Some(2)), || None),
+            Some((2, TokenSource::Usage))
+        );
     }
 
     #[test]

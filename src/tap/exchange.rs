@@ -200,7 +200,7 @@ impl Exchange {
             if let Some(dialect) = self.dialect.take() {
                 let format = Format::of(content_type);
                 let text = match format {
-                    Format::Json => TextCount::Off,
+                    Format::Json | Format::Raw => TextCount::Off,
                     _ => TextCount::start(&self.context.tokenizers, self.request_model.get()),
                 };
                 let metering = &self.context.metering;

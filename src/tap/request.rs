@@ -1,6 +1,9 @@
 //! The request body on its way upstream. It is forwarded frame by frame as it arrives; while it passes,
-//! a bounded scan reads its top-level `model` field (never holding a byte back), and publishes it in a
-//! [`RequestSeen`] the response side reads when it resolves the request's labels.
+//! a bounded scan reads its `model` (never holding a byte back): a JSON body's top-level field, or a
+//! `multipart/form-data` body's field (a transcription's upload, `decode/form.rs`), within the same
+//! bound; it publishes it in a [`RequestSeen`] the response side reads when it resolves the request's
+//! labels. A body whose `model` is not read (past the bound, malformed) counts under the response's
+//! model, else `unknown`, whatever its kind.
 //!
 //! A body that grows past `limits.max_request_body_bytes` is cut: the tap returns an error instead of the
 //! frame that crossed the limit, so the upstream sees an aborted request, never a complete truncated one,
@@ -21,11 +24,13 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::HeaderValue;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use tokio::time::Instant;
 
 use super::{BoxError, IdleTimer};
+use crate::decode::form::FormScanner;
 use crate::decode::json::FieldScanner;
 
 /// Largest `model` value kept, quotes and escapes included.
@@ -73,9 +78,59 @@ impl RequestSeen {
     }
 }
 
+/// The reader of the body's `model`, by the body's content type.
+enum Fields {
+    Json(FieldScanner),
+    Form(FormScanner),
+}
+
+impl Fields {
+    /// A form's fields for a `multipart/form-data` body, else a JSON object's (any other type: a
+    /// JSON body is often sent without one).
+    fn for_body(content_type: Option<&HeaderValue>, scan_bytes: usize) -> Self {
+        let form = content_type.and_then(|ct| {
+            FormScanner::for_content_type(
+                ct.as_bytes(),
+                MODEL_FIELD,
+                MAX_MODEL_VALUE_BYTES,
+                scan_bytes,
+            )
+        });
+        match form {
+            Some(form) => Fields::Form(form),
+            None => Fields::Json(FieldScanner::new(
+                MODEL_FIELD,
+                MAX_MODEL_VALUE_BYTES,
+                scan_bytes,
+            )),
+        }
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        match self {
+            Fields::Json(scanner) => scanner.feed(bytes),
+            Fields::Form(form) => form.feed(bytes),
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        match self {
+            Fields::Json(scanner) => scanner.is_done(),
+            Fields::Form(form) => form.is_done(),
+        }
+    }
+
+    fn model(&self) -> Option<String> {
+        match self {
+            Fields::Json(scanner) => scanner.string("model"),
+            Fields::Form(form) => form.string("model"),
+        }
+    }
+}
+
 struct Shared<B> {
     body: Option<B>,
-    scanner: Option<FieldScanner>,
+    scanner: Option<Fields>,
     /// Bytes still allowed before the body is over `limits.max_request_body_bytes`.
     allowed: u64,
     limit: u64,
@@ -84,7 +139,7 @@ struct Shared<B> {
 impl<B> Shared<B> {
     fn publish(&mut self, slot: &RequestSeen) {
         if let Some(scanner) = self.scanner.take() {
-            let _ = slot.model.set(scanner.string("model"));
+            let _ = slot.model.set(scanner.model());
         }
     }
 }
@@ -108,15 +163,12 @@ pub struct Leftover<B> {
 }
 
 impl<B> RequestTap<B> {
+    /// `content_type`: the request's, which says how its `model` is read.
     pub fn new(
-        inner: B, scan_bytes: usize, max_body_bytes: u64, body_idle: Duration,
-        slot: Arc<RequestSeen>,
+        inner: B, content_type: Option<&HeaderValue>, scan_bytes: usize, max_body_bytes: u64,
+        body_idle: Duration, slot: Arc<RequestSeen>,
     ) -> (Self, Leftover<B>) {
-        let scanner = Some(FieldScanner::new(
-            MODEL_FIELD,
-            MAX_MODEL_VALUE_BYTES,
-            scan_bytes,
-        ));
+        let scanner = Some(Fields::for_body(content_type, scan_bytes));
         let shared = Arc::new(Mutex::new(Shared {
             body: Some(inner),
             scanner,
@@ -161,7 +213,7 @@ where
             }
         })
         .await;
-        let _ = self.slot.model.set(scanner.string("model"));
+        let _ = self.slot.model.set(scanner.model());
     }
 }
 
@@ -247,7 +299,8 @@ mod tests {
 
     fn tap(body: MockBody, max_body_bytes: u64) -> (RequestTap<MockBody>, Arc<RequestSeen>) {
         let slot = Arc::new(RequestSeen::default());
-        let (tap, _leftover) = RequestTap::new(body, 64 * 1024, max_body_bytes, IDLE, slot.clone());
+        let (tap, _leftover) =
+            RequestTap::new(body, None, 64 * 1024, max_body_bytes, IDLE, slot.clone());
         (tap, slot)
     }
 

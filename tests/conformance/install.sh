@@ -37,6 +37,12 @@ PY
   "$home/vllm/bin/python" -c 'import vllm; print("vllm", vllm.__version__)'
 fi
 
+# vLLM reads uploaded audio with soundfile (its `audio` extra); without it every transcription is a 400.
+if ! "$home/vllm/bin/python" -c 'import soundfile, scipy' 2>/dev/null; then
+  echo "installing soundfile and scipy into $home/vllm"
+  "$home/vllm/bin/pip" install "${pip_q[@]}" soundfile scipy
+fi
+
 if [[ ! -x "$home/clients/bin/aiperf" ]]; then
   echo "installing the clients into $home/clients"
   python3 -m venv "$home/clients"

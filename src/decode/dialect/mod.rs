@@ -27,9 +27,11 @@ mod ollama;
 mod openai;
 mod output;
 mod responses;
+mod speech;
 mod text;
 mod tgi;
 pub mod timings;
+mod transcriptions;
 mod wire;
 
 pub use output::{is_reasoning_text, Channels, ChoiceTexts, EventOutput, MAX_CHOICE};
@@ -42,7 +44,9 @@ use llamacpp::LlamaCpp;
 use ollama::Ollama;
 use openai::OpenAi;
 use responses::Responses;
+use speech::Speech;
 use tgi::Tgi;
+use transcriptions::Transcriptions;
 
 use crate::decode::event::FramedEvent;
 use crate::decode::json::FieldScanner;
@@ -188,6 +192,18 @@ fn classify_choices(
     (kind, obs, copied.join("|"), choices)
 }
 
+/// What an API's output events carry, which says what may be counted of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carries {
+    /// Tokens: each output event carried at least one, and without usage they are counted (a
+    /// tokenizer, or one an event). A 2xx body that is not an event stream is one JSON body.
+    Tokens,
+    /// Audio: an output event is a piece of audio of any length, so only the server's usage counts
+    /// tokens. A 2xx body that is neither an event stream nor JSON is the audio itself, whose first
+    /// byte is the first output.
+    Audio,
+}
+
 /// What the response decoder holds: a dialect as one object. Every dialect is a [`Wire`], and this
 /// follows from it.
 pub trait Dialect: Send {
@@ -200,6 +216,8 @@ pub trait Dialect: Send {
     fn body_fields(&self) -> &'static [&'static str];
     /// Reads usage and model from a non-streaming body's top-level fields.
     fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations);
+    /// What its output events carry.
+    fn carries(&self) -> Carries;
 }
 
 /// One row of [`DIALECTS`]: the paths a dialect serves, the API they are, and the dialect.
@@ -226,7 +244,7 @@ const fn row<W: Wire>(paths: &'static [&'static str], api: Api) -> Row {
 /// `/chat/completions` before `/completions`, Ollama's `/api/generate` before TGI's `/generate`). Any
 /// prefix before the API's own path is allowed (`/openai/v1/chat/completions`).
 #[doc(hidden)]
-pub const DIALECTS: [Row; 7] = [
+pub const DIALECTS: [Row; 9] = [
     row::<OpenAi>(&["/chat/completions"], Api::Chat),
     row::<OpenAi>(&["/completions"], Api::Completions),
     row::<Responses>(&["/v1/responses"], Api::Responses),
@@ -234,6 +252,11 @@ pub const DIALECTS: [Row; 7] = [
     row::<Ollama>(&["/api/generate", "/api/chat"], Api::Ollama),
     row::<Tgi>(&["/generate_stream", "/generate"], Api::Generate),
     row::<LlamaCpp>(&["/completion"], Api::LlamaCpp),
+    row::<Transcriptions>(
+        &["/v1/audio/transcriptions", "/v1/audio/translations"],
+        Api::Transcriptions,
+    ),
+    row::<Speech>(&["/v1/audio/speech"], Api::Speech),
 ];
 
 /// Picks the dialect for a request path (query excluded) from [`DIALECTS`]. Unknown paths get
@@ -267,6 +290,10 @@ mod tests {
             ("/api/generate", Api::Ollama),
             ("/api/chat", Api::Ollama),
             ("/completion", Api::LlamaCpp),
+            ("/v1/audio/transcriptions", Api::Transcriptions),
+            ("/openai/v1/audio/translations/", Api::Transcriptions),
+            ("/v1/audio/speech", Api::Speech),
+            ("/v1/audio/voices", Api::Other),
             ("/v1/models", Api::Other),
             ("/v1/responses/resp_123", Api::Other),
             ("/v1/messages/count_tokens", Api::Other),

@@ -12,7 +12,9 @@
 
 use serde::Deserialize;
 
-use super::{Channels, ChoiceTexts, Dialect, EventKind, EventOutput, Observations, DIALECTS};
+use super::{
+    Carries, Channels, ChoiceTexts, Dialect, EventKind, EventOutput, Observations, DIALECTS,
+};
 use crate::decode::event::FramedEvent;
 use crate::decode::json::FieldScanner;
 
@@ -38,6 +40,9 @@ pub trait Wire: Default + Send + 'static {
     fn apply(
         &mut self, event: &Self::Event<'_>, obs: &mut Observations, output: &mut EventOutput<'_>,
     ) -> EventKind;
+
+    /// What its output events carry: tokens, unless it says otherwise.
+    const CARRIES: Carries = Carries::Tokens;
 
     /// The top-level fields of a non-streaming JSON body this dialect reads.
     const BODY_FIELDS: &'static [&'static str];
@@ -71,6 +76,10 @@ impl<W: Wire> Dialect for W {
 
     fn on_body(&mut self, fields: &FieldScanner, obs: &mut Observations) {
         self.body(fields, obs);
+    }
+
+    fn carries(&self) -> Carries {
+        W::CARRIES
     }
 }
 

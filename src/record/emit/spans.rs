@@ -52,7 +52,8 @@ const EVENTS: [(&str, Figure); 3] = [
     ("tokentap.first_tool_call", Figure::TimeToFirstToolCall),
 ];
 
-/// The GenAI operation of a tokentap `api` label; `None` for a path no dialect knows.
+/// The GenAI operation of a tokentap `api` label; `None` for a path no dialect knows, and for audio
+/// (`transcriptions`, `speech`), which the GenAI conventions name no operation for.
 pub fn operation(api: &str) -> Option<&'static str> {
     match api {
         "chat" | "messages" | "responses" | "ollama" => Some("chat"),
