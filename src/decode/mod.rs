@@ -12,3 +12,4 @@ pub mod ndjson;
 pub mod response;
 pub mod sse;
 pub mod tokenizer;
+pub mod websocket;
