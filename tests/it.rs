@@ -36,6 +36,7 @@ mod metering;
 mod process_memory;
 mod prometheus;
 mod properties;
+mod realtime;
 mod records;
 mod records_faults;
 mod replicas;

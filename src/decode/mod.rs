@@ -9,6 +9,7 @@ mod fixtures;
 pub mod json;
 pub mod messages;
 pub mod ndjson;
+pub mod realtime;
 pub mod response;
 pub mod sse;
 pub mod tokenizer;

@@ -18,11 +18,13 @@ pub enum Api {
     Ollama,
     /// llama.cpp server's native `/completion`.
     LlamaCpp,
+    /// A response inside a realtime WebSocket session (vLLM's and OpenAI's `/v1/realtime`).
+    Realtime,
     Other,
 }
 
 impl Api {
-    pub const ALL: [Api; 8] = [
+    pub const ALL: [Api; 9] = [
         Api::Chat,
         Api::Completions,
         Api::Responses,
@@ -30,6 +32,7 @@ impl Api {
         Api::Generate,
         Api::Ollama,
         Api::LlamaCpp,
+        Api::Realtime,
         Api::Other,
     ];
 
@@ -42,6 +45,7 @@ impl Api {
             Api::Generate => "generate",
             Api::Ollama => "ollama",
             Api::LlamaCpp => "llamacpp",
+            Api::Realtime => "realtime",
             Api::Other => "other",
         }
     }

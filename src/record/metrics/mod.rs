@@ -32,6 +32,7 @@ mod refusals;
 mod registry;
 mod scrape;
 mod series;
+mod sessions;
 mod spans;
 mod upstream;
 
@@ -45,6 +46,7 @@ pub use labels::{
 pub use refusals::{MetricsPortRefusals, Refusals, SessionCounts, METRICS_PORT_REASONS};
 use registry::{Registered, Registrar};
 pub use series::Series;
+pub use sessions::SessionSkips;
 pub use spans::SpanCounters;
 pub use upstream::UpstreamCounters;
 
@@ -86,6 +88,8 @@ pub struct Metrics {
     pub forwarding_delay: Histogram,
     /// The spans exported to a collector (`traces:`), and those dropped.
     pub spans: SpanCounters,
+    /// The WebSocket messages the realtime meter passed over unread.
+    pub session_skips: SessionSkips,
     /// The families labelled by model (and tenant), for retiring idle values.
     families: Registered,
 }
@@ -124,6 +128,7 @@ impl Metrics {
         let forwarding_delay = rows.single_histogram(&family::FORWARDING_DELAY)?;
         let agents = Agents::register(&rows)?;
         let spans = SpanCounters::register(&rows)?;
+        let session_skips = SessionSkips::register(&rows)?;
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }
@@ -196,6 +201,7 @@ impl Metrics {
             agents,
             forwarding_delay,
             spans,
+            session_skips,
             families,
         })
     }
@@ -280,6 +286,10 @@ mod tests {
 
     /// Counts every label value each family can take, for every model (and tenant) value and API.
     fn fill_every_combination(metrics: &Metrics, tenants: &[Option<&str>]) {
+        use crate::record::outcome::Outcome;
+        for reason in family::SESSION_SKIP_REASONS {
+            metrics.session_skips.count(reason);
+        }
         let outcomes = ["ok", "cancelled", "upstream_error", "timeout"];
         let sources = TokenSource::ALL.map(TokenSource::as_str);
         let reasons = ["event_too_large", "malformed_event"];
@@ -336,6 +346,14 @@ mod tests {
                         }
                         for reason in reasons {
                             metrics.count_metering_skipped(api, reason);
+                        }
+                        for outcome in [
+                            Outcome::Ok,
+                            Outcome::Cancelled,
+                            Outcome::UpstreamError,
+                            Outcome::Timeout,
+                        ] {
+                            metrics.count_session(&series, outcome, 1.0, 1);
                         }
                     }
                 }
@@ -413,11 +431,11 @@ mod tests {
                 bound.statuses,
                 bound.outcomes
             ),
-            (67, 35, 8, 22, 4)
+            (67, 35, 9, 22, 4)
         );
-        assert_eq!(bound.requests_total, 67 * 35 * 8 * 22 * 4);
+        assert_eq!(bound.requests_total, 67 * 35 * 9 * 22 * 4);
         let refusal = bound.check(500_000).unwrap_err();
-        let product = format!("models 67 × tenants 35 × apis 8 × statuses 22 × outcomes 4 = {} series of tokentap_requests_total alone", 67 * 35 * 8 * 22 * 4);
+        let product = format!("models 67 × tenants 35 × apis 9 × statuses 22 × outcomes 4 = {} series of tokentap_requests_total alone", 67 * 35 * 9 * 22 * 4);
         assert!(
             refusal.starts_with("metrics.max_series: the configuration allows up to "),
             "{refusal}"
@@ -436,6 +454,6 @@ mod tests {
     fn the_default_limit_is_the_one_docs_metrics_states() {
         let metrics = Metrics::new(&Config::default()).unwrap();
         // Adding a series family moves this figure: update docs/metrics.md (the series bound) with it.
-        assert_eq!(limit(&metrics), 400_372);
+        assert_eq!(limit(&metrics), 479_585);
     }
 }
