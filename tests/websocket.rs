@@ -594,7 +594,7 @@ async fn a_real_client_and_server_negotiate_permessage_deflate_through_tokentap(
 }
 
 /// A child process killed when the test ends, however it ends.
-struct Killed(std::process::Child);
+pub(crate) struct Killed(pub(crate) std::process::Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
