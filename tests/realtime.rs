@@ -111,7 +111,7 @@ const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
 
 /// An OpenAI event sequence (`openai-*.jsonl`) as frames: the client's masked, whole; the server's
 /// cut into three fragments, a ping between the first two, when longer than 60 bytes; a pause of
-/// `pause` before each server event.
+/// `pause` before each server event; then the client's close (1000) and the server's echo.
 fn sequence(name: &str, pause: Duration) -> Script {
     let text = std::fs::read_to_string(format!("{FIXTURES}/{name}.jsonl")).expect("events");
     let mut steps = Vec::new();
@@ -141,6 +141,15 @@ fn sequence(name: &str, pause: Duration) -> Script {
             bytes,
             pause: if from_client { Duration::ZERO } else { pause },
             mark,
+        });
+    }
+    // The client closes with 1000, the server echoes it.
+    for (from_client, mask) in [(true, Some([1, 2, 3, 4])), (false, None)] {
+        steps.push(Step {
+            from_client,
+            bytes: frame(0x88, &[0x03, 0xe8], mask),
+            pause: Duration::ZERO,
+            mark: Mark::Nothing,
         });
     }
     let request = format!(
@@ -370,11 +379,56 @@ async fn openai_ga_responses_sent_fragmented_with_pings_are_metered_from_respons
     assert_eq!(metrics.get(family::OUTPUT_TOKENS.name, &realtime), 91.0);
     assert_eq!(responses[1]["output_audio_tokens"], 31);
     assert_eq!(responses[1]["output_text_tokens"], 9);
-    // The session's outcome: the client closed it (1000) in each sequence, or simply went.
+    // Each session closed with 1000 both ways: ok.
     assert_eq!(sessions.len(), 4);
+    for session in &sessions {
+        assert_eq!(
+            (
+                session["outcome"].as_str(),
+                session["close_upstream"].as_u64()
+            ),
+            (Some("ok"), Some(1000))
+        );
+    }
     assert_eq!(
         metrics.get(&family::SESSION_RESPONSES.sum(), &realtime),
         4.0
+    );
+}
+
+#[tokio::test]
+async fn server_vad_responses_run_from_the_servers_commit_and_a_barge_in_is_cancelled() {
+    let (upstream_addr, mut rx) = ws_upstream().await;
+    let (path, yaml) = with_records("realtime-vad");
+    let proxy = proxy(&format!("http://{upstream_addr}"), &yaml).await;
+    let mut client_ttfts = Vec::new();
+    for name in ["openai-ga-server-vad", "openai-ga-barge-in"] {
+        let script = sequence(name, Duration::from_millis(2));
+        let (client, upstream, times) = replay(proxy.proxy_addr(), &mut rx, &script, None).await;
+        drop((client, upstream));
+        client_ttfts.extend(times.ttfts());
+        once_no_session_is_open(&proxy).await;
+    }
+    let metrics = scrape(&proxy).await;
+    let (responses, _) = records(&path, 6);
+    // The client's trigger is its receipt of the server's `committed`, after tokentap saw it.
+    assert_ttfts_agree(&client_ttfts, &responses, 0.001);
+    let outcomes: Vec<_> = responses.iter().map(|r| r["outcome"].as_str()).collect();
+    assert_eq!(outcomes, [Some("ok"), Some("ok"), Some("cancelled")]);
+    let realtime = [("api", "realtime")];
+    let cancelled = [realtime[0], ("outcome", "cancelled")];
+    assert_eq!(
+        metrics.get(family::REQUESTS.name, &cancelled),
+        1.0,
+        "{}",
+        metrics.text
+    );
+    // The input transcription's own usage is not a response's.
+    let sessions = [realtime[0], ("outcome", "ok")];
+    assert_eq!(metrics.get(family::SESSIONS.name, &sessions), 2.0);
+    assert_eq!(
+        metrics.get(&family::SESSION_RESPONSES.sum(), &realtime),
+        3.0
     );
 }
 
