@@ -58,7 +58,7 @@ fn capture() -> Capture {
     }
     Capture {
         request: head[..split].to_owned(),
-        answer: head[split..].as_bytes().to_vec(),
+        answer: head.as_bytes()[split..].to_vec(),
         client,
         upstream,
     }
