@@ -293,7 +293,9 @@ impl Session {
                 if self.response(response.as_deref(), at).is_none() {
                     return;
                 }
-                let open = self.take(response.as_deref());
+                let Some(open) = self.take(response.as_deref()) else {
+                    return;
+                };
                 let end = match status.as_deref() {
                     Some("cancelled") => End::ClientGone,
                     _ => End::Complete,
@@ -305,8 +307,9 @@ impl Session {
                 let vllm = self.protocol != Some(Protocol::OpenAi);
                 let started = self.pending.is_some() || self.open.iter().any(|o| o.id.is_none());
                 if ends_response && vllm && started && self.response(None, at).is_some() {
-                    let open = self.take(None);
-                    self.finish(open, End::Complete, None, Some(true), Usage::default(), at);
+                    if let Some(open) = self.take(None) {
+                        self.finish(open, End::Complete, None, Some(true), Usage::default(), at);
+                    }
                 }
             }
         }
@@ -336,11 +339,10 @@ impl Session {
         self.open.last_mut()
     }
 
-    /// Takes the open response `id` names out of the open ones (it is there: [`Self::response`] was
-    /// just asked for it).
-    fn take(&mut self, id: Option<&str>) -> Open {
-        let i = self.open.iter().position(|o| o.id.as_deref() == id);
-        self.open.swap_remove(i.unwrap_or(self.open.len() - 1))
+    /// Takes the open response `id` names out of the open ones.
+    fn take(&mut self, id: Option<&str>) -> Option<Open> {
+        let i = self.open.iter().position(|o| o.id.as_deref() == id)?;
+        Some(self.open.swap_remove(i))
     }
 
     /// Finishes `open` as `end` at `now`; `done`: when its done event passed; `failed`: the done
@@ -415,5 +417,33 @@ fn names_of(model: &Option<String>) -> Names<'_> {
         request_model: model.as_deref(),
         response_model: None,
         tenant: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::websocket::Skip;
+    use crate::record::metrics::family::SESSION_SKIP_REASONS;
+
+    #[test]
+    fn the_handshakes_model_is_read_from_its_query_percent_decoded() {
+        let of = |query| Handshake::new("id", "/v1/realtime", query).model;
+        assert_eq!(
+            of(Some("model=gpt-realtime")).as_deref(),
+            Some("gpt-realtime")
+        );
+        assert_eq!(of(Some("a=1&model=org%2Fm+x")).as_deref(), Some("org/m x"));
+        assert_eq!(of(Some("model=%zz")).as_deref(), Some("%zz"));
+        assert_eq!(of(Some("model=")), None);
+        assert_eq!(of(Some("intent=transcription")), None);
+        assert_eq!(of(None), None);
+        assert_eq!(of(Some(&format!("model={}", "m".repeat(300)))), None);
+    }
+
+    #[test]
+    fn every_reason_a_reader_skips_for_is_a_value_of_the_families_reason() {
+        let reasons: Vec<&str> = Skip::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(reasons, SESSION_SKIP_REASONS);
     }
 }
