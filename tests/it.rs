@@ -37,6 +37,7 @@ mod process_memory;
 mod prometheus;
 mod properties;
 mod realtime;
+mod realtime_clients;
 mod realtime_soak;
 mod records;
 mod records_faults;

@@ -3,7 +3,7 @@
 //! captures, compressed with context takeover; OpenAI GA and beta event sequences, sent fragmented with
 //! pings between the fragments); every frame reaches the other side byte-identical, each response's
 //! TTFT is within 1 ms of the client's own (its send of the trigger to its receipt of the first delta),
-//! and the records say what the metrics say. A client that vanishes mid-response and an upstream that
+//! and the records say what the metrics say (the real Python clients: `realtime_clients.rs`). A client that vanishes mid-response and an upstream that
 //! closes end the response and the session with the outcomes SPEC §10 names.
 
 use crate::support;
@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::{sleep, timeout, Instant};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/realtime");
+pub(crate) const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/realtime");
 const BOUND: Duration = Duration::from_secs(5);
 /// The longest pause replayed between two frames of a capture (their real pauses, up to this).
 const MAX_PAUSE: Duration = Duration::from_millis(25);
@@ -235,7 +235,7 @@ async fn replay(
 
 /// The records of `path` once `n` are written (the handshakes' included): the responses' and the
 /// sessions'.
-fn records(path: &Path, n: usize) -> (Vec<Value>, Vec<Value>) {
+pub(crate) fn records(path: &Path, n: usize) -> (Vec<Value>, Vec<Value>) {
     let all = read_json_records(path, n);
     let sessions = all
         .iter()
@@ -251,7 +251,7 @@ fn records(path: &Path, n: usize) -> (Vec<Value>, Vec<Value>) {
 /// Each client TTFT within `within` seconds of tokentap's, which it can only exceed (tokentap reads
 /// the trigger after the client sent it and the delta before the client has it; 50 µs allowed for the
 /// clocks' reads); the differences.
-fn assert_ttfts_agree(client: &[f64], records: &[Value], within: f64) -> Vec<f64> {
+pub(crate) fn assert_ttfts_agree(client: &[f64], records: &[Value], within: f64) -> Vec<f64> {
     let ours: Vec<f64> = (records.iter())
         .filter_map(|r| r["ttft_s"].as_f64())
         .collect();
@@ -266,7 +266,7 @@ fn assert_ttfts_agree(client: &[f64], records: &[Value], within: f64) -> Vec<f64
     differences
 }
 
-fn with_records(name: &str) -> (std::path::PathBuf, String) {
+pub(crate) fn with_records(name: &str) -> (std::path::PathBuf, String) {
     let path = temp_file(name);
     let yaml = format!("request_log: {{path: {}}}\n", path.display());
     (path, yaml)
@@ -494,119 +494,4 @@ async fn a_client_that_vanishes_mid_response_cancels_it_and_an_upstream_that_clo
         metrics.text
     );
     assert_eq!(metrics.get(family::SESSIONS.name, &failed), 1.0);
-}
-
-/// A Python with the openai SDK beside `websockets` (the conformance suite's client venv has both).
-fn openai_python(python: &str) -> bool {
-    std::process::Command::new(python)
-        .args(["-c", "import openai.resources.realtime"])
-        .output()
-        .is_ok_and(|out| out.status.success())
-}
-
-/// Runs `tests/websocket/realtime.py` with `args`, bounded; its one JSON line.
-async fn python_client(python: &str, args: &[&str]) -> Value {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/websocket/realtime.py");
-    let mut command = std::process::Command::new(python);
-    command.arg(script).args(args);
-    let out = timeout(
-        Duration::from_secs(60),
-        tokio::task::spawn_blocking(move || command.output()),
-    )
-    .await
-    .expect("client in time")
-    .expect("task")
-    .expect("client ran");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim()).expect("one JSON line")
-}
-
-#[tokio::test]
-async fn the_websockets_client_and_the_openai_sdk_through_tokentap_see_the_ttft_tokentap_records() {
-    let Some(python) = crate::websocket::websockets_python() else {
-        eprintln!("SKIPPED realtime real clients: no python with `websockets` (set TOKENTAP_WEBSOCKETS_PYTHON)");
-        return;
-    };
-    let fixture = format!("{FIXTURES}/openai-ga-text.jsonl");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/websocket/realtime.py");
-    let mut server = crate::websocket::Killed(
-        std::process::Command::new(&python)
-            .args([script, "server", &fixture])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("realtime server"),
-    );
-    let stdout = server.0.stdout.take().expect("stdout");
-    let port = tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).map(|_| line)
-    });
-    let port = timeout(Duration::from_secs(20), port)
-        .await
-        .expect("port in time");
-    let port: u16 = port
-        .expect("task")
-        .expect("a line")
-        .trim()
-        .parse()
-        .expect("a port");
-    let (path, yaml) = with_records("realtime-python");
-    let proxy = proxy(&format!("http://127.0.0.1:{port}"), &yaml).await;
-    let url = format!("ws://{}/v1/realtime", proxy.proxy_addr());
-    let mut clients = vec!["websockets"];
-    if openai_python(&python) {
-        clients.push("openai");
-    } else {
-        eprintln!("SKIPPED the openai SDK's realtime client: {python} has no openai");
-    }
-    let mut client_ttfts = Vec::new();
-    for client in &clients {
-        let got = python_client(&python, &[client, &url, &fixture]).await;
-        assert_eq!(
-            got["events"].as_array().map(Vec::len),
-            Some(18),
-            "{client}: {got}"
-        );
-        assert_eq!(got["close_code"], 1000, "{client}: {got}");
-        let ttfts = got["ttfts"]
-            .as_array()
-            .expect("ttfts")
-            .iter()
-            .filter_map(Value::as_f64);
-        client_ttfts.extend(ttfts);
-    }
-    let metrics = once_no_session_is_open(&proxy).await;
-    // Each client: its handshake, its response, its session.
-    let (responses, sessions) = records(&path, 3 * clients.len());
-    // The Python clients' own clocks include their event loop's work (inflating, joining, the SDK's
-    // pydantic events) on a shared machine: 1 to 6 ms measured; the wire-level 1 ms is the raw-TCP
-    // clients' (above). tokentap's TTFT is never above theirs.
-    let differences = assert_ttfts_agree(&client_ttfts, &responses, 0.015);
-    eprintln!(
-        "realtime python clients {clients:?}: client TTFT − tokentap's TTFT = {differences:?} s"
-    );
-    let ok = [
-        ("model", "gpt-realtime"),
-        ("api", "realtime"),
-        ("outcome", "ok"),
-    ];
-    let n = clients.len() as f64;
-    assert_eq!(
-        metrics.get(family::REQUESTS.name, &ok),
-        n,
-        "{}",
-        metrics.text
-    );
-    assert_eq!(metrics.get(family::SESSIONS.name, &ok), n);
-    assert_eq!(metrics.get(family::OUTPUT_TOKENS.name, &ok[..2]), 7.0 * n);
-    for session in &sessions {
-        assert_eq!(session["close_client"], 1000, "{session}");
-    }
-    // The messages the meter could not read: none (the websockets client's are compressed).
-    assert_eq!(metrics.get(family::SESSION_MESSAGES_SKIPPED.name, &[]), 0.0);
 }
