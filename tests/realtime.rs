@@ -272,17 +272,43 @@ pub(crate) fn with_records(name: &str) -> (std::path::PathBuf, String) {
     (path, yaml)
 }
 
+/// Replays `scripts` (one session each) through a fresh tokentap writing records, until each
+/// response's TTFT agrees with the client's own within 1 ms, at most three times: on a busy machine a
+/// thread descheduled between the client's clock and tokentap's adds milliseconds that are neither's
+/// (each retry is said). The proxy, its metrics once no session is open, the responses' and the
+/// sessions' records (`n` lines in all).
+async fn metered(
+    name: &str, scripts: &[Script], n: usize,
+) -> (tokentap::Running, Metrics, Vec<Value>, Vec<Value>) {
+    let mut attempt = 1;
+    loop {
+        let (upstream_addr, mut rx) = ws_upstream().await;
+        let (path, yaml) = with_records(&format!("{name}-{attempt}"));
+        let proxy = proxy(&format!("http://{upstream_addr}"), &yaml).await;
+        let mut client_ttfts = Vec::new();
+        for script in scripts {
+            let (client, upstream, times) = replay(proxy.proxy_addr(), &mut rx, script, None).await;
+            drop((client, upstream));
+            client_ttfts.extend(times.ttfts());
+            once_no_session_is_open(&proxy).await;
+        }
+        let metrics = once_no_session_is_open(&proxy).await;
+        let (responses, sessions) = records(&path, n);
+        let ours = responses.iter().filter_map(|r| r["ttft_s"].as_f64());
+        let differences: Vec<f64> = client_ttfts.iter().zip(ours).map(|(c, o)| c - o).collect();
+        if attempt == 3 || differences.iter().all(|d| (-0.000_05..0.001).contains(d)) {
+            assert_ttfts_agree(&client_ttfts, &responses, 0.001);
+            return (proxy, metrics, responses, sessions);
+        }
+        eprintln!("{name}: attempt {attempt}: client − tokentap TTFT {differences:?} s: again");
+        attempt += 1;
+    }
+}
+
 #[tokio::test]
 async fn a_real_vllm_transcription_session_compressed_is_metered_from_the_commit_to_done() {
-    let (upstream_addr, mut rx) = ws_upstream().await;
-    let (path, yaml) = with_records("realtime-vllm");
-    let proxy = proxy(&format!("http://{upstream_addr}"), &yaml).await;
-    let script = capture("vllm-tiny-qwen3-asr-session");
-    let (client, upstream, times) = replay(proxy.proxy_addr(), &mut rx, &script, None).await;
-    drop((client, upstream));
-    let metrics = once_no_session_is_open(&proxy).await;
-    let (responses, sessions) = records(&path, 3);
-    assert_ttfts_agree(&times.ttfts(), &responses, 0.001);
+    let scripts = [capture("vllm-tiny-qwen3-asr-session")];
+    let (_proxy, metrics, responses, sessions) = metered("realtime-vllm", &scripts, 3).await;
 
     let model = ("model", "tiny-qwen3-asr");
     let realtime = [model, ("api", "realtime")];
@@ -342,25 +368,14 @@ async fn a_real_vllm_transcription_session_compressed_is_metered_from_the_commit
 
 #[tokio::test]
 async fn openai_ga_responses_sent_fragmented_with_pings_are_metered_from_response_create() {
-    let (upstream_addr, mut rx) = ws_upstream().await;
-    let (path, yaml) = with_records("realtime-ga");
-    let proxy = proxy(&format!("http://{upstream_addr}"), &yaml).await;
-    let mut client_ttfts = Vec::new();
-    for name in [
+    let names = [
         "openai-ga-text",
         "openai-ga-audio",
         "openai-beta-text",
         "openai-beta-audio",
-    ] {
-        let script = sequence(name, Duration::from_millis(3));
-        let (client, upstream, times) = replay(proxy.proxy_addr(), &mut rx, &script, None).await;
-        drop((client, upstream));
-        client_ttfts.extend(times.ttfts());
-        once_no_session_is_open(&proxy).await;
-    }
-    let metrics = scrape(&proxy).await;
-    let (responses, sessions) = records(&path, 12);
-    assert_ttfts_agree(&client_ttfts, &responses, 0.001);
+    ];
+    let scripts = names.map(|name| sequence(name, Duration::from_millis(3)));
+    let (_proxy, metrics, responses, sessions) = metered("realtime-ga", &scripts, 12).await;
     // The beta sequences' server names its model in session.created, over the handshake's.
     let realtime = [("api", "realtime")];
     let ok = [realtime[0], ("outcome", "ok")];
@@ -398,21 +413,10 @@ async fn openai_ga_responses_sent_fragmented_with_pings_are_metered_from_respons
 
 #[tokio::test]
 async fn server_vad_responses_run_from_the_servers_commit_and_a_barge_in_is_cancelled() {
-    let (upstream_addr, mut rx) = ws_upstream().await;
-    let (path, yaml) = with_records("realtime-vad");
-    let proxy = proxy(&format!("http://{upstream_addr}"), &yaml).await;
-    let mut client_ttfts = Vec::new();
-    for name in ["openai-ga-server-vad", "openai-ga-barge-in"] {
-        let script = sequence(name, Duration::from_millis(2));
-        let (client, upstream, times) = replay(proxy.proxy_addr(), &mut rx, &script, None).await;
-        drop((client, upstream));
-        client_ttfts.extend(times.ttfts());
-        once_no_session_is_open(&proxy).await;
-    }
-    let metrics = scrape(&proxy).await;
-    let (responses, _) = records(&path, 6);
     // The client's trigger is its receipt of the server's `committed`, after tokentap saw it.
-    assert_ttfts_agree(&client_ttfts, &responses, 0.001);
+    let scripts = ["openai-ga-server-vad", "openai-ga-barge-in"]
+        .map(|name| sequence(name, Duration::from_millis(2)));
+    let (_proxy, metrics, responses, _) = metered("realtime-vad", &scripts, 6).await;
     let outcomes: Vec<_> = responses.iter().map(|r| r["outcome"].as_str()).collect();
     assert_eq!(outcomes, [Some("ok"), Some("ok"), Some("cancelled")]);
     let realtime = [("api", "realtime")];
