@@ -367,6 +367,37 @@ async fn a_real_vllm_transcription_session_compressed_is_metered_from_the_commit
 }
 
 #[tokio::test]
+async fn a_second_utterance_in_the_same_vllm_session_is_a_second_response() {
+    // The long capture: deltas begin while the audio still flows, before the final commit; then a
+    // second commit, utterance and done in the same session.
+    let scripts = [capture("vllm-tiny-qwen3-asr-session-long")];
+    let (_proxy, metrics, responses, sessions) = metered("realtime-vllm-long", &scripts, 4).await;
+    let tokens: Vec<_> = (responses.iter())
+        .map(|r| {
+            (
+                r["session_response"].as_u64(),
+                r["output_tokens"].as_u64(),
+                r["input_tokens"].as_u64(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tokens,
+        [
+            (Some(1), Some(128), Some(78)),
+            (Some(2), Some(64), Some(26))
+        ]
+    );
+    assert_eq!(sessions[0]["responses"], 2);
+    let realtime = [("api", "realtime")];
+    assert_eq!(metrics.get(family::OUTPUT_TOKENS.name, &realtime), 192.0);
+    assert_eq!(
+        metrics.get(&family::SESSION_RESPONSES.sum(), &realtime),
+        2.0
+    );
+}
+
+#[tokio::test]
 async fn openai_ga_responses_sent_fragmented_with_pings_are_metered_from_response_create() {
     let names = [
         "openai-ga-text",
