@@ -296,11 +296,11 @@ async fn metered(
         let (responses, sessions) = records(&path, n);
         let ours = responses.iter().filter_map(|r| r["ttft_s"].as_f64());
         let differences: Vec<f64> = client_ttfts.iter().zip(ours).map(|(c, o)| c - o).collect();
+        eprintln!("{name}: attempt {attempt}: client − tokentap TTFT {differences:?} s");
         if attempt == 3 || differences.iter().all(|d| (-0.000_05..0.001).contains(d)) {
             assert_ttfts_agree(&client_ttfts, &responses, 0.001);
             return (proxy, metrics, responses, sessions);
         }
-        eprintln!("{name}: attempt {attempt}: client − tokentap TTFT {differences:?} s: again");
         attempt += 1;
     }
 }
