@@ -629,6 +629,7 @@ fn span_of_a_finished_request(bencher: Bencher) {
             response_model: Some("tiny-llama"),
             response_id: None,
             span: Some(&context),
+            session: None,
         };
         span_of(black_box(&finished), &context, ("127.0.0.1", 8000))
     });

@@ -116,8 +116,10 @@ async fn a_flood_of_junk_names_and_paths_stays_under_the_series_limit_and_the_re
     // tokens) + 17 (think time) = 107; plus the three lookup results and the eight reasons a list is
     // not read, in-flight per API, skipped metering per API and reason, the metrics port's five
     // refusal reasons, the spans' five drop reasons, the sessions' two refusal reasons, the six
-    // reasons a TLS handshake failed, the config reloads' three results, and the unlabelled counters,
-    // gauges and histograms (their buckets carry only `le`).
+    // reasons a TLS handshake failed, the three reasons a session's message is skipped, the config
+    // reloads' three results, and the unlabelled counters, gauges and histograms (their buckets carry
+    // only `le`). Each known API has the session families too (duration 12 + 3, responses 11 + 3, four
+    // outcomes).
     let unlabelled = m
         .text
         .lines()
@@ -125,7 +127,18 @@ async fn a_flood_of_junk_names_and_paths_stays_under_the_series_limit_and_the_re
         .count();
     assert_eq!(
         limit,
-        (6 * (9 * 163 + 93 + 107) + 10 + 18 + 5 + 5 + 2 + 6 + 3 + 8 + 3 + unlabelled) as f64
+        (6 * (10 * (163 + 15 + 14 + 4) + 93 + 107)
+            + 11
+            + 20
+            + 5
+            + 5
+            + 2
+            + 6
+            + 3
+            + 3
+            + 8
+            + 3
+            + unlabelled) as f64
     );
 }
 

@@ -287,7 +287,7 @@ async fn sighup_reopens_the_record_file_so_new_records_land_in_the_new_file() {
     let (exit, log) = process.wait();
     assert!(exit.success(), "{log}");
     assert!(log.contains("request_log file reopened"), "{log}");
-    assert!(log.contains("series bound: models 103 × apis 10"), "{log}");
+    assert!(log.contains("series bound: models 103 × apis 11"), "{log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -341,7 +341,7 @@ fn a_config_above_the_series_budget_is_refused_naming_the_product_of_the_caps() 
     );
     std::fs::write(&file, yaml).expect("config");
     let binary = env!("CARGO_BIN_EXE_tokentap");
-    let product = "models 67 × tenants 35 × apis 10 × statuses 22 × outcomes 4 = 2063600";
+    let product = "models 67 × tenants 35 × apis 11 × statuses 22 × outcomes 4 = 2269960";
     let checked = std::process::Command::new(binary)
         .arg("check-config")
         .arg(&file)

@@ -23,7 +23,7 @@ const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
 const BOUND: Duration = Duration::from_secs(5);
 
 /// The Sec-WebSocket-Accept for `key` (RFC 6455 §4.2.2: SHA-1 of key + GUID, base64).
-fn accept_for(key: &str) -> String {
+pub(crate) fn accept_for(key: &str) -> String {
     let joined = format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
     let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, joined.as_bytes());
     base64(digest.as_ref())
@@ -50,7 +50,7 @@ fn base64(bytes: &[u8]) -> String {
 
 /// A scripted WebSocket upstream: each connection's request head (as bytes) and its socket, handed to
 /// the test, which writes the answer.
-async fn ws_upstream() -> (SocketAddr, mpsc::UnboundedReceiver<(String, TcpStream)>) {
+pub(crate) async fn ws_upstream() -> (SocketAddr, mpsc::UnboundedReceiver<(String, TcpStream)>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (tx, rx) = mpsc::unbounded_channel();
@@ -68,7 +68,7 @@ async fn ws_upstream() -> (SocketAddr, mpsc::UnboundedReceiver<(String, TcpStrea
 }
 
 /// Reads an HTTP head byte by byte (so nothing after it is taken), up to its blank line.
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<String> {
+pub(crate) async fn read_head(stream: &mut TcpStream) -> std::io::Result<String> {
     let mut head = Vec::new();
     while !head.ends_with(b"\r\n\r\n") && head.len() < 64 << 10 {
         let mut byte = [0u8];
@@ -80,7 +80,9 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&head).into_owned())
 }
 
-async fn next_conn(rx: &mut mpsc::UnboundedReceiver<(String, TcpStream)>) -> (String, TcpStream) {
+pub(crate) async fn next_conn(
+    rx: &mut mpsc::UnboundedReceiver<(String, TcpStream)>,
+) -> (String, TcpStream) {
     timeout(BOUND, rx.recv())
         .await
         .expect("the upstream got a connection")
@@ -119,7 +121,7 @@ async fn client(proxy: SocketAddr, request: &str) -> (String, TcpStream) {
 }
 
 /// Reads exactly `n` bytes, bounded.
-async fn read_n(stream: &mut TcpStream, n: usize) -> Vec<u8> {
+pub(crate) async fn read_n(stream: &mut TcpStream, n: usize) -> Vec<u8> {
     let mut got = vec![0u8; n];
     timeout(BOUND, stream.read_exact(&mut got))
         .await
@@ -129,7 +131,7 @@ async fn read_n(stream: &mut TcpStream, n: usize) -> Vec<u8> {
 }
 
 /// Reads until the peer ends its half; what came before.
-async fn read_to_end(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+pub(crate) async fn read_to_end(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut got = Vec::new();
     timeout(BOUND, stream.read_to_end(&mut got))
         .await
@@ -138,7 +140,7 @@ async fn read_to_end(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
 }
 
 /// A frame as a client sends it (masked) or a server does (unmasked).
-fn frame(first: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
+pub(crate) fn frame(first: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
     let mut f = vec![first];
     let bit = if mask.is_some() { 0x80 } else { 0 };
     match payload.len() {
@@ -279,7 +281,7 @@ async fn the_handshake_and_every_frame_pass_byte_identical_both_ways() {
 }
 
 /// The scrape once no session is counted open (within 2 s); panics if one still is.
-async fn once_no_session_is_open(proxy: &tokentap::Running) -> Metrics {
+pub(crate) async fn once_no_session_is_open(proxy: &tokentap::Running) -> Metrics {
     for _ in 0..100 {
         let metrics = scrape(proxy).await;
         if metrics.get(family::SESSIONS_IN_FLIGHT.name, &[]) == 0.0 {
@@ -518,7 +520,7 @@ async fn any_other_upgrade_is_still_dropped_and_the_plain_request_answered() {
 
 /// A Python with the `websockets` package: `TOKENTAP_WEBSOCKETS_PYTHON`, `python3`, or the conformance
 /// suite's client venv; `None` (the test skips, saying so) when none has it.
-fn websockets_python() -> Option<String> {
+pub(crate) fn websockets_python() -> Option<String> {
     let home = std::env::var("HOME").unwrap_or_default();
     let candidates = [
         std::env::var("TOKENTAP_WEBSOCKETS_PYTHON").unwrap_or_default(),
@@ -592,7 +594,7 @@ async fn a_real_client_and_server_negotiate_permessage_deflate_through_tokentap(
 }
 
 /// A child process killed when the test ends, however it ends.
-struct Killed(std::process::Child);
+pub(crate) struct Killed(pub(crate) std::process::Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {

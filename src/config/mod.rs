@@ -289,9 +289,10 @@ impl Default for MetricsOptions {
 }
 
 impl MetricsOptions {
-    /// The default series budget: well above the default configuration's limit (about 337,000), and
-    /// what one Prometheus server can take from one target without a second thought.
-    pub const DEFAULT_MAX_SERIES: u64 = 600_000;
+    /// The default series budget: above the default configuration's limit (590,429, leaving about a
+    /// fifth for SLO ceilings and tenants), and what one Prometheus server can take from one target
+    /// without a second thought.
+    pub const DEFAULT_MAX_SERIES: u64 = 750_000;
 }
 
 impl Config {

@@ -11,6 +11,8 @@ pub mod form;
 pub mod json;
 pub mod messages;
 pub mod ndjson;
+pub mod realtime;
 pub mod response;
 pub mod sse;
 pub mod tokenizer;
+pub mod websocket;

@@ -39,6 +39,7 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::decode::dialect;
+use crate::decode::websocket::Deflate;
 use crate::logging::repeated::RepeatedWarning;
 use crate::proxy::admit::{admit, declared_length, undefined_status};
 use crate::proxy::error::ProxyError;
@@ -51,6 +52,7 @@ use crate::record::metrics::Refusals;
 use crate::record::outcome::End;
 use crate::shutdown::{Phase, Shutdown};
 use crate::tap::exchange::{Exchange, ExchangeContext, ExchangeGuard, HeldBody};
+use crate::tap::realtime::{Handshake, SessionMeter};
 use crate::tap::{Leftover, RequestSeen, RequestTap, ResponseTap};
 
 /// How long a request the upstream refused may take to yield its `model` before the error answer goes out.
@@ -118,6 +120,8 @@ struct Forwarding {
     leftover: Option<Leftover<Incoming>>,
     /// A WebSocket handshake: the client's side of the upgrade, and the session's place once admitted.
     upgrade: Option<(OnUpgrade, Option<Place>)>,
+    /// A WebSocket handshake's id, path and `model=`, for its session's meter.
+    handshake: Option<Handshake>,
 }
 
 /// tokentap's own answer instead of the upstream's, and whether the upstream had been asked.
@@ -216,9 +220,15 @@ impl Proxy {
             seen,
             leftover: None,
             upgrade,
+            handshake: None,
         };
         if let (Some(exchange), Some(parts)) = (request.guard.get_mut(), &request.parts) {
             exchange.identify(&parts.headers);
+            if request.upgrade.is_some() {
+                let id = exchange.id().unwrap_or("");
+                let handshake = Handshake::new(id, parts.uri.path(), parts.uri.query());
+                request.handshake = Some(handshake);
+            }
         }
         let answered = match self.forward(&mut request, target, body, client).await {
             Ok(response) => response,
@@ -377,10 +387,13 @@ impl Proxy {
         }
         if parts.status == http::StatusCode::SWITCHING_PROTOCOLS {
             let upstream = parts.extensions.remove::<OnUpgrade>();
-            if let (Some((client_side, Some(place))), Some(upstream)) =
-                (request.upgrade.take(), upstream)
+            if let (Some((client_side, Some(place))), Some(upstream), Some(handshake)) =
+                (request.upgrade.take(), upstream, request.handshake.take())
             {
-                let session = inner.sessions.session(place, client_side, upstream);
+                let extensions = parts.headers.get_all(header::SEC_WEBSOCKET_EXTENSIONS);
+                let deflate = Deflate::agreed(extensions.iter().filter_map(|v| v.to_str().ok()));
+                let meter = SessionMeter::new(inner.context.clone(), handshake, deflate);
+                let session = inner.sessions.session(place, client_side, upstream, meter);
                 match &client.handoff {
                     Some(handoff) => handoff.put(session),
                     None => drop(tokio::spawn(session)),

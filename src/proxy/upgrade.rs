@@ -36,6 +36,7 @@ use crate::proxy::error::ProxyError;
 use crate::proxy::request_body::{ClientPlace, PerClient};
 use crate::record::metrics::SessionCounts;
 use crate::shutdown::{Phase, Shutdown};
+use crate::tap::realtime::SessionMeter;
 use crate::tap::session::{self, Ended};
 
 /// A session, to be run once the client's socket is handed over.
@@ -109,8 +110,10 @@ impl Sessions {
     }
 
     /// The session between the client's socket and the upstream's, each handed over by hyper once its
-    /// `101` is through; it holds `place` until it ends.
-    pub fn session(&self, place: Place, client: OnUpgrade, upstream: OnUpgrade) -> Session {
+    /// `101` is through, metered by `meter` as it passes; it holds `place` until it ends.
+    pub fn session(
+        &self, place: Place, client: OnUpgrade, upstream: OnUpgrade, mut meter: SessionMeter,
+    ) -> Session {
         let (idle, cut) = (self.idle, self.shutdown.reached(Phase::Cut));
         let open = Open::new(self.counts.open.clone());
         Box::pin(async move {
@@ -123,7 +126,8 @@ impl Sessions {
                     return;
                 }
             };
-            let ended = session::relay(client, upstream, idle, cut, &mut ()).await;
+            let ended = session::relay(client, upstream, idle, cut, &mut meter).await;
+            meter.finish(&ended);
             match ended {
                 Ended::Idle => tracing::debug!(
                     after = ?idle,

@@ -23,11 +23,13 @@ pub enum Api {
     Transcriptions,
     /// Text to speech (`…/v1/audio/speech`): its output is audio.
     Speech,
+    /// A response inside a realtime WebSocket session (vLLM's and OpenAI's `/v1/realtime`).
+    Realtime,
     Other,
 }
 
 impl Api {
-    pub const ALL: [Api; 10] = [
+    pub const ALL: [Api; 11] = [
         Api::Chat,
         Api::Completions,
         Api::Responses,
@@ -37,6 +39,7 @@ impl Api {
         Api::LlamaCpp,
         Api::Transcriptions,
         Api::Speech,
+        Api::Realtime,
         Api::Other,
     ];
 
@@ -51,6 +54,7 @@ impl Api {
             Api::LlamaCpp => "llamacpp",
             Api::Transcriptions => "transcriptions",
             Api::Speech => "speech",
+            Api::Realtime => "realtime",
             Api::Other => "other",
         }
     }

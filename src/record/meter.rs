@@ -24,6 +24,7 @@ use crate::record::finished::{conclude, t_end, DecoderReport};
 use crate::record::gaps::Gaps;
 use crate::record::metrics::{Metrics, Series};
 use crate::record::outcome::{classify, End, Seen};
+use crate::record::session::{InSession, SessionEnded};
 use crate::record::timeline::{Mark, Timeline};
 use crate::record::trace::TraceContext;
 
@@ -92,6 +93,8 @@ pub struct Ending<'a> {
     pub response_id: Option<&'a str>,
     /// The trace the request joined at admission (`traces:`), its span's id drawn there.
     pub trace: Option<&'a TraceContext>,
+    /// A response inside a WebSocket session: its place there.
+    pub session: Option<InSession<'a>>,
 }
 
 /// One request's meter; each call is given the [`MeterContext`] the request was admitted under.
@@ -240,6 +243,7 @@ impl Meter {
             response_model: ending.names.response_model,
             response_id: ending.response_id,
             span: emitter.sampled(ending.trace, &record),
+            session: ending.session,
         });
     }
 
@@ -266,4 +270,15 @@ impl Meter {
         agents.sweep(conversations, now);
         turn
     }
+}
+
+/// A WebSocket session ended: counted in the session families under its model's label, and handed to
+/// every sink that writes sessions.
+pub fn finish_session(context: &MeterContext, ended: &SessionEnded<'_>) {
+    let metrics = &context.metrics;
+    let label = metrics.model_label(ended.model, None, true);
+    let series = metrics.series(label, ended.api);
+    let seconds = ended.duration.as_secs_f64();
+    metrics.count_session(&series, ended.outcome, seconds, ended.responses);
+    context.emitter.emit_session(ended, &series.model);
 }

@@ -15,6 +15,7 @@ pub mod outcome;
 pub mod request_record;
 pub mod served;
 pub mod server;
+pub mod session;
 pub mod slo;
 pub mod timeline;
 pub mod tokens;

@@ -19,6 +19,7 @@ use crate::record::figure::Figure;
 use crate::record::finished::FinishedRecord;
 use crate::record::gaps::GapSummary;
 use crate::record::server::outside;
+use crate::record::session::{InSession, SessionEnded};
 use crate::record::slo::Ending;
 use crate::record::timeline::Figures;
 
@@ -52,6 +53,12 @@ pub struct RequestRecord {
     /// The client's time since the turn it continues ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub think_s: Option<f64>,
+    /// A response inside a WebSocket session (`api="realtime"`): the session's id (its record's `id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// Its position in that session, 1 for the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_response: Option<u64>,
     /// The response status; absent when no response head was sent upstream's way back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
@@ -87,6 +94,15 @@ pub struct RequestRecord {
     pub input_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_input_tokens: Option<u64>,
+    /// Audio and text apart, where the usage says (realtime responses).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_text_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_audio_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_text_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_audio_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_tokens: Option<u64>,
     /// Inter-token gaps observed (the ITL observations of this request).
@@ -145,6 +161,8 @@ pub struct Identity<'a> {
     pub tenant: Option<&'a str>,
     /// Its place in its conversation, when it has one.
     pub turn: Option<&'a Turn>,
+    /// Its place in its WebSocket session, when it is a response inside one.
+    pub session: Option<InSession<'a>>,
 }
 
 impl RequestRecord {
@@ -172,6 +190,12 @@ impl RequestRecord {
             conversation: identity.turn.map(|t| t.conversation.to_string()),
             turn: identity.turn.map(|t| t.turn),
             think_s: identity.turn.and_then(|t| t.think).map(|t| t.as_secs_f64()),
+            session: identity.session.map(|s| s.id.to_owned()),
+            session_response: identity.session.map(|s| s.position),
+            input_text_tokens: identity.session.and_then(|s| s.tokens.input_text),
+            input_audio_tokens: identity.session.and_then(|s| s.tokens.input_audio),
+            output_text_tokens: identity.session.and_then(|s| s.tokens.output_text),
+            output_audio_tokens: identity.session.and_then(|s| s.tokens.output_audio),
             status: finished.status.map(|s| s.as_u16()),
             outcome: finished.outcome.as_str().to_owned(),
             stream: streaming,
@@ -288,6 +312,51 @@ pub fn parse_rfc3339(text: &str) -> Option<f64> {
     Some(date.midnight().assume_utc().unix_timestamp() as f64)
 }
 
+/// A session's record (docs/records.md): a line of the request records with `"record":"session"`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub v: u32,
+    /// Always `"session"`: what tells this line from a request's.
+    pub record: String,
+    /// Wall-clock time of the upstream's `101`.
+    pub start: String,
+    /// The handshake's request id; each response's record names it in `session`.
+    pub id: String,
+    /// The `model` label it was counted under.
+    pub model: String,
+    pub api: String,
+    pub outcome: String,
+    pub duration_s: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub close_client: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub close_upstream: Option<u16>,
+    pub responses: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl SessionRecord {
+    /// The record of `ended`, counted under the `model` label.
+    pub fn of(ended: &SessionEnded<'_>, model: &str) -> Self {
+        SessionRecord {
+            v: RECORD_VERSION,
+            record: "session".to_owned(),
+            start: rfc3339_micros(ended.start),
+            id: ended.id.to_owned(),
+            model: model.to_owned(),
+            api: ended.api.as_str().to_owned(),
+            outcome: ended.outcome.as_str().to_owned(),
+            duration_s: ended.duration.as_secs_f64(),
+            close_client: ended.close_client,
+            close_upstream: ended.close_upstream,
+            responses: ended.responses,
+            input_tokens: ended.input_tokens,
+            output_tokens: ended.output_tokens,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,6 +426,7 @@ mod tests {
                 turn: 3,
                 think: Some(Duration::from_millis(1_500)),
             }),
+            session: None,
         };
         let gaps = GapSummary {
             count: 2,

@@ -181,6 +181,11 @@ impl Exchange {
         self.identity = Some(self.settings.identify.of(headers));
     }
 
+    /// tokentap's own id of the request, once its head was read.
+    pub fn id(&self) -> Option<&str> {
+        Some(self.identity.as_ref()?.id.as_str())
+    }
+
     /// The trace the request joins and its span's id, once its head was read (`traces:`): what
     /// `traces.propagate` sends upstream.
     pub fn trace(&self) -> Option<&TraceContext> {
@@ -276,6 +281,7 @@ impl Exchange {
             listed,
             response_id: decoder.and_then(|d| d.observations().response_id.as_deref()),
             trace: identity.and_then(|i| i.trace.as_ref()),
+            session: None,
         };
         self.meter.finish(&self.settings.meter, ending, now);
     }

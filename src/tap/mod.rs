@@ -2,7 +2,7 @@
 //! [`RequestTap`] reads the request's `model` on its way upstream (and cuts a body over its size limit),
 //! [`ResponseTap`] timestamps the response's frames on their way to the client and finishes the
 //! [`exchange`] when the body ends; [`session`] relays an upgraded (WebSocket) session's bytes both ways,
-//! where a meter of its frames can read them as they pass. The exchange is the request's state the taps feed: it runs the
+//! and [`realtime`] meters the responses inside it as its frames pass. The exchange is the request's state the taps feed: it runs the
 //! response through its decoder (`decode`) and, once, records the result (`record`).
 
 pub mod exchange;
@@ -11,6 +11,7 @@ mod idle;
 mod list_read;
 #[cfg(test)]
 mod mock;
+pub mod realtime;
 mod request;
 mod response;
 pub mod session;

@@ -46,6 +46,9 @@ pub enum Side {
 /// It is called in the relay's task and must not wait.
 pub trait Watch: Send {
     fn read(&mut self, from: Side, bytes: &[u8], at: Instant);
+
+    /// `from` ended its half (end of file), at `at`.
+    fn ended(&mut self, _from: Side, _at: Instant) {}
 }
 
 /// No watch: the session's bytes are relayed only.
@@ -54,7 +57,7 @@ impl Watch for () {
 }
 
 /// How a session ended.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
     /// Both sides ended their halves.
     Closed,
@@ -263,6 +266,7 @@ impl Pipe {
                     let n = read.filled().len();
                     if n == 0 {
                         self.read_done = true;
+                        watch.ended(self.from, Instant::now());
                         continue;
                     }
                     let bytes = &self.buf[..n];

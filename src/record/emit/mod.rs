@@ -22,6 +22,7 @@ use crate::record::finished::FinishedRecord;
 use crate::record::gaps::GapSummary;
 use crate::record::metrics::{Metrics, Series};
 use crate::record::outcome::Outcome;
+use crate::record::session::{InSession, SessionEnded};
 use crate::record::trace::{self, Sampler, TraceContext, Tracing};
 
 pub use log::LogLine;
@@ -64,11 +65,17 @@ pub struct Finished<'a> {
     /// Its span, when it was sampled ([`Emitter::sampled`]): the trace it joined at admission and its
     /// span's id. The span sink exports it, the record names it.
     pub span: Option<&'a TraceContext>,
+    /// A response inside a WebSocket session: its place there.
+    pub session: Option<InSession<'a>>,
 }
 
 /// Somewhere a finished request is written.
 pub trait Sink: Send + Sync {
     fn emit(&self, finished: &Finished<'_>);
+
+    /// A WebSocket session ended, counted under the `model` label given; a sink that writes no
+    /// sessions passes it over.
+    fn session(&self, _ended: &SessionEnded<'_>, _model: &str) {}
 
     /// Whether it writes a request's own gaps: `(list every gap, at most this many)`; the meter keeps
     /// them only then.
@@ -139,6 +146,14 @@ impl Emitter {
         self.metrics.emit(finished);
         for sink in &self.sinks {
             sink.emit(finished);
+        }
+    }
+
+    /// A WebSocket session ended (its families are counted by `meter::finish_session`): every sink
+    /// that writes sessions writes it.
+    pub fn emit_session(&self, ended: &SessionEnded<'_>, model: &str) {
+        for sink in &self.sinks {
+            sink.session(ended, model);
         }
     }
 }
@@ -250,6 +265,7 @@ mod tests {
             response_model: None,
             response_id: None,
             span: None,
+            session: None,
         };
         let line = log::Line(&finished).to_string();
         let identity = request_record::Identity {
@@ -260,6 +276,7 @@ mod tests {
             api: "chat",
             tenant: None,
             turn: None,
+            session: None,
         };
         let json =
             serde_json::to_value(RequestRecord::of(&identity, &record, &gaps)).unwrap_or_default();

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use super::{Finished, Sink};
 use crate::logging::records::RecordWriter;
-use crate::record::request_record::{self, RequestRecord};
+use crate::record::request_record::{self, RequestRecord, SessionRecord};
+use crate::record::session::SessionEnded;
 
 /// Where finished requests' records go, and what they list.
 pub struct Records {
@@ -27,6 +28,7 @@ impl Sink for Records {
             api: finished.api.as_str(),
             tenant: finished.series.tenant.as_deref(),
             turn: finished.turn,
+            session: finished.session,
         };
         // Plain numbers and strings: serialising cannot fail; a record that did is not written.
         self.writer.send_with(|| {
@@ -38,6 +40,11 @@ impl Sink for Records {
             }
             serde_json::to_string(&record).ok()
         });
+    }
+
+    fn session(&self, ended: &SessionEnded<'_>, model: &str) {
+        self.writer
+            .send_with(|| serde_json::to_string(&SessionRecord::of(ended, model)).ok());
     }
 
     fn gaps(&self) -> Option<(bool, usize)> {

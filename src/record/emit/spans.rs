@@ -253,6 +253,7 @@ mod tests {
             response_model: Some("Qwen/Qwen2.5-0.5B"),
             response_id: None,
             span: None,
+            session: None,
         };
         let context = ids_for(&http::HeaderMap::new());
         span_of(&finished, &context, ("127.0.0.1", 8000))

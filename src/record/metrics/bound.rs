@@ -73,6 +73,7 @@ impl Boundaries {
             Buckets::PromptTokens => &family::PROMPT_TOKEN_BUCKETS,
             Buckets::Think => &family::THINK_BUCKETS,
             Buckets::Turns => &family::TURN_BUCKETS,
+            Buckets::Session => &family::SESSION_BUCKETS,
         }
     }
 

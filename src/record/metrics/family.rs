@@ -29,8 +29,10 @@ pub enum Buckets {
     PromptTokens,
     /// The client's time between turns: fixed, 100 ms to 30 min ([`THINK_BUCKETS`]).
     Think,
-    /// Turns per conversation: fixed, 1 to 256 ([`TURN_BUCKETS`]).
+    /// Turns per conversation, responses per realtime session: fixed, 1 to 256 ([`TURN_BUCKETS`]).
     Turns,
+    /// A WebSocket session's duration: fixed, 1 s to 4 h ([`SESSION_BUCKETS`]).
+    Session,
 }
 
 /// [`Buckets::PromptTokens`].
@@ -40,6 +42,10 @@ pub const PROMPT_TOKEN_BUCKETS: [f64; 8] = [
 /// [`Buckets::Think`], seconds.
 pub const THINK_BUCKETS: [f64; 14] = [
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+];
+/// [`Buckets::Session`], seconds.
+pub const SESSION_BUCKETS: [f64; 12] = [
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0,
 ];
 /// [`Buckets::Turns`].
 pub const TURN_BUCKETS: [f64; 11] = [1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0, 64.0, 256.0];
@@ -428,6 +434,32 @@ pub const SESSIONS_IN_FLIGHT: Family = single(
     "Upgraded (WebSocket) sessions open: from the upstream's 101 to the end of the relay.",
     Gauge,
 );
+pub const SESSIONS: Family = known(
+    "tokentap_sessions_total",
+    "Finished WebSocket sessions, by outcome: ok (a close frame from either side), cancelled (the client's connection went away without one), upstream_error (the upstream's went away without one, or broke), timeout (timeouts.session_idle, or a shutdown's cut).",
+    Counter,
+    &[M, A, Label::Outcome],
+);
+pub const SESSION_DURATION: Family = known(
+    "tokentap_session_duration_seconds",
+    "From the upstream's 101 to the end of a WebSocket session, observed at its end.",
+    H(B::Session),
+    &[M, A],
+);
+pub const SESSION_RESPONSES: Family = known(
+    "tokentap_session_responses",
+    "Responses metered in a WebSocket session (api=\"realtime\" in the request families), observed at its end.",
+    H(B::Turns),
+    &[M, A],
+);
+/// The values of `reason` on [`SESSION_MESSAGES_SKIPPED`] (`decode::websocket::Skip`).
+pub const SESSION_SKIP_REASONS: &[&str] = &["too_large", "malformed", "inflate"];
+pub const SESSION_MESSAGES_SKIPPED: Family = every(
+    "tokentap_session_messages_skipped_total",
+    "WebSocket messages forwarded unread by the realtime meter, by reason: too_large (over 1 MiB, inflated), malformed (a frame that breaks RFC 6455: the direction is read no further), inflate (compressed data that does not inflate, or over 16 MiB inflated: the direction is read no further).",
+    Counter,
+    &[Label::Reason(SESSION_SKIP_REASONS)],
+);
 /// The values of `reason` on [`METRICS_PORT_REFUSED`], all exported from the start.
 pub const METRICS_PORT_REASONS: &[&str] = &[
     "max_connections",
@@ -649,6 +681,10 @@ pub const ALL: &[&Family] = &[
     &UPLOADS_PER_CLIENT_REFUSED,
     &SESSIONS_REFUSED,
     &SESSIONS_IN_FLIGHT,
+    &SESSIONS,
+    &SESSION_DURATION,
+    &SESSION_RESPONSES,
+    &SESSION_MESSAGES_SKIPPED,
     &CONNECTIONS_REFUSED,
     &CONNECTIONS_RECLAIMED,
     &UPSTREAM_IDLE,

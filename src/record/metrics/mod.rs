@@ -32,6 +32,7 @@ mod refusals;
 mod registry;
 mod scrape;
 mod series;
+mod sessions;
 mod spans;
 mod upstream;
 
@@ -50,6 +51,7 @@ pub use refusals::{
 };
 use registry::{Registered, Registrar};
 pub use series::Series;
+pub use sessions::SessionSkips;
 pub use spans::SpanCounters;
 pub use upstream::UpstreamCounters;
 
@@ -99,6 +101,8 @@ pub struct Metrics {
     pub forwarding_delay: Histogram,
     /// The spans exported to a collector (`traces:`), and those dropped.
     pub spans: SpanCounters,
+    /// The WebSocket messages the realtime meter passed over unread.
+    pub session_skips: SessionSkips,
     /// The families labelled by model (and tenant), for retiring idle values.
     families: Registered,
 }
@@ -138,6 +142,7 @@ impl Metrics {
         let agents = Agents::register(&rows)?;
         let spans = SpanCounters::register(&rows)?;
         let reloads = ConfigReloads::register(&rows)?;
+        let session_skips = SessionSkips::register(&rows)?;
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }
@@ -205,6 +210,7 @@ impl Metrics {
             agents,
             forwarding_delay,
             spans,
+            session_skips,
             families,
         })
     }
@@ -292,6 +298,10 @@ mod tests {
 
     /// Counts every label value each family can take, for every model (and tenant) value and API.
     fn fill_every_combination(metrics: &Metrics, tenants: &[Option<&str>]) {
+        use crate::record::outcome::Outcome;
+        for reason in family::SESSION_SKIP_REASONS {
+            metrics.session_skips.count(reason);
+        }
         let outcomes = ["ok", "cancelled", "upstream_error", "timeout"];
         let sources = TokenSource::ALL.map(TokenSource::as_str);
         let reasons = ["event_too_large", "malformed_event"];
@@ -348,6 +358,14 @@ mod tests {
                         }
                         for reason in reasons {
                             metrics.count_metering_skipped(api, reason);
+                        }
+                        for outcome in [
+                            Outcome::Ok,
+                            Outcome::Cancelled,
+                            Outcome::UpstreamError,
+                            Outcome::Timeout,
+                        ] {
+                            metrics.count_session(&series, outcome, 1.0, 1);
                         }
                     }
                 }
@@ -425,22 +443,22 @@ mod tests {
                 bound.statuses,
                 bound.outcomes
             ),
-            (67, 35, 10, 22, 4)
+            (67, 35, 11, 22, 4)
         );
-        assert_eq!(bound.requests_total, 67 * 35 * 10 * 22 * 4);
-        let refusal = bound.check(600_000).unwrap_err();
-        let product = format!("models 67 × tenants 35 × apis 10 × statuses 22 × outcomes 4 = {} series of tokentap_requests_total alone", 67 * 35 * 10 * 22 * 4);
+        assert_eq!(bound.requests_total, 67 * 35 * 11 * 22 * 4);
+        let refusal = bound.check(750_000).unwrap_err();
+        let product = format!("models 67 × tenants 35 × apis 11 × statuses 22 × outcomes 4 = {} series of tokentap_requests_total alone", 67 * 35 * 11 * 22 * 4);
         assert!(
             refusal.starts_with("metrics.max_series: the configuration allows up to "),
             "{refusal}"
         );
         assert!(refusal.contains(&product), "{refusal}");
-        assert!(refusal.contains("above the budget of 600000"), "{refusal}");
+        assert!(refusal.contains("above the budget of 750000"), "{refusal}");
         assert!(bound.check(u64::MAX).is_ok());
         assert!(Metrics::new(&Config::default())
             .unwrap()
             .bound()
-            .check(600_000)
+            .check(750_000)
             .is_ok());
     }
 
@@ -448,6 +466,6 @@ mod tests {
     fn the_default_limit_is_the_one_docs_metrics_states() {
         let metrics = Metrics::new(&Config::default()).unwrap();
         // Adding a series family moves this figure: update docs/metrics.md (the series bound) with it.
-        assert_eq!(limit(&metrics), 504_418);
+        assert_eq!(limit(&metrics), 590_429);
     }
 }
