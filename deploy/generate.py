@@ -375,14 +375,47 @@ def dashboard() -> dict:
             max=1,
         ),
     ]
+    panels.append(row("Realtime sessions and audio", 81))
+    voice = 'api=~"realtime|transcriptions|speech"'
+    panels += [
+        timeseries(
+            "Realtime sessions: open, and ended by outcome",
+            "WebSocket sessions open now (tokentap_sessions_in_flight, every model), and the rate of sessions ending by "
+            "outcome: ok (a close frame from either side), cancelled (the client went without one), upstream_error, "
+            "timeout (idle or cut at shutdown).",
+            [
+                target("sum(tokentap_sessions_in_flight)", "open"),
+                target(
+                    f"sum by (outcome) (rate(tokentap_sessions_total{{{SEL}}}[$__rate_interval]))",
+                    "ended {{outcome}}/s",
+                    "B",
+                ),
+            ],
+            "short",
+            {"h": 8, "w": 12, "x": 0, "y": 82},
+        ),
+        timeseries(
+            "Time to first delta / first audio p90 by API",
+            "p90 TTFT of the voice APIs: a realtime response's trigger (commit, response.create) to its first delta, a "
+            "streamed transcription's first text, speech's first audio byte or speech.audio.delta.",
+            [
+                target(
+                    f"histogram_quantile(0.9, sum by (le, api) (rate(tokentap_time_to_first_token_seconds_bucket{{{SEL},{voice}}}[$__rate_interval])))",
+                    "{{api}}",
+                )
+            ],
+            "s",
+            {"h": 8, "w": 12, "x": 12, "y": 82},
+        ),
+    ]
     # One row of heatmaps per selected model (Grafana repeats the row for each value of $model).
-    distributions = row("Distributions: $model", 81)
+    distributions = row("Distributions: $model", 90)
     distributions["repeat"] = "model"
     panels.append(distributions)
     panels += [
-        heatmap("TTFT heatmap: $model", ttft, "tokentap_time_to_first_token_seconds", {"h": 8, "w": 8, "x": 0, "y": 82}),
-        heatmap("ITL heatmap: $model", itl, "tokentap_inter_token_latency_seconds", {"h": 8, "w": 8, "x": 8, "y": 82}),
-        heatmap("TPOT heatmap: $model", tpot, "tokentap_time_per_output_token_seconds", {"h": 8, "w": 8, "x": 16, "y": 82}),
+        heatmap("TTFT heatmap: $model", ttft, "tokentap_time_to_first_token_seconds", {"h": 8, "w": 8, "x": 0, "y": 91}),
+        heatmap("ITL heatmap: $model", itl, "tokentap_inter_token_latency_seconds", {"h": 8, "w": 8, "x": 8, "y": 91}),
+        heatmap("TPOT heatmap: $model", tpot, "tokentap_time_per_output_token_seconds", {"h": 8, "w": 8, "x": 16, "y": 91}),
     ]
     for i, panel in enumerate(panels, start=1):
         panel["id"] = i
