@@ -43,9 +43,13 @@ fn expected(path: &str, body: &[u8]) -> Expected {
     let skipped = decoder.skipped().map(|r| r.as_str());
     Expected {
         outputs,
-        output_tokens: match skipped {
-            Some(_) => 0,
-            None => obs.output_tokens.unwrap_or(outputs),
+        // docs/metrics.md, output tokens: the usage, unless it is below the output events streamed
+        // (then the usage and its reasoning, at least the events); without usage, the events.
+        output_tokens: match (skipped, obs.output_tokens) {
+            (Some(_), _) => 0,
+            (None, Some(n)) if n >= outputs => n,
+            (None, Some(n)) => (n + obs.reasoning_tokens.unwrap_or(0)).max(outputs),
+            (None, None) => outputs,
         },
         input_tokens: match skipped {
             Some(_) => 0,
