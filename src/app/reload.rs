@@ -28,7 +28,7 @@ use crate::record::emit::{Emitter, Records};
 use crate::record::meter::MeterContext;
 use crate::record::metrics::{Metrics, ReloadResult};
 use crate::record::trace::{SpanExporter, Tracing};
-use crate::tap::exchange::{ExchangeContext, Settings};
+use crate::tap::context::{ExchangeContext, Settings};
 use crate::tap::identity::Identify;
 
 /// The keys (dotted, as docs/configuration.md writes them) a reload may change; a section named here

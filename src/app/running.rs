@@ -12,7 +12,7 @@ use crate::net::tls::Certificates;
 use crate::record::live::Live;
 use crate::record::metrics::Metrics;
 use crate::shutdown::{self, Count, Drained, Phase, Shutdown};
-use crate::tap::exchange::ExchangeContext;
+use crate::tap::context::ExchangeContext;
 
 use super::reload::{Reloaded, Reloader, Source};
 

@@ -17,7 +17,7 @@ use crate::record::live::Live;
 use crate::record::metrics::Metrics;
 use crate::record::trace::{self, Tracing};
 use crate::shutdown::{Count, Shutdown};
-use crate::tap::exchange::ExchangeContext;
+use crate::tap::context::ExchangeContext;
 
 use super::reload::{records, settings, Parts, RecordsOpen, Reloader};
 use super::running::Running;

@@ -5,6 +5,7 @@
 //! and [`realtime`] meters the responses inside it as its frames pass. The exchange is the request's state the taps feed: it runs the
 //! response through its decoder (`decode`) and, once, records the result (`record`).
 
+pub mod context;
 pub mod exchange;
 pub mod identity;
 mod idle;

@@ -29,7 +29,7 @@ use crate::record::finished::DecoderReport;
 use crate::record::meter::{finish_session, Ending, Listed, Meter, Names, Read};
 use crate::record::outcome::{End, Outcome};
 use crate::record::session::{InSession, Modalities, SessionEnded};
-use crate::tap::exchange::{ExchangeContext, Settings};
+use crate::tap::context::{ExchangeContext, Settings};
 use crate::tap::session::{Ended, Side, Watch};
 
 /// Responses metered at once in one session; beyond them a response is not metered.
