@@ -53,27 +53,8 @@ async fn the_websockets_client_and_the_openai_sdk_through_tokentap_see_the_ttft_
     };
     let fixture = format!("{FIXTURES}/openai-ga-text.jsonl");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/websocket/realtime.py");
-    let mut server = crate::websocket::Killed(
-        std::process::Command::new(&python)
-            .args([script, "server", &fixture])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("realtime server"),
-    );
-    let stdout = server.0.stdout.take().expect("stdout");
-    let port = tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).map(|_| line)
-    });
-    let port = timeout(Duration::from_secs(20), port)
-        .await
-        .expect("port in time");
-    let port: u16 = port
-        .expect("task")
-        .expect("a line")
-        .trim()
-        .parse()
-        .expect("a port");
+    let (_server, port) =
+        crate::websocket::python_server(&python, &[script, "server", &fixture]).await;
     let (path, yaml) = with_records("realtime-python");
     let proxy = proxy(&format!("http://127.0.0.1:{port}"), &yaml).await;
     let url = format!("ws://{}/v1/realtime", proxy.proxy_addr());

@@ -545,27 +545,7 @@ async fn a_real_client_and_server_negotiate_permessage_deflate_through_tokentap(
         return;
     };
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/websocket/echo.py");
-    let mut server = Killed(
-        std::process::Command::new(&python)
-            .args([script, "server"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("echo server"),
-    );
-    let stdout = server.0.stdout.take().expect("stdout");
-    let port = tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).map(|_| line)
-    });
-    let port = timeout(Duration::from_secs(20), port)
-        .await
-        .expect("port in time");
-    let port: u16 = port
-        .expect("task")
-        .expect("a line")
-        .trim()
-        .parse()
-        .expect("a port");
+    let (_server, port) = python_server(&python, &[script, "server"]).await;
     let proxy = proxy(&format!("http://127.0.0.1:{port}"), "").await;
     let url = format!("ws://{}/v1/realtime", proxy.proxy_addr());
     let client = tokio::task::spawn_blocking(move || {
@@ -594,6 +574,33 @@ async fn a_real_client_and_server_negotiate_permessage_deflate_through_tokentap(
 }
 
 /// A child process killed when the test ends, however it ends.
+/// A Python test server (`args`: its script and arguments) started with `python`, and the port it
+/// prints on its first line (within 20 s); killed when the handle is dropped.
+pub(crate) async fn python_server(python: &str, args: &[&str]) -> (Killed, u16) {
+    let mut server = Killed(
+        std::process::Command::new(python)
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python server"),
+    );
+    let stdout = server.0.stdout.take().expect("stdout");
+    let port = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).map(|_| line)
+    });
+    let port = timeout(Duration::from_secs(20), port)
+        .await
+        .expect("port in time");
+    let port = port
+        .expect("task")
+        .expect("a line")
+        .trim()
+        .parse()
+        .expect("a port");
+    (server, port)
+}
+
 pub(crate) struct Killed(pub(crate) std::process::Child);
 
 impl Drop for Killed {
