@@ -21,16 +21,6 @@ fn crlf_with_comments(capture: &[u8]) -> Vec<u8> {
     out.into_bytes()
 }
 
-fn streamed(frames: &[Vec<u8>]) -> Vec<Step> {
-    let mut steps = vec![sse_head()];
-    for frame in frames {
-        steps.push(chunk(frame));
-        steps.push(Step::Sleep(ms(1)));
-    }
-    steps.push(last_chunk());
-    steps
-}
-
 #[tokio::test]
 async fn stream_bytes_arrive_identical_whatever_the_frame_boundaries() {
     let bodies = [VLLM.to_vec(), crlf_with_comments(VLLM)];

@@ -156,16 +156,6 @@ impl Sender {
     }
 }
 
-fn streamed(frames: &[Vec<u8>]) -> Vec<Step> {
-    let mut steps = vec![sse_head()];
-    for frame in frames {
-        steps.push(chunk(frame));
-        steps.push(Step::Sleep(ms(1)));
-    }
-    steps.push(last_chunk());
-    steps
-}
-
 /// Every counter and histogram count on the page, by series: what a request leaves counted. Left out:
 /// the scrapes' own count, and the frames' delay, whose count follows how the upstream's bytes fell
 /// into reads.

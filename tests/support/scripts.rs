@@ -17,6 +17,17 @@ pub fn slow_stream(hold: Duration) -> Vec<Step> {
     ]
 }
 
+/// An SSE answer of `frames` (captured events), each its own chunk, 1 ms apart.
+pub fn streamed(frames: &[Vec<u8>]) -> Vec<Step> {
+    let mut steps = vec![sse_head()];
+    for frame in frames {
+        steps.push(chunk(frame));
+        steps.push(Step::Sleep(ms(1)));
+    }
+    steps.push(last_chunk());
+    steps
+}
+
 /// The request number a test's client put in the body (`"seed":N`), 0 when there is none.
 pub fn seed(request: &RecordedRequest) -> usize {
     let body = String::from_utf8_lossy(&request.body);
