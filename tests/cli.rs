@@ -11,6 +11,15 @@ use tokentap::record::metrics::family;
 
 use support::get_blocking;
 
+/// `tokentap check-config FILE`, run to its end.
+fn check_config(file: impl AsRef<std::ffi::OsStr>) -> std::process::Output {
+    tokentap()
+        .arg("check-config")
+        .arg(file)
+        .output()
+        .expect("run")
+}
+
 fn tokentap() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tokentap"))
 }
@@ -72,11 +81,7 @@ fn check_config_rejects_bad_values_naming_key_and_value() {
     let scratch = Scratch::new("bad-values");
     for (i, (yaml, needles)) in cases.iter().enumerate() {
         let path = scratch.write(&format!("bad{i}.yaml"), yaml);
-        let out = tokentap()
-            .arg("check-config")
-            .arg(&path)
-            .output()
-            .expect("run");
+        let out = check_config(&path);
         assert!(!out.status.success(), "accepted {yaml:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         for needle in needles {
@@ -95,11 +100,7 @@ fn check_config_reads_the_listen_tls_pair_and_names_what_is_wrong_with_it() {
     let pair =
         |key: &str| format!("listen_tls: {{cert_file: {tls}/server.pem, key_file: {tls}/{key}}}\n");
     let good = scratch.write("good.yaml", &pair("server.key"));
-    let out = tokentap()
-        .arg("check-config")
-        .arg(&good)
-        .output()
-        .expect("run");
+    let out = check_config(&good);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -111,11 +112,7 @@ fn check_config_reads_the_listen_tls_pair_and_names_what_is_wrong_with_it() {
         "{stdout}"
     );
     let bad = scratch.write("bad.yaml", &pair("rotated.key"));
-    let out = tokentap()
-        .arg("check-config")
-        .arg(&bad)
-        .output()
-        .expect("run");
+    let out = check_config(&bad);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     let said = format!("listen_tls.key_file: {tls}/rotated.key: is not the key of the certificate in {tls}/server.pem");
@@ -177,11 +174,7 @@ fn check_config_checks_tokenizers_as_this_binary_can_use_them() {
     let scratch = Scratch::new("tokenizers");
     let run = |name: &str, path: &str| {
         let config = scratch.write(name, &format!("tokenizers:\n  my-model: {path}\n"));
-        let out = tokentap()
-            .arg("check-config")
-            .arg(&config)
-            .output()
-            .expect("run");
+        let out = check_config(&config);
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         (out.status.success(), stderr)
     };
@@ -226,11 +219,7 @@ fn check_config_lists_each_tokenizer_it_found_for_which_model_and_where_it_looks
     );
     let run = |name: &str, yaml: &str| {
         let config = scratch.write(name, yaml);
-        let out = tokentap()
-            .arg("check-config")
-            .arg(&config)
-            .output()
-            .expect("run");
+        let out = check_config(&config);
         let (stdout, stderr) = (out.stdout, out.stderr);
         let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
         (out.status.success(), text(stdout), text(stderr))
@@ -286,11 +275,7 @@ fn check_config_refuses_a_short_or_documented_hash_key_and_says_how_to_make_one(
     for key in ["at least 16 bytes", "0123456789abcdef0123"] {
         let yaml = format!("tenants: {{bearer_hash: true, hash_key: \"{key}\"}}\n");
         let path = scratch.write("hash-key.yaml", &yaml);
-        let out = tokentap()
-            .arg("check-config")
-            .arg(&path)
-            .output()
-            .expect("run");
+        let out = check_config(&path);
         assert!(!out.status.success(), "accepted {key:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("tenants.hash_key"), "{stderr}");
@@ -306,11 +291,7 @@ fn check_config_refuses_a_short_or_documented_hash_key_and_says_how_to_make_one(
 fn check_config_rejects_unknown_keys() {
     let scratch = Scratch::new("unknown-keys");
     let path = scratch.write("unknown.yaml", "slo:\n  ttft: 1s\n  tffts: 2s\n");
-    let out = tokentap()
-        .arg("check-config")
-        .arg(&path)
-        .output()
-        .expect("run");
+    let out = check_config(&path);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("tffts"));
 }
