@@ -318,6 +318,7 @@ fn a_bad_upstream_flag_is_an_error_naming_the_flag() {
 
 #[test]
 fn demo_serves_metered_traffic_and_stops_on_sigterm() {
+    let _slot = support::slot();
     let scratch = Scratch::new("demo");
     let log = scratch.write("demo.log", "");
     let mut child = tokentap()
@@ -365,7 +366,7 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
     assert_eq!(live_page, addr, "the live page is on the metrics port");
     let page = get_blocking(&addr, "/").expect("the live page answers");
     assert!(page.contains("<title>tokentap live</title>"));
-    let deadline = Instant::now() + Duration::from_secs(18);
+    let deadline = Instant::now() + support::HANG;
     let mut seen = String::new();
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(500));
@@ -394,7 +395,7 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
     );
     assert!(seen.contains("model=\"demo-"), "demo models missing");
     // `tokentap top` reads the same figures from the live page's JSON (a snapshot every 5 s).
-    let deadline = Instant::now() + Duration::from_secs(12);
+    let deadline = Instant::now() + support::HANG;
     let mut table = String::new();
     while Instant::now() < deadline && !table.contains("\ndemo-") {
         let out = tokentap()
@@ -437,7 +438,7 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
         .status()
         .expect("kill");
     assert!(term.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + support::HANG;
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait") {
             break Some(status);

@@ -172,6 +172,7 @@ async fn under_load(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_no_agent_sends_cost_their_held_bytes_and_no_one_elses_latency() {
+    let _slot = support::slot();
     for (kind, n) in [
         ("nested", 6),
         ("nested", 8),
@@ -202,6 +203,7 @@ async fn bodies_no_agent_sends_cost_their_held_bytes_and_no_one_elses_latency() 
 /// thread of the blocking pool and a `Value` of its own).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_end_with_their_requests_against_an_upstream_that_answers_502_at_once() {
+    let _slot = support::slot();
     let n = 8;
     let body = hostile_chat("numbers_in_message");
     let load = under_load("conv-502", &body, n, ms(1_500), (502, Duration::ZERO)).await;
@@ -227,6 +229,7 @@ async fn reads_end_with_their_requests_against_an_upstream_that_answers_502_at_o
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_agent_histories_arriving_at_once_are_read_within_bounds() {
+    let _slot = support::slot();
     let body =
         json!({"model": "m", "stream": false, "messages": agent_history(500, 1 << 20)}).to_string();
     let n = 8;

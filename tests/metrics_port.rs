@@ -17,6 +17,7 @@ const MANY_MODELS: &str = "max_models: 400\nmetrics: {max_series: 5000000}\n";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forty_scrapers_that_never_read_a_large_page_hold_two_copies_at_most_until_the_send_timeout(
 ) {
+    let _slot = slot();
     let upstream = upstream(|_| ok_stream()).await;
     let extra = format!("{MANY_MODELS}timeouts: {{metrics_send: 5s}}\n");
     let proxy = proxy(&upstream.url(), &extra).await;

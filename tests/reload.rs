@@ -386,6 +386,7 @@ async fn post_reload_is_off_by_default_and_reloads_once_enabled() {
 
 #[test]
 fn the_binary_reloads_on_sighup_and_its_log_level_follows() {
+    let _slot = support::slot();
     let upstream_rt = tokio::runtime::Runtime::new().expect("runtime");
     let upstream = upstream_rt.block_on(support::upstream(|_| content_stream(2, ms(1))));
     let text = format!(
@@ -402,7 +403,8 @@ fn the_binary_reloads_on_sighup_and_its_log_level_follows() {
     let answered =
         || status_line_blocking(&process.proxy, request.as_bytes(), Duration::from_secs(5));
     let wait_for = |result: &str, n: f64| {
-        for _ in 0..300 {
+        let since = std::time::Instant::now();
+        while since.elapsed() < support::HANG {
             if process
                 .scrape()
                 .get("tokentap_config_reloads_total", &[("result", result)])
@@ -458,6 +460,7 @@ fn the_binary_reloads_on_sighup_and_its_log_level_follows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_a_real_prometheus_a_ceiling_change_resets_no_series_and_the_ratio_rule_counts_on()
 {
+    let _slot = support::slot();
     if !prometheus_installed("through_a_real_prometheus_*") {
         return;
     }

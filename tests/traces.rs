@@ -595,6 +595,7 @@ async fn a_shutdown_flushes_the_queued_spans_without_waiting_for_the_interval() 
 /// batch (a 1-minute interval) before it exits, within the grace period.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_sigterm_the_binary_sends_its_queued_spans_before_it_exits() {
+    let _slot = slot();
     let collector = Collector::start(Answer::Accept).await;
     let upstream = model_server().await;
     let yaml = format!(
@@ -624,8 +625,9 @@ async fn on_sigterm_the_binary_sends_its_queued_spans_before_it_exits() {
         .await
         .expect("exited");
     assert!(status.success(), "{status:?}\n{log}");
+    // Within the 10 s grace (it takes milliseconds), not at the batch's 1-minute interval.
     assert!(
-        signalled.elapsed() < Duration::from_secs(5),
+        signalled.elapsed() < Duration::from_secs(10),
         "{:?}",
         signalled.elapsed()
     );

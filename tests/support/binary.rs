@@ -34,6 +34,7 @@ pub fn start_binary_with(name: &str, yaml: &str, max_fds: Option<u32>, stdout: S
 /// As [`start_binary`], exec'd by `bash` after the shell commands `setup` (limits, signal
 /// dispositions: `trap '' XFSZ; ulimit -S -f 8`), so the binary's pid is the shell's.
 pub fn start_binary_after(name: &str, yaml: &str, setup: Option<&str>, stdout: Stdio) -> Process {
+    super::assert_held("start_binary");
     let dir = std::env::temp_dir().join(format!("tokentap-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let config = dir.join("tokentap.yaml");
@@ -115,14 +116,14 @@ impl Process {
         assert!(status.success());
     }
 
-    /// Waits (at most 10 s) for the process to exit; returns its status and its whole log.
+    /// Waits (at most [`super::HANG`]) for the process to exit; returns its status and its whole log.
     pub fn wait(mut self) -> (ExitStatus, String) {
         let since = Instant::now();
         let exit = loop {
             if let Ok(Some(exit)) = self.child.try_wait() {
                 break Some(exit);
             }
-            if since.elapsed() > Duration::from_secs(10) {
+            if since.elapsed() > super::HANG {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
                 break None;

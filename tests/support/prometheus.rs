@@ -13,6 +13,7 @@ use http_body_util::Full;
 use serde_json::Value;
 
 use super::client::{body_bytes, client};
+use super::HANG;
 
 /// True when `prometheus` runs; false (with a message) when it is not installed, unless CI requires it.
 pub fn prometheus_installed(test: &str) -> bool {
@@ -43,6 +44,7 @@ pub struct Prometheus {
 impl Prometheus {
     /// Starts Prometheus scraping tokentap's metrics port at each of `target_ports` (job `tokentap`).
     pub fn start(target_ports: &[u16]) -> Prometheus {
+        super::assert_held("Prometheus::start");
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -101,9 +103,9 @@ impl Prometheus {
         let request = http::Request::get(format!("http://{}{path_and_query}", self.addr))
             .body(Full::new(Bytes::new()))
             .expect("request");
-        let response = tokio::time::timeout(Duration::from_secs(5), client().request(request))
+        let response = tokio::time::timeout(HANG, client().request(request))
             .await
-            .expect("prometheus answers within 5 s")
+            .expect("prometheus answers")
             .expect("prometheus response");
         let body = body_bytes(response).await;
         serde_json::from_slice(&body).expect("prometheus JSON")
@@ -154,9 +156,9 @@ impl Prometheus {
         *value
     }
 
-    /// Waits (at most 20 s) until `expr` returns one sample for which `done` holds.
+    /// Waits (at most [`HANG`]) until `expr` returns one sample for which `done` holds.
     pub async fn wait_until(&mut self, what: &str, expr: &str, done: impl Fn(f64) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + HANG;
         let mut last = None;
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -174,7 +176,7 @@ impl Prometheus {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         panic!(
-            "waited 20 s for {what} ({expr}); last answer {last:?}\nprometheus log:\n{}",
+            "waited {HANG:?} for {what} ({expr}); last answer {last:?}\nprometheus log:\n{}",
             self.log()
         );
     }
