@@ -433,7 +433,9 @@ async fn with_propagate_the_upstream_sees_the_exported_span_as_its_parent() {
     assert_eq!(added, [want]);
 }
 
-#[tokio::test]
+/// On tokio's paused clock: a fast request's 1 ms first token meets the 50 ms ceiling and a slow one's
+/// 80 ms misses it, whatever the machine is doing.
+#[tokio::test(start_paused = true)]
 async fn with_ratio_0_exactly_the_requests_the_records_mark_as_missed_are_exported() {
     let collector = Collector::start(Answer::Accept).await;
     let upstream = model_server().await;

@@ -33,11 +33,11 @@ pub async fn raw_send(addr: SocketAddr, bytes: &[u8]) -> tokio::net::TcpStream {
 }
 
 /// Writes `request` as it is to the proxy port and reads the answer until the proxy closes the
-/// connection (bounded by 5 s). Returns everything read.
+/// connection (at most [`super::HANG`]). Returns everything read.
 pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
     let mut stream = raw_send(addr, request).await;
     let mut answer = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    let _ = tokio::time::timeout(super::HANG, stream.read_to_end(&mut answer)).await;
     answer
 }
 
