@@ -95,12 +95,24 @@ pub fn start_binary_after(name: &str, yaml: &str, setup: Option<&str>, stdout: S
 }
 
 /// Dropped, after [`Process::wait`] or in a test that failed before it: a tokentap still running is
-/// killed (a failed test does not leave it behind), and its temp dir removed.
+/// killed (a failed test does not leave it behind), and its temp dir removed. In a test that failed,
+/// the log is printed, with whether tokentap was still running or how it had exited.
 impl Drop for Process {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
+        let running = matches!(self.child.try_wait(), Ok(None));
+        if running {
             let _ = self.child.kill();
-            let _ = self.child.wait();
+        }
+        let exit = self.child.wait();
+        if std::thread::panicking() {
+            if let Some(mut stderr) = self.stderr.take() {
+                let _ = stderr.read_to_string(&mut self.log);
+            }
+            let how = match running {
+                true => "still running when the test failed".to_owned(),
+                false => format!("exited by itself: {exit:?}"),
+            };
+            eprintln!("tokentap ({how}), its log:\n{}", self.log);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
