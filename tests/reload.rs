@@ -76,15 +76,20 @@ fn ttft_edges(m: &Metrics) -> Vec<String> {
     m.label_values("tokentap_time_to_first_token_seconds_bucket", "le")
 }
 
-/// Waits (bounded) until `n` requests are in flight.
+/// Waits until `n` requests are in flight (at most [`support::HANG`] on the real clock). On tokio's
+/// paused clock it yields instead of sleeping, so the clock stays where it is while the kernel connects
+/// two hundred sockets: a sleep lets the runtime, idle until their connections are accepted, move the
+/// clock on, and a bound on the paused clock passes in real milliseconds.
 async fn in_flight(running: &Running, n: i64) {
-    for _ in 0..500 {
-        if running.in_flight() >= n {
-            return;
-        }
-        tokio::time::sleep(ms(10)).await;
+    let since = std::time::Instant::now();
+    while running.in_flight() < n {
+        assert!(
+            since.elapsed() < support::HANG,
+            "{} in flight, not {n}",
+            running.in_flight()
+        );
+        tokio::task::yield_now().await;
     }
-    panic!("{} in flight, not {n}", running.in_flight());
 }
 
 #[tokio::test(start_paused = true)]
