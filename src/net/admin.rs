@@ -45,6 +45,7 @@ use crate::net::fleet::FleetPage;
 use crate::net::places::{Admission, Place, Places};
 use crate::net::ui;
 use crate::record::live::Live;
+use crate::record::metrics::format::Format;
 use crate::record::metrics::{Metrics, MetricsPortRefusals};
 use crate::shutdown::{Phase, Shutdown};
 
@@ -279,13 +280,11 @@ impl MetricsPort {
             None => b"not found: try /metrics, /healthz or /readyz\n",
         };
         let ready = self.shutdown.phase() == Phase::Serving;
+        let accept = request.headers().get(header::ACCEPT);
+        let format = Format::negotiate(accept.and_then(|a| a.to_str().ok()));
         let (status, content_type, body) = match (get, path) {
-            (true, "/metrics") => match self.metrics.scrape().await {
-                Some(page) => (
-                    StatusCode::OK,
-                    "text/plain; version=0.0.4; charset=utf-8",
-                    page,
-                ),
+            (true, "/metrics") => match self.metrics.scrape(format).await {
+                Some(page) => (StatusCode::OK, format.content_type(), page),
                 None => (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "text/plain",

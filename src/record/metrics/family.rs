@@ -638,6 +638,27 @@ pub const CONVERSATION_TURNS_HELD: Family = single(
     Gauge,
 );
 
+/// The histograms whose buckets carry exemplars (docs/metrics.md, "Exemplars"), each with the figure
+/// whose value places a request's exemplar: the waits and E2E, and ITL by the request's longest gap.
+pub const EXEMPLARS: [(&Family, Figure); 5] = [
+    (&TTFT, Figure::Ttft),
+    (&TIME_TO_FIRST_ANSWER, Figure::TimeToFirstAnswer),
+    (&TIME_TO_FIRST_TOOL_CALL, Figure::TimeToFirstToolCall),
+    (&E2E, Figure::E2e),
+    (&ITL, Figure::MaxGap),
+];
+
+/// The histograms also served as native histograms, in the protobuf exposition (docs/metrics.md,
+/// "Native histograms"): those judged by an SLO ceiling.
+pub const NATIVE: [&Family; 6] = [
+    &TTFT,
+    &TIME_TO_FIRST_ANSWER,
+    &TIME_TO_FIRST_TOOL_CALL,
+    &ITL,
+    &TPOT,
+    &E2E,
+];
+
 /// Every row, in docs/metrics.md's order.
 pub const ALL: &[&Family] = &[
     &TTFT,
@@ -784,6 +805,11 @@ mod tests {
             assert!(names.insert(family.name), "{} twice", family.name);
             assert!(family.name.starts_with("tokentap_"), "{}", family.name);
             assert!(!family.help.is_empty(), "{}", family.name);
+            // OpenMetrics names a counter's family without `_total` and its sample with it: a
+            // counter without the suffix would be renamed on that page.
+            if family.kind == Kind::Counter {
+                assert!(family.name.ends_with("_total"), "{}", family.name);
+            }
         }
     }
 }

@@ -21,11 +21,17 @@ use crate::record::served::ServedModels;
 mod admission;
 mod agents;
 mod bound;
+mod by_series;
+mod exemplars;
 pub mod family;
 mod finish;
+pub mod format;
 pub mod forwarding;
 mod inside;
 mod labels;
+mod native;
+mod openmetrics;
+mod protobuf;
 mod rebucket;
 mod reconfigure;
 mod refusals;
@@ -38,6 +44,7 @@ mod upstream;
 
 pub use agents::Agents;
 pub use bound::{Boundaries, SeriesBound};
+pub use exemplars::Exemplar;
 pub use inside::Inside;
 pub use labels::{
     status_label, status_labels, Lookup, ModelLabels, NO_TENANT, OTHER_MODEL, UNADMITTED_MODEL,
@@ -75,7 +82,8 @@ pub struct Metrics {
     limit: IntGauge,
     encodes: IntCounter,
     retired: IntCounter,
-    scrapes: scrape::Coalesce,
+    /// The pages being encoded and sent, one set per format.
+    scrapes: [scrape::Coalesce; 3],
     pub models: ModelLabels,
     /// The names the upstream lists (and the configured ones): which model names may take a place.
     pub served: Arc<ServedModels>,
@@ -195,7 +203,7 @@ impl Metrics {
             series_count,
             encodes,
             retired,
-            scrapes: scrape::Coalesce::default(),
+            scrapes: Default::default(),
             models,
             served,
             tenants_allowed,
