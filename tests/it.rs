@@ -20,6 +20,7 @@ mod conversations;
 mod deploy;
 mod dialects;
 mod docs;
+mod exemplars;
 mod failures;
 mod faults;
 mod forwarding;
