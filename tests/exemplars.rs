@@ -9,6 +9,9 @@
 //! - The TTFT family is ingested as a native histogram: its count and sum are the classic ones, and
 //!   `histogram_quantile` on it agrees with the classic buckets' within the native schema's error (one
 //!   bucket: 2^(1/8) − 1 = 9.05 %).
+//! - The same tokentap pushes its metrics over OTLP (`otlp_metrics:`) to the receiver: the last export's
+//!   `gen_ai.server.time_to_first_token` and `tokentap.time_to_first_token` are Prometheus's TTFT series
+//!   bucket for bucket, with its count and sum, and `tokentap.goodput` is its goodput counter.
 //!
 //! The load: 40 streams whose first tokens come 100 to 490 ms after the request (10 ms apart), so the
 //! quantiles of both histograms are read from evenly filled buckets. Whether a request met the 200 ms
@@ -20,6 +23,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, Metric};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use serde_json::Value;
 use support::*;
@@ -84,6 +89,26 @@ async fn load(proxy: &tokentap::Running) {
     }
 }
 
+fn attribute(attributes: &[KeyValue], key: &str) -> Option<String> {
+    let found = attributes.iter().find(|kv| kv.key == key)?;
+    match found.value.clone()?.value? {
+        Any::StringValue(v) => Some(v),
+        other => panic!("{key}: {other:?}"),
+    }
+}
+
+/// The last export's metric `name`.
+fn exported(collector: &Collector, name: &str) -> Metric {
+    let last = collector.metrics().pop().expect("a metrics export");
+    let metrics = (last.resource_metrics.into_iter())
+        .flat_map(|r| r.scope_metrics)
+        .flat_map(|s| s.metrics);
+    metrics
+        .into_iter()
+        .find(|m| m.name == name)
+        .unwrap_or_else(|| panic!("{name} not exported"))
+}
+
 /// The one value `expr` returns.
 async fn one(prom: &Prometheus, expr: String) -> f64 {
     let result = prom.query(&expr).await;
@@ -120,7 +145,7 @@ async fn exemplars_lead_to_exported_spans_and_the_native_histogram_agrees_with_t
     let collector = Collector::start(Reply::Accept).await;
     let upstream = model_server().await;
     let yaml = format!(
-        "slo: {{ttft: 200ms}}\nbuckets: {{ttft: {BUCKETS}}}\ntraces: {{endpoint: \"{}\", interval: 10ms}}\n",
+        "slo: {{ttft: 200ms}}\nbuckets: {{ttft: {BUCKETS}}}\ntraces: {{endpoint: \"{0}\", interval: 10ms}}\notlp_metrics: {{endpoint: \"{0}\", interval: 200ms}}\n",
         collector.url()
     );
     let proxy = proxy(&upstream.url(), &yaml).await;
@@ -254,4 +279,65 @@ async fn exemplars_lead_to_exported_spans_and_the_native_histogram_agrees_with_t
             "p{q}: native {from_native} vs classic {from_classic}: {off} > {error}"
         );
     }
+
+    // OTLP: the last export (sent by the flush, after the load) is Prometheus's series.
+    proxy.flush_metrics(Duration::from_secs(5)).await;
+    let by_le = classic.query(&buckets).await;
+    let prometheus_bucket = |le: f64| {
+        let found = by_le.iter().find(|(labels, _)| {
+            let at = labels["le"].as_str().expect("le");
+            at.parse::<f64>().ok() == Some(le) || (at == "+Inf" && le.is_infinite())
+        });
+        found.map(|(_, v)| *v).expect("a bucket")
+    };
+    let classic_count = one(&classic, format!("sum({}_count)", family::TTFT.name)).await;
+    for name in [
+        "gen_ai.server.time_to_first_token",
+        "tokentap.time_to_first_token",
+    ] {
+        let Some(metric::Data::Histogram(h)) = exported(&collector, name).data else {
+            panic!("{name} is a histogram");
+        };
+        assert_eq!(h.data_points.len(), 1, "{name}: one series, model m");
+        let point = &h.data_points[0];
+        let model_key = match name.starts_with("gen_ai") {
+            true => "gen_ai.request.model",
+            false => "tokentap.model",
+        };
+        assert_eq!(
+            attribute(&point.attributes, model_key).as_deref(),
+            Some("m")
+        );
+        assert_eq!(point.count as f64, classic_count, "{name} count");
+        assert!(
+            (point.sum.unwrap_or_default() - classic_sum).abs() < 1e-9,
+            "{name} sum"
+        );
+        let mut cumulative = 0;
+        let edges = point.explicit_bounds.iter().copied().chain([f64::INFINITY]);
+        for (edge, n) in edges.zip(&point.bucket_counts) {
+            cumulative += n;
+            assert_eq!(
+                cumulative as f64,
+                prometheus_bucket(edge),
+                "{name} le={edge}"
+            );
+        }
+    }
+    let genai = exported(&collector, "gen_ai.server.time_to_first_token");
+    let Some(metric::Data::Histogram(h)) = genai.data else {
+        panic!("a histogram");
+    };
+    assert_eq!(
+        attribute(&h.data_points[0].attributes, "gen_ai.operation.name").as_deref(),
+        Some("chat")
+    );
+    let Some(metric::Data::Sum(goodput)) = exported(&collector, "tokentap.goodput").data else {
+        panic!("tokentap.goodput is a sum");
+    };
+    let good = one(&classic, format!("sum({})", family::GOODPUT.name)).await;
+    let Some(number_data_point::Value::AsInt(n)) = goodput.data_points[0].value else {
+        panic!("an int");
+    };
+    assert_eq!((n as f64, goodput.is_monotonic), (good, true));
 }

@@ -9,7 +9,7 @@
 //! its default; `yaml` is the only module that touches serde_yaml, and names the key of an error as a
 //! dotted path (`slo.models.llama-3.1-70b.ttft`). Sections with checks of their own have their own
 //! file: `limits` (`timeouts:`, `limits:`), `admission` (`model_list:`), `records` (`request_log:`,
-//! `tenants:`), `slo` (the SLO kinds and `slo:`), `ui`, `conversations`, `traces`, `tls` (`listen_tls:`). `config/tokentap.yaml` is the annotated example.
+//! `tenants:`), `slo` (the SLO kinds and `slo:`), `ui`, `conversations`, `traces`, `otlp_metrics`, `tls` (`listen_tls:`). `config/tokentap.yaml` is the annotated example.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 mod admission;
 mod conversations;
 mod limits;
+mod otlp_metrics;
 mod records;
 mod section;
 mod slo;
@@ -36,6 +37,7 @@ mod tests;
 pub use admission::ModelList;
 pub use conversations::Conversations;
 pub use limits::{Limits, Timeouts};
+pub use otlp_metrics::{OtlpMetrics, Temporality};
 pub use records::{RecordPath, RequestLog, TenantFrom, Tenants};
 pub use slo::{ByKind, Ceilings, Slo, SloKind};
 pub use tls::ListenTls;
@@ -114,6 +116,9 @@ pub struct Config {
     /// One span per finished request, exported with OTLP/HTTP (`traces:`); `None`: off.
     #[serde(deserialize_with = "optional_section")]
     pub traces: Option<Traces>,
+    /// The GenAI server metrics and tokentap's own pushed with OTLP/HTTP (`otlp_metrics:`); `None`: off.
+    #[serde(deserialize_with = "optional_section")]
+    pub otlp_metrics: Option<OtlpMetrics>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -264,6 +269,7 @@ impl Default for Config {
             ui: Ui::default(),
             conversations: Conversations::default(),
             traces: None,
+            otlp_metrics: None,
         }
     }
 }
@@ -394,6 +400,9 @@ impl Config {
         }
         if let Some(traces) = &self.traces {
             traces.validate()?;
+        }
+        if let Some(metrics) = &self.otlp_metrics {
+            metrics.validate()?;
         }
         if let Some(tenants) = &self.tenants {
             tenants.validate()?;

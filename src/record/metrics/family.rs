@@ -596,6 +596,25 @@ pub const SPANS_DROPPED: Family = every(
     &[Label::Reason(SPAN_DROP_REASONS)],
 );
 
+// Metrics pushed to an OpenTelemetry collector (`otlp.rs`, docs/tracing.md).
+pub const OTLP_METRIC_EXPORTS: Family = single(
+    "tokentap_otlp_metric_exports_total",
+    "Metric exports the collector accepted (otlp_metrics:): one per otlp_metrics.interval.",
+    Counter,
+);
+/// The values of `reason` on [`OTLP_METRIC_EXPORTS_DROPPED`], all exported from the start.
+pub const OTLP_METRIC_DROP_REASONS: &[&str] = &["timeout", "rejected", "failed", "skipped"];
+pub const OTLP_METRIC_EXPORTS_DROPPED: Family = every(
+    "tokentap_otlp_metric_exports_dropped_total",
+    "Metric exports not accepted, by reason: timeout (longer than otlp_metrics.timeout), rejected (a \
+     status other than 2xx, or a partial success naming rejected data points), failed (no connection, or \
+     it broke before an answer), skipped (an interval passed while the export before it still ran). \
+     Nothing is lost with them: the next export carries the totals (cumulative) or what changed since \
+     the last accepted one (delta).",
+    Counter,
+    &[Label::Reason(OTLP_METRIC_DROP_REASONS)],
+);
+
 // Agents: conversations recognised from the wire (docs/metrics.md, "Conversations").
 pub const TURN_TTFT: Family = known(
     "tokentap_turn_time_to_first_token_seconds",
@@ -726,6 +745,8 @@ pub const ALL: &[&Family] = &[
     &CONFIG_LAST_RELOAD,
     &SPANS_EXPORTED,
     &SPANS_DROPPED,
+    &OTLP_METRIC_EXPORTS,
+    &OTLP_METRIC_EXPORTS_DROPPED,
 ];
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ mod inside;
 mod labels;
 mod native;
 mod openmetrics;
+mod otlp;
 mod protobuf;
 mod rebucket;
 mod reconfigure;
@@ -50,6 +51,7 @@ pub use labels::{
     status_label, status_labels, Lookup, ModelLabels, NO_TENANT, OTHER_MODEL, UNADMITTED_MODEL,
     UNKNOWN_MODEL,
 };
+pub use otlp::OtlpMetricCounters;
 use rebucket::Rebucketable;
 pub use rebucket::Rebuckets;
 pub use reconfigure::{ConfigReloads, ReloadResult};
@@ -111,6 +113,8 @@ pub struct Metrics {
     pub spans: SpanCounters,
     /// The WebSocket messages the realtime meter passed over unread.
     pub session_skips: SessionSkips,
+    /// The metric exports pushed to a collector (`otlp_metrics:`), and those dropped.
+    pub otlp: OtlpMetricCounters,
     /// The families labelled by model (and tenant), for retiring idle values.
     families: Registered,
 }
@@ -151,6 +155,7 @@ impl Metrics {
         let spans = SpanCounters::register(&rows)?;
         let reloads = ConfigReloads::register(&rows)?;
         let session_skips = SessionSkips::register(&rows)?;
+        let otlp = OtlpMetricCounters::register(&rows)?;
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }
@@ -219,6 +224,7 @@ impl Metrics {
             forwarding_delay,
             spans,
             session_skips,
+            otlp,
             families,
         })
     }
