@@ -35,6 +35,7 @@ mod limits;
 mod live_page;
 mod log_line;
 mod metering;
+mod otlp_metrics;
 mod process_memory;
 mod prometheus;
 mod properties;
