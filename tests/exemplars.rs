@@ -341,3 +341,66 @@ async fn exemplars_lead_to_exported_spans_and_the_native_histogram_agrees_with_t
     };
     assert_eq!((n as f64, goodput.is_monotonic), (good, true));
 }
+
+/// `/metrics` in the format a scraper's `Accept` names: the text page for anyone else, byte for byte
+/// without exemplars, and `Vary: accept` on each answer.
+#[tokio::test]
+async fn the_accept_header_picks_the_format_and_a_plain_scrape_has_no_exemplars() {
+    let collector = Collector::start(Reply::Accept).await;
+    let upstream = model_server().await;
+    let yaml = format!(
+        "traces: {{endpoint: \"{}\", interval: 10ms}}\n",
+        collector.url()
+    );
+    let proxy = proxy(&upstream.url(), &yaml).await;
+    let request = post(
+        &proxy,
+        CHAT,
+        &chat_request("m").replace("\"m\"", "\"m\",\"x\":\"d5\""),
+    );
+    assert_eq!(send(&client(), request).await.status, 200);
+    settle(&proxy).await;
+    let addr = proxy.metrics_addr();
+    let get = |accept: &str| {
+        let accept = match accept {
+            "" => String::new(),
+            a => format!("accept: {a}\r\n"),
+        };
+        format!("GET /metrics HTTP/1.1\r\nhost: {addr}\r\n{accept}connection: close\r\n\r\n")
+    };
+    let fetch = |request: String| async move {
+        let (head, body) = raw_split(&raw_exchange(addr, request.as_bytes()).await);
+        let body = match head.to_ascii_lowercase().contains("chunked") {
+            true => dechunk(&body).unwrap_or_default(),
+            false => body,
+        };
+        (head.to_ascii_lowercase(), body)
+    };
+    let (head, text) = fetch(get("")).await;
+    assert!(
+        head.contains("content-type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    assert!(head.contains("vary: accept"), "{head}");
+    let text = String::from_utf8(text).expect("utf-8");
+    assert!(!text.contains(" # {") && !text.contains("# EOF"), "{text}");
+    let (head, open) = fetch(get(
+        "application/openmetrics-text;version=1.0.0,text/plain;q=0.5",
+    ))
+    .await;
+    assert!(
+        head.contains("content-type: application/openmetrics-text; version=1.0.0"),
+        "{head}"
+    );
+    let open = String::from_utf8(open).expect("utf-8");
+    let bucket = format!("{}_bucket{{", family::TTFT.name);
+    assert!(
+        open.lines()
+            .any(|l| l.starts_with(&bucket) && l.contains(" # {trace_id=\"")),
+        "{open}"
+    );
+    assert!(open.ends_with("# EOF\n"));
+    let protobuf = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited";
+    let (head, _) = fetch(get(protobuf)).await;
+    assert!(head.contains("content-type: application/vnd.google.protobuf; proto=io.prometheus.client.metricfamily; encoding=delimited"), "{head}");
+}
