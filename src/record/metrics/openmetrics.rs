@@ -66,7 +66,9 @@ pub fn encode<'a>(
 
 fn histogram(out: &mut Vec<u8>, name: &str, metric: &Metric, registered: Option<&Rebucketable>) {
     let h = metric.get_histogram();
-    let exemplars = registered.map(|r| r.joined(metric).1).unwrap_or_default();
+    let exemplars = registered
+        .map(|r| r.exemplars_of(metric))
+        .unwrap_or_default();
     let exemplar_of = |bucket: usize| exemplars.iter().find(|(b, _)| *b == bucket).map(|(_, e)| e);
     let buckets = h.get_bucket();
     for (i, bucket) in buckets.iter().enumerate() {

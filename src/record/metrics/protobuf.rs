@@ -173,7 +173,10 @@ fn metric(gathered: &Gathered, kind: MetricType, registered: Option<&Rebucketabl
 
 fn histogram(gathered: &Gathered, registered: Option<&Rebucketable>) -> Histogram {
     let classic = gathered.get_histogram();
-    let (native, exemplars) = registered.map(|r| r.joined(gathered)).unwrap_or_default();
+    let exemplars = registered
+        .map(|r| r.exemplars_of(gathered))
+        .unwrap_or_default();
+    let native = registered.and_then(|r| r.native_of(gathered));
     let exemplar_of = |bucket: usize| {
         let kept = exemplars.iter().find(|(b, _)| *b == bucket);
         kept.map(|(_, e)| exemplar(e))

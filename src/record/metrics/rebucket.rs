@@ -146,18 +146,30 @@ impl Rebucketable {
         exemplars.set(values, &current.1, exemplar);
     }
 
-    /// What a gathered series of this family has beside its classic buckets: its native buckets (a
-    /// native family's) and its exemplars by bucket.
-    pub fn joined(
-        &self, metric: &prometheus::proto::Metric,
-    ) -> (Option<Sparse>, Vec<(usize, Exemplar)>) {
-        let key = self.key(metric);
-        let native = self.0.natives.as_ref().and_then(|natives| {
-            let natives = natives.lock().unwrap_or_else(PoisonError::into_inner);
-            natives.get(&key).map(|n| n.snapshot())
-        });
-        let exemplars = (self.0.exemplars.as_ref()).map_or_else(Vec::new, |e| e.of(&key));
-        (native, exemplars)
+    /// A gathered series' exemplars, by bucket (none for a family that carries none).
+    pub fn exemplars_of(&self, metric: &prometheus::proto::Metric) -> Vec<(usize, Exemplar)> {
+        let Some(exemplars) = &self.0.exemplars else {
+            return Vec::new();
+        };
+        exemplars.of(&self.values_of(metric))
+    }
+
+    /// A gathered series' native buckets, when the family is native.
+    pub fn native_of(&self, metric: &prometheus::proto::Metric) -> Option<Sparse> {
+        let natives = self.0.natives.as_ref()?;
+        let natives = natives.lock().unwrap_or_else(PoisonError::into_inner);
+        natives.get(&self.values_of(metric)).map(|n| n.snapshot())
+    }
+
+    /// A series' label values, in the family's label order, borrowed from the gathered series.
+    fn values_of<'m>(&self, metric: &'m prometheus::proto::Metric) -> Vec<&'m str> {
+        let pairs = metric.get_label();
+        (self.0.label_names.iter())
+            .map(|name| {
+                let pair = pairs.iter().find(|p| p.name() == *name);
+                pair.map_or("", |p| p.value())
+            })
+            .collect()
     }
 
     /// The family's row.
