@@ -61,14 +61,7 @@ async fn model_server() -> Upstream {
             .and_then(|rest| rest.split('"').next())
             .and_then(|n| n.parse().ok())
             .unwrap_or(1);
-        let mut steps = vec![sse_head(), Step::Sleep(ms(delay))];
-        for i in 0..3 {
-            steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
-        }
-        steps.push(chunk(usage_chunk(7, 3).as_bytes()));
-        steps.push(chunk(DONE.as_bytes()));
-        steps.push(last_chunk());
-        steps
+        tokens_after(ms(delay), 3)
     })
     .await
 }

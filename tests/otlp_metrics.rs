@@ -15,17 +15,7 @@ use tokentap::record::metrics::family;
 const CHAT: &str = "/v1/chat/completions";
 
 async fn model_server() -> Upstream {
-    upstream(|_| {
-        let mut steps = vec![sse_head(), Step::Sleep(ms(2))];
-        for i in 0..3 {
-            steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
-        }
-        steps.push(chunk(usage_chunk(7, 3).as_bytes()));
-        steps.push(chunk(DONE.as_bytes()));
-        steps.push(last_chunk());
-        steps
-    })
-    .await
+    upstream(|_| tokens_after(ms(2), 3)).await
 }
 
 async fn requests(proxy: &tokentap::Running, n: usize) {

@@ -86,21 +86,6 @@ fn with_header(
     request
 }
 
-/// A stream: its first token after `first`, `tokens` in all 5 ms apart, with usage (7 prompt tokens).
-fn stream(first: Duration, tokens: usize) -> Vec<Step> {
-    let mut steps = vec![sse_head(), Step::Sleep(first)];
-    for i in 0..tokens {
-        if i > 0 {
-            steps.push(Step::Sleep(ms(5)));
-        }
-        steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
-    }
-    steps.push(chunk(usage_chunk(7, tokens as u64).as_bytes()));
-    steps.push(chunk(DONE.as_bytes()));
-    steps.push(last_chunk());
-    steps
-}
-
 /// The upstream of most tests: `slow` streams its first token after 80 ms, `fail` answers 500, any
 /// other model streams at once.
 async fn model_server() -> Upstream {
@@ -114,9 +99,9 @@ async fn model_server() -> Upstream {
             )];
         }
         if body.contains("\"slow\"") {
-            return stream(ms(80), 3);
+            return tokens_after(ms(80), 3);
         }
-        stream(ms(1), 3)
+        tokens_after(ms(1), 3)
     })
     .await
 }
