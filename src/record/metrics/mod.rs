@@ -6,7 +6,10 @@
 //! model names the upstream confirmed and retires idle ones. Only requests on a path a dialect knows get
 //! the token-level families; the rest are counted in `requests_total`, E2E and goodput only. So the
 //! number of series has a fixed ceiling, computed in [`bound`] and exported next to the current count;
-//! [`scrape`] encodes the page off the async workers and lets concurrent scrapes share one encoding.
+//! [`scrape`] encodes the page off the async workers and lets concurrent scrapes share one encoding, in
+//! the format the scraper asks for (`format.rs`): the text page, OpenMetrics with the exemplars a sampled
+//! request leaves on its buckets (`exemplars.rs`), or protobuf with the native histograms kept beside
+//! the classic buckets of the SLO families (`native.rs`).
 
 use std::collections::HashSet;
 use std::sync::{Arc, PoisonError, RwLock};
