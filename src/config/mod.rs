@@ -41,7 +41,7 @@ pub use otlp_metrics::{OtlpMetrics, Temporality};
 pub use records::{RecordPath, RequestLog, TenantFrom, Tenants};
 pub use slo::{ByKind, Ceilings, Slo, SloKind};
 pub use tls::ListenTls;
-pub use traces::{Compression, Sample, Traces};
+pub use traces::{Compression, Headers, Sample, Traces};
 pub use ui::{prometheus_base, Ui};
 pub use values::{format_duration, parse_duration, parse_size, parse_upstream};
 

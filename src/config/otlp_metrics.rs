@@ -3,24 +3,22 @@
 //! Absent by default. The endpoint, headers, timeout and service name are read and checked as
 //! `traces:` reads its own (`traces.rs`), so a collector that takes one takes the other.
 
-use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::traces::{check_otlp, otlp_url};
+use super::traces::{check_otlp, otlp_url, Headers};
 use super::{format_duration, invalid, values, Compression, ConfigError};
 
 /// `otlp_metrics:`.
-#[derive(Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OtlpMetrics {
     /// Required: the collector's OTLP/HTTP base URL; metrics are posted to `{endpoint}/v1/metrics` (a
     /// URL that already ends in `/v1/metrics` is used as it is).
     pub endpoint: String,
     /// Headers sent with every export (an API key, a tenant): their values are never logged.
-    pub headers: BTreeMap<String, String>,
+    pub headers: Headers,
     /// How long one export may take, connecting included; then it is dropped and counted.
     #[serde(with = "values::duration")]
     pub timeout: Duration,
@@ -48,28 +46,13 @@ impl Default for OtlpMetrics {
     fn default() -> Self {
         OtlpMetrics {
             endpoint: String::new(),
-            headers: BTreeMap::new(),
+            headers: Headers::default(),
             timeout: Duration::from_secs(5),
             compression: Compression::Gzip,
             service_name: "tokentap".to_owned(),
             interval: Duration::from_secs(60),
             temporality: Temporality::Cumulative,
         }
-    }
-}
-
-/// Header values are credentials: only their names are shown.
-impl fmt::Debug for OtlpMetrics {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OtlpMetrics")
-            .field("endpoint", &self.endpoint)
-            .field("headers", &self.headers.keys().collect::<Vec<_>>())
-            .field("timeout", &self.timeout)
-            .field("compression", &self.compression)
-            .field("service_name", &self.service_name)
-            .field("interval", &self.interval)
-            .field("temporality", &self.temporality)
-            .finish()
     }
 }
 

@@ -12,15 +12,27 @@ use serde::{Deserialize, Serialize};
 use super::section::section;
 use super::{format_duration, invalid, values, ConfigError};
 
+/// Headers sent with every OTLP export (`traces.headers`, `otlp_metrics.headers`): credentials, so
+/// only their names are ever shown.
+#[derive(Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct Headers(pub BTreeMap<String, String>);
+
+impl fmt::Debug for Headers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
+}
+
 /// `traces:`.
-#[derive(Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Traces {
     /// Required: the collector's OTLP/HTTP base URL; spans are posted to `{endpoint}/v1/traces` (a URL
     /// that already ends in `/v1/traces` is used as it is).
     pub endpoint: String,
     /// Headers sent with every export (an API key, a tenant): their values are never logged.
-    pub headers: BTreeMap<String, String>,
+    pub headers: Headers,
     /// How long one export may take, connecting included; then its spans are dropped and counted.
     #[serde(with = "values::duration")]
     pub timeout: Duration,
@@ -81,7 +93,7 @@ impl Default for Traces {
     fn default() -> Self {
         Traces {
             endpoint: String::new(),
-            headers: BTreeMap::new(),
+            headers: Headers::default(),
             timeout: Duration::from_secs(5),
             compression: Compression::Gzip,
             service_name: "tokentap".to_owned(),
@@ -91,24 +103,6 @@ impl Default for Traces {
             batch: 512,
             interval: Duration::from_secs(1),
         }
-    }
-}
-
-/// Header values are credentials: only their names are shown.
-impl fmt::Debug for Traces {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Traces")
-            .field("endpoint", &self.endpoint)
-            .field("headers", &self.headers.keys().collect::<Vec<_>>())
-            .field("timeout", &self.timeout)
-            .field("compression", &self.compression)
-            .field("service_name", &self.service_name)
-            .field("sample", &self.sample)
-            .field("propagate", &self.propagate)
-            .field("queue", &self.queue)
-            .field("batch", &self.batch)
-            .field("interval", &self.interval)
-            .finish()
     }
 }
 
@@ -198,8 +192,7 @@ pub(super) fn otlp_url(endpoint: &str, signal: &str) -> Result<http::Uri, String
 /// The keys every OTLP/HTTP exporter's section has (`traces:`, `otlp_metrics:`), checked under
 /// `section`'s name: the endpoint, the headers (never shown), the timeout and the service name.
 pub(super) fn check_otlp(
-    section: &str, endpoint: &str, headers: &BTreeMap<String, String>, timeout: Duration,
-    service_name: &str,
+    section: &str, endpoint: &str, headers: &Headers, timeout: Duration, service_name: &str,
 ) -> Result<(), ConfigError> {
     let key = |k: &str| format!("{section}.{k}");
     if endpoint.is_empty() {
@@ -218,7 +211,7 @@ pub(super) fn check_otlp(
         };
         return Err(invalid(&key("endpoint"), "URL", shown, reason));
     }
-    for (name, value) in headers {
+    for (name, value) in &headers.0 {
         let key = key(&format!("headers.{name}"));
         let lower = name.to_ascii_lowercase();
         if http::HeaderName::from_bytes(name.as_bytes()).is_err() {

@@ -7,7 +7,6 @@
 //! Every export, connecting included, ends within its limit: a collector that never answers, or never
 //! reads, costs one timeout and the batch, never a request's time.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
 
-use crate::config::{Compression, Traces};
+use crate::config::{Compression, Headers, Traces};
 
 /// The largest answer read (an `ExportTraceServiceResponse` is a few bytes; an error page may be more).
 const MAX_ANSWER: usize = 64 << 10;
@@ -87,8 +86,7 @@ impl Collector {
 
     /// A collector at `uri`, sent `headers`; `rejected` reads an accepted answer's partial success.
     pub fn to(
-        uri: Uri, configured: &BTreeMap<String, String>, compression: Compression,
-        rejected: fn(Bytes) -> u64,
+        uri: Uri, configured: &Headers, compression: Compression, rejected: fn(Bytes) -> u64,
     ) -> Result<Self, SetupError> {
         let https = uri.scheme_str() == Some("https");
         let authority = uri.authority().cloned();
@@ -101,7 +99,7 @@ impl Collector {
             .to_owned();
         let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
         let mut headers = HeaderMap::new();
-        for (name, value) in configured {
+        for (name, value) in &configured.0 {
             // Checked with the config.
             if let (Ok(name), Ok(value)) = (
                 HeaderName::from_bytes(name.as_bytes()),
