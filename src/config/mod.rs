@@ -21,6 +21,8 @@ use serde::{Deserialize, Serialize};
 mod admission;
 mod conversations;
 mod limits;
+mod lines;
+mod problems;
 mod records;
 mod section;
 mod slo;
@@ -28,6 +30,7 @@ mod tls;
 mod traces;
 mod ui;
 mod values;
+mod words;
 mod yaml;
 
 #[cfg(test)]
@@ -36,6 +39,7 @@ mod tests;
 pub use admission::ModelList;
 pub use conversations::Conversations;
 pub use limits::{Limits, Timeouts};
+pub use problems::{Problem, MAX_PROBLEMS};
 pub use records::{RecordPath, RequestLog, TenantFrom, Tenants};
 pub use slo::{ByKind, Ceilings, Slo, SloKind};
 pub use tls::ListenTls;
@@ -168,7 +172,7 @@ pub enum ConfigError {
         path: PathBuf,
         error: std::io::Error,
     },
-    /// YAML syntax, unknown key, wrong type: the parser's message, with dotted path and position.
+    /// YAML syntax, a wrong type: the parser's message in plain words, naming the key.
     #[error("{0}")]
     Syntax(String),
     /// A bad value: `{key}: invalid {what} "{value}": {reason}`.
@@ -179,12 +183,70 @@ pub enum ConfigError {
         value: String,
         reason: String,
     },
+    /// A key its section does not have (`section` empty: the top level), the keys it has, and what
+    /// may have been meant (a near name, the section it belongs to).
+    #[error("{key}: not a key {}{hint}; the keys there are: {}", where_(section), known.join(", "))]
+    UnknownKey {
+        key: String,
+        section: String,
+        known: Vec<String>,
+        hint: String,
+    },
+    /// Every problem found in a document, each with its line.
+    #[error("{}", describe_problems(.0))]
+    Problems(Vec<Problem>),
     /// Any of the above, found in a file.
-    #[error("{}: {error}", path.display())]
+    #[error("{}", in_file(path, error))]
     InFile {
         path: PathBuf,
         error: Box<ConfigError>,
     },
+}
+
+impl ConfigError {
+    /// The problems this error holds, each with its line.
+    pub fn problems(&self) -> &[Problem] {
+        match self {
+            ConfigError::Problems(problems) => problems,
+            ConfigError::InFile { error, .. } => error.problems(),
+            _ => &[],
+        }
+    }
+
+    /// The error for a terminal (`check-config`): several problems one a line, under a line that
+    /// counts them; else as [`Display`](std::fmt::Display) says it.
+    pub fn report(&self) -> String {
+        match self {
+            ConfigError::InFile { path, error } if error.problems().len() > 1 => {
+                problems::report(path, error.problems())
+            }
+            error => error.to_string(),
+        }
+    }
+}
+
+fn where_(section: &str) -> String {
+    match section {
+        "" => "at the top level".to_owned(),
+        section => format!("of `{section}:`"),
+    }
+}
+
+fn describe_problems(problems: &[Problem]) -> String {
+    match problems {
+        [problem] => problem.to_string(),
+        problems => {
+            let each: Vec<String> = problems.iter().map(Problem::to_string).collect();
+            format!("{} problems: {}", problems.len(), each.join("; "))
+        }
+    }
+}
+
+fn in_file(path: &Path, error: &ConfigError) -> String {
+    match error {
+        ConfigError::Problems(problems) => problems::describe(path, problems),
+        error => format!("{}: {error}", path.display()),
+    }
 }
 
 fn invalid(key: &str, what: &'static str, value: &str, reason: impl Into<String>) -> ConfigError {
@@ -297,13 +359,12 @@ impl MetricsOptions {
 
 impl Config {
     /// Parses and validates a YAML document; an empty (or comment-only) document gives the defaults.
+    /// The error holds every problem found ([`ConfigError::Problems`]), each with its line.
     pub fn from_yaml_str(text: &str) -> Result<Config, ConfigError> {
-        let config = yaml::parse(text)?;
-        config.validate()?;
-        Ok(config)
+        problems::check(text).map_err(ConfigError::Problems)
     }
 
-    /// Reads, parses and validates a file; every error names the file.
+    /// Reads, parses and validates a file; every error names the file, and each problem its line.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let in_file = |error| ConfigError::InFile {
             path: path.to_owned(),

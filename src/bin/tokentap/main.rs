@@ -256,7 +256,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 fn execute(cli: Cli) -> Result<(), String> {
     match &cli.command {
         Some(Command::CheckConfig { file }) => {
-            let config = Config::load(file).map_err(|e| e.to_string())?;
+            let config = Config::load(file).map_err(|e| e.report())?;
             let certificates = config
                 .listen_tls
                 .as_ref()
