@@ -330,27 +330,96 @@ fn grouped(n: i64) -> String {
     out
 }
 
-/// The default series bound, as docs/metrics.md and docs/deploy.md state it, is the one tokentap
-/// computes (and so is the figure for `max_models: 10`), so a family that moves it fails here until
-/// both pages say the new figure.
+/// The series bound's figures docs/metrics.md (and docs/deploy.md) state are the ones tokentap computes:
+/// what the defaults count up front, what a pair and a name's first pair cost, the limit for `max_models:
+/// 10`, and the 500-adapter page `tests/lora.rs` measures; a family that moves them fails here until the
+/// pages say the new figures.
 #[test]
-fn the_pages_that_state_the_default_series_bound_state_the_computed_one() {
+fn the_pages_that_state_the_series_bound_state_the_computed_one() {
     let bound = |yaml: &str| {
         let config = tokentap::Config::from_yaml_str(yaml).expect("config");
         let metrics = tokentap::record::metrics::Metrics::new(&config).expect("metrics");
-        grouped(metrics.bound().total)
+        metrics.bound()
     };
     let (default, ten) = (bound(""), bound("max_models: 10\n"));
-    let metrics_md = read(Path::new("docs/metrics.md"));
-    let want = format!("value and **{default}** in all; with `max_models: 10`, {ten}.");
-    assert!(
-        metrics_md.contains(&want),
-        "docs/metrics.md does not say: {want}"
-    );
-    let deploy_md = read(Path::new("docs/deploy.md")).replace('\n', " ");
-    let want = format!("`tokentap_metrics_series_limit`: {default} with the defaults");
-    assert!(
-        deploy_md.contains(&want),
-        "docs/deploy.md does not say: {want}"
-    );
+    let chat = default.costs.per_api[tokentap::record::api::Api::Chat as usize];
+    let words = |page: &str| {
+        let text = read(Path::new(page));
+        text.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let (metrics_md, deploy_md) = (words("docs/metrics.md"), words("docs/deploy.md"));
+    let lora = crate::lora::MEASURED;
+    let mib = format!("{:.1} MiB", lora.page_mib);
+    for (page, text, want) in [
+        (
+            "metrics.md",
+            &metrics_md,
+            format!(
+                "with the defaults they are **{}** series",
+                grouped(default.reserved as i64)
+            ),
+        ),
+        (
+            "metrics.md",
+            &metrics_md,
+            format!(
+                "the rest of the budget ({} with the defaults)",
+                grouped(default.budget() as i64)
+            ),
+        ),
+        (
+            "metrics.md",
+            &metrics_md,
+            format!("**{chat}** for an API with a dialect"),
+        ),
+        (
+            "metrics.md",
+            &metrics_md,
+            format!(
+                "plus, on the name's first pair, the **{}** of",
+                default.costs.per_name
+            ),
+        ),
+        (
+            "metrics.md",
+            &metrics_md,
+            format!(
+                "With the defaults `V` is {} series and the limit is the budget itself, **{}**;",
+                grouped(default.costs.of(u16::MAX) as i64),
+                grouped(default.total)
+            ),
+        ),
+        (
+            "metrics.md",
+            &metrics_md,
+            format!("with `max_models: 10`, {} (", grouped(ten.total)),
+        ),
+        (
+            "metrics.md",
+            &metrics_md,
+            format!(
+                "**{}** series, {} an adapter, a **{mib}** page",
+                grouped(lora.series as i64),
+                (lora.series + 250) / 500
+            ),
+        ),
+        (
+            "deploy.md",
+            &deploy_md,
+            format!(
+                "`tokentap_metrics_series_limit`: {} with the defaults",
+                grouped(default.total)
+            ),
+        ),
+        (
+            "deploy.md",
+            &deploy_md,
+            format!(
+                "{} and a {mib} page for a vLLM with 500 LoRA adapters",
+                grouped(lora.series as i64)
+            ),
+        ),
+    ] {
+        assert!(text.contains(&want), "docs/{page} does not say: {want}");
+    }
 }

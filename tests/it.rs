@@ -33,6 +33,7 @@ mod label_flood;
 mod limits;
 mod live_page;
 mod log_line;
+mod lora;
 mod metering;
 mod process_memory;
 mod prometheus;

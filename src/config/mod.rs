@@ -309,7 +309,7 @@ impl Default for Config {
             upstream: http::Uri::from_static("http://127.0.0.1:8000/"),
             metrics_listen: SocketAddr::from(([0, 0, 0, 0], 9464)),
             upstream_ca_file: None,
-            max_models: 100,
+            max_models: 1000,
             model_list: ModelList::default(),
             timeouts: Timeouts::default(),
             limits: Limits::default(),

@@ -148,7 +148,7 @@ fn empty_document_gives_the_defaults() {
         format!("{} {}", d.listen, d.metrics_listen),
         "0.0.0.0:8080 0.0.0.0:9464"
     );
-    assert_eq!((d.max_models, Some(d.timeouts.connect)), (100, ms(10_000)));
+    assert_eq!((d.max_models, Some(d.timeouts.connect)), (1000, ms(10_000)));
     let waits = [10_000, 600_000, 600_000, 30_000, 660_000, 60_000, 1_500];
     assert_eq!(timeouts(&d.timeouts), waits.map(ms));
     let l = &d.limits;

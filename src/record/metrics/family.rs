@@ -532,8 +532,8 @@ pub const MODELS_LISTED: Family = single(
 // The page itself.
 pub const SERIES_LIMIT: Family = single(
     "tokentap_metrics_series_limit",
-    "The most series this process can ever export, from max_models, tenants.max, the API, status and outcome \
-     sets and the bucket counts (docs/metrics.md: the series bound).",
+    "The most series this process can ever export: metrics.max_series, or less when max_models names on \
+     every API cannot fill it (docs/metrics.md: the series bound).",
     Gauge,
 );
 pub const SERIES: Family = single(
