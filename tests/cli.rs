@@ -321,6 +321,8 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
     let scratch = Scratch::new("demo");
     let log = scratch.write("demo.log", "");
     let mut child = tokentap()
+        // Its record file under this test's own directory (the demo's is under the temp dir).
+        .env("TMPDIR", &scratch.0)
         .args([
             "demo",
             "--duration",
@@ -452,6 +454,116 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
     assert!(
         status.is_some_and(|s| s.success()),
         "demo did not exit cleanly on SIGTERM: {status:?}"
+    );
+}
+
+/// `demo --duration` names its record file first, stops sending when the time is up, lets what is in
+/// flight finish (no request cut: the only `cancelled` records are the streams its clients walked away
+/// from on purpose, as it says at the end), and `tokentap report` reads the file right after, with the
+/// goodput ratio beside the count.
+#[test]
+fn the_demo_names_its_record_file_and_report_reads_it_right_after() {
+    let scratch = Scratch::new("demo-records");
+    let started = Instant::now();
+    let out = tokentap()
+        .env("TMPDIR", &scratch.0)
+        .args([
+            "demo",
+            "--duration",
+            "6s",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--ui",
+            "false",
+        ])
+        .output()
+        .expect("run the demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The duration, then at most the demo's FINISH (30 s) for what was in flight, with room.
+    assert!(
+        started.elapsed() < Duration::from_secs(45),
+        "{:?}",
+        started.elapsed()
+    );
+    let file = scratch.0.join("tokentap-demo.jsonl");
+    let named = format!(
+        "  records                {}   (tokentap report {0})",
+        file.display()
+    );
+    let first: Vec<&str> = stdout.lines().take(6).collect();
+    assert!(first.contains(&named.as_str()), "{stdout}");
+    let said = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("tokentap demo stopped: "))
+        .unwrap_or_else(|| panic!("no closing line: {stdout}"));
+    let number = |after: &str| -> usize {
+        let at = said.find(after).expect("a count") + after.len();
+        let digits: String = said[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().expect("a number")
+    };
+    let (answered, left) = (number(""), number("answered, "));
+    let records = std::fs::read_to_string(&file).expect("the demo's records");
+    let outcomes: Vec<String> = records
+        .lines()
+        .map(|line| {
+            let record: serde_json::Value = serde_json::from_str(line).expect("a record");
+            record["outcome"].as_str().unwrap_or_default().to_owned()
+        })
+        .collect();
+    assert!(answered >= 3, "{said}");
+    assert_eq!(outcomes.len(), answered, "one record a request: {said}");
+    let cancelled = outcomes.iter().filter(|o| *o == "cancelled").count();
+    assert_eq!(
+        cancelled, left,
+        "only the walk-aways are cancelled: {outcomes:?}"
+    );
+    assert_eq!(
+        outcomes.len() - cancelled,
+        outcomes.iter().filter(|o| *o == "ok").count()
+    );
+    let report = tokentap()
+        .args(["report", "--format", "json"])
+        .arg(&file)
+        .output()
+        .expect("report");
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&report.stdout).expect("json");
+    let total = &doc["total"];
+    assert_eq!(total["request_count"], answered as u64);
+    let (good, ratio) = (
+        total["good_request_count"].as_f64(),
+        total["goodput_ratio"].as_f64(),
+    );
+    assert_eq!(ratio, good.map(|g| g / answered as f64), "{total}");
+    let table = tokentap()
+        .arg("report")
+        .arg(&file)
+        .output()
+        .expect("report");
+    let table = String::from_utf8_lossy(&table.stdout);
+    let line = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map(str::to_owned)
+    };
+    assert!(
+        line("Good Request Count").is_some() && line("Goodput Ratio (%)").is_some(),
+        "{table}"
     );
 }
 

@@ -379,6 +379,28 @@ impl Config {
         }
     }
 
+    /// Reads `path` written over `base` (the demo's own settings under a user's file): each key the file
+    /// writes replaces `base`'s, a section key by key, and what it leaves out keeps `base`'s value. The
+    /// file's own problems come first, each with its line, as [`Config::load`] gives them.
+    pub fn load_over(path: &Path, base: &Config) -> Result<Config, ConfigError> {
+        Config::load(path)?;
+        let in_file = |error| ConfigError::InFile {
+            path: path.to_owned(),
+            error: Box::new(error),
+        };
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
+        let document = yaml::Document::parse(&text).map_err(|found| in_file(found.error))?;
+        let config = document
+            .over(base)
+            .read()
+            .map_err(|found| in_file(found.error))?;
+        config.validate().map_err(in_file)?;
+        Ok(config)
+    }
+
     /// Every semantic check; run it again after command-line overrides.
     pub fn validate(&self) -> Result<(), ConfigError> {
         // Values set in code (flags, tests) pass the file's syntax too: a zero timeout, say.

@@ -58,6 +58,20 @@ impl Document {
         Ok(config)
     }
 
+    /// This document written over `base`'s: each key it writes replaces `base`'s, a mapping key by key
+    /// (so `slo: {ttft: 1s}` changes that one ceiling and keeps the others); what it leaves out keeps
+    /// `base`'s value.
+    pub(super) fn over(self, base: &Config) -> Document {
+        match serde_yaml::to_value(base) {
+            Ok(mut under) => {
+                merge(&mut under, self.0);
+                Document(under)
+            }
+            // Only a path that is not UTF-8 cannot be written: the document alone, then.
+            Err(_) => self,
+        }
+    }
+
     /// Takes `key` (dotted, as an error names it; an index `[i]` takes its whole list) out of the
     /// document, so the rest can be read again; false when the document does not hold it.
     pub(super) fn remove(&mut self, key: &str) -> bool {
@@ -144,6 +158,23 @@ fn without_position(message: &str) -> String {
         None => message,
     };
     message.to_owned()
+}
+
+/// Writes `over` onto `under`: mappings key by key, anything else replaced whole.
+fn merge(under: &mut Value, over: Value) {
+    match (under, over) {
+        (Value::Mapping(under), Value::Mapping(over)) => {
+            for (key, value) in over {
+                match under.get_mut(&key) {
+                    Some(slot) => merge(slot, value),
+                    None => {
+                        under.insert(key, value);
+                    }
+                }
+            }
+        }
+        (under, over) => *under = over,
+    }
 }
 
 fn remove(value: &mut Value, key: &str) -> bool {

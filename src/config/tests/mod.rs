@@ -544,3 +544,48 @@ fn the_live_page_is_on_by_default_with_30_minutes_of_5s_snapshots() {
     );
     assert!(err("ui: {colour: blue}").starts_with("ui.colour: not a key of `ui:`"));
 }
+
+#[test]
+fn a_file_over_a_base_replaces_only_the_keys_it_writes() {
+    let mut base = Config {
+        listen: "127.0.0.1:8080".parse().unwrap(),
+        tokenizer_dirs: Some(Vec::new()),
+        ..Config::default()
+    };
+    base.slo.default = Ceilings::default()
+        .with(SloKind::Ttft, Duration::from_millis(500))
+        .with(SloKind::Tpot, Duration::from_millis(50));
+    base.slo.models.insert(
+        "m".into(),
+        Ceilings::default().with(SloKind::Ttft, Duration::from_secs(1)),
+    );
+    let path = std::env::temp_dir().join(format!("tokentap-over-{}.yaml", std::process::id()));
+    std::fs::write(
+        &path,
+        "slo:\n  ttft: 2s\n  itl: ~\nrequest_log: {path: /tmp/x.jsonl}\n",
+    )
+    .unwrap();
+    let over = Config::load_over(&path, &base);
+    std::fs::write(&path, "slo:\n  ttft: soon\n").unwrap();
+    let bad = Config::load_over(&path, &base).map_err(|e| e.to_string());
+    std::fs::remove_file(&path).unwrap();
+    let c = over.unwrap();
+    assert_eq!(
+        all(c.slo.default),
+        [ms(2000), ms(50), None, None, None, None]
+    );
+    assert_eq!(
+        c.slo.ceilings_for("m")[SloKind::Ttft],
+        ms(1000),
+        "a model's own kept"
+    );
+    assert_eq!(c.listen, base.listen);
+    assert_eq!(c.tokenizer_dirs, Some(Vec::new()));
+    let log = c.request_log.map(|l| l.path);
+    assert_eq!(log, Some(RecordPath::File("/tmp/x.jsonl".into())));
+    let want = format!(
+        "{}:2: slo.ttft: invalid duration \"soon\": ",
+        path.display()
+    );
+    assert!(bad.as_ref().is_err_and(|e| e.starts_with(&want)), "{bad:?}");
+}
