@@ -93,6 +93,145 @@ fn check_config_rejects_bad_values_naming_key_and_value() {
     }
 }
 
+/// Ten broken files, as people break them: every problem of each is reported (not only the first), each
+/// as `file:line: key: …` in words for someone who writes YAML, and the exit status says it failed.
+#[test]
+fn check_config_reports_every_problem_of_ten_broken_files_with_key_and_line() {
+    let cases: [(&str, &[&str]); 10] = [
+        // Three value errors in one file: all three, in line order.
+        (
+            "max_models: -3\nshutdown_grace: 5\ntimeouts:\n  connect: 1x\n",
+            &[
+                ":1: max_models: must be a whole number (0 or more), not -3",
+                ":2: shutdown_grace: invalid duration \"5\": expected a number followed by",
+                ":4: timeouts.connect: invalid duration \"1x\"",
+            ],
+        ),
+        // An indentation slip: said as one, not as a bad duration.
+        (
+            "slo:\n  ttft: 500ms\n   tpot: 50ms\n",
+            &[":3: line 3 (`tpot: 50ms`) is indented further than `ttft` on line 2"],
+        ),
+        (
+            "slo:\n  ttft: 500ms\n   tpot 50ms\n",
+            &[":3: slo.ttft: line 3 (`tpot 50ms`) is indented further than `ttft` on line 2"],
+        ),
+        // A ceiling that lost its indentation, and a limit under the timeouts.
+        (
+            "slo:\n  ttft: 500ms\ntpot: 50ms\ntimeouts:\n  max_connections: 5\n",
+            &[
+                ":3: tpot: not a key at the top level (`tpot` is a key of `buckets:`, `slo:`: is it indented under one of them?)",
+                ":5: timeouts.max_connections: not a key of `timeouts:` (`max_connections` is a key of `limits:`: is it indented under it?)",
+            ],
+        ),
+        // Typos, with what was meant.
+        (
+            "lisen: 0.0.0.0:8080\nmetrics:\n  idle: 1h\n",
+            &[
+                ":1: lisen: not a key at the top level (did you mean `listen`?)",
+                ":3: metrics.idle: not a key of `metrics:` (did you mean `model_idle`?)",
+            ],
+        ),
+        // Wrong types in plain words.
+        (
+            "max_models: many\nui:\n  enabled: yes please\nbuckets:\n  itl: [0.1, fast]\n",
+            &[
+                ":1: max_models: must be a whole number (0 or more), not the text \"many\"",
+                ":3: ui.enabled: must be true or false, not the text \"yes please\"",
+                ":5: buckets.itl[1]: must be a number, not the text \"fast\"",
+            ],
+        ),
+        // Checks across keys and of values, each on its line.
+        (
+            "listen: 0.0.0.0:8080\nmetrics_listen: 0.0.0.0:8080\nbuckets:\n  ttft: [0.1, 0.5, 0.5]\n",
+            &[
+                ":2: metrics_listen: invalid address \"0.0.0.0:8080\": must differ from listen",
+                ":4: buckets.ttft[2]: invalid bucket boundary \"0.5\"",
+            ],
+        ),
+        // A model's ceilings: a typo and a zero.
+        (
+            "slo:\n  models:\n    llama-3.1-70b:\n      ttf: 1s\n    qwen:\n      e2e: 0s\n",
+            &[
+                ":4: slo.models.llama-3.1-70b.ttf: not a key of `slo.models.llama-3.1-70b:` (did you mean `ttft`?)",
+                ":6: slo.models.qwen.e2e: invalid duration \"0s\": must be greater than zero",
+            ],
+        ),
+        // YAML itself refuses: a tab, and a key written twice.
+        (
+            "slo:\n\tttft: 1s\n",
+            &[":2: the file is not valid YAML: ", "(YAML indents with spaces, never tabs)"],
+        ),
+        (
+            "upstream: http://a:8000\nupstream: http://b:8000\n",
+            &[":2: upstream: written twice (each key once per mapping)"],
+        ),
+    ];
+    let scratch = Scratch::new("ten-broken");
+    for (i, (yaml, said)) in cases.iter().enumerate() {
+        let path = scratch.write(&format!("broken{i}.yaml"), yaml);
+        let out = check_config(&path);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{yaml:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{yaml:?}");
+        for needle in *said {
+            assert!(
+                stderr.contains(needle),
+                "{yaml:?}: no {needle:?} in\n{stderr}"
+            );
+        }
+        assert!(
+            !stderr.contains("usize") && !stderr.contains("invalid type"),
+            "{stderr}"
+        );
+        let problems = stderr
+            .lines()
+            .filter(|l| {
+                l.split(".yaml:")
+                    .nth(1)
+                    .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+            })
+            .count();
+        let lines = said.iter().filter(|s| s.starts_with(':')).count();
+        assert_eq!(problems, lines, "{yaml:?}: one line a problem:\n{stderr}");
+        if lines > 1 {
+            let counted = format!("{}: {lines} problems", path.display());
+            assert!(stderr.contains(&counted), "{stderr}");
+        }
+    }
+}
+
+#[test]
+fn check_config_is_quiet_on_the_shipped_example_without_a_model_cache_and_takes_500_models() {
+    let scratch = Scratch::new("quiet");
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/tokentap.yaml");
+    let out = tokentap()
+        .args(["check-config", example])
+        // A machine with no HuggingFace cache: the default search root does not exist.
+        .env("HOME", &scratch.0)
+        .env_remove("HF_HOME")
+        .env_remove("HF_HUB_CACHE")
+        .output()
+        .expect("run");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.is_empty(), "the log says more than stdout: {stderr}");
+    assert!(
+        stdout.contains("(the HuggingFace cache): none there yet"),
+        "{stdout}"
+    );
+    let many = scratch.write("adapters.yaml", "max_models: 500\n");
+    let out = check_config(&many);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn check_config_reads_the_listen_tls_pair_and_names_what_is_wrong_with_it() {
     let tls = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");

@@ -5,9 +5,9 @@
 
 use std::collections::HashMap;
 
-/// The line (from 1) of each key written in block style, by dotted key (`buckets.ttft[2]` for a list's
-/// item).
-pub(super) struct Lines(HashMap<String, usize>);
+/// The lines (from 1) of each key written in block style, by dotted key (`buckets.ttft[2]` for a list's
+/// item): the first it is written on, and the last (a key written twice).
+pub(super) struct Lines(HashMap<String, (usize, usize)>);
 
 /// An open block: its indentation, its dotted key, and how many `- ` items it has had.
 struct Open {
@@ -43,7 +43,7 @@ impl Lines {
                 };
                 let key = format!("{}[{}]", parent.key, parent.items);
                 parent.items += 1;
-                lines.insert(key.clone(), line);
+                lines.insert(key.clone(), (line, line));
                 open.push(Open {
                     indent: at,
                     key,
@@ -62,7 +62,7 @@ impl Lines {
                 Some(parent) => format!("{}.{name}", parent.key),
                 None => name.to_owned(),
             };
-            lines.entry(key.clone()).or_insert(line);
+            lines.entry(key.clone()).or_insert((line, line)).1 = line;
             open.push(Open {
                 indent: at,
                 key,
@@ -74,10 +74,20 @@ impl Lines {
 
     /// The line of `key`, else of its nearest ancestor written on a line of its own.
     pub(super) fn line(&self, key: &str) -> Option<usize> {
+        self.find(key).map(|(first, _)| first)
+    }
+
+    /// The last line `key` is written on (the second of a key written twice), else its nearest
+    /// ancestor's.
+    pub(super) fn last_line(&self, key: &str) -> Option<usize> {
+        self.find(key).map(|(_, last)| last)
+    }
+
+    fn find(&self, key: &str) -> Option<(usize, usize)> {
         let mut key = key;
         loop {
-            if let Some(&line) = self.0.get(key) {
-                return Some(line);
+            if let Some(&lines) = self.0.get(key) {
+                return Some(lines);
             }
             key = &key[..key.rfind(['.', '['])?];
         }

@@ -95,7 +95,13 @@ fn key_of(error: &ConfigError) -> String {
 /// The problem on its line, said as a slip where it is one.
 fn place(text: &str, lines: &Lines, found: Found) -> Problem {
     let Found { key, line, error } = found;
-    let line = line.or_else(|| lines.line(&key));
+    let line = match &error {
+        // A key written twice: where it is written the second time.
+        ConfigError::Syntax(said) if said.contains("written twice") => {
+            lines.last_line(&key).or(line)
+        }
+        _ => line.or_else(|| lines.line(&key)),
+    };
     let error = match error {
         ConfigError::UnknownKey {
             key,

@@ -62,9 +62,21 @@ pub(super) fn serde_message(path: &str, message: &str) -> (String, ConfigError) 
 /// The parser's message for a document it cannot read: the key it is about (empty: none) and the
 /// message, with what usually causes it.
 pub(super) fn yaml_syntax(message: &str) -> (String, String) {
-    if let Some((path, name)) = message.split_once(": duplicate entry with key ") {
-        let said = format!("{path}: {name} is written twice (each key once per mapping)");
-        return (path.to_owned(), said);
+    let duplicate = match message.split_once("duplicate entry with key ") {
+        Some(("", name)) => Some(("", name)),
+        Some((path, name)) => path.strip_suffix(": ").map(|path| (path, name)),
+        None => None,
+    };
+    if let Some((path, name)) = duplicate {
+        let name = name.trim_matches('"');
+        let key = match path {
+            "" => name.to_owned(),
+            path => format!("{path}.{name}"),
+        };
+        return (
+            key.clone(),
+            format!("{key}: written twice (each key once per mapping)"),
+        );
     }
     (String::new(), libyaml_message(message))
 }

@@ -230,7 +230,7 @@ fn wrong_yaml_types_are_named_with_their_key_in_yaml_words() {
         buckets: {itl: [0.1, fast]} | buckets.itl[1]: must be a number, not the text "fast"
         timeouts: {connect: true} | timeouts.connect: must be a string or a number, not true
         ui: {enabled: yes please} | ui.enabled: must be true or false, not the text "yes please"
-        slo: {models: {a: {}, a: {}}} | slo.models: "a" is written twice (each key once per mapping)
+        slo: {models: {a: {}, a: {}}} | slo.models.a: written twice (each key once per mapping)
         listen: [1] | listen: must be a string or a number, not a list
         slo: [1] | slo: must be a mapping (its keys indented under it), not a list
     "#;
@@ -388,7 +388,7 @@ fn tokenizers_map_model_names_to_files_and_a_repeated_model_is_an_error() {
     let msg = err("tokenizers:\n  m: /a.json\n  m: /b.json\n");
     assert_eq!(
         msg,
-        "tokenizers: \"m\" is written twice (each key once per mapping)"
+        "tokenizers.m: written twice (each key once per mapping)"
     );
     let msg = err("tokenizers: [a]\n");
     assert!(
