@@ -24,6 +24,14 @@ fn tokentap() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tokentap"))
 }
 
+/// Runs `command` to its end, which must succeed (else its stderr is the failure); its stdout.
+fn stdout_of(command: &mut Command) -> String {
+    let out = command.output().expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A directory of one test's own under the temp dir, removed with what is in it when dropped (the
 /// tests of this file run at once: one directory for all of them would be removed under the others).
 struct Scratch(PathBuf);
@@ -52,16 +60,7 @@ impl Drop for Scratch {
 #[test]
 fn check_config_accepts_the_shipped_example() {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/tokentap.yaml");
-    let out = tokentap()
-        .args(["check-config", example])
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+    assert!(stdout_of(tokentap().args(["check-config", example])).contains("ok"));
 }
 
 #[test]
@@ -224,12 +223,7 @@ fn check_config_is_quiet_on_the_shipped_example_without_a_model_cache_and_takes_
         "{stdout}"
     );
     let many = scratch.write("adapters.yaml", "max_models: 500\n");
-    let out = check_config(&many);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    stdout_of(tokentap().arg("check-config").arg(&many));
 }
 
 #[test]
@@ -538,16 +532,7 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
     let deadline = Instant::now() + Duration::from_secs(12);
     let mut table = String::new();
     while Instant::now() < deadline && !table.contains("\ndemo-") {
-        let out = tokentap()
-            .args(["top", "--once", "--url", &format!("http://{addr}")])
-            .output()
-            .expect("run top");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        table = String::from_utf8_lossy(&out.stdout).into_owned();
+        table = stdout_of(tokentap().args(["top", "--once", "--url", &format!("http://{addr}")]));
         std::thread::sleep(Duration::from_millis(500));
     }
     assert!(
@@ -604,27 +589,17 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
 fn the_demo_names_its_record_file_and_report_reads_it_right_after() {
     let scratch = Scratch::new("demo-records");
     let started = Instant::now();
-    let out = tokentap()
-        .env("TMPDIR", &scratch.0)
-        .args([
-            "demo",
-            "--duration",
-            "6s",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--ui",
-            "false",
-        ])
-        .output()
-        .expect("run the demo");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = stdout_of(tokentap().env("TMPDIR", &scratch.0).args([
+        "demo",
+        "--duration",
+        "6s",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--ui",
+        "false",
+    ]));
     // The duration, then at most the demo's FINISH (30 s) for what was in flight, with room.
     assert!(
         started.elapsed() < Duration::from_secs(45),
@@ -670,17 +645,8 @@ fn the_demo_names_its_record_file_and_report_reads_it_right_after() {
         outcomes.len() - cancelled,
         outcomes.iter().filter(|o| *o == "ok").count()
     );
-    let report = tokentap()
-        .args(["report", "--format", "json"])
-        .arg(&file)
-        .output()
-        .expect("report");
-    assert!(
-        report.status.success(),
-        "{}",
-        String::from_utf8_lossy(&report.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&report.stdout).expect("json");
+    let report = stdout_of(tokentap().args(["report", "--format", "json"]).arg(&file));
+    let doc: serde_json::Value = serde_json::from_str(&report).expect("json");
     let total = &doc["total"];
     assert_eq!(total["request_count"], answered as u64);
     let (good, ratio) = (
@@ -688,12 +654,7 @@ fn the_demo_names_its_record_file_and_report_reads_it_right_after() {
         total["goodput_ratio"].as_f64(),
     );
     assert_eq!(ratio, good.map(|g| g / answered as f64), "{total}");
-    let table = tokentap()
-        .arg("report")
-        .arg(&file)
-        .output()
-        .expect("report");
-    let table = String::from_utf8_lossy(&table.stdout);
+    let table = stdout_of(tokentap().arg("report").arg(&file));
     let line = |name: &str| {
         table
             .lines()

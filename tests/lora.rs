@@ -19,13 +19,14 @@ pub struct Measured {
 }
 
 pub const MEASURED: Measured = Measured {
-    series: 157_816,
-    page_mib: 13.4,
+    series: 157_817,
+    page_mib: 13.3,
 };
 const BASE: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
+/// The names `send_distinct_models` sends.
 fn adapter(i: usize) -> String {
-    format!("sql-lora-{i:03}")
+    format!("adapter-{i:03}")
 }
 
 /// vLLM with `--enable-lora --lora-modules …`: its list names the base model and every adapter (each
@@ -57,38 +58,16 @@ async fn five_hundred_lora_adapters_keep_their_own_labels_within_the_default_ser
     // The defaults, the upstream's model list included (`model_list: {}` is every default).
     let proxy = proxy(&upstream.url(), "model_list: {}\n").await;
     listed(&proxy, (ADAPTERS + 1) as f64).await;
+    // Every adapter on chat, then one in five on completions too: 600 (model, API) pairs.
+    send_distinct_models(&proxy, ADAPTERS).await;
     let client = client();
-    let mut tasks = tokio::task::JoinSet::new();
-    for worker in 0..8 {
-        let client = client.clone();
-        // Every adapter on chat, one in five on completions too: 600 (model, API) pairs.
-        let requests: Vec<_> = (worker..ADAPTERS)
-            .step_by(8)
-            .flat_map(|i| {
-                let chat = format!(
-                    r#"{{"model":"{}","stream":true,"messages":[{{"role":"user","content":"hi"}}]}}"#,
-                    adapter(i)
-                );
-                let completion = format!(
-                    r#"{{"model":"{}","stream":true,"prompt":"SELECT"}}"#,
-                    adapter(i)
-                );
-                let mut sent = vec![post(&proxy, "/v1/chat/completions", &chat)];
-                if i % 5 == 0 {
-                    sent.push(post(&proxy, "/v1/completions", &completion));
-                }
-                sent
-            })
-            .collect();
-        tasks.spawn(async move {
-            for request in requests {
-                let got = send(&client, request).await;
-                assert_eq!((got.status, got.end), (200, Ok(())));
-            }
-        });
-    }
-    while let Some(done) = tasks.join_next().await {
-        done.expect("a client");
+    for i in (0..ADAPTERS).step_by(5) {
+        let body = format!(
+            r#"{{"model":"{}","stream":true,"prompt":"SELECT"}}"#,
+            adapter(i)
+        );
+        let got = send(&client, post(&proxy, "/v1/completions", &body)).await;
+        assert_eq!((got.status, got.end), (200, Ok(())));
     }
     settle(&proxy).await;
     let m = scrape(&proxy).await;
@@ -120,13 +99,13 @@ async fn five_hundred_lora_adapters_keep_their_own_labels_within_the_default_ser
         samples as f64 / ADAPTERS as f64,
         page as f64 / ADAPTERS as f64 / 1024.0
     );
-    // docs/metrics.md quotes this run: 157,816 series (316 an adapter), a 13.4 MiB page. They are fixed
-    // by the script but for the digits of the measured sums: a 10 % margin holds them to the page.
-    let per_adapter = samples as f64 / ADAPTERS as f64;
+    // The figures the docs quote: fixed by the script but for the digits of the measured sums (and a
+    // timing-dependent bucket here and there), so a 10 % margin holds them to the page.
+    let near = |got: f64, want: f64| (got - want).abs() <= want / 10.0;
     assert!(
-        (285.0..=350.0).contains(&per_adapter),
-        "{per_adapter} series an adapter"
+        near(samples as f64, MEASURED.series as f64),
+        "{samples} series"
     );
     let mib = page as f64 / (1 << 20) as f64;
-    assert!((12.0..=14.8).contains(&mib), "a page of {mib:.1} MiB");
+    assert!(near(mib, MEASURED.page_mib), "a page of {mib:.1} MiB");
 }
