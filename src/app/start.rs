@@ -59,6 +59,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         .check(config.metrics.max_series)
         .map_err(StartError::SeriesBudget)?;
     let tokenizers = Arc::new(Tokenizers::load(config, Some(&metrics.served))?);
+    tokenizers.log();
     let records = records(config, &metrics).await?;
     let writer = records.as_ref().map(|r| r.writer.clone());
     let metrics = Arc::new(metrics);

@@ -22,6 +22,8 @@ mod admission;
 mod conversations;
 mod limits;
 mod otlp_metrics;
+mod lines;
+mod problems;
 mod records;
 mod section;
 mod slo;
@@ -29,6 +31,7 @@ mod tls;
 mod traces;
 mod ui;
 mod values;
+mod words;
 mod yaml;
 
 #[cfg(test)]
@@ -38,6 +41,7 @@ pub use admission::ModelList;
 pub use conversations::Conversations;
 pub use limits::{Limits, Timeouts};
 pub use otlp_metrics::{OtlpMetrics, Temporality};
+pub use problems::{Problem, MAX_PROBLEMS};
 pub use records::{RecordPath, RequestLog, TenantFrom, Tenants};
 pub use slo::{ByKind, Ceilings, Slo, SloKind};
 pub use tls::ListenTls;
@@ -173,7 +177,7 @@ pub enum ConfigError {
         path: PathBuf,
         error: std::io::Error,
     },
-    /// YAML syntax, unknown key, wrong type: the parser's message, with dotted path and position.
+    /// YAML syntax, a wrong type: the parser's message in plain words, naming the key.
     #[error("{0}")]
     Syntax(String),
     /// A bad value: `{key}: invalid {what} "{value}": {reason}`.
@@ -184,12 +188,70 @@ pub enum ConfigError {
         value: String,
         reason: String,
     },
+    /// A key its section does not have (`section` empty: the top level), the keys it has, and what
+    /// may have been meant (a near name, the section it belongs to).
+    #[error("{key}: not a key {}{hint}; the keys there are: {}", where_(section), known.join(", "))]
+    UnknownKey {
+        key: String,
+        section: String,
+        known: Vec<String>,
+        hint: String,
+    },
+    /// Every problem found in a document, each with its line.
+    #[error("{}", describe_problems(.0))]
+    Problems(Vec<Problem>),
     /// Any of the above, found in a file.
-    #[error("{}: {error}", path.display())]
+    #[error("{}", in_file(path, error))]
     InFile {
         path: PathBuf,
         error: Box<ConfigError>,
     },
+}
+
+impl ConfigError {
+    /// The problems this error holds, each with its line.
+    pub fn problems(&self) -> &[Problem] {
+        match self {
+            ConfigError::Problems(problems) => problems,
+            ConfigError::InFile { error, .. } => error.problems(),
+            _ => &[],
+        }
+    }
+
+    /// The error for a terminal (`check-config`): several problems one a line, under a line that
+    /// counts them; else as [`Display`](std::fmt::Display) says it.
+    pub fn report(&self) -> String {
+        match self {
+            ConfigError::InFile { path, error } if error.problems().len() > 1 => {
+                problems::report(path, error.problems())
+            }
+            error => error.to_string(),
+        }
+    }
+}
+
+fn where_(section: &str) -> String {
+    match section {
+        "" => "at the top level".to_owned(),
+        section => format!("of `{section}:`"),
+    }
+}
+
+fn describe_problems(problems: &[Problem]) -> String {
+    match problems {
+        [problem] => problem.to_string(),
+        problems => {
+            let each: Vec<String> = problems.iter().map(Problem::to_string).collect();
+            format!("{} problems: {}", problems.len(), each.join("; "))
+        }
+    }
+}
+
+fn in_file(path: &Path, error: &ConfigError) -> String {
+    match error {
+        ConfigError::Problems(problems) => problems::describe(path, problems),
+        error => format!("{}: {error}", path.display()),
+    }
 }
 
 fn invalid(key: &str, what: &'static str, value: &str, reason: impl Into<String>) -> ConfigError {
@@ -252,7 +314,7 @@ impl Default for Config {
             upstream: http::Uri::from_static("http://127.0.0.1:8000/"),
             metrics_listen: SocketAddr::from(([0, 0, 0, 0], 9464)),
             upstream_ca_file: None,
-            max_models: 100,
+            max_models: 1000,
             model_list: ModelList::default(),
             timeouts: Timeouts::default(),
             limits: Limits::default(),
@@ -303,13 +365,12 @@ impl MetricsOptions {
 
 impl Config {
     /// Parses and validates a YAML document; an empty (or comment-only) document gives the defaults.
+    /// The error holds every problem found ([`ConfigError::Problems`]), each with its line.
     pub fn from_yaml_str(text: &str) -> Result<Config, ConfigError> {
-        let config = yaml::parse(text)?;
-        config.validate()?;
-        Ok(config)
+        problems::check(text).map_err(ConfigError::Problems)
     }
 
-    /// Reads, parses and validates a file; every error names the file.
+    /// Reads, parses and validates a file; every error names the file, and each problem its line.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let in_file = |error| ConfigError::InFile {
             path: path.to_owned(),
@@ -322,6 +383,28 @@ impl Config {
                 error,
             }),
         }
+    }
+
+    /// Reads `path` written over `base` (the demo's own settings under a user's file): each key the file
+    /// writes replaces `base`'s, a section key by key, and what it leaves out keeps `base`'s value. The
+    /// file's own problems come first, each with its line, as [`Config::load`] gives them.
+    pub fn load_over(path: &Path, base: &Config) -> Result<Config, ConfigError> {
+        Config::load(path)?;
+        let in_file = |error| ConfigError::InFile {
+            path: path.to_owned(),
+            error: Box::new(error),
+        };
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
+        let document = yaml::Document::parse(&text).map_err(|found| in_file(found.error))?;
+        let config = document
+            .over(base)
+            .read()
+            .map_err(|found| in_file(found.error))?;
+        config.validate().map_err(in_file)?;
+        Ok(config)
     }
 
     /// Every semantic check; run it again after command-line overrides.

@@ -56,16 +56,18 @@ struct ProxyArgs {
 /// The demo's options: its own model server stands in for `--upstream`.
 #[derive(clap::Args, Debug)]
 struct DemoArgs {
-    /// Stop after this long (e.g. "30s", "5m"); runs until Ctrl-C when absent.
+    /// Stop sending after this long (e.g. "30s", "5m") and stop once the requests in flight have
+    /// finished (at most 30 s more); runs until Ctrl-C when absent.
     #[arg(long, value_name = "DURATION")]
     duration: Option<String>,
-    /// YAML config file; the demo's own settings when absent.
+    /// YAML config file, written over the demo's own settings: its keys replace the demo's, a section
+    /// key by key (`slo: {ttft: 1s}` keeps the demo's other ceilings).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Address the proxy listens on [default: 0.0.0.0:8080].
+    /// Address the proxy listens on [default: 127.0.0.1:8080, loopback only].
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
-    /// Address of the metrics port and the live page [default: 0.0.0.0:9464].
+    /// Address of the metrics port and the live page [default: 127.0.0.1:9464, loopback only].
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
     /// Serve the live page: true or false [default: true].
@@ -143,7 +145,7 @@ struct ReportArgs {
     #[arg(long, value_name = "FILE", num_args = 1..)]
     compare: Vec<String>,
     /// One section per model, tenant, api or turn (at most 1,000; the rest under "other").
-    #[arg(long, value_name = "model|tenant|api")]
+    #[arg(long, value_name = "model|tenant|api|turn")]
     by: Option<String>,
     /// Only requests that started at or after this time: RFC 3339 or a duration back from now ("1h").
     #[arg(long, value_name = "TIME")]
@@ -223,12 +225,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// The config file (or `fallback` without one) with the command line's overrides, validated.
-fn load(proxy: &ProxyArgs, fallback: fn() -> Config) -> Result<Config, String> {
-    let mut config = match &proxy.config {
-        Some(path) => Config::load(path).map_err(|e| e.to_string())?,
-        None => fallback(),
-    };
+/// The config file with the command line's overrides, validated; without a file, the defaults (the
+/// demo's own settings for the demo, which a file is written over: `Config::load_over`).
+fn load(proxy: &ProxyArgs, demo: bool) -> Result<Config, String> {
+    let mut config = match (&proxy.config, demo) {
+        (Some(path), false) => Config::load(path),
+        (Some(path), true) => Config::load_over(path, &demo::default_config()),
+        (None, false) => Ok(Config::default()),
+        (None, true) => Ok(demo::default_config()),
+    }
+    .map_err(|e| e.to_string())?;
     if let Some(listen) = proxy.listen {
         config.listen = listen;
     }
@@ -256,7 +262,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 fn execute(cli: Cli) -> Result<(), String> {
     match &cli.command {
         Some(Command::CheckConfig { file }) => {
-            let config = Config::load(file).map_err(|e| e.to_string())?;
+            let config = Config::load(file).map_err(|e| e.report())?;
             let certificates = config
                 .listen_tls
                 .as_ref()
@@ -370,14 +376,14 @@ fn execute(cli: Cli) -> Result<(), String> {
                 metrics_listen: demo.metrics_listen,
                 ui: demo.ui,
             };
-            let config = load(&proxy, demo::default_config)?;
+            let config = load(&proxy, true)?;
             allocator::return_freed_memory();
             runtime()?
                 .block_on(demo::run(config, duration))
                 .map_err(|e| e.to_string())
         }
         None => {
-            let config = load(&cli.proxy, Config::default)?;
+            let config = load(&cli.proxy, false)?;
             allocator::return_freed_memory();
             // A reload reads the file again with the same flags over it, as at start.
             let ProxyArgs {
@@ -395,7 +401,7 @@ fn execute(cli: Cli) -> Result<(), String> {
                     metrics_listen,
                     ui,
                 };
-                load(&flags, Config::default)
+                load(&flags, false)
             });
             runtime()?
                 .block_on(tokentap::run(&config, source))

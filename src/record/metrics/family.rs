@@ -484,6 +484,7 @@ pub const TLS_HANDSHAKE_REASONS: &[&str] = &[
     "timeout",
     "closed",
     "not_tls",
+    "plain_http",
     "client_alert",
     "incompatible",
     "other",
@@ -492,7 +493,8 @@ pub const TLS_HANDSHAKE_FAILURES: Family = every(
     "tokentap_tls_handshake_failures_total",
     "Client connections to a listen_tls listener closed before their TLS handshake completed, by \
      reason: timeout (not done within timeouts.client_header_read), closed (the client went away), \
-     not_tls (bytes that are not TLS: plain HTTP sent to the TLS port, garbage), client_alert (the \
+     not_tls (bytes that are not TLS), plain_http (plain HTTP sent to the TLS port: answered 400 saying \
+     so, as nginx does), client_alert (the \
      client refused, e.g. a certificate it does not trust), incompatible (no TLS version, cipher suite \
      or ALPN protocol in common), other.",
     Counter,
@@ -532,8 +534,8 @@ pub const MODELS_LISTED: Family = single(
 // The page itself.
 pub const SERIES_LIMIT: Family = single(
     "tokentap_metrics_series_limit",
-    "The most series this process can ever export, from max_models, tenants.max, the API, status and outcome \
-     sets and the bucket counts (docs/metrics.md: the series bound).",
+    "The most series this process can ever export: metrics.max_series, or less when max_models names on \
+     every API cannot fill it (docs/metrics.md: the series bound).",
     Gauge,
 );
 pub const SERIES: Family = single(
