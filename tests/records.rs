@@ -287,7 +287,10 @@ async fn sighup_reopens_the_record_file_so_new_records_land_in_the_new_file() {
     let (exit, log) = process.wait();
     assert!(exit.success(), "{log}");
     assert!(log.contains("request_log file reopened"), "{log}");
-    assert!(log.contains("series bound: at most 750000 series: "), "{log}");
+    assert!(
+        log.contains("series bound: at most 750000 series: "),
+        "{log}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

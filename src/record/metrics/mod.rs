@@ -547,6 +547,6 @@ mod tests {
         assert_eq!(limit(&metrics), 750_000);
         let bound = metrics.bound();
         let chat = bound.costs.of(1 << Api::Chat as usize);
-        assert_eq!((bound.reserved, chat), (17_330, 777));
+        assert_eq!((bound.reserved, chat), (17_335, 777));
     }
 }
