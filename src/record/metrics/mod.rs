@@ -33,6 +33,7 @@ mod registry;
 mod scrape;
 mod series;
 mod sessions;
+mod capture;
 mod spans;
 mod upstream;
 
@@ -52,6 +53,7 @@ pub use refusals::{
 use registry::{Registered, Registrar};
 pub use series::Series;
 pub use sessions::SessionSkips;
+pub use capture::{CaptureCounters, Placed, Unmetered};
 pub use spans::SpanCounters;
 pub use upstream::UpstreamCounters;
 
@@ -103,6 +105,8 @@ pub struct Metrics {
     pub spans: SpanCounters,
     /// The WebSocket messages the realtime meter passed over unread.
     pub session_skips: SessionSkips,
+    /// `tokentap capture`'s own reading: packets, segments, connections not metered.
+    pub capture: CaptureCounters,
     /// The families labelled by model (and tenant), for retiring idle values.
     families: Registered,
 }
@@ -143,6 +147,7 @@ impl Metrics {
         let spans = SpanCounters::register(&rows)?;
         let reloads = ConfigReloads::register(&rows)?;
         let session_skips = SessionSkips::register(&rows)?;
+        let capture = CaptureCounters::register(&rows)?;
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }
@@ -211,6 +216,7 @@ impl Metrics {
             forwarding_delay,
             spans,
             session_skips,
+            capture,
             families,
         })
     }
