@@ -55,9 +55,17 @@ impl Capture {
 
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         let name_ok = |c: char| c.is_ascii_alphanumeric() || "-_.:@".contains(c);
-        if self.interface.is_empty() || self.interface.len() > 15 || !self.interface.chars().all(name_ok) {
+        if self.interface.is_empty()
+            || self.interface.len() > 15
+            || !self.interface.chars().all(name_ok)
+        {
             let reason = "must be an interface name of 1 to 15 characters (lo, eth0)";
-            return Err(invalid("capture.interface", "name", &self.interface, reason));
+            return Err(invalid(
+                "capture.interface",
+                "name",
+                &self.interface,
+                reason,
+            ));
         }
         if self.ports.len() > Self::MAX_PORTS || self.ports.contains(&0) {
             let value = format!("{:?}", self.ports);
@@ -78,12 +86,24 @@ impl Capture {
         if self.max_connection_bytes > self.max_buffered_bytes {
             let value = self.max_connection_bytes.to_string();
             let reason = "must not be above capture.max_buffered_bytes";
-            return Err(invalid("capture.max_connection_bytes", "size", &value, reason));
+            return Err(invalid(
+                "capture.max_connection_bytes",
+                "size",
+                &value,
+                reason,
+            ));
         }
-        if !(Duration::from_secs(1)..=Duration::from_secs(24 * 3600)).contains(&self.connection_idle) {
+        if !(Duration::from_secs(1)..=Duration::from_secs(24 * 3600))
+            .contains(&self.connection_idle)
+        {
             let value = format_duration(self.connection_idle);
             let reason = "must be between 1s and 1d";
-            return Err(invalid("capture.connection_idle", "duration", &value, reason));
+            return Err(invalid(
+                "capture.connection_idle",
+                "duration",
+                &value,
+                reason,
+            ));
         }
         Ok(())
     }

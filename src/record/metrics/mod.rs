@@ -21,6 +21,7 @@ use crate::record::served::ServedModels;
 mod admission;
 mod agents;
 mod bound;
+mod capture;
 pub mod family;
 mod finish;
 pub mod forwarding;
@@ -33,12 +34,12 @@ mod registry;
 mod scrape;
 mod series;
 mod sessions;
-mod capture;
 mod spans;
 mod upstream;
 
 pub use agents::Agents;
 pub use bound::{Boundaries, SeriesBound};
+pub use capture::{CaptureCounters, Placed, Unmetered};
 pub use inside::Inside;
 pub use labels::{
     status_label, status_labels, Lookup, ModelLabels, NO_TENANT, OTHER_MODEL, UNADMITTED_MODEL,
@@ -53,7 +54,6 @@ pub use refusals::{
 use registry::{Registered, Registrar};
 pub use series::Series;
 pub use sessions::SessionSkips;
-pub use capture::{CaptureCounters, Placed, Unmetered};
 pub use spans::SpanCounters;
 pub use upstream::UpstreamCounters;
 
