@@ -29,8 +29,8 @@ pub struct Gather {
 
 impl Gather {
     /// Adds `bytes`: once the head is whole, it and how many of `bytes` it took (the rest are its body's).
-    pub fn feed<'a>(
-        &mut self, bytes: &'a [u8], max: usize, lease: &mut Lease,
+    pub fn feed(
+        &mut self, bytes: &[u8], max: usize, lease: &mut Lease,
     ) -> Result<Option<(Vec<u8>, usize)>, HeadError> {
         let searched = self.bytes.len().saturating_sub(3);
         let before = self.bytes.len();

@@ -25,6 +25,8 @@ mod http;
 pub mod packet;
 mod socket;
 mod stream;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
