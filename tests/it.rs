@@ -13,6 +13,7 @@ mod admission_faults;
 mod architecture;
 mod audio;
 mod cancellation;
+mod capture;
 mod cli;
 mod clickhouse;
 mod conversation_load;
