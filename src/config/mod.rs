@@ -295,7 +295,7 @@ impl Default for MetricsOptions {
 }
 
 impl MetricsOptions {
-    /// The default series budget: above the default configuration's limit (590,429, leaving about a
+    /// The default series budget: above the default configuration's limit (590,442, leaving about a
     /// fifth for SLO ceilings and tenants), and what one Prometheus server can take from one target
     /// without a second thought.
     pub const DEFAULT_MAX_SERIES: u64 = 750_000;
