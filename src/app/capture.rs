@@ -19,6 +19,7 @@ use crate::config::Config;
 use crate::net::admin::serve_metrics;
 use crate::net::server::bind;
 use crate::net::signals::{shutdown_signal, Hangups};
+use crate::proxy::models::ModelList;
 use crate::record::metrics::{Metrics, Unmetered};
 use crate::shutdown::Shutdown;
 
@@ -71,9 +72,20 @@ pub async fn start_capture(config: &Config) -> Result<Capturing, CaptureError> {
         .map_err(StartError::from)?;
     let metrics_addr = listener.local_addr().unwrap_or(config.metrics_listen);
     let shutdown = Shutdown::default();
+    // The server's model list, as the proxy fetches it (which names take a label, where a tokenizer
+    // is): one small GET now and then, the only request the capture ever sends.
+    let model_list_task = match config.model_list.enabled {
+        true => Some(tokio::spawn(
+            ModelList::new(config, metrics.served.clone())
+                .map_err(StartError::from)?
+                .run(),
+        )),
+        false => None,
+    };
     let parts = Parts {
         records: writer,
         spans,
+        model_list_task,
         ..Parts::default()
     };
     let reloader = Arc::new(Reloader::new(
@@ -162,8 +174,11 @@ impl Capturing {
             .await
             .ok()
             .flatten();
-        let parts = self.reloader.parts();
+        let mut parts = self.reloader.parts();
         let (records, spans) = (parts.records.clone(), parts.spans.clone());
+        if let Some(task) = parts.model_list_task.take() {
+            task.abort();
+        }
         drop(parts);
         if let Some(spans) = spans {
             spans.flush(limit).await;
