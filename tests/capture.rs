@@ -19,9 +19,10 @@ use tokentap::Config;
 
 /// How far a captured figure may be from the inline proxy's: the proxy's own delay on the way up
 /// (its t_arrive is when it read the head, the capture's when the head left it for the server) and on
-/// the way down (the capture sees a chunk before the proxy has read and written it). It is under a
-/// millisecond on an idle machine (docs/lab/capture.md); the bound is 25 ms, for a busy 2-core one.
-const BOUND: Duration = Duration::from_millis(25);
+/// the way down (the capture sees a chunk before the proxy has read and written it). It is a few
+/// milliseconds with debug builds on a 2-core machine (docs/lab/capture.md: 2.5 to 8 ms, 22.5 ms once
+/// under a load average of 17); the bound is 100 ms.
+const BOUND: Duration = Duration::from_millis(100);
 
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
@@ -159,7 +160,7 @@ async fn a_capture_of_the_servers_port_meters_what_the_inline_proxy_meters() {
     )
     .await;
     let yaml = format!(
-        "metrics_listen: 127.0.0.1:0\n{slo}request_log: {{path: {}, {gaps}}}\ncapture: {{interface: lo, ports: [{port}]}}\n",
+        "metrics_listen: 127.0.0.1:0\n{slo}request_log: {{path: {}, {gaps}}}\ncapture: {{interface: lo, ports: [{port}]}}\nmodel_list: {{enabled: false}}\n",
         capture_log.display()
     );
     let config = Config::from_yaml_str(&yaml).expect("capture config");
@@ -213,4 +214,226 @@ async fn a_capture_of_the_servers_port_meters_what_the_inline_proxy_meters() {
         worst = worst.max(compare(inline, captured));
     }
     eprintln!("capture vs inline: {N} requests, largest difference of a figure {worst:?} (bound {BOUND:?})");
+}
+
+/// The capture file of real vLLM traffic (`tests/conformance/capture.py --record-fixture`): tcpdump on
+/// lo during the openai SDK group with usage (sync and async, chat, completions and Responses, streamed
+/// and not, the anthropic SDK), and the records the live capture wrote of the same requests.
+const FIXTURE: &str = "tests/fixtures/capture/vllm-0.32-openai.pcap";
+const FIXTURE_RECORDS: &str = "tests/fixtures/capture/vllm-0.32-openai.records.jsonl";
+
+/// The fixture's packets, each with its timestamp.
+fn packets(path: &str) -> (pcap_file::pcap::PcapHeader, Vec<(Duration, Vec<u8>)>) {
+    let file = std::fs::File::open(path).expect("the capture file");
+    let mut reader = pcap_file::pcap::PcapReader::new(file).expect("pcap");
+    let header = reader.header();
+    let mut out = Vec::new();
+    while let Some(packet) = reader.next_packet() {
+        let packet = packet.expect("a packet");
+        out.push((packet.timestamp, packet.data.into_owned()));
+    }
+    (header, out)
+}
+
+/// `packets` written as a capture file at `path`.
+fn write(
+    path: &std::path::Path, header: pcap_file::pcap::PcapHeader, packets: &[(Duration, Vec<u8>)],
+) {
+    let file = std::fs::File::create(path).expect("a capture file");
+    let mut writer = pcap_file::pcap::PcapWriter::with_header(file, header).expect("pcap writer");
+    for (at, data) in packets {
+        let packet = pcap_file::pcap::PcapPacket::new(*at, data.len() as u32, data);
+        writer.write_packet(&packet).expect("a packet written");
+    }
+}
+
+/// The capture file at `path` read through `tokentap capture --read`'s code: its records by start, and
+/// the connections not metered.
+async fn read(path: &std::path::Path, name: &str) -> (BTreeMap<String, RequestRecord>, u64) {
+    let log = temp_file(name);
+    let yaml = format!("request_log: {{path: {}, gaps: true}}\ncapture: {{ports: [{}]}}\nmodel_list: {{enabled: false}}\n", log.display(), fixture_port());
+    let config = Config::from_yaml_str(&yaml).expect("config");
+    let read = tokentap::app::read_capture_file(&config, path)
+        .await
+        .expect("read the capture file");
+    let unmetered = read
+        .unmetered
+        .iter()
+        .filter(|(why, _)| *why != "mid_stream")
+        .map(|(_, n)| n)
+        .sum();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let records = text
+        .lines()
+        .map(|l| serde_json::from_str::<RequestRecord>(l).expect("a record"))
+        .map(|r| (r.start.clone(), r))
+        .collect();
+    (records, unmetered)
+}
+
+/// vLLM's port in the fixture: the port of its first packet's SYN's destination.
+fn fixture_port() -> u16 {
+    let (_, packets) = packets(FIXTURE);
+    packets
+        .iter()
+        .find_map(|(_, data)| {
+            let segment =
+                tokentap::capture::packet::segment(tokentap::capture::Link::Ethernet, data)?;
+            (segment.syn && segment.ack.is_none()).then_some(segment.to.port())
+        })
+        .expect("a SYN in the fixture")
+}
+
+/// `got` is `want` within `bound` for every figure, with the same tokens, outcome, status and verdict.
+fn same_within(want: &RequestRecord, got: &RequestRecord, bound: Duration) {
+    let id = &want.start;
+    assert_eq!(
+        (
+            &got.status,
+            &got.outcome,
+            &got.output_tokens,
+            &got.input_tokens
+        ),
+        (
+            &want.status,
+            &want.outcome,
+            &want.output_tokens,
+            &want.input_tokens
+        ),
+        "{id}"
+    );
+    assert_eq!(
+        (&got.api, &got.model, got.stream, got.gaps, got.goodput),
+        (&want.api, &want.model, want.stream, want.gaps, want.goodput),
+        "{id}"
+    );
+    let near = |what: &str, a: Option<f64>, b: Option<f64>| {
+        assert_eq!(a.is_some(), b.is_some(), "{id}: {what}");
+        if let (Some(a), Some(b)) = (a, b) {
+            assert!(
+                (a - b).abs() <= bound.as_secs_f64(),
+                "{id}: {what}: {a} then {b}"
+            );
+        }
+    };
+    near("ttft", want.ttft_s, got.ttft_s);
+    near("e2e", Some(want.e2e_s), Some(got.e2e_s));
+    near("max_gap", want.max_gap_s, got.max_gap_s);
+    near(
+        "time_to_response_head",
+        want.time_to_response_head_s,
+        got.time_to_response_head_s,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capture_file_of_real_vllm_traffic_gives_what_the_live_capture_gave() {
+    let (records, unmetered) = read(std::path::Path::new(FIXTURE), "capture-fixture").await;
+    assert_eq!(unmetered, 0);
+    let live: Vec<RequestRecord> = std::fs::read_to_string(FIXTURE_RECORDS)
+        .expect("the live capture's records")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a record"))
+        .collect();
+    assert!(live.len() >= 10, "{} records", live.len());
+    assert_eq!(records.len(), live.len());
+    // The same requests in the same order, their starts and figures apart by what tcpdump's stamps of
+    // a packet and the live socket's differ (3 to 56 µs seen), within 200 µs.
+    for (want, got) in live.iter().zip(records.values()) {
+        assert!(got.captured);
+        let start = |r: &RequestRecord| {
+            time::OffsetDateTime::parse(&r.start, &time::format_description::well_known::Rfc3339)
+                .expect("a start")
+        };
+        let apart = (start(want) - start(got)).unsigned_abs();
+        assert!(
+            apart <= Duration::from_micros(200),
+            "{} live, {} from the file",
+            want.start,
+            got.start
+        );
+        same_within(want, got, Duration::from_micros(200));
+    }
+}
+
+/// The fixture's packets reordered, duplicated and with one lost: each request's figures are the
+/// recorded ones (within the time its reordered packets were moved by), or it is not metered, and then
+/// counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fixture_reordered_duplicated_or_with_a_packet_lost_is_still_right_or_not_metered() {
+    let (baseline, _) = read(std::path::Path::new(FIXTURE), "capture-fixture-baseline").await;
+    let (header, packets) = packets(FIXTURE);
+    let port = fixture_port();
+    let from_server = |data: &[u8]| {
+        tokentap::capture::packet::segment(tokentap::capture::Link::Ethernet, data)
+            .is_some_and(|s| s.from.port() == port && !s.payload.is_empty())
+    };
+    let data: Vec<usize> = (0..packets.len())
+        .filter(|i| from_server(&packets[*i].1))
+        .collect();
+    // Every third pair of the server's data packets next to each other in the file swapped (as the
+    // network reorders them: nothing of the other side between; their times kept, so the later-stamped
+    // one now comes first and the reader keeps time running forward).
+    let mut reordered = packets.clone();
+    let mut moved = Duration::ZERO;
+    let adjacent: Vec<usize> = data
+        .windows(2)
+        .filter(|w| w[1] == w[0] + 1)
+        .map(|w| w[0])
+        .collect();
+    let mut last = None;
+    for &a in adjacent.iter().step_by(3) {
+        if last.is_some_and(|l| a <= l + 1) {
+            continue;
+        }
+        moved = moved.max(packets[a + 1].0.saturating_sub(packets[a].0));
+        reordered.swap(a, a + 1);
+        last = Some(a);
+    }
+    assert!(last.is_some(), "packets to reorder");
+    // Every fifth data packet sent twice, the copy captured just before the file's next packet.
+    let mut duplicated = Vec::new();
+    for (i, packet) in packets.iter().enumerate() {
+        duplicated.push(packet.clone());
+        if data.contains(&i) && i % 5 == 0 {
+            let at = packets.get(i + 1).map_or(packet.0, |next| next.0);
+            duplicated.push((at, packet.1.clone()));
+        }
+    }
+    // One data packet in the middle of the file never captured.
+    let mut lost = packets.clone();
+    lost.remove(data[data.len() / 2]);
+    let dir = std::env::temp_dir();
+    for (name, mutated, bound) in [
+        ("reordered", reordered, moved + Duration::from_micros(2)),
+        ("duplicated", duplicated, Duration::from_micros(2)),
+        ("lost", lost, Duration::from_micros(2)),
+    ] {
+        let path = dir.join(format!(
+            "tokentap-capture-{name}-{}.pcap",
+            std::process::id()
+        ));
+        write(&path, header, &mutated);
+        let (records, unmetered) = read(&path, &format!("capture-fixture-{name}")).await;
+        let _ = std::fs::remove_file(&path);
+        for (start, got) in &records {
+            let want = baseline
+                .get(start)
+                .unwrap_or_else(|| panic!("{name}: {start} is not a request of the file"));
+            same_within(want, got, bound);
+        }
+        let missing = baseline.len() - records.len();
+        eprintln!("{name}: {} of {} requests metered as recorded, {missing} not metered ({unmetered} counted)", records.len(), baseline.len());
+        // A loss costs the exchange in progress; its kept-alive connection is metered again from the
+        // next request.
+        assert!(
+            missing as u64 <= unmetered,
+            "{name}: {missing} requests missing, {unmetered} counted"
+        );
+        if name == "lost" {
+            assert!(unmetered >= 1, "the lost packet is counted");
+        } else {
+            assert_eq!((missing, unmetered), (0, 0), "{name}");
+        }
+    }
 }

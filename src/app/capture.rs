@@ -174,12 +174,17 @@ impl Capturing {
             .await
             .ok()
             .flatten();
-        let mut parts = self.reloader.parts();
-        let (records, spans) = (parts.records.clone(), parts.spans.clone());
-        if let Some(task) = parts.model_list_task.take() {
+        let (records, spans, model_list) = {
+            let mut parts = self.reloader.parts();
+            (
+                parts.records.clone(),
+                parts.spans.clone(),
+                parts.model_list_task.take(),
+            )
+        };
+        if let Some(task) = model_list {
             task.abort();
         }
-        drop(parts);
         if let Some(spans) = spans {
             spans.flush(limit).await;
         }

@@ -9,8 +9,10 @@
 //! head that does not parse where the join put it ends the reading of the connection (`not_http`), so a
 //! wrong join is never a wrong figure.
 //!
-//! Once its reading stops (bytes lost, over its lease, not HTTP/1.1, upgraded), its exchanges are
-//! abandoned and the connection is only watched for its end, holding nothing.
+//! When bytes are lost (or would pass its lease), the exchanges in progress are abandoned and the
+//! connection is joined again as one met mid-stream: a kept-alive connection that lost one packet is
+//! metered again from its next request. When it is not HTTP/1.1 (or upgraded to another protocol), its
+//! reading stops for good: it is only watched for its end, holding nothing. Either way it is counted.
 
 use tokio::time::Instant;
 
@@ -163,13 +165,17 @@ impl Connection {
         Ok(())
     }
 
-    /// Stops reading the connection for `why`: its exchanges abandoned, its bytes given back.
+    /// Stops reading the connection for `why`: its exchanges abandoned, its bytes given back. After
+    /// bytes lost or over the lease it is joined again at its next request; otherwise never read again.
     fn stop(&mut self, why: Stop, counters: &CaptureCounters) {
         self.http.abandon(&mut self.lease);
+        self.http = Http::default();
         self.streams = [Stream::default(), Stream::default()];
         self.lease.shrink(self.lease.held());
-        self.stopped = Some(why);
         counters.unmetered(why);
+        if !matches!(why, Unmetered::LostSegment | Unmetered::Buffer) {
+            self.stopped = Some(why);
+        }
     }
 
     /// Checks the connection at `now` without a packet: a loss an acknowledgement showed is counted

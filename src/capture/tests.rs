@@ -429,6 +429,30 @@ fn a_segment_the_capture_lost_leaves_the_connection_unmetered_never_a_wrong_figu
 }
 
 #[test]
+fn a_kept_alive_connection_that_lost_bytes_is_metered_again_from_its_next_request() {
+    let mut f = Fixture::new("");
+    let mut wire = Wire::new(40_013);
+    for p in wire.open() {
+        f.feed(0, &p);
+    }
+    f.feed(0, &wire.client(REQUEST));
+    for (i, (piece, ms)) in response().iter().zip(TIMES).enumerate() {
+        let p = wire.server(piece);
+        if i != 3 {
+            f.feed(ms, &p);
+        }
+        f.feed(ms, &wire.client_ack());
+    }
+    let later = 1_000;
+    f.feed(later, &wire.client(REQUEST));
+    for (piece, ms) in response().iter().zip(TIMES) {
+        f.feed(later + ms, &wire.server(piece));
+    }
+    assert_eq!(f.seen(), vec![expected()]);
+    assert_eq!(f.unmetered(Unmetered::LostSegment), 1);
+}
+
+#[test]
 fn a_connection_met_mid_stream_is_metered_from_its_next_request_on() {
     let mut f = Fixture::new("");
     let mut wire = Wire::new(40_004);

@@ -665,12 +665,13 @@ pub const CAPTURE_UNMETERED_REASONS: &[&str] = &[
 ];
 pub const CAPTURE_UNMETERED: Family = every(
     "tokentap_capture_unmetered_total",
-    "Connections, or the rest of one, that tokentap capture did not meter, by reason: mid_stream (it \
+    "Connections, or a part of one, that tokentap capture did not meter, by reason: mid_stream (it \
      started before the capture: its requests are metered from the first whole request head on), \
-     lost_segment (bytes the capture never read: a packet the kernel dropped or cut), not_http (bytes \
-     that are not HTTP/1.1: TLS, h2c, a malformed head), upgrade (a WebSocket or other upgrade), \
-     max_connections (capture.max_connections were followed), buffer (capture.max_connection_bytes or \
-     capture.max_buffered_bytes). A request in progress then is neither counted nor recorded.",
+     lost_segment (bytes the capture never read: a packet the kernel dropped or cut; metered again from \
+     the connection's next request), not_http (bytes that are not HTTP/1.1: TLS, h2c, a malformed \
+     head), upgrade (a WebSocket or other upgrade), max_connections (capture.max_connections were \
+     followed), buffer (capture.max_connection_bytes or capture.max_buffered_bytes; metered again from \
+     the next request). A request in progress then is neither counted nor recorded.",
     Counter,
     &[Label::Reason(CAPTURE_UNMETERED_REASONS)],
 );
