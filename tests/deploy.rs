@@ -39,6 +39,22 @@ const RULE_FILES: [&str; 2] = [
     "deploy/prometheus/rules/tokentap-alerts.yml",
 ];
 
+/// The one document of `kind` in `file`'s `docs`.
+fn one<'a>(docs: &'a [Yaml], kind: &str, file: &str) -> &'a Yaml {
+    let mut of_kind = docs.iter().filter(|d| d["kind"] == kind);
+    match (of_kind.next(), of_kind.next()) {
+        (Some(doc), None) => doc,
+        _ => panic!("{file}: one {kind}"),
+    }
+}
+
+/// The tokentap config a manifest's ConfigMap embeds, checked as tokentap checks it.
+fn embedded_config(docs: &[Yaml], file: &str) -> tokentap::Config {
+    let config_map = one(docs, "ConfigMap", file);
+    tokentap::Config::from_yaml_str(str_of(&config_map["data"]["tokentap.yaml"]))
+        .unwrap_or_else(|e| panic!("{file}: embedded tokentap.yaml: {e}"))
+}
+
 fn rule_groups() -> Vec<Yaml> {
     RULE_FILES
         .iter()
@@ -403,14 +419,8 @@ fn kubernetes_manifests_fit_tokentap() {
     ] {
         let docs = yaml_documents(file);
         let kind = |k: &str| -> Vec<&Yaml> { docs.iter().filter(|d| d["kind"] == k).collect() };
-        let [config_map] = kind("ConfigMap")[..] else {
-            panic!("{file}: one ConfigMap")
-        };
-        let config = tokentap::Config::from_yaml_str(str_of(&config_map["data"]["tokentap.yaml"]))
-            .unwrap_or_else(|e| panic!("{file}: embedded tokentap.yaml: {e}"));
-        let [deployment] = kind("Deployment")[..] else {
-            panic!("{file}: one Deployment")
-        };
+        let config = embedded_config(&docs, file);
+        let deployment = one(&docs, "Deployment", file);
         let pod = &deployment["spec"]["template"];
         let pod_labels = &pod["metadata"]["labels"];
         assert_eq!(
@@ -673,15 +683,8 @@ fn the_clickhouse_table_has_a_column_for_every_record_field() {
 fn the_capture_sidecar_reads_the_servers_port_with_only_net_raw() {
     let file = "deploy/kubernetes/capture-sidecar.yaml";
     let docs = yaml_documents(file);
-    let kind = |k: &str| -> Vec<&Yaml> { docs.iter().filter(|d| d["kind"] == k).collect() };
-    let [config_map] = kind("ConfigMap")[..] else {
-        panic!("{file}: one ConfigMap")
-    };
-    let config = tokentap::Config::from_yaml_str(str_of(&config_map["data"]["tokentap.yaml"]))
-        .unwrap_or_else(|e| panic!("{file}: embedded tokentap.yaml: {e}"));
-    let [deployment] = kind("Deployment")[..] else {
-        panic!("{file}: one Deployment")
-    };
+    let config = embedded_config(&docs, file);
+    let deployment = one(&docs, "Deployment", file);
     let containers = deployment["spec"]["template"]["spec"]["containers"]
         .as_sequence()
         .expect("containers");
@@ -713,9 +716,7 @@ fn the_capture_sidecar_reads_the_servers_port_with_only_net_raw() {
     );
     assert_eq!(security["readOnlyRootFilesystem"], Yaml::Bool(true));
     assert_eq!(security["allowPrivilegeEscalation"], Yaml::Bool(false));
-    let [service] = kind("Service")[..] else {
-        panic!("{file}: one Service")
-    };
+    let service = one(&docs, "Service", file);
     let http = service["spec"]["ports"]
         .as_sequence()
         .into_iter()

@@ -56,13 +56,8 @@ pub struct Capturing {
 
 /// Opens the interface `config.capture` names, binds the metrics port and starts reading.
 pub async fn start_capture(config: &Config) -> Result<Capturing, CaptureError> {
-    let Metering {
-        metrics,
-        context,
-        conversations,
-        writer,
-        spans,
-    } = metering(config).await?;
+    let metering = metering(config).await?;
+    let (metrics, context) = (metering.metrics.clone(), metering.context.clone());
     let capture = Capture::new(config, context.clone());
     let ports = capture.ports().to_vec();
     let c = &config.capture;
@@ -83,11 +78,12 @@ pub async fn start_capture(config: &Config) -> Result<Capturing, CaptureError> {
         false => None,
     };
     let parts = Parts {
-        records: writer,
-        spans,
+        records: metering.writer,
+        spans: metering.spans,
         model_list_task,
         ..Parts::default()
     };
+    let conversations = metering.conversations;
     let reloader = Arc::new(Reloader::new(
         config,
         context,

@@ -10,7 +10,6 @@ DIR/vllm-0.32-openai.pcap, with the capture's own records of those requests besi
 (DIR/vllm-0.32-openai.records.jsonl): the fixture tests/capture.rs reads back."""
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -144,15 +143,7 @@ def main():
         for server in (capturing, vllm):
             if server:
                 server.stop()
-    suite.rows.append(dict(group="suite", check="duration (s)", tokentap=round(time.monotonic() - started),
-                           reference="", ok=True, note=""))
-    run = dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), mode="capture",
-               versions=conformance.versions(a.vllm_python), rows=suite.rows)
-    with open(os.path.join(a.out, "results.json"), "w") as f:
-        json.dump(run, f, indent=1)
-    failed = [r for r in suite.rows if not r["ok"]]
-    print(f"{len(suite.rows) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
+    return conformance.write_results(suite, started, a.vllm_python, a.out, mode="capture")
 
 
 if __name__ == "__main__":
