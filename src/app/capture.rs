@@ -68,8 +68,11 @@ pub async fn start_capture(config: &Config) -> Result<Capturing, CaptureError> {
     let metrics_addr = listener.local_addr().unwrap_or(config.metrics_listen);
     let shutdown = Shutdown::default();
     // The server's model list, as the proxy fetches it (which names take a label, where a tokenizer
-    // is): one small GET now and then, the only request the capture ever sends.
-    let model_list_task = match config.model_list.enabled {
+    // is): one small GET now and then, the only request the capture ever sends; and only when
+    // `upstream` is the server captured (its port one of the capture's), else names take a label on
+    // their first 2xx.
+    let captured = (config.upstream.port_u16()).is_some_and(|port| ports.contains(&port));
+    let model_list_task = match config.model_list.enabled && captured {
         true => Some(tokio::spawn(
             ModelList::new(config, metrics.served.clone())
                 .map_err(StartError::from)?
