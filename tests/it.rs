@@ -14,6 +14,7 @@ mod architecture;
 mod audio;
 mod cancellation;
 mod check_config;
+mod capture;
 mod cli;
 mod clickhouse;
 mod conversation_load;

@@ -9,7 +9,7 @@
 //! its default; `yaml` is the only module that touches serde_yaml, and names the key of an error as a
 //! dotted path (`slo.models.llama-3.1-70b.ttft`). Sections with checks of their own have their own
 //! file: `limits` (`timeouts:`, `limits:`), `admission` (`model_list:`), `records` (`request_log:`,
-//! `tenants:`), `slo` (the SLO kinds and `slo:`), `ui`, `conversations`, `traces`, `otlp_metrics`, `tls` (`listen_tls:`). `config/tokentap.yaml` is the annotated example.
+//! `tenants:`), `slo` (the SLO kinds and `slo:`), `ui`, `conversations`, `traces`, `otlp_metrics`, `tls` (`listen_tls:`), `capture`. `config/tokentap.yaml` is the annotated example.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -19,6 +19,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 mod admission;
+mod capture;
 mod conversations;
 mod limits;
 mod lines;
@@ -38,6 +39,7 @@ mod yaml;
 mod tests;
 
 pub use admission::ModelList;
+pub use capture::Capture;
 pub use conversations::Conversations;
 pub use limits::{Limits, Timeouts};
 pub use otlp_metrics::{OtlpMetrics, Temporality};
@@ -123,6 +125,9 @@ pub struct Config {
     /// The GenAI server metrics and tokentap's own pushed with OTLP/HTTP (`otlp_metrics:`); `None`: off.
     #[serde(deserialize_with = "optional_section")]
     pub otlp_metrics: Option<OtlpMetrics>,
+    /// `tokentap capture`: the interface and ports it reads, and its bounds (`capture:`).
+    #[serde(deserialize_with = "section")]
+    pub capture: Capture,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -332,6 +337,7 @@ impl Default for Config {
             conversations: Conversations::default(),
             traces: None,
             otlp_metrics: None,
+            capture: Capture::default(),
         }
     }
 }
@@ -435,6 +441,7 @@ impl Config {
         self.limits.validate()?;
         self.ui.validate()?;
         self.conversations.validate()?;
+        self.capture.validate()?;
         let m = &self.metering;
         if !(1 << 10..=64 << 20).contains(&m.max_event_bytes) {
             let (key, value) = ("metering.max_event_bytes", m.max_event_bytes.to_string());

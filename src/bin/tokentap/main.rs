@@ -75,8 +75,33 @@ struct DemoArgs {
     ui: Option<bool>,
 }
 
+/// The capture's options; flags override the config file's `capture:`.
+#[derive(clap::Args, Debug)]
+struct CaptureArgs {
+    /// YAML config file (its `capture:` section, and everything the meter reads); flags override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The interface to read packets from [default: lo].
+    #[arg(long, value_name = "NAME")]
+    interface: Option<String>,
+    /// The model server's TCP port, once per port [default: the port of the config's upstream, 8000].
+    #[arg(long = "port", value_name = "PORT")]
+    ports: Vec<u16>,
+    /// Address of the /metrics, /healthz and /readyz endpoints and the live page [default: 0.0.0.0:9464].
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
+    /// Read this capture file (pcap, as tcpdump -w writes it) instead of an interface, write what it
+    /// meters to the config's request_log and traces, print a summary and exit.
+    #[arg(long, value_name = "FILE")]
+    read: Option<PathBuf>,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Meter the model server's traffic from its packets instead of in its path: reads an interface
+    /// (AF_PACKET, needs CAP_NET_RAW) for the server's port and exports the same metrics, records and
+    /// spans as the proxy, marked captured (docs/deploy.md, "Capture mode").
+    Capture(CaptureArgs),
     /// Start an embedded OpenAI-compatible model server, tokentap in front of it, and a trickle of traffic.
     Demo(DemoArgs),
     /// The live page's figures as a terminal table, redrawn every snapshot (reads /api/v1/live);
@@ -173,6 +198,25 @@ struct ReportArgs {
     /// time_to_first_tool_call, max_gap, tpot or e2e.
     #[arg(long, value_name = "FIGURE", default_value = "ttft")]
     slowest_by: String,
+}
+
+/// The capture's config: the file (or the defaults) with the command line's overrides, validated.
+fn capture_config(args: &CaptureArgs) -> Result<Config, String> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path).map_err(|e| e.to_string())?,
+        None => Config::default(),
+    };
+    if let Some(interface) = &args.interface {
+        config.capture.interface = interface.clone();
+    }
+    if !args.ports.is_empty() {
+        config.capture.ports = args.ports.clone();
+    }
+    if let Some(metrics_listen) = args.metrics_listen {
+        config.metrics_listen = metrics_listen;
+    }
+    config.validate().map_err(|e| e.to_string())?;
+    Ok(config)
 }
 
 /// The report's options; `--config` gives its `slo:` as the ceilings to judge by (`--slo` wins).
@@ -357,6 +401,50 @@ fn execute(cli: Cli) -> Result<(), String> {
                         .map_err(|e| e.to_string()),
                 }
             })
+        }
+        Some(Command::Capture(args)) => {
+            let config = capture_config(args)?;
+            if let Some(file) = &args.read {
+                let read = runtime()?
+                    .block_on(tokentap::app::read_capture_file(&config, file))
+                    .map_err(|e| e.to_string())?;
+                let unmetered: Vec<String> = read
+                    .unmetered
+                    .iter()
+                    .map(|(why, n)| format!("{why}={n}"))
+                    .collect();
+                println!(
+                    "{}: {} packets read; not metered: {}",
+                    file.display(),
+                    read.packets,
+                    match unmetered.is_empty() {
+                        true => "none".to_owned(),
+                        false => unmetered.join(", "),
+                    }
+                );
+                return Ok(());
+            }
+            allocator::return_freed_memory();
+            let source: tokentap::Source = {
+                let (config, interface, ports, metrics_listen) = (
+                    args.config.clone(),
+                    args.interface.clone(),
+                    args.ports.clone(),
+                    args.metrics_listen,
+                );
+                std::sync::Arc::new(move || {
+                    capture_config(&CaptureArgs {
+                        config: config.clone(),
+                        interface: interface.clone(),
+                        ports: ports.clone(),
+                        metrics_listen,
+                        read: None,
+                    })
+                })
+            };
+            runtime()?
+                .block_on(tokentap::app::run_capture(&config, source))
+                .map_err(|e| e.to_string())
         }
         Some(Command::Report(args)) => {
             let options = report_options(args)?;

@@ -218,7 +218,7 @@ fn unknown_key_at_top_level_is_named() {
     let want = "lisen: not a key at the top level (did you mean `listen`?); the keys there are: listen, \
          listen_tls, upstream, metrics_listen, upstream_ca_file, max_models, model_list, timeouts, limits, \
          shutdown_grace, log_level, metering, metrics, buckets, slo, tokenizers, tokenizer_dirs, request_log, \
-         tenants, ui, conversations, traces, otlp_metrics";
+         tenants, ui, conversations, traces, otlp_metrics, capture";
     assert_eq!(err("listen: 0.0.0.0:1\nlisen: 0.0.0.0:2\n"), want);
 }
 

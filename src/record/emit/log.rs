@@ -113,7 +113,11 @@ impl fmt::Display for Line<'_, '_> {
             }
         }
         f.write_str(" slo=")?;
-        fmt::Display::fmt(&record.slo(), f)
+        fmt::Display::fmt(&record.slo(), f)?;
+        if who.captured {
+            f.write_str(" captured=true")?;
+        }
+        Ok(())
     }
 }
 

@@ -41,6 +41,8 @@ pub struct Who<'a> {
     pub path: &'a str,
     /// Wall-clock arrival.
     pub start: SystemTime,
+    /// Metered from a packet capture (`tokentap capture`), not a proxied connection.
+    pub captured: bool,
 }
 
 /// One finished request, as every sink gets it.
@@ -257,6 +259,7 @@ mod tests {
             method: "POST",
             path: "/v1/chat/completions",
             start: SystemTime::UNIX_EPOCH,
+            captured: false,
         };
         let gaps = GapSummary::default();
         let finished = Finished {
@@ -282,6 +285,7 @@ mod tests {
             tenant: None,
             turn: None,
             session: None,
+            captured: false,
         };
         let json =
             serde_json::to_value(RequestRecord::of(&identity, &record, &gaps)).unwrap_or_default();

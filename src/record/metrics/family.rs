@@ -680,6 +680,55 @@ pub const NATIVE: [&Family; 6] = [
     &E2E,
 ];
 
+// Capture mode: the connections read off an interface (`tokentap capture`, docs/deploy.md).
+pub const CAPTURE_PACKETS: Family = single(
+    "tokentap_capture_packets_total",
+    "TCP segments to or from the server's ports read by tokentap capture (from the interface, or a capture file).",
+    Counter,
+);
+/// The values of `result` on [`CAPTURE_SEGMENTS`] (`capture::Segments`), all exported from the start.
+pub const CAPTURE_SEGMENT_RESULTS: &[&str] = &["in_order", "out_of_order", "duplicate", "overlap"];
+pub const CAPTURE_SEGMENTS: Family = every(
+    "tokentap_capture_segments_total",
+    "TCP segments with data that tokentap capture put back in order, by result: in_order (the next \
+     bytes of their stream), out_of_order (held until the bytes before them came), duplicate (bytes \
+     already read: a retransmission), overlap (partly bytes already read: the new part was read).",
+    Counter,
+    &[Label::Result(CAPTURE_SEGMENT_RESULTS)],
+);
+/// The values of `reason` on [`CAPTURE_UNMETERED`] (`capture::Unfollowed`), all exported from the start.
+pub const CAPTURE_UNMETERED_REASONS: &[&str] = &[
+    "mid_stream",
+    "lost_segment",
+    "not_http",
+    "upgrade",
+    "max_connections",
+    "buffer",
+];
+pub const CAPTURE_UNMETERED: Family = every(
+    "tokentap_capture_unmetered_total",
+    "Connections, or a part of one, that tokentap capture did not meter, by reason: mid_stream (it \
+     started before the capture: its requests are metered from the first whole request head on), \
+     lost_segment (bytes the capture never read: a packet the kernel dropped or cut; metered again from \
+     the connection's next request), not_http (bytes that are not HTTP/1.1: TLS, h2c, a malformed \
+     head), upgrade (a WebSocket or other upgrade), max_connections (capture.max_connections were \
+     followed), buffer (capture.max_connection_bytes or capture.max_buffered_bytes; metered again from \
+     the next request). A request in progress then is neither counted nor recorded.",
+    Counter,
+    &[Label::Reason(CAPTURE_UNMETERED_REASONS)],
+);
+pub const CAPTURE_CONNECTIONS: Family = single(
+    "tokentap_capture_connections",
+    "TCP connections tokentap capture follows now (at most capture.max_connections).",
+    Gauge,
+);
+pub const CAPTURE_BUFFERED: Family = single(
+    "tokentap_capture_buffered_bytes",
+    "Bytes tokentap capture holds for the connections it follows: segments out of order, unfinished \
+     heads, request bodies kept for their message list (at most capture.max_buffered_bytes).",
+    Gauge,
+);
+
 /// Every row, in docs/metrics.md's order.
 pub const ALL: &[&Family] = &[
     &TTFT,
@@ -749,6 +798,12 @@ pub const ALL: &[&Family] = &[
     &SPANS_DROPPED,
     &OTLP_METRIC_EXPORTS,
     &OTLP_METRIC_EXPORTS_DROPPED,
+
+    &CAPTURE_PACKETS,
+    &CAPTURE_SEGMENTS,
+    &CAPTURE_UNMETERED,
+    &CAPTURE_CONNECTIONS,
+    &CAPTURE_BUFFERED,
 ];
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ mod agents;
 mod bound;
 mod by_series;
 mod exemplars;
+mod capture;
 pub mod family;
 mod finish;
 pub mod format;
@@ -48,6 +49,7 @@ mod upstream;
 
 pub use agents::Agents;
 pub use bound::{Boundaries, PairCosts, SeriesBound};
+pub use capture::{CaptureCounters, Placed, Unmetered};
 pub use exemplars::Exemplar;
 pub use inside::Inside;
 pub use labels::{
@@ -118,6 +120,8 @@ pub struct Metrics {
     pub session_skips: SessionSkips,
     /// The metric exports pushed to a collector (`otlp_metrics:`), and those dropped.
     pub otlp: OtlpMetricCounters,
+    /// `tokentap capture`'s own reading: packets, segments, connections not metered.
+    pub capture: CaptureCounters,
     /// The families labelled by model (and tenant), for retiring idle values.
     families: Registered,
 }
@@ -159,6 +163,7 @@ impl Metrics {
         let reloads = ConfigReloads::register(&rows)?;
         let session_skips = SessionSkips::register(&rows)?;
         let otlp = OtlpMetricCounters::register(&rows)?;
+        let capture = CaptureCounters::register(&rows)?;
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }
@@ -231,6 +236,7 @@ impl Metrics {
             spans,
             session_skips,
             otlp,
+            capture,
             families,
         })
     }
