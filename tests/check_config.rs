@@ -79,7 +79,7 @@ fn check_config_reports_every_problem_of_ten_broken_files_with_key_and_line() {
             "slo:\n  ttft: 500ms\ntpot: 50ms\ntimeouts:\n  max_connections: 5\n",
             &[
                 ":3: tpot: not a key at the top level (`tpot` is a key of `buckets:`, `slo:`: is it indented under one of them?)",
-                ":5: timeouts.max_connections: not a key of `timeouts:` (`max_connections` is a key of `limits:`: is it indented under it?)",
+                ":5: timeouts.max_connections: not a key of `timeouts:` (`max_connections` is a key of `limits:`, `capture:`: is it indented under one of them?)",
             ],
         ),
         // Typos, with what was meant.

@@ -60,6 +60,8 @@ pub(super) struct Metering {
     pub(super) conversations: Option<Arc<Conversations>>,
     pub(super) writer: Option<Arc<RecordWriter>>,
     pub(super) spans: Option<Arc<SpanExporter>>,
+    /// The metrics pushed to a collector (`otlp_metrics:`).
+    pub(super) otlp_metrics: Option<MetricsExporter>,
 }
 
 /// Builds the metering `config` asks for (the span exporter's task started with it).
@@ -98,6 +100,7 @@ pub(super) async fn metering(config: &Config) -> Result<Metering, StartError> {
         conversations,
         writer,
         spans,
+        otlp_metrics,
     })
 }
 
@@ -109,6 +112,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         conversations,
         writer,
         spans,
+        otlp_metrics,
     } = metering(config).await?;
     let upstream = upstream::Upstream::new(config, metrics.upstream.clone())?;
     let model_list = match config.model_list.enabled {

@@ -363,9 +363,9 @@ impl Default for MetricsOptions {
 }
 
 impl MetricsOptions {
-    /// The default series budget: above the default configuration's limit (590,434, leaving about a
-    /// fifth for SLO ceilings and tenants), and what one Prometheus server can take from one target
-    /// without a second thought.
+    /// The default series budget: what one Prometheus server can take from one target without a second
+    /// thought; the names the upstream serves share what the families counted up front leave of it, a
+    /// (model, API) pair at a time (docs/metrics.md, "The series bound").
     pub const DEFAULT_MAX_SERIES: u64 = 750_000;
 }
 
