@@ -619,6 +619,7 @@ fn span_of_a_finished_request(bencher: Bencher) {
                 method: "POST",
                 path: "/v1/chat/completions",
                 start: SystemTime::now(),
+                captured: false,
             },
             api: Api::Chat,
             series: &series,

@@ -6,9 +6,11 @@
 
 mod support;
 
+mod check_config;
 mod cli;
 mod clickhouse;
 mod conversation_load;
+mod exemplars;
 mod label_flood;
 mod process_memory;
 mod prometheus;

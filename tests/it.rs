@@ -1,7 +1,7 @@
 //! The integration tests that run in this process, the quick tier's (docs/testing.md, "Tiers"): each
 //! file of `tests/` is a module of it (a suite, listed in docs/testing.md) and `support/` the house they
 //! share. One crate links once where ~45 binaries each linked the library and the dependencies (docs/
-//! testing.md, "One crate of tests"). Run one suite with `cargo test --test it headers::`. The suites
+//! testing.md, "Two crates of tests"). Run one suite with `cargo test --test it headers::`. The suites
 //! that start processes or load the machine are `tests/heavy.rs`'s; the files that measure their own
 //! process (`leaks.rs`, `metrics_port.rs`, `metrics_port_limits.rs`: descriptors, resident memory) and the
 //! benchmark harness's smoke test stay binaries of their own (`Cargo.toml`).
@@ -13,6 +13,7 @@ mod admission_faults;
 mod architecture;
 mod audio;
 mod cancellation;
+mod capture;
 mod conversations;
 mod deploy;
 mod dialects;
@@ -29,7 +30,9 @@ mod inside_ttft;
 mod limits;
 mod live_page;
 mod log_line;
+mod lora;
 mod metering;
+mod otlp_metrics;
 mod properties;
 mod realtime;
 mod realtime_clients;

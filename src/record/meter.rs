@@ -130,8 +130,19 @@ impl Meter {
 
     /// The response head's status (or tokentap's own answer's), as it arrives: t_head.
     pub fn on_response(&mut self, status: StatusCode) {
+        self.on_response_at(status, Instant::now());
+    }
+
+    /// The response head's status, which arrived at `at` (a captured packet's time).
+    pub fn on_response_at(&mut self, status: StatusCode, at: Instant) {
         self.status = Some(status);
-        self.timeline.on_head(Some(Instant::now()));
+        self.timeline.on_head(Some(at));
+    }
+
+    /// The request will not be finished: what was read of it cannot be trusted whole (a capture lost
+    /// its bytes). It leaves the requests in flight, and nothing more is counted or written of it.
+    pub fn abandon(self) {
+        self.in_flight.dec();
     }
 
     /// When the API's terminal event passed, if it has.

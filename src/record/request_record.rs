@@ -135,6 +135,10 @@ pub struct RequestRecord {
     /// That span's id (16 hex digits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub span_id: Option<String>,
+    /// Metered from a packet capture (`tokentap capture`): its times are the packets' (docs/metrics.md);
+    /// absent for a request tokentap forwarded.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub captured: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -163,6 +167,8 @@ pub struct Identity<'a> {
     pub turn: Option<&'a Turn>,
     /// Its place in its WebSocket session, when it is a response inside one.
     pub session: Option<InSession<'a>>,
+    /// Metered from a packet capture.
+    pub captured: bool,
 }
 
 impl RequestRecord {
@@ -218,6 +224,7 @@ impl RequestRecord {
             server: server_record,
             ttft_outside_server_s,
             gaps_s: gaps.listed.clone(),
+            captured: identity.captured,
             ..RequestRecord::default()
         };
         for figure in Figure::ALL {
@@ -427,6 +434,7 @@ mod tests {
                 think: Some(Duration::from_millis(1_500)),
             }),
             session: None,
+            captured: false,
         };
         let gaps = GapSummary {
             count: 2,

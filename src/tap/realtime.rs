@@ -407,6 +407,7 @@ impl Session {
                 method: "GET",
                 path: &self.handshake.path,
                 start: self.start + since,
+                captured: false,
             },
             listed: Listed::Nothing,
             response_id: id.as_deref(),

@@ -41,6 +41,8 @@ pub struct Who<'a> {
     pub path: &'a str,
     /// Wall-clock arrival.
     pub start: SystemTime,
+    /// Metered from a packet capture (`tokentap capture`), not a proxied connection.
+    pub captured: bool,
 }
 
 /// One finished request, as every sink gets it.
@@ -161,6 +163,11 @@ impl Emitter {
 impl Sink for Metrics {
     fn emit(&self, finished: &Finished<'_>) {
         self.finish(finished.series, finished.record);
+        if let Some(span) = finished.span {
+            let ids = (span.trace_id.0, span.span_id.0);
+            let (series, record) = (finished.series, finished.record);
+            self.exemplify(series, record, ids, finished.who.id, SystemTime::now());
+        }
         if let Some(turn) = finished.turn {
             self.finish_turn(finished.series, turn, finished.record);
         }
@@ -252,6 +259,7 @@ mod tests {
             method: "POST",
             path: "/v1/chat/completions",
             start: SystemTime::UNIX_EPOCH,
+            captured: false,
         };
         let gaps = GapSummary::default();
         let finished = Finished {
@@ -277,6 +285,7 @@ mod tests {
             tenant: None,
             turn: None,
             session: None,
+            captured: false,
         };
         let json =
             serde_json::to_value(RequestRecord::of(&identity, &record, &gaps)).unwrap_or_default();

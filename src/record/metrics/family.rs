@@ -484,6 +484,7 @@ pub const TLS_HANDSHAKE_REASONS: &[&str] = &[
     "timeout",
     "closed",
     "not_tls",
+    "plain_http",
     "client_alert",
     "incompatible",
     "other",
@@ -492,7 +493,8 @@ pub const TLS_HANDSHAKE_FAILURES: Family = every(
     "tokentap_tls_handshake_failures_total",
     "Client connections to a listen_tls listener closed before their TLS handshake completed, by \
      reason: timeout (not done within timeouts.client_header_read), closed (the client went away), \
-     not_tls (bytes that are not TLS: plain HTTP sent to the TLS port, garbage), client_alert (the \
+     not_tls (bytes that are not TLS), plain_http (plain HTTP sent to the TLS port: answered 400 saying \
+     so, as nginx does), client_alert (the \
      client refused, e.g. a certificate it does not trust), incompatible (no TLS version, cipher suite \
      or ALPN protocol in common), other.",
     Counter,
@@ -532,8 +534,8 @@ pub const MODELS_LISTED: Family = single(
 // The page itself.
 pub const SERIES_LIMIT: Family = single(
     "tokentap_metrics_series_limit",
-    "The most series this process can ever export, from max_models, tenants.max, the API, status and outcome \
-     sets and the bucket counts (docs/metrics.md: the series bound).",
+    "The most series this process can ever export: metrics.max_series, or less when max_models names on \
+     every API cannot fill it (docs/metrics.md: the series bound).",
     Gauge,
 );
 pub const SERIES: Family = single(
@@ -596,6 +598,25 @@ pub const SPANS_DROPPED: Family = every(
     &[Label::Reason(SPAN_DROP_REASONS)],
 );
 
+// Metrics pushed to an OpenTelemetry collector (`otlp.rs`, docs/tracing.md).
+pub const OTLP_METRIC_EXPORTS: Family = single(
+    "tokentap_otlp_metric_exports_total",
+    "Metric exports the collector accepted (otlp_metrics:): one per otlp_metrics.interval.",
+    Counter,
+);
+/// The values of `reason` on [`OTLP_METRIC_EXPORTS_DROPPED`], all exported from the start.
+pub const OTLP_METRIC_DROP_REASONS: &[&str] = &["timeout", "rejected", "failed", "skipped"];
+pub const OTLP_METRIC_EXPORTS_DROPPED: Family = every(
+    "tokentap_otlp_metric_exports_dropped_total",
+    "Metric exports not accepted, by reason: timeout (longer than otlp_metrics.timeout), rejected (a \
+     status other than 2xx, or a partial success naming rejected data points), failed (no connection, or \
+     it broke before an answer), skipped (an interval passed while the export before it still ran). \
+     Nothing is lost with them: the next export carries the totals (cumulative) or what changed since \
+     the last accepted one (delta).",
+    Counter,
+    &[Label::Reason(OTLP_METRIC_DROP_REASONS)],
+);
+
 // Agents: conversations recognised from the wire (docs/metrics.md, "Conversations").
 pub const TURN_TTFT: Family = known(
     "tokentap_turn_time_to_first_token_seconds",
@@ -635,6 +656,76 @@ pub const CONVERSATION_UNREAD: Family = every(
 pub const CONVERSATION_TURNS_HELD: Family = single(
     "tokentap_conversation_turns_held",
     "Turns remembered to recognise conversations (at most conversations.max_turns; digests only, no text).",
+    Gauge,
+);
+
+/// The histograms whose buckets carry exemplars (docs/metrics.md, "Exemplars"), each with the figure
+/// whose value places a request's exemplar: the waits and E2E, and ITL by the request's longest gap.
+pub const EXEMPLARS: [(&Family, Figure); 5] = [
+    (&TTFT, Figure::Ttft),
+    (&TIME_TO_FIRST_ANSWER, Figure::TimeToFirstAnswer),
+    (&TIME_TO_FIRST_TOOL_CALL, Figure::TimeToFirstToolCall),
+    (&E2E, Figure::E2e),
+    (&ITL, Figure::MaxGap),
+];
+
+/// The histograms also served as native histograms, in the protobuf exposition (docs/metrics.md,
+/// "Native histograms"): those judged by an SLO ceiling.
+pub const NATIVE: [&Family; 6] = [
+    &TTFT,
+    &TIME_TO_FIRST_ANSWER,
+    &TIME_TO_FIRST_TOOL_CALL,
+    &ITL,
+    &TPOT,
+    &E2E,
+];
+
+// Capture mode: the connections read off an interface (`tokentap capture`, docs/deploy.md).
+pub const CAPTURE_PACKETS: Family = single(
+    "tokentap_capture_packets_total",
+    "TCP segments to or from the server's ports read by tokentap capture (from the interface, or a capture file).",
+    Counter,
+);
+/// The values of `result` on [`CAPTURE_SEGMENTS`] (`capture::Segments`), all exported from the start.
+pub const CAPTURE_SEGMENT_RESULTS: &[&str] = &["in_order", "out_of_order", "duplicate", "overlap"];
+pub const CAPTURE_SEGMENTS: Family = every(
+    "tokentap_capture_segments_total",
+    "TCP segments with data that tokentap capture put back in order, by result: in_order (the next \
+     bytes of their stream), out_of_order (held until the bytes before them came), duplicate (bytes \
+     already read: a retransmission), overlap (partly bytes already read: the new part was read).",
+    Counter,
+    &[Label::Result(CAPTURE_SEGMENT_RESULTS)],
+);
+/// The values of `reason` on [`CAPTURE_UNMETERED`] (`capture::Unfollowed`), all exported from the start.
+pub const CAPTURE_UNMETERED_REASONS: &[&str] = &[
+    "mid_stream",
+    "lost_segment",
+    "not_http",
+    "upgrade",
+    "max_connections",
+    "buffer",
+];
+pub const CAPTURE_UNMETERED: Family = every(
+    "tokentap_capture_unmetered_total",
+    "Connections, or a part of one, that tokentap capture did not meter, by reason: mid_stream (it \
+     started before the capture: its requests are metered from the first whole request head on), \
+     lost_segment (bytes the capture never read: a packet the kernel dropped or cut; metered again from \
+     the connection's next request), not_http (bytes that are not HTTP/1.1: TLS, h2c, a malformed \
+     head), upgrade (a WebSocket or other upgrade), max_connections (capture.max_connections were \
+     followed), buffer (capture.max_connection_bytes or capture.max_buffered_bytes; metered again from \
+     the next request). A request in progress then is neither counted nor recorded.",
+    Counter,
+    &[Label::Reason(CAPTURE_UNMETERED_REASONS)],
+);
+pub const CAPTURE_CONNECTIONS: Family = single(
+    "tokentap_capture_connections",
+    "TCP connections tokentap capture follows now (at most capture.max_connections).",
+    Gauge,
+);
+pub const CAPTURE_BUFFERED: Family = single(
+    "tokentap_capture_buffered_bytes",
+    "Bytes tokentap capture holds for the connections it follows: segments out of order, unfinished \
+     heads, request bodies kept for their message list (at most capture.max_buffered_bytes).",
     Gauge,
 );
 
@@ -705,6 +796,13 @@ pub const ALL: &[&Family] = &[
     &CONFIG_LAST_RELOAD,
     &SPANS_EXPORTED,
     &SPANS_DROPPED,
+    &OTLP_METRIC_EXPORTS,
+    &OTLP_METRIC_EXPORTS_DROPPED,
+    &CAPTURE_PACKETS,
+    &CAPTURE_SEGMENTS,
+    &CAPTURE_UNMETERED,
+    &CAPTURE_CONNECTIONS,
+    &CAPTURE_BUFFERED,
 ];
 
 #[cfg(test)]
@@ -784,6 +882,11 @@ mod tests {
             assert!(names.insert(family.name), "{} twice", family.name);
             assert!(family.name.starts_with("tokentap_"), "{}", family.name);
             assert!(!family.help.is_empty(), "{}", family.name);
+            // OpenMetrics names a counter's family without `_total` and its sample with it: a
+            // counter without the suffix would be renamed on that page.
+            if family.kind == Kind::Counter {
+                assert!(family.name.ends_with("_total"), "{}", family.name);
+            }
         }
     }
 }

@@ -5,9 +5,8 @@
 
 use std::sync::Arc;
 
-use prometheus::Histogram;
-
 use super::family::{self, Apis, Family, Label};
+use super::rebucket::Child;
 use super::Metrics;
 use crate::record::api::Api;
 use crate::record::figure::Figure;
@@ -19,8 +18,8 @@ pub struct Series {
     pub tenant: Option<Arc<str>>,
     pub api: Api,
     /// Each figure's histogram, once observed.
-    figures: [Option<Histogram>; Figure::COUNT],
-    itl: Option<Histogram>,
+    figures: [Option<Child>; Figure::COUNT],
+    itl: Option<Child>,
     /// The families' generation the children were resolved at (`rebucket.rs`): older ones are
     /// resolved again, so an observation after a reload lands in the family the page shows.
     generation: u64,
@@ -29,8 +28,15 @@ pub struct Series {
 impl Metrics {
     /// A request's series with its `tenant` label (from [`Metrics::tenant_label`]); with `tenants:`
     /// configured, `None` is the `none` tenant.
+    /// Its model counts as `other` when the name's pair with `api` is new and does not fit in the series
+    /// budget, even once idle names are retired (`labels.rs`).
     pub fn series_of(&self, model: Arc<str>, tenant: Option<Arc<str>>, api: Api) -> Series {
         let tenant = (self.tenants.as_ref()).map(|t| tenant.unwrap_or_else(|| t.none()));
+        let fits = |model: &str| self.models.take_pair(model, api);
+        let model = match fits(&model) || (self.retire() > 0 && fits(&model)) {
+            true => model,
+            false => self.models.overflow(),
+        };
         Series {
             model,
             tenant,
