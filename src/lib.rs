@@ -29,6 +29,7 @@
 pub mod app;
 pub mod config;
 pub mod decode;
+pub mod govern;
 pub mod logging;
 pub mod net;
 pub mod proxy;

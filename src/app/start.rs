@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
 use crate::decode::tokenizer::Tokenizers;
+use crate::govern::Governor;
 use crate::net::admin::MetricsPort;
 use crate::net::fleet::{FleetPage, Prometheus};
 use crate::net::server::{BindError, Listeners, ProxyPort};
@@ -50,7 +51,9 @@ pub enum StartError {
 
 /// Binds the proxy and metrics ports and starts serving.
 pub async fn start(config: &Config) -> Result<Running, StartError> {
+    let governor = Governor::new(&config.budgets, &config.conversations);
     let metrics = Metrics::new(config)?;
+    metrics.watch(governor.clone())?;
     metrics
         .bound()
         .check(config.metrics.max_series)
@@ -68,6 +71,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         settings,
         config.metering.clone(),
         tokenizers,
+        governor,
     ));
     let upstream = upstream::Upstream::new(config, metrics.upstream.clone())?;
     let model_list = match config.model_list.enabled {

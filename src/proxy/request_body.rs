@@ -14,13 +14,19 @@
 //! read buffers and goes upstream as one frame, in one write. The buffer is sized from the body's
 //! `Content-Length` when it has one: at once for a small body (up to 4 KiB), and by doubling, never past
 //! that length, for a larger one, so a client that declares a large body and stalls holds what it sent
-//! (at most twice), not what it declared. Every byte the buffer allocates is taken from `limits.max_held_request_bytes`,
-//! the budget all held bodies share, and given back when the body and every copy of it (a resend's, the
-//! conversation reader's) are dropped; a large body's resend copy goes as soon as only the keep-alive race
-//! could have used it (`proxy/upstream/resend.rs`), not when the answer's head comes. When the budget has no room, the body waits for it (its client's
-//! bytes wait in the kernel, at no cost here) at most `timeouts.request_body_idle`, then the request is
-//! answered `503` with `Retry-After` ([`HoldError::Budget`]): it never streams onto an upstream slot for
-//! want of memory.
+//! (at most twice), not what it declared. Every byte the buffer allocates is leased from the governor's
+//! `held_bodies` budget (`src/govern/`) under the request's client, and given back when the body and
+//! every copy of it (a resend's, the conversation reader's) are dropped; a large body's resend copy goes
+//! as soon as only the keep-alive race could have used it (`proxy/upstream/resend.rs`), not when the
+//! answer's head comes.
+//!
+//! **Only the client over its share waits.** A client whose bodies already hold its share waits for
+//! room in it (its bytes wait in the kernel, at no cost here), and is answered `503` with `Retry-After`
+//! ([`HoldError::Budget`]) if none comes before its body's deadline. A client within its share never
+//! waits behind another: when the budget's cap is reached, its body is sent on as it arrives instead of
+//! held ([`Hold::streamed_for_room`]), which costs it only the resend a held body would have had. And
+//! every held body has a deadline for the whole of it (`timeouts.held_request_body`), not only for the
+//! gap between two pieces, so a body trickled a byte at a time cannot hold its room for long.
 //!
 //! A body that grows past the hold size streams as it arrives: what was read so far goes first, then the
 //! rest, frame by frame. Such a request holds an upstream slot while its client uploads, so each client
@@ -41,8 +47,9 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
+use crate::govern::{Client, Lease, Pool, Spent};
 use crate::tap::{BoxError, RequestTap};
 
 /// A body declared this small, or smaller, is allocated at once; a larger one grows as it arrives.
@@ -52,9 +59,9 @@ const SMALL_BODY: usize = 4 << 10;
 pub struct Held {
     bytes: Bytes,
     trailers: Option<HeaderMap>,
-    /// This body's share of `limits.max_held_request_bytes` (its buffer's capacity), given back when
-    /// the last copy is dropped.
-    _budget: Option<OwnedSemaphorePermit>,
+    /// What this body holds of `budgets.held_bodies` (its buffer's capacity), given back when the
+    /// last copy is dropped.
+    _budget: Lease,
 }
 
 impl AsRef<[u8]> for Held {
@@ -88,10 +95,11 @@ struct Streamed {
 pub struct HoldLimits {
     /// `limits.hold_request_body_bytes` (never above `limits.max_request_body_bytes`); 0: hold nothing.
     pub per_request: u64,
-    /// `limits.max_held_request_bytes`, in bytes.
-    pub all: Arc<Semaphore>,
-    /// How long a body waits for room in `all`: `timeouts.request_body_idle`.
-    pub wait: Duration,
+    /// The governor's `held_bodies` budget.
+    pub all: Arc<Pool>,
+    /// The whole body must arrive (and its client's room come) within this of the request head:
+    /// `timeouts.held_request_body`.
+    pub whole: Duration,
 }
 
 /// Why a body was not held.
@@ -101,31 +109,43 @@ pub enum HoldError {
     /// (the [`crate::tap::RequestSeen`] behind the tap says which).
     #[error(transparent)]
     Body(BoxError),
-    /// `limits.max_held_request_bytes` had no room for the body within [`HoldLimits::wait`].
-    #[error("no room for the request body in limits.max_held_request_bytes within {0:?}")]
+    /// The client's share of `budgets.held_bodies` had no room for the body by its deadline.
+    #[error(
+        "no room for the request body in this client's share of budgets.held_bodies within {0:?}"
+    )]
     Budget(Duration),
+    /// The body did not arrive whole within [`HoldLimits::whole`].
+    #[error("the request body did not arrive whole within {0:?} (timeouts.held_request_body)")]
+    Late(Duration),
 }
 
 /// What [`hold`] read, and whether it had to wait for the budget.
 pub struct Hold {
     pub body: Outgoing,
-    /// The body waited for room in `limits.max_held_request_bytes`.
+    /// The body waited for room in its client's share of `budgets.held_bodies`.
     pub waited: bool,
+    /// The budget's cap was reached while the client was within its share: the body is sent as it
+    /// arrives rather than held.
+    pub streamed_for_room: bool,
 }
 
 /// The buffer a body is held in, and the budget its capacity takes.
 struct Buffer<'a> {
     bytes: Vec<u8>,
-    budget: Option<OwnedSemaphorePermit>,
+    budget: Lease,
     limits: &'a HoldLimits,
     /// The most the buffer may grow to: the declared length, else the hold size.
     most: usize,
+    deadline: Instant,
     waited: bool,
+    /// The cap was reached within the client's share: stop holding, send what came and stream.
+    no_room: bool,
 }
 
 impl Buffer<'_> {
     /// Makes room for `more` bytes, taking what the buffer grows by from the budget (waiting for it,
-    /// within the limit's wait). `Ok(false)`: the body is larger than the hold size.
+    /// within the deadline, when the client is over its share). `Ok(false)`: the body is larger than the
+    /// hold size, or the budget's cap has no room for it: it streams.
     async fn room_for(&mut self, more: usize) -> Result<bool, HoldError> {
         let needed = self.bytes.len() + more;
         let hold = usize::try_from(self.limits.per_request).unwrap_or(usize::MAX);
@@ -143,46 +163,44 @@ impl Buffer<'_> {
             .max(needed)
             .max(SMALL_BODY)
             .min(most);
-        let Ok(more) = u32::try_from(grown - capacity) else {
-            return Ok(false);
-        };
-        let permit = match self.limits.all.clone().try_acquire_many_owned(more) {
-            Ok(permit) => permit,
-            Err(_) => {
-                self.waited = true;
-                let wait = self.limits.all.clone().acquire_many_owned(more);
-                match tokio::time::timeout(self.limits.wait, wait).await {
-                    Ok(Ok(permit)) => permit,
-                    // Closed (never), or no room in time.
-                    _ => return Err(HoldError::Budget(self.limits.wait)),
-                }
+        let more = (grown - capacity) as u64;
+        match self.budget.grow_waiting(more, self.deadline).await {
+            Ok(waited) => self.waited |= waited,
+            Err(Spent::Cap) => {
+                self.no_room = true;
+                return Ok(false);
             }
-        };
-        match &mut self.budget {
-            Some(budget) => budget.merge(permit),
-            None => self.budget = Some(permit),
+            Err(Spent::Share) => return Err(HoldError::Budget(self.limits.whole)),
         }
         self.bytes.reserve_exact(grown - self.bytes.len());
         Ok(true)
     }
 }
 
-/// Reads `tap` whole into one buffer if it fits the hold size, else up to where it stopped fitting.
-/// `declared`: the body's `Content-Length`, when it has one.
+/// Reads `tap` whole into one buffer if it fits the hold size (and `client`'s room in the budget),
+/// else up to where it stopped fitting. `declared`: the body's `Content-Length`, when it has one;
+/// `arrive`: when its head was read, from which the whole body's deadline runs.
 pub async fn hold(
-    mut tap: RequestTap<Incoming>, limits: &HoldLimits, declared: Option<u64>,
+    mut tap: RequestTap<Incoming>, limits: &HoldLimits, declared: Option<u64>, client: &Client,
+    arrive: Instant,
 ) -> Result<Hold, HoldError> {
+    let deadline = arrive + limits.whole;
     let mut buffer = Buffer {
         bytes: Vec::new(),
-        budget: None,
+        budget: Lease::on(&limits.all, client.clone()),
         limits,
         most: declared.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+        deadline,
         waited: false,
+        no_room: false,
     };
     let mut trailers = None;
     let mut first_over = None;
     while limits.per_request > 0 && !tap.is_end_stream() {
-        let Some(frame) = tap.frame().await else {
+        let Ok(frame) = tokio::time::timeout_at(deadline, tap.frame()).await else {
+            return Err(HoldError::Late(limits.whole));
+        };
+        let Some(frame) = frame else {
             break;
         };
         match frame.map_err(HoldError::Body)?.into_data() {
@@ -198,7 +216,7 @@ pub async fn hold(
         }
     }
     let streams = first_over.is_some() || limits.per_request == 0;
-    let waited = buffer.waited;
+    let (waited, streamed_for_room) = (buffer.waited, buffer.no_room);
     let held = Held {
         bytes: Bytes::from(buffer.bytes),
         trailers,
@@ -217,6 +235,7 @@ pub async fn hold(
             rest,
         },
         waited,
+        streamed_for_room,
     })
 }
 
@@ -388,22 +407,32 @@ impl Drop for ClientPlace {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::BudgetLimits;
+    use crate::govern::Budget;
 
-    fn limits(hold: u64, all: usize) -> HoldLimits {
+    const A: Client = Client::Address(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1)));
+    const B: Client = Client::Address(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2)));
+
+    fn limits(hold: u64, cap: u64, per_client: u64) -> HoldLimits {
         HoldLimits {
             per_request: hold,
-            all: Arc::new(Semaphore::new(all)),
-            wait: Duration::from_secs(60),
+            all: Arc::new(Pool::new(
+                Budget::HeldBodies,
+                BudgetLimits { cap, per_client },
+            )),
+            whole: Duration::from_secs(60),
         }
     }
 
-    fn buffer(limits: &HoldLimits, declared: Option<usize>) -> Buffer<'_> {
+    fn buffer<'a>(limits: &'a HoldLimits, declared: Option<usize>, client: &Client) -> Buffer<'a> {
         Buffer {
             bytes: Vec::new(),
-            budget: None,
+            budget: Lease::on(&limits.all, client.clone()),
             limits,
             most: declared.unwrap_or(usize::MAX),
+            deadline: Instant::now() + limits.whole,
             waited: false,
+            no_room: false,
         }
     }
 
@@ -424,13 +453,13 @@ mod tests {
     }
 
     fn taken(buffer: &Buffer<'_>) -> usize {
-        buffer.budget.as_ref().map_or(0, |p| p.num_permits())
+        buffer.budget.bytes() as usize
     }
 
     #[tokio::test]
     async fn a_body_in_one_byte_frames_grows_by_doubling_and_its_budget_is_its_capacity() {
-        let limits = limits(1 << 20, 64 << 20);
-        let mut held = buffer(&limits, None);
+        let limits = limits(1 << 20, 64 << 20, 16 << 20);
+        let mut held = buffer(&limits, None, &A);
         let capacities = fill(&mut held, 1 << 20, 1).await;
         assert_eq!(
             capacities,
@@ -438,16 +467,19 @@ mod tests {
             "4 KiB, then doubling to 1 MiB"
         );
         assert_eq!(taken(&held), 1 << 20);
-        assert_eq!(limits.all.available_permits(), 63 << 20);
+        assert_eq!(limits.all.figures().used, 1 << 20);
+        assert_eq!(limits.all.held_by(&A), 1 << 20);
+        drop(held);
+        assert_eq!(limits.all.figures().used, 0, "all given back");
     }
 
     #[tokio::test]
     async fn a_declared_length_is_allocated_at_once_when_small_and_never_passed() {
-        let limits = limits(1 << 20, 64 << 20);
-        let mut small = buffer(&limits, Some(300));
+        let limits = limits(1 << 20, 64 << 20, 16 << 20);
+        let mut small = buffer(&limits, Some(300), &A);
         assert_eq!(fill(&mut small, 300, 7).await, vec![300]);
         assert_eq!(taken(&small), 300);
-        let mut large = buffer(&limits, Some(100_000));
+        let mut large = buffer(&limits, Some(100_000), &A);
         let capacities = fill(&mut large, 100_000, 16 << 10).await;
         assert_eq!(capacities.last(), Some(&100_000), "{capacities:?}");
         assert_eq!(taken(&large), 100_000);
@@ -455,8 +487,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_client_that_declares_much_and_sends_little_holds_what_it_sent() {
-        let limits = limits(1 << 20, 64 << 20);
-        let mut stalled = buffer(&limits, Some(1 << 20));
+        let limits = limits(1 << 20, 64 << 20, 16 << 20);
+        let mut stalled = buffer(&limits, Some(1 << 20), &A);
         fill(&mut stalled, 10, 10).await;
         assert_eq!(taken(&stalled), 4 << 10);
         fill(&mut stalled, 100_000, 1000).await;
@@ -465,34 +497,67 @@ mod tests {
 
     #[tokio::test]
     async fn past_the_hold_size_there_is_no_room_and_nothing_more_is_taken() {
-        let limits = limits(10_000, 64 << 20);
-        let mut held = buffer(&limits, None);
+        let limits = limits(10_000, 64 << 20, 16 << 20);
+        let mut held = buffer(&limits, None, &A);
         fill(&mut held, 9_000, 3_000).await;
         let before = taken(&held);
         assert!(!held.room_for(1_001).await.unwrap_or(true));
         assert_eq!(taken(&held), before);
+        assert!(!held.no_room, "over the hold size, not out of room");
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_body_waits_for_room_in_the_budget_and_is_refused_when_none_comes_in_time() {
-        let limits = limits(64 << 10, 8 << 10);
-        let mut first = buffer(&limits, Some(8 << 10));
+    async fn a_client_over_its_share_waits_for_its_own_room_and_is_refused_at_the_deadline() {
+        let limits = limits(64 << 10, 1 << 20, 8 << 10);
+        let mut first = buffer(&limits, Some(8 << 10), &A);
         fill(&mut first, 8 << 10, 8 << 10).await;
-        let mut second = buffer(&limits, Some(100));
-        let started = tokio::time::Instant::now();
+        let mut second = buffer(&limits, Some(100), &A);
+        let started = Instant::now();
         let refused = second.room_for(100).await;
         assert!(matches!(refused, Err(HoldError::Budget(_))), "{refused:?}");
-        assert_eq!(started.elapsed(), limits.wait);
-        assert!(second.waited);
+        assert_eq!(started.elapsed(), limits.whole, "the whole wait, exactly");
         // Room given back within the wait: the body is held.
-        let mut third = buffer(&limits, Some(100));
+        let mut third = buffer(&limits, Some(100), &A);
         let release = async {
             tokio::time::sleep(Duration::from_secs(1)).await;
             drop(first);
         };
         let (room, ()) = tokio::join!(third.room_for(100), release);
         assert!(matches!(room, Ok(true)));
-        assert_eq!(started.elapsed(), limits.wait + Duration::from_secs(1));
+        assert!(third.waited);
+        assert_eq!(started.elapsed(), limits.whole + Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn another_client_never_waits_behind_one_over_its_share() {
+        let limits = limits(64 << 10, 1 << 20, 8 << 10);
+        let mut greedy = buffer(&limits, Some(8 << 10), &A);
+        fill(&mut greedy, 8 << 10, 8 << 10).await;
+        let started = Instant::now();
+        let mut other = buffer(&limits, Some(300), &B);
+        assert!(matches!(other.room_for(300).await, Ok(true)));
+        assert_eq!(started.elapsed(), Duration::ZERO, "at once");
+        assert!(!other.waited);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_the_cap_a_client_within_its_share_streams_at_once_instead_of_waiting() {
+        let limits = limits(64 << 10, 16 << 10, 8 << 10);
+        let mut a = buffer(&limits, Some(8 << 10), &A);
+        fill(&mut a, 8 << 10, 8 << 10).await;
+        let c = Client::Address([10, 0, 0, 3].into());
+        let mut b = buffer(&limits, Some(8 << 10), &B);
+        fill(&mut b, 8 << 10, 8 << 10).await;
+        let started = Instant::now();
+        let mut third = buffer(&limits, Some(300), &c);
+        assert!(matches!(third.room_for(300).await, Ok(false)));
+        assert!(third.no_room, "streams for want of room");
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(
+            limits.all.figures().refused,
+            [1, 0],
+            "one refusal at the cap"
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::record::api::Api;
 use crate::record::conversations::{Conversations, MessageList, Turn, Unread};
 use crate::record::emit::{Emitter, Finished, Who};
 use crate::record::figure::Figure;
-use crate::record::finished::{conclude, t_end, DecoderReport};
+use crate::record::finished::{conclude, t_end, DecoderReport, SkipReason};
 use crate::record::gaps::Gaps;
 use crate::record::metrics::{Metrics, Series};
 use crate::record::outcome::{classify, End, Seen};
@@ -202,6 +202,12 @@ impl Meter {
         (series, ceilings)
     }
 
+    /// The request will not be finished: it stops being in flight, and nothing of it is emitted (a
+    /// realtime response whose session stopped being read: its end will never be seen).
+    pub fn abandon(self) {
+        self.in_flight.dec();
+    }
+
     /// The request ended: what the decoder read last is read at t_end, the outcome classified, the
     /// record concluded, the request placed in its conversation and emitted to every sink.
     pub fn finish(mut self, context: &MeterContext, ending: Ending<'_>, now: Instant) {
@@ -276,6 +282,9 @@ impl Meter {
 /// every sink that writes sessions.
 pub fn finish_session(context: &MeterContext, ended: &SessionEnded<'_>) {
     let metrics = &context.metrics;
+    if let Some(SkipReason::Unmetered(budget, spent)) = ended.unmetered {
+        metrics.budgets.count_unmetered(budget, spent);
+    }
     let label = metrics.model_label(ended.model, None, true);
     let series = metrics.series(label, ended.api);
     let seconds = ended.duration.as_secs_f64();

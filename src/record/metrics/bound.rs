@@ -106,7 +106,9 @@ impl Boundaries {
                 Label::Slo if api == Api::Other => e2e_slo,
                 Label::Slo => slo_kinds,
                 Label::TokenSource => TOKEN_SOURCES,
-                Label::Reason(values) | Label::Result(values) => values.len(),
+                Label::Reason(values) | Label::Result(values) | Label::Fixed(_, values) => {
+                    values.len()
+                }
                 Label::Turn => crate::record::conversations::TURN_LABELS.len(),
                 Label::Lookup => crate::record::conversations::LOOKUPS.len(),
             };

@@ -8,6 +8,7 @@
 //! `tokentap_log_lines_dropped_total` and the request_log counters.
 
 use crate::config::SloKind;
+use crate::govern::{BUDGET_NAMES, SPENT_REASONS};
 use crate::record::conversations::UNREAD_REASONS;
 use crate::record::figure::Figure;
 
@@ -87,6 +88,8 @@ pub enum Label {
     Lookup,
     /// How something tokentap did came out, a fixed set named here (a config reload's).
     Result(&'static [&'static str]),
+    /// Any other label whose values are a fixed set named here (a budget's name, its state).
+    Fixed(&'static str, &'static [&'static str]),
 }
 
 impl Label {
@@ -102,6 +105,7 @@ impl Label {
             Label::Reason(_) => "reason",
             Label::Turn => "turn",
             Label::Lookup | Label::Result(_) => "result",
+            Label::Fixed(name, _) => name,
         }
     }
 }
@@ -639,6 +643,28 @@ pub const CONVERSATION_TURNS_HELD: Family = single(
 );
 
 /// Every row, in docs/metrics.md's order.
+/// The values of `state` on [`BUDGET_BYTES`].
+pub const BUDGET_STATES: &[&str] = &["used", "cap"];
+const BUDGET: Label = Label::Fixed("budget", &BUDGET_NAMES);
+pub const BUDGET_BYTES: Family = every(
+    "tokentap_budget_bytes",
+    "Each budget of what clients may make tokentap hold (docs/operations.md): bytes held now (state=used) and its cap (state=cap); for budget=inflate, bytes inflated in the last second and the cap per second.",
+    Gauge,
+    &[BUDGET, Label::Fixed("state", BUDGET_STATES)],
+);
+pub const BUDGET_REFUSALS: Family = every(
+    "tokentap_budget_refusals_total",
+    "Leases a budget refused, by reason: cap (every client's use together reached the cap), share (the client's use reached its share).",
+    Counter,
+    &[BUDGET, Label::Reason(&SPENT_REASONS)],
+);
+pub const UNMETERED: Family = every(
+    "tokentap_unmetered_total",
+    "Requests and WebSocket sessions forwarded whole that tokentap stopped measuring because a budget was spent, by budget and reason (cap, share); their records say so (unmetered).",
+    Counter,
+    &[BUDGET, Label::Reason(&SPENT_REASONS)],
+);
+
 pub const ALL: &[&Family] = &[
     &TTFT,
     &ITL,
@@ -705,6 +731,9 @@ pub const ALL: &[&Family] = &[
     &CONFIG_LAST_RELOAD,
     &SPANS_EXPORTED,
     &SPANS_DROPPED,
+    &BUDGET_BYTES,
+    &BUDGET_REFUSALS,
+    &UNMETERED,
 ];
 
 #[cfg(test)]

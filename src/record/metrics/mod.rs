@@ -14,6 +14,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 use crate::config::{Config, SloKind};
+use crate::govern::Governor;
 use crate::record::api::Api;
 use crate::record::figure::Figure;
 use crate::record::served::ServedModels;
@@ -21,6 +22,7 @@ use crate::record::served::ServedModels;
 mod admission;
 mod agents;
 mod bound;
+mod budgets;
 pub mod family;
 mod finish;
 pub mod forwarding;
@@ -38,6 +40,7 @@ mod upstream;
 
 pub use agents::Agents;
 pub use bound::{Boundaries, SeriesBound};
+pub use budgets::Budgets;
 pub use inside::Inside;
 pub use labels::{
     status_label, status_labels, Lookup, ModelLabels, NO_TENANT, OTHER_MODEL, UNADMITTED_MODEL,
@@ -103,6 +106,10 @@ pub struct Metrics {
     pub spans: SpanCounters,
     /// The WebSocket messages the realtime meter passed over unread.
     pub session_skips: SessionSkips,
+    /// The governor's budgets, and what was not metered because one was spent.
+    pub budgets: Budgets,
+    /// The governor whose figures the budget families show, once [`Metrics::watch`] was told it.
+    governor: Arc<std::sync::OnceLock<Arc<Governor>>>,
     /// The families labelled by model (and tenant), for retiring idle values.
     families: Registered,
 }
@@ -143,6 +150,7 @@ impl Metrics {
         let spans = SpanCounters::register(&rows)?;
         let reloads = ConfigReloads::register(&rows)?;
         let session_skips = SessionSkips::register(&rows)?;
+        let (budgets, governor) = Budgets::register(&rows)?;
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }
@@ -211,7 +219,16 @@ impl Metrics {
             forwarding_delay,
             spans,
             session_skips,
+            budgets,
+            governor,
             families,
+        })
+    }
+
+    /// Shows `governor`'s budgets in the budget families (once; a second governor is refused).
+    pub fn watch(&self, governor: Arc<Governor>) -> Result<(), prometheus::Error> {
+        self.governor.set(governor).map_err(|_| {
+            prometheus::Error::Msg("the budget families already show a governor".into())
         })
     }
 
