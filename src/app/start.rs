@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
 use crate::decode::tokenizer::Tokenizers;
-use crate::govern::Governor;
+use crate::govern::{Budget, Governor};
 use crate::net::admin::MetricsPort;
 use crate::net::fleet::{FleetPage, Prometheus};
 use crate::net::server::{BindError, Listeners, ProxyPort};
@@ -64,8 +64,10 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let metrics = Arc::new(metrics);
     let tracing = Tracing::start(config, metrics.spans.clone())?;
     let spans = tracing.as_ref().map(|t| t.exporter.clone());
+    let turns = governor.pool(Budget::Conversations).clone();
     let conversations =
-        Conversations::new(config.conversations.max_turns, config.conversations.idle).map(Arc::new);
+        Conversations::new(config.conversations.max_turns, config.conversations.idle)
+            .map(|c| Arc::new(c.governed(turns)));
     let settings = settings(config, &metrics, conversations.clone(), records, tracing);
     let context = Arc::new(ExchangeContext::new(
         settings,

@@ -137,6 +137,11 @@ impl Lease {
         self.pool.budget
     }
 
+    /// Whose the lease is.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// Grows the lease by `more` bytes, at once or not at all.
     pub fn grow(&mut self, more: u64) -> Result<(), Spent> {
         self.pool.take(&self.client, more)?;

@@ -16,6 +16,7 @@ use prometheus::IntGauge;
 use tokio::time::Instant;
 
 use crate::config::{Ceilings, Slo};
+use crate::govern::Client;
 use crate::record::api::Api;
 use crate::record::conversations::{Conversations, MessageList, Turn, Unread};
 use crate::record::emit::{Emitter, Finished, Who};
@@ -95,6 +96,8 @@ pub struct Ending<'a> {
     pub trace: Option<&'a TraceContext>,
     /// A response inside a WebSocket session: its place there.
     pub session: Option<InSession<'a>>,
+    /// Who the client is, for its share of the conversations' turns.
+    pub client: &'a Client,
 }
 
 /// One request's meter; each call is given the [`MeterContext`] the request was admitted under.
@@ -263,12 +266,17 @@ impl Meter {
         let turn = match ending.listed {
             Listed::List(list) => {
                 let arrive = self.timeline.arrive();
-                let (turn, lookup) = conversations.place(list, arrive, t_end, ending.response_id);
+                let (turn, lookup) =
+                    conversations.place(list, arrive, t_end, ending.response_id, ending.client);
                 agents.count_lookup(lookup);
                 Some(turn)
             }
             Listed::Unread(reason) => {
                 agents.count_unread(reason);
+                if let Unread::Budget(spent) = reason {
+                    let budgets = &context.metrics.budgets;
+                    budgets.count_unmetered(crate::govern::Budget::MessageLists, spent);
+                }
                 None
             }
             Listed::Nothing => None,

@@ -105,7 +105,13 @@ impl Exchange {
         if !recognising || !messages::has_messages(self.api) {
             return;
         }
-        self.messages = Some(ListRead::start(self.api, body, &self.context.readers));
+        let lease = (self.context.governor).lease(Budget::MessageLists, &self.client());
+        self.messages = Some(ListRead::start(
+            self.api,
+            body,
+            &self.context.readers,
+            lease,
+        ));
     }
 
     /// Reads the request's id and tenant, and the trace it joins (`traces:`), from its head (the head
@@ -225,6 +231,7 @@ impl Exchange {
             response_id: decoder.and_then(|d| d.observations().response_id.as_deref()),
             trace: identity.and_then(|i| i.trace.as_ref()),
             session: None,
+            client: identity.map_or(&Client::Unknown, |i| &i.client),
         };
         self.meter.finish(&self.settings.meter, ending, now);
     }

@@ -476,6 +476,7 @@ impl Session {
                     output_audio: usage.output_audio,
                 },
             }),
+            client: &Client::Unknown,
         };
         meter.finish(&settings.meter, ending, now);
     }
