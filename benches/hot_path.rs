@@ -622,6 +622,7 @@ fn span_of_a_finished_request(bencher: Bencher) {
                 method: "POST",
                 path: "/v1/chat/completions",
                 start: SystemTime::now(),
+                client: &tokentap::govern::Client::Unknown,
             },
             api: Api::Chat,
             series: &series,

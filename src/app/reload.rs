@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, RecordPath};
+use crate::govern::{Budget, Governor};
 use crate::logging::records::{RecordWriter, Target};
 use crate::net::tls::Certificates;
 use crate::proxy::models::ModelList;
@@ -245,7 +246,7 @@ impl Reloader {
                 gaps: log.gaps,
                 max_gaps: log.max_gaps,
             }),
-            _ => match records(&config, &self.metrics).await {
+            _ => match records(&config, &self.metrics, &self.context.governor).await {
                 Ok(records) => records,
                 Err(e) => return Reloaded::Failed(e.to_string()),
             },
@@ -253,10 +254,12 @@ impl Reloader {
         let exporter = self.parts().spans.clone();
         let tracing = match (exporter, running.traces == config.traces) {
             (Some(exporter), true) => Tracing::with_exporter(&config, exporter),
-            _ => match Tracing::start(&config, self.metrics.spans.clone()) {
-                Ok(tracing) => tracing,
-                Err(e) => return Reloaded::Failed(format!("traces: {e}")),
-            },
+            _ => {
+                match Tracing::start(&config, self.metrics.spans.clone(), &self.context.governor) {
+                    Ok(tracing) => tracing,
+                    Err(e) => return Reloaded::Failed(format!("traces: {e}")),
+                }
+            }
         };
         let model_list = match config.model_list.enabled && running.model_list != config.model_list
         {
@@ -325,7 +328,7 @@ pub struct RecordsOpen {
 
 /// Starts the request_log writer, when one is configured.
 pub(super) async fn records(
-    config: &Config, metrics: &Metrics,
+    config: &Config, metrics: &Metrics, governor: &Governor,
 ) -> Result<Option<Records>, RecordsOpen> {
     let (Some(log), Some(counters)) = (&config.request_log, &metrics.records) else {
         return Ok(None);
@@ -350,6 +353,7 @@ pub(super) async fn records(
         ),
         Ok(Some(Ok(()))) | Err(_) => {}
     }
+    let writer = writer.governed(governor.pool(Budget::Records).clone());
     Ok(Some(Records {
         writer: Arc::new(writer),
         gaps: log.gaps,

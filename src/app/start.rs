@@ -59,10 +59,10 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         .check(config.metrics.max_series)
         .map_err(StartError::SeriesBudget)?;
     let tokenizers = Arc::new(Tokenizers::load(config, Some(&metrics.served))?);
-    let records = records(config, &metrics).await?;
+    let records = records(config, &metrics, &governor).await?;
     let writer = records.as_ref().map(|r| r.writer.clone());
     let metrics = Arc::new(metrics);
-    let tracing = Tracing::start(config, metrics.spans.clone())?;
+    let tracing = Tracing::start(config, metrics.spans.clone(), &governor)?;
     let spans = tracing.as_ref().map(|t| t.exporter.clone());
     let turns = governor.pool(Budget::Conversations).clone();
     let conversations =

@@ -149,6 +149,39 @@ impl Lease {
         Ok(())
     }
 
+    /// Grows the lease by `more` bytes even past its share or the cap, for what exists already and
+    /// must be served (a `/metrics` page encoded for the scrapers waiting on it): the use is counted
+    /// whole, and `Err` says (and counts) that it went over.
+    pub fn grow_over(&mut self, more: u64) -> Result<(), Spent> {
+        let over = self.pool.try_take(&self.client, more);
+        if let Err(spent) = over {
+            self.pool.refused[spent as usize].fetch_add(1, Ordering::Relaxed);
+            let mut state = self
+                .pool
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            state.used += more;
+            if self.client != Client::Unknown {
+                *state.clients.entry(self.client.clone()).or_insert(0) += more;
+            }
+        }
+        self.bytes += more;
+        over
+    }
+
+    /// Whether `more` bytes would fit now (its client's share and the cap).
+    pub fn would_fit(&self, more: u64) -> bool {
+        let state = self
+            .pool
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mine = state.clients.get(&self.client).copied().unwrap_or(0);
+        let share = self.client == Client::Unknown || mine + more <= self.pool.share;
+        share && state.used + more <= self.pool.cap
+    }
+
     /// Grows or shrinks the lease to `bytes`.
     pub fn resize(&mut self, bytes: u64) -> Result<(), Spent> {
         match bytes.checked_sub(self.bytes) {

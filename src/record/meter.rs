@@ -16,7 +16,6 @@ use prometheus::IntGauge;
 use tokio::time::Instant;
 
 use crate::config::{Ceilings, Slo};
-use crate::govern::Client;
 use crate::record::api::Api;
 use crate::record::conversations::{Conversations, MessageList, Turn, Unread};
 use crate::record::emit::{Emitter, Finished, Who};
@@ -96,8 +95,6 @@ pub struct Ending<'a> {
     pub trace: Option<&'a TraceContext>,
     /// A response inside a WebSocket session: its place there.
     pub session: Option<InSession<'a>>,
-    /// Who the client is, for its share of the conversations' turns.
-    pub client: &'a Client,
 }
 
 /// One request's meter; each call is given the [`MeterContext`] the request was admitted under.
@@ -267,7 +264,7 @@ impl Meter {
             Listed::List(list) => {
                 let arrive = self.timeline.arrive();
                 let (turn, lookup) =
-                    conversations.place(list, arrive, t_end, ending.response_id, ending.client);
+                    conversations.place(list, arrive, t_end, ending.response_id, ending.who.client);
                 agents.count_lookup(lookup);
                 Some(turn)
             }

@@ -226,12 +226,12 @@ impl Exchange {
                 method: self.method.as_str(),
                 path: &self.path,
                 start: self.start,
+                client: identity.map_or(&Client::Unknown, |i| &i.client),
             },
             listed,
             response_id: decoder.and_then(|d| d.observations().response_id.as_deref()),
             trace: identity.and_then(|i| i.trace.as_ref()),
             session: None,
-            client: identity.map_or(&Client::Unknown, |i| &i.client),
         };
         self.meter.finish(&self.settings.meter, ending, now);
     }

@@ -125,6 +125,8 @@ struct Session {
     gone: Option<Side>,
     /// A budget was spent: the session's messages are no longer read, its responses no longer metered.
     unmetered: Option<SkipReason>,
+    /// Who the session's client is (its handshake's).
+    client: Client,
 }
 
 /// A response being metered.
@@ -174,6 +176,7 @@ impl SessionMeter {
                 closed: [None, None],
                 gone: None,
                 unmetered: None,
+                client: client.clone(),
             },
         };
         if let Some(spent) = refused {
@@ -462,6 +465,7 @@ impl Session {
                 method: "GET",
                 path: &self.handshake.path,
                 start: self.start + since,
+                client: &self.client,
             },
             listed: Listed::Nothing,
             response_id: id.as_deref(),
@@ -476,7 +480,6 @@ impl Session {
                     output_audio: usage.output_audio,
                 },
             }),
-            client: &Client::Unknown,
         };
         meter.finish(&settings.meter, ending, now);
     }

@@ -589,13 +589,21 @@ pub const SPANS_EXPORTED: Family = single(
     Counter,
 );
 /// The values of `reason` on [`SPANS_DROPPED`], all exported from the start.
-pub const SPAN_DROP_REASONS: &[&str] = &["queue_full", "timeout", "rejected", "failed", "shutdown"];
+pub const SPAN_DROP_REASONS: &[&str] = &[
+    "queue_full",
+    "timeout",
+    "rejected",
+    "failed",
+    "shutdown",
+    "budget",
+];
 pub const SPANS_DROPPED: Family = every(
     "tokentap_spans_dropped_total",
     "Sampled spans not exported, by reason: queue_full (traces.queue spans were waiting), timeout (the \
      export took longer than traces.timeout), rejected (the collector answered a status other than 2xx, \
      or rejected some spans of a batch), failed (no connection, or it broke before an answer), shutdown \
-     (still queued when the shutdown's flush ran out of time).",
+     (still queued when the shutdown's flush, or a replaced exporter's after a reload, ran out of time), \
+     budget (no room in the spans budget: the request's client's share, or the cap).",
     Counter,
     &[Label::Reason(SPAN_DROP_REASONS)],
 );
