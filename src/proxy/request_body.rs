@@ -88,7 +88,22 @@ struct Streamed {
     first: Option<Bytes>,
     /// Its place among its client's unfinished uploads, until its last byte passed.
     place: Option<ClientPlace>,
+    /// What was read after small pieces that were joined into one frame: sent next.
+    after: Option<After>,
 }
+
+/// What came after the pieces joined into one frame.
+enum After {
+    Frame(Frame<Bytes>),
+    Error(BoxError),
+    End,
+}
+
+/// A piece of a streamed body this small is joined with the pieces ready after it, up to
+/// [`JOINED`], so a client that uploads a byte at a time does not cost a write upstream per byte.
+const SMALL_PIECE: usize = 4 << 10;
+/// The most pieces are joined to.
+const JOINED: usize = 64 << 10;
 
 /// How much a request may hold, and the budget all held bodies share.
 #[derive(Clone)]
@@ -226,6 +241,7 @@ pub async fn hold(
         tap,
         first: first_over,
         place: None,
+        after: None,
     });
     Ok(Hold {
         body: Outgoing {
@@ -290,8 +306,14 @@ impl Body for Outgoing {
             if let Some(first) = rest.first.take() {
                 return Poll::Ready(Some(Ok(Frame::data(first))));
             }
-            let polled = Pin::new(&mut rest.tap).poll_frame(cx);
-            if matches!(polled, Poll::Ready(None | Some(Err(_)))) || rest.tap.is_end_stream() {
+            let polled = match rest.after.take() {
+                Some(After::Frame(frame)) => Poll::Ready(Some(Ok(frame))),
+                Some(After::Error(error)) => Poll::Ready(Some(Err(error))),
+                Some(After::End) => Poll::Ready(None),
+                None => rest.poll_joined(cx),
+            };
+            let ended = rest.after.is_none() && rest.tap.is_end_stream();
+            if matches!(polled, Poll::Ready(None | Some(Err(_)))) || ended {
                 // The upload is over: its place goes back now, not when hyper drops the body.
                 rest.place = None;
             }
@@ -309,7 +331,11 @@ impl Body for Outgoing {
     fn is_end_stream(&self) -> bool {
         (self.held_sent || self.held.bytes.is_empty())
             && match &self.rest {
-                Some(rest) => rest.first.is_none() && rest.tap.is_end_stream(),
+                Some(rest) => {
+                    rest.first.is_none()
+                        && matches!(rest.after, None | Some(After::End))
+                        && (rest.tap.is_end_stream() || matches!(rest.after, Some(After::End)))
+                }
                 None => self.held.trailers.is_none() || self.trailers_sent,
             }
     }
@@ -339,6 +365,65 @@ impl Body for Outgoing {
             }
             None => SizeHint::with_exact(left),
         }
+    }
+}
+
+impl Streamed {
+    /// The next frame of the rest: a small piece joined with those ready after it (see
+    /// [`SMALL_PIECE`]); a larger one, trailers or the end as they come.
+    fn poll_joined(
+        &mut self, cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let first = match ready(Pin::new(&mut self.tap).poll_frame(cx)) {
+            Some(Some(Ok(frame))) => frame,
+            Some(other) => return Poll::Ready(other),
+            None => return Poll::Pending,
+        };
+        let first = match first.into_data() {
+            Ok(data) if data.len() < SMALL_PIECE && !self.tap.is_end_stream() => data,
+            Ok(data) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+            Err(frame) => return Poll::Ready(Some(Ok(frame))),
+        };
+        let mut joined: Option<bytes::BytesMut> = None;
+        while joined.as_ref().map_or(first.len(), |j| j.len()) < JOINED && !self.tap.is_end_stream()
+        {
+            let next = match Pin::new(&mut self.tap).poll_frame(cx) {
+                Poll::Pending => break,
+                Poll::Ready(None) => {
+                    self.after = Some(After::End);
+                    break;
+                }
+                Poll::Ready(Some(Err(error))) => {
+                    self.after = Some(After::Error(error));
+                    break;
+                }
+                Poll::Ready(Some(Ok(frame))) => frame,
+            };
+            match next.into_data() {
+                Ok(data) => {
+                    let buffer = joined.get_or_insert_with(|| {
+                        let mut buffer = bytes::BytesMut::with_capacity(JOINED);
+                        buffer.extend_from_slice(&first);
+                        buffer
+                    });
+                    buffer.extend_from_slice(&data);
+                }
+                Err(frame) => {
+                    self.after = Some(After::Frame(frame));
+                    break;
+                }
+            }
+        }
+        let data = joined.map_or(first, bytes::BytesMut::freeze);
+        Poll::Ready(Some(Ok(Frame::data(data))))
+    }
+}
+
+/// `Some` of a ready poll.
+fn ready<T>(poll: Poll<T>) -> Option<T> {
+    match poll {
+        Poll::Ready(value) => Some(value),
+        Poll::Pending => None,
     }
 }
 

@@ -471,6 +471,7 @@ pub const METRICS_PORT_REASONS: &[&str] = &[
     "live_busy",
     "host",
     "reclaimed",
+    "cross_site",
 ];
 pub const METRICS_PORT_REFUSED: Family = every(
     "tokentap_metrics_port_refused_total",
@@ -478,7 +479,8 @@ pub const METRICS_PORT_REFUSED: Family = every(
      were open, every one busy), send_timeout (an answer not taken within timeouts.metrics_send), live_busy \
      (/api/v1/live answered 503: too many distinct views held), host (a Host not in \
      metrics.allowed_hosts), reclaimed (an idle connection closed at limits.max_metrics_connections \
-     to make room for a new one).",
+     to make room for a new one), cross_site (POST /-/reload from a page of another site, as the \
+     browser said: Sec-Fetch-Site or Origin).",
     Counter,
     &[Label::Reason(METRICS_PORT_REASONS)],
 );

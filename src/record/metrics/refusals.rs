@@ -75,6 +75,8 @@ pub struct MetricsPortRefusals {
     pub host: IntCounter,
     /// Idle connections closed at `limits.max_metrics_connections` to make room for a new one.
     pub reclaimed: IntCounter,
+    /// `POST /-/reload` answered 403 because a browser said it came from another site.
+    pub cross_site: IntCounter,
 }
 
 impl Refusals {
@@ -115,14 +117,15 @@ impl SessionCounts {
 impl MetricsPortRefusals {
     pub(super) fn register(rows: &Registrar<'_>) -> Result<Self, prometheus::Error> {
         let family = rows.fixed_counter(&family::METRICS_PORT_REFUSED)?;
-        let [connections, send_timeouts, live_busy, host, reclaimed] =
-            [0, 1, 2, 3, 4].map(|i| family.with_label_values(&[METRICS_PORT_REASONS[i]]));
+        let [connections, send_timeouts, live_busy, host, reclaimed, cross_site] =
+            [0, 1, 2, 3, 4, 5].map(|i| family.with_label_values(&[METRICS_PORT_REASONS[i]]));
         Ok(MetricsPortRefusals {
             connections,
             send_timeouts,
             live_busy,
             host,
             reclaimed,
+            cross_site,
         })
     }
 }
