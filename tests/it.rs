@@ -24,6 +24,7 @@ mod failures;
 mod faults;
 mod forwarding;
 mod forwarding_delay;
+mod governor;
 mod headers;
 mod hostile;
 mod hostile_client;

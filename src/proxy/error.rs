@@ -37,7 +37,7 @@ pub enum ProxyError {
     UpstreamOverloaded { limit: usize },
     #[error("this connection already has {limit} upstream requests in progress (limits.max_upstream_per_connection); retry shortly, or spread requests over more connections")]
     ConnectionShare { limit: usize },
-    #[error("no room to hold the request body within {} (this client's share of budgets.held_bodies is taken by its other requests' bodies); retry shortly", format_duration(*.after))]
+    #[error("no room to hold the request body within {} (this client's share of budgets.held_bodies is taken by its other requests' bodies: budgets.held_bodies_per_client); retry shortly", format_duration(*.after))]
     HeldBytesFull { after: Duration },
     #[error("the request body did not arrive whole within {} (timeouts.held_request_body)", format_duration(*.after))]
     HeldBodyLate { after: Duration },

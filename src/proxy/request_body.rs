@@ -21,8 +21,8 @@
 //! answer's head comes.
 //!
 //! **Only the client over its share waits.** A client whose bodies already hold its share waits for
-//! room in it (its bytes wait in the kernel, at no cost here), and is answered `503` with `Retry-After`
-//! ([`HoldError::Budget`]) if none comes before its body's deadline. A client within its share never
+//! room in it (its bytes wait in the kernel, at no cost here) at most `timeouts.request_body_idle`, and
+//! is answered `503` with `Retry-After` ([`HoldError::Budget`]) if none comes. A client within its share never
 //! waits behind another: when the budget's cap is reached, its body is sent on as it arrives instead of
 //! held ([`Hold::streamed_for_room`]), which costs it only the resend a held body would have had. And
 //! every held body has a deadline for the whole of it (`timeouts.held_request_body`), not only for the
@@ -36,6 +36,7 @@
 //! `Content-Length`, unless it had trailers).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -90,6 +91,9 @@ struct Streamed {
     place: Option<ClientPlace>,
     /// What was read after small pieces that were joined into one frame: sent next.
     after: Option<After>,
+    /// Small pieces being joined, and how long they may wait for more.
+    joining: Option<bytes::BytesMut>,
+    wait: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// What came after the pieces joined into one frame.
@@ -104,6 +108,9 @@ enum After {
 const SMALL_PIECE: usize = 4 << 10;
 /// The most pieces are joined to.
 const JOINED: usize = 64 << 10;
+/// The longest small pieces wait for more before what was joined goes: a millisecond, on a body too
+/// large to hold (whose server reads it whole before it answers), against a write per piece.
+const JOIN_WAIT: Duration = Duration::from_millis(1);
 
 /// How much a request may hold, and the budget all held bodies share.
 #[derive(Clone)]
@@ -112,9 +119,11 @@ pub struct HoldLimits {
     pub per_request: u64,
     /// The governor's `held_bodies` budget.
     pub all: Arc<Pool>,
-    /// The whole body must arrive (and its client's room come) within this of the request head:
-    /// `timeouts.held_request_body`.
+    /// The whole body must arrive within this of the request head: `timeouts.held_request_body`.
     pub whole: Duration,
+    /// How long a body waits for room in its client's share, at most (within `whole`):
+    /// `timeouts.request_body_idle`, as tokentap reads none of it meanwhile.
+    pub wait: Duration,
 }
 
 /// Why a body was not held.
@@ -179,13 +188,17 @@ impl Buffer<'_> {
             .max(SMALL_BODY)
             .min(most);
         let more = (grown - capacity) as u64;
-        match self.budget.grow_waiting(more, self.deadline).await {
+        let until = (Instant::now() + self.limits.wait).min(self.deadline);
+        match self.budget.grow_waiting(more, until).await {
             Ok(waited) => self.waited |= waited,
             Err(Spent::Cap) => {
                 self.no_room = true;
                 return Ok(false);
             }
-            Err(Spent::Share) => return Err(HoldError::Budget(self.limits.whole)),
+            Err(Spent::Share) if until == self.deadline => {
+                return Err(HoldError::Late(self.limits.whole))
+            }
+            Err(Spent::Share) => return Err(HoldError::Budget(self.limits.wait)),
         }
         self.bytes.reserve_exact(grown - self.bytes.len());
         Ok(true)
@@ -242,6 +255,8 @@ pub async fn hold(
         first: first_over,
         place: None,
         after: None,
+        joining: None,
+        wait: None,
     });
     Ok(Hold {
         body: Outgoing {
@@ -369,61 +384,77 @@ impl Body for Outgoing {
 }
 
 impl Streamed {
-    /// The next frame of the rest: a small piece joined with those ready after it (see
-    /// [`SMALL_PIECE`]); a larger one, trailers or the end as they come.
+    /// The next frame of the rest: small pieces joined (see [`SMALL_PIECE`]); a larger one, trailers
+    /// or the end as they come. hyper hands a request body on a piece at a time, decoding the next one
+    /// only once this one is taken, so pieces the client sent together do not arrive together here:
+    /// what is joined waits at most [`JOIN_WAIT`] for more, and goes at once when [`JOINED`] bytes are
+    /// joined or anything but data comes.
     fn poll_joined(
         &mut self, cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let first = match ready(Pin::new(&mut self.tap).poll_frame(cx)) {
-            Some(Some(Ok(frame))) => frame,
-            Some(other) => return Poll::Ready(other),
-            None => return Poll::Pending,
-        };
-        let first = match first.into_data() {
-            Ok(data) if data.len() < SMALL_PIECE && !self.tap.is_end_stream() => data,
-            Ok(data) => return Poll::Ready(Some(Ok(Frame::data(data)))),
-            Err(frame) => return Poll::Ready(Some(Ok(frame))),
-        };
-        let mut joined: Option<bytes::BytesMut> = None;
-        while joined.as_ref().map_or(first.len(), |j| j.len()) < JOINED && !self.tap.is_end_stream()
-        {
-            let next = match Pin::new(&mut self.tap).poll_frame(cx) {
-                Poll::Pending => break,
+        loop {
+            let polled = Pin::new(&mut self.tap).poll_frame(cx);
+            let joined = self.joining.as_ref().map_or(0, bytes::BytesMut::len);
+            match polled {
+                Poll::Pending if joined == 0 => return Poll::Pending,
+                Poll::Pending => {
+                    let waited = match &mut self.wait {
+                        Some(wait) => wait.as_mut().poll(cx).is_ready(),
+                        None => true,
+                    };
+                    if waited {
+                        return Poll::Ready(self.take_joined());
+                    }
+                    return Poll::Pending;
+                }
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data)
+                        if joined == 0
+                            && (data.len() >= SMALL_PIECE || self.tap.is_end_stream()) =>
+                    {
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                    Ok(data) => {
+                        if joined == 0 {
+                            let deadline = Instant::now() + JOIN_WAIT;
+                            match &mut self.wait {
+                                Some(wait) => wait.as_mut().reset(deadline),
+                                None => {
+                                    self.wait = Some(Box::pin(tokio::time::sleep_until(deadline)))
+                                }
+                            }
+                        }
+                        let buffer = self
+                            .joining
+                            .get_or_insert_with(|| bytes::BytesMut::with_capacity(JOINED));
+                        buffer.extend_from_slice(&data);
+                        if buffer.len() >= JOINED || self.tap.is_end_stream() {
+                            return Poll::Ready(self.take_joined());
+                        }
+                    }
+                    Err(frame) if joined == 0 => return Poll::Ready(Some(Ok(frame))),
+                    Err(frame) => {
+                        self.after = Some(After::Frame(frame));
+                        return Poll::Ready(self.take_joined());
+                    }
+                },
+                Poll::Ready(other) if joined == 0 => return Poll::Ready(other),
                 Poll::Ready(None) => {
                     self.after = Some(After::End);
-                    break;
+                    return Poll::Ready(self.take_joined());
                 }
                 Poll::Ready(Some(Err(error))) => {
                     self.after = Some(After::Error(error));
-                    break;
-                }
-                Poll::Ready(Some(Ok(frame))) => frame,
-            };
-            match next.into_data() {
-                Ok(data) => {
-                    let buffer = joined.get_or_insert_with(|| {
-                        let mut buffer = bytes::BytesMut::with_capacity(JOINED);
-                        buffer.extend_from_slice(&first);
-                        buffer
-                    });
-                    buffer.extend_from_slice(&data);
-                }
-                Err(frame) => {
-                    self.after = Some(After::Frame(frame));
-                    break;
+                    return Poll::Ready(self.take_joined());
                 }
             }
         }
-        let data = joined.map_or(first, bytes::BytesMut::freeze);
-        Poll::Ready(Some(Ok(Frame::data(data))))
     }
-}
 
-/// `Some` of a ready poll.
-fn ready<T>(poll: Poll<T>) -> Option<T> {
-    match poll {
-        Poll::Ready(value) => Some(value),
-        Poll::Pending => None,
+    /// What was joined, as one frame.
+    fn take_joined(&mut self) -> Option<Result<Frame<Bytes>, BoxError>> {
+        let joined = self.joining.take()?;
+        Some(Ok(Frame::data(joined.freeze())))
     }
 }
 

@@ -164,6 +164,7 @@ impl Proxy {
                     per_request: limits.held_body_bytes(),
                     all: held_bodies,
                     whole: config.timeouts.held_request_body,
+                    wait: config.timeouts.request_body_idle,
                 },
                 uploads: PerClient::new(
                     (limits.max_streamed_uploads_per_client).min(limits.max_upstream_connections),
