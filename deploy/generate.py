@@ -142,6 +142,34 @@ def percentiles(kind, record, x, y, what):
     )
 
 
+# The trace an exemplar names, opened in Explore on the datasource the `traces` variable picks (Tempo by
+# default; Jaeger reads the same trace id). docs/tracing.md shows the click.
+TRACE_LINK = {
+    "title": "Trace ${__data.fields.trace_id}",
+    "url": '/explore?left={"datasource":"${traces}","queries":[{"refId":"A","query":"${__data.fields.trace_id}"}],'
+    '"range":{"from":"now-1h","to":"now"}}',
+}
+
+
+def with_exemplars(panel, metric):
+    """A latency panel with the p99 read from the buckets themselves, exemplars on (the recording rules
+    carry none): each diamond is a request whose span was exported, linked to its trace."""
+    panel["targets"].append(
+        target(
+            f"histogram_quantile(0.99, sum by (le, model) (rate({metric}_bucket{{{SEL}}}[$__rate_interval])))",
+            "{{model}} p99 (exemplars)",
+            "Z",
+            exemplar=True,
+        )
+    )
+    panel["fieldConfig"]["defaults"]["links"] = [TRACE_LINK]
+    panel["description"] += (
+        " Exemplars (diamonds, Prometheus --enable-feature=exemplar-storage) are requests whose span was"
+        " exported: click one for its trace (the Traces variable)."
+    )
+    return panel
+
+
 def dashboard() -> dict:
     panels = [row("SLO", 0)]
     panels += [
@@ -211,7 +239,10 @@ def dashboard() -> dict:
     itl = "Inter-token latency, one observation per gap between output-bearing chunks."
     tpot = "Time per output token, per request: (E2E - TTFT) / (N - 1)."
     panels += [
-        percentiles("TTFT", "tokentap_time_to_first_token_seconds", 0, 14, ttft),
+        with_exemplars(
+            percentiles("TTFT", "tokentap_time_to_first_token_seconds", 0, 14, ttft),
+            "tokentap_time_to_first_token_seconds",
+        ),
         percentiles("ITL", "tokentap_inter_token_latency_seconds", 8, 14, itl),
         percentiles("TPOT", "tokentap_time_per_output_token_seconds", 16, 14, tpot),
     ]
@@ -226,15 +257,18 @@ def dashboard() -> dict:
             "s",
             {"h": 8, "w": 12, "x": 0, "y": 22},
         ),
-        timeseries(
-            "End-to-end latency p50 / p99",
-            "Request arrival to the last byte, requests that ended ok.",
-            [
-                target(f"model:tokentap_e2e_request_latency_seconds:p50_rate5m{{{SEL}}}", "{{model}} p50"),
-                target(f"model:tokentap_e2e_request_latency_seconds:p99_rate5m{{{SEL}}}", "{{model}} p99", "B"),
-            ],
-            "s",
-            {"h": 8, "w": 12, "x": 12, "y": 22},
+        with_exemplars(
+            timeseries(
+                "End-to-end latency p50 / p99",
+                "Request arrival to the last byte, requests that ended ok.",
+                [
+                    target(f"model:tokentap_e2e_request_latency_seconds:p50_rate5m{{{SEL}}}", "{{model}} p50"),
+                    target(f"model:tokentap_e2e_request_latency_seconds:p99_rate5m{{{SEL}}}", "{{model}} p99", "B"),
+                ],
+                "s",
+                {"h": 8, "w": 12, "x": 12, "y": 22},
+            ),
+            "tokentap_e2e_request_latency_seconds",
         ),
     ]
     panels.append(row("Traffic", 30))
@@ -470,6 +504,16 @@ def dashboard() -> dict:
                     "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
                     "sort": 1,
                     "hide": 0,
+                },
+                {
+                    "name": "traces",
+                    "label": "Traces",
+                    "description": "Where an exemplar's trace opens: a Tempo datasource (for Jaeger, set this variable's type to jaeger).",
+                    "type": "datasource",
+                    "query": "tempo",
+                    "current": {},
+                    "hide": 0,
+                    "refresh": 1,
                 },
             ]
         },

@@ -254,7 +254,7 @@ fn dashboard_is_importable_and_has_the_promised_panels() {
         .iter()
         .filter_map(|v| v["name"].as_str())
         .collect();
-    assert_eq!(vars, ["datasource", "model"]);
+    assert_eq!(vars, ["datasource", "model", "traces"]);
     let panels = dashboard["panels"].as_array().expect("panels");
     let ids: HashSet<u64> = panels.iter().filter_map(|p| p["id"].as_u64()).collect();
     assert_eq!(ids.len(), panels.len(), "panel ids must be unique");

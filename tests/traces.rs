@@ -1,5 +1,5 @@
 //! Traces (`traces:`, docs/tracing.md) end to end: tokentap in-process with its exporter pointed at a
-//! scripted OTLP/HTTP receiver in this file, which decodes each export with the OpenTelemetry project's
+//! scripted OTLP/HTTP receiver (`support/otlp.rs`), which decodes each export with the OpenTelemetry project's
 //! own messages (`opentelemetry-proto`). A request with a `traceparent` becomes one span in that trace,
 //! its attributes the record's figures exactly; sampling at the end keeps exactly the requests the
 //! records mark as missed; `propagate` rewrites the `traceparent` the upstream sees to the exported
@@ -9,23 +9,13 @@
 use crate::support;
 
 use std::collections::BTreeSet;
-use std::convert::Infallible;
-use std::io::Read;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+use http_body_util::Full;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
-use prost::Message;
 use support::*;
 use tokentap::record::metrics::family;
 use tokentap::record::request_record::RequestRecord;
@@ -35,129 +25,6 @@ const CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN: &str = "00f067aa0ba902b7";
 const CHAT: &str = "/v1/chat/completions";
-
-/// How the scripted collector answers an export.
-#[derive(Clone, Copy)]
-enum Answer {
-    /// 200 with an empty `ExportTraceServiceResponse`.
-    Accept,
-    /// This status, at once.
-    Status(u16),
-    /// 200, after this long.
-    After(Duration),
-    /// 200 with a partial success rejecting this many spans of each export.
-    Partial(i64),
-}
-
-/// An OTLP/HTTP receiver on loopback: the spans it decoded and the heads of the exports.
-struct Collector {
-    addr: SocketAddr,
-    spans: Arc<Mutex<Vec<Span>>>,
-    /// Each export's head and how many spans it carried.
-    exports: Arc<Mutex<Vec<(http::HeaderMap, usize)>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Collector {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Collector {
-    async fn start(answer: Answer) -> Collector {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let spans = Arc::new(Mutex::new(Vec::new()));
-        let exports = Arc::new(Mutex::new(Vec::new()));
-        let (kept, heads) = (spans.clone(), exports.clone());
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let (kept, heads) = (kept.clone(), heads.clone());
-                let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                    let (kept, heads) = (kept.clone(), heads.clone());
-                    async move {
-                        let (parts, body) = request.into_parts();
-                        let bytes = body
-                            .collect()
-                            .await
-                            .map(|b| b.to_bytes())
-                            .unwrap_or_default();
-                        let plain = match parts.headers.get("content-encoding") {
-                            Some(v) if v == "gzip" => {
-                                let mut plain = Vec::new();
-                                let mut gz = flate2::read::GzDecoder::new(&bytes[..]);
-                                gz.read_to_end(&mut plain).expect("gzip");
-                                plain
-                            }
-                            _ => bytes.to_vec(),
-                        };
-                        let decoded = ExportTraceServiceRequest::decode(&plain[..]).expect("OTLP");
-                        assert_eq!(parts.uri.path(), "/v1/traces");
-                        let carried: usize = decoded
-                            .resource_spans
-                            .iter()
-                            .flat_map(|r| &r.scope_spans)
-                            .map(|s| s.spans.len())
-                            .sum();
-                        heads.lock().unwrap().push((parts.headers, carried));
-                        let status = match answer {
-                            Answer::Accept => 200,
-                            Answer::Status(status) => status,
-                            Answer::After(wait) => {
-                                tokio::time::sleep(wait).await;
-                                200
-                            }
-                            Answer::Partial(_) => 200,
-                        };
-                        if status == 200 {
-                            let mut kept = kept.lock().unwrap();
-                            for resource in decoded.resource_spans {
-                                for scope in resource.scope_spans {
-                                    kept.extend(scope.spans);
-                                }
-                            }
-                        }
-                        let partial_success = match answer {
-                            Answer::Partial(rejected) => Some(ExportTracePartialSuccess {
-                                rejected_spans: rejected,
-                                error_message: "too old".into(),
-                            }),
-                            _ => None,
-                        };
-                        let answer = ExportTraceServiceResponse { partial_success }.encode_to_vec();
-                        let response = http::Response::builder()
-                            .status(status)
-                            .header("content-type", "application/x-protobuf")
-                            .body(Full::new(Bytes::from(answer)))
-                            .expect("response");
-                        Ok::<_, Infallible>(response)
-                    }
-                });
-                tokio::spawn(async move {
-                    let io = TokioIo::new(stream);
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(io, service)
-                        .await;
-                });
-            }
-        });
-        Collector {
-            addr,
-            spans,
-            exports,
-            task,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    fn spans(&self) -> Vec<Span> {
-        self.spans.lock().unwrap().clone()
-    }
-}
 
 /// A collector that accepts connections and never reads from them.
 async fn deaf_collector() -> (String, tokio::task::JoinHandle<()>) {
@@ -219,21 +86,6 @@ fn with_header(
     request
 }
 
-/// A stream: its first token after `first`, `tokens` in all 5 ms apart, with usage (7 prompt tokens).
-fn stream(first: Duration, tokens: usize) -> Vec<Step> {
-    let mut steps = vec![sse_head(), Step::Sleep(first)];
-    for i in 0..tokens {
-        if i > 0 {
-            steps.push(Step::Sleep(ms(5)));
-        }
-        steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
-    }
-    steps.push(chunk(usage_chunk(7, tokens as u64).as_bytes()));
-    steps.push(chunk(DONE.as_bytes()));
-    steps.push(last_chunk());
-    steps
-}
-
 /// The upstream of most tests: `slow` streams its first token after 80 ms, `fail` answers 500, any
 /// other model streams at once.
 async fn model_server() -> Upstream {
@@ -247,9 +99,9 @@ async fn model_server() -> Upstream {
             )];
         }
         if body.contains("\"slow\"") {
-            return stream(ms(80), 3);
+            return tokens_after(ms(80), 3);
         }
-        stream(ms(1), 3)
+        tokens_after(ms(1), 3)
     })
     .await
 }
@@ -260,7 +112,7 @@ fn traces_yaml(endpoint: &str, extra: &str) -> String {
 
 #[tokio::test]
 async fn a_request_with_a_traceparent_is_one_span_in_that_trace_with_the_records_figures() {
-    let collector = Collector::start(Answer::Accept).await;
+    let collector = Collector::start(Reply::Accept).await;
     let upstream = model_server().await;
     let path = temp_file("traces-one-span");
     let yaml = format!(
@@ -341,7 +193,7 @@ async fn a_request_with_a_traceparent_is_one_span_in_that_trace_with_the_records
     let ttft = (record.ttft_s.unwrap() * 1e9).round() as u64;
     assert_eq!(first.time_unix_nano - span.start_time_unix_nano, ttft);
     // The export's head: protobuf, gzipped, with the configured header.
-    let head = collector.exports.lock().unwrap()[0].0.clone();
+    let head = collector.exports()[0].0.clone();
     assert_eq!(head["content-type"], "application/x-protobuf");
     assert_eq!(head["content-encoding"], "gzip");
     assert_eq!(head["authorization"], "Bearer collector-key");
@@ -352,7 +204,7 @@ async fn a_request_with_a_traceparent_is_one_span_in_that_trace_with_the_records
 
 #[tokio::test]
 async fn without_propagate_the_upstream_gets_the_clients_head_byte_for_byte() {
-    let collector = Collector::start(Answer::Accept).await;
+    let collector = Collector::start(Reply::Accept).await;
     let upstream = model_server().await;
     let plain = proxy(&upstream.url(), "").await;
     let traced = proxy(&upstream.url(), &traces_yaml(&collector.url(), "")).await;
@@ -380,7 +232,7 @@ async fn without_propagate_the_upstream_gets_the_clients_head_byte_for_byte() {
 
 #[tokio::test]
 async fn with_propagate_the_upstream_sees_the_exported_span_as_its_parent() {
-    let collector = Collector::start(Answer::Accept).await;
+    let collector = Collector::start(Reply::Accept).await;
     let upstream = model_server().await;
     let plain = proxy(&upstream.url(), "").await;
     let traced = proxy(
@@ -435,7 +287,7 @@ async fn with_propagate_the_upstream_sees_the_exported_span_as_its_parent() {
 
 #[tokio::test]
 async fn with_ratio_0_exactly_the_requests_the_records_mark_as_missed_are_exported() {
-    let collector = Collector::start(Answer::Accept).await;
+    let collector = Collector::start(Reply::Accept).await;
     let upstream = model_server().await;
     let path = temp_file("traces-sampled");
     let sample = ", sample: {ratio: 0, slo_misses: true, failures: false, parent: false}";
@@ -522,8 +374,8 @@ async fn a_dead_slow_failing_or_deaf_collector_costs_spans_counted_by_reason_nev
     let upstream = model_server().await;
     let off = proxy(&upstream.url(), "").await;
     let baseline = batch(&off, N).await;
-    let slow = Collector::start(Answer::After(Duration::from_secs(30))).await;
-    let failing = Collector::start(Answer::Status(500)).await;
+    let slow = Collector::start(Reply::After(Duration::from_secs(30))).await;
+    let failing = Collector::start(Reply::Status(500)).await;
     let (deaf, _held) = deaf_collector().await;
     let dead = dead_collector().await;
     let cases = [
@@ -563,7 +415,7 @@ async fn a_dead_slow_failing_or_deaf_collector_costs_spans_counted_by_reason_nev
 
 #[tokio::test]
 async fn a_shutdown_flushes_the_queued_spans_without_waiting_for_the_interval() {
-    let collector = Collector::start(Answer::Accept).await;
+    let collector = Collector::start(Reply::Accept).await;
     let upstream = model_server().await;
     let yaml = format!(
         "traces: {{endpoint: \"{}\", interval: 1m}}\n",
@@ -595,7 +447,7 @@ async fn a_shutdown_flushes_the_queued_spans_without_waiting_for_the_interval() 
 /// batch (a 1-minute interval) before it exits, within the grace period.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_sigterm_the_binary_sends_its_queued_spans_before_it_exits() {
-    let collector = Collector::start(Answer::Accept).await;
+    let collector = Collector::start(Reply::Accept).await;
     let upstream = model_server().await;
     let yaml = format!(
         "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: {}\nshutdown_grace: 10s\ntraces: {{endpoint: \"{}\", interval: 1m}}\n",
@@ -634,7 +486,7 @@ async fn on_sigterm_the_binary_sends_its_queued_spans_before_it_exits() {
 
 #[tokio::test]
 async fn an_export_carries_at_most_a_batch_and_a_partial_success_counts_the_spans_it_rejected() {
-    let collector = Collector::start(Answer::Partial(1)).await;
+    let collector = Collector::start(Reply::Partial(1)).await;
     let upstream = model_server().await;
     let yaml = format!(
         "traces: {{endpoint: \"{}\", interval: 1m, batch: 3}}\n",
@@ -645,13 +497,7 @@ async fn an_export_carries_at_most_a_batch_and_a_partial_success_counts_the_span
     settle(&proxy).await;
     proxy.flush_spans(Duration::from_secs(5)).await;
     // 3 + 3 by size, the last one by the flush; the collector rejected one of each.
-    let carried: Vec<usize> = collector
-        .exports
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|e| e.1)
-        .collect();
+    let carried: Vec<usize> = collector.exports().iter().map(|e| e.1).collect();
     assert_eq!(carried, [3, 3, 1]);
     let metrics = scrape(&proxy).await;
     assert_eq!(metrics.get(family::SPANS_EXPORTED.name, &[]), 4.0);

@@ -53,6 +53,10 @@ pub async fn run(config: &Config, source: Source) -> Result<(), StartError> {
     // the records have, for the requests the grace period cut).
     let left = config.shutdown_grace.saturating_sub(asked.elapsed());
     running.flush_spans(left.max(Duration::from_secs(2))).await;
+    let left = config.shutdown_grace.saturating_sub(asked.elapsed());
+    running
+        .flush_metrics(left.max(Duration::from_secs(2)))
+        .await;
     let records = running.clone();
     // The writer thread may be stuck on a reader that does not read: wait for it off the runtime, briefly.
     let _ =

@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::net::tls::Certificates;
 use crate::record::live::Live;
 use crate::record::metrics::Metrics;
+use crate::record::otlp_metrics::MetricsExporter;
 use crate::shutdown::{self, Count, Drained, Phase, Shutdown};
 use crate::tap::context::ExchangeContext;
 
@@ -36,6 +37,8 @@ pub struct Running {
     pub(super) live: Option<Arc<Live>>,
     /// The proxy port's certificate (`listen_tls:`).
     pub(super) certificates: Option<Arc<Certificates>>,
+    /// The metrics pushed to a collector (`otlp_metrics:`; a restart changes it).
+    pub(super) otlp_metrics: Option<MetricsExporter>,
 }
 
 impl Running {
@@ -83,6 +86,13 @@ impl Running {
         let spans = self.reloader.parts().spans.clone();
         if let Some(spans) = spans {
             spans.flush(limit).await;
+        }
+    }
+
+    /// Sends one last metric export to the collector (`otlp_metrics:`), waiting at most `limit`.
+    pub async fn flush_metrics(&self, limit: Duration) {
+        if let Some(exporter) = &self.otlp_metrics {
+            exporter.flush(limit).await;
         }
     }
 

@@ -16,6 +16,7 @@ use crate::proxy::Proxy;
 use crate::record::conversations::Conversations;
 use crate::record::live::Live;
 use crate::record::metrics::Metrics;
+use crate::record::otlp_metrics::MetricsExporter;
 use crate::record::trace::{self, Tracing};
 use crate::shutdown::{Count, Shutdown};
 use crate::tap::context::ExchangeContext;
@@ -45,8 +46,10 @@ pub enum StartError {
     SeriesBudget(String),
     #[error("{0}")]
     ModelList(#[from] crate::proxy::models::ModelListError),
-    #[error("{0}")]
+    #[error("traces: {0}")]
     Traces(#[from] trace::SetupError),
+    #[error("otlp_metrics: {0}")]
+    OtlpMetrics(#[source] trace::SetupError),
 }
 
 /// Binds the proxy and metrics ports and starts serving.
@@ -65,6 +68,14 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let tracing = Tracing::start(config, metrics.spans.clone(), &governor)?;
     let spans = tracing.as_ref().map(|t| t.exporter.clone());
     let turns = governor.pool(Budget::Conversations).clone();
+    let otlp_metrics = match &config.otlp_metrics {
+        Some(otlp) => {
+            let server = trace::server(&config.upstream);
+            let exporter = MetricsExporter::start(otlp, metrics.clone(), server);
+            Some(exporter.map_err(StartError::OtlpMetrics)?)
+        }
+        None => None,
+    };
     let conversations =
         Conversations::new(config.conversations.max_turns, config.conversations.idle)
             .map(|c| Arc::new(c.governed(turns)));
@@ -165,5 +176,6 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         snapshot_task,
         live,
         certificates,
+        otlp_metrics,
     })
 }

@@ -9,7 +9,7 @@
 //! its default; `yaml` is the only module that touches serde_yaml, and names the key of an error as a
 //! dotted path (`slo.models.llama-3.1-70b.ttft`). Sections with checks of their own have their own
 //! file: `limits` (`timeouts:`, `limits:`), `admission` (`model_list:`), `records` (`request_log:`,
-//! `tenants:`), `slo` (the SLO kinds and `slo:`), `ui`, `conversations`, `traces`, `tls` (`listen_tls:`). `config/tokentap.yaml` is the annotated example.
+//! `tenants:`), `slo` (the SLO kinds and `slo:`), `ui`, `conversations`, `traces`, `otlp_metrics`, `tls` (`listen_tls:`). `config/tokentap.yaml` is the annotated example.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -22,6 +22,7 @@ mod admission;
 mod budgets;
 mod conversations;
 mod limits;
+mod otlp_metrics;
 mod records;
 mod section;
 mod slo;
@@ -38,10 +39,11 @@ pub use admission::ModelList;
 pub use budgets::{BudgetLimits, Budgets};
 pub use conversations::Conversations;
 pub use limits::{Limits, Timeouts};
+pub use otlp_metrics::{OtlpMetrics, Temporality};
 pub use records::{RecordPath, RequestLog, TenantFrom, Tenants};
 pub use slo::{ByKind, Ceilings, Slo, SloKind};
 pub use tls::ListenTls;
-pub use traces::{Compression, Sample, Traces};
+pub use traces::{Compression, Headers, Sample, Traces};
 pub use ui::{prometheus_base, Ui};
 pub use values::{format_duration, parse_duration, parse_size, parse_upstream};
 
@@ -119,6 +121,9 @@ pub struct Config {
     /// One span per finished request, exported with OTLP/HTTP (`traces:`); `None`: off.
     #[serde(deserialize_with = "optional_section")]
     pub traces: Option<Traces>,
+    /// The GenAI server metrics and tokentap's own pushed with OTLP/HTTP (`otlp_metrics:`); `None`: off.
+    #[serde(deserialize_with = "optional_section")]
+    pub otlp_metrics: Option<OtlpMetrics>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -270,6 +275,7 @@ impl Default for Config {
             ui: Ui::default(),
             conversations: Conversations::default(),
             traces: None,
+            otlp_metrics: None,
         }
     }
 }
@@ -295,7 +301,7 @@ impl Default for MetricsOptions {
 }
 
 impl MetricsOptions {
-    /// The default series budget: above the default configuration's limit (590,429, leaving about a
+    /// The default series budget: above the default configuration's limit (590,434, leaving about a
     /// fifth for SLO ceilings and tenants), and what one Prometheus server can take from one target
     /// without a second thought.
     pub const DEFAULT_MAX_SERIES: u64 = 750_000;
@@ -401,6 +407,9 @@ impl Config {
         }
         if let Some(traces) = &self.traces {
             traces.validate()?;
+        }
+        if let Some(metrics) = &self.otlp_metrics {
+            metrics.validate()?;
         }
         if let Some(tenants) = &self.tenants {
             tenants.validate()?;

@@ -12,15 +12,27 @@ use serde::{Deserialize, Serialize};
 use super::section::section;
 use super::{format_duration, invalid, values, ConfigError};
 
+/// Headers sent with every OTLP export (`traces.headers`, `otlp_metrics.headers`): credentials, so
+/// only their names are ever shown.
+#[derive(Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct Headers(pub BTreeMap<String, String>);
+
+impl fmt::Debug for Headers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
+}
+
 /// `traces:`.
-#[derive(Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Traces {
     /// Required: the collector's OTLP/HTTP base URL; spans are posted to `{endpoint}/v1/traces` (a URL
     /// that already ends in `/v1/traces` is used as it is).
     pub endpoint: String,
     /// Headers sent with every export (an API key, a tenant): their values are never logged.
-    pub headers: BTreeMap<String, String>,
+    pub headers: Headers,
     /// How long one export may take, connecting included; then its spans are dropped and counted.
     #[serde(with = "values::duration")]
     pub timeout: Duration,
@@ -81,7 +93,7 @@ impl Default for Traces {
     fn default() -> Self {
         Traces {
             endpoint: String::new(),
-            headers: BTreeMap::new(),
+            headers: Headers::default(),
             timeout: Duration::from_secs(5),
             compression: Compression::Gzip,
             service_name: "tokentap".to_owned(),
@@ -91,24 +103,6 @@ impl Default for Traces {
             batch: 512,
             interval: Duration::from_secs(1),
         }
-    }
-}
-
-/// Header values are credentials: only their names are shown.
-impl fmt::Debug for Traces {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Traces")
-            .field("endpoint", &self.endpoint)
-            .field("headers", &self.headers.keys().collect::<Vec<_>>())
-            .field("timeout", &self.timeout)
-            .field("compression", &self.compression)
-            .field("service_name", &self.service_name)
-            .field("sample", &self.sample)
-            .field("propagate", &self.propagate)
-            .field("queue", &self.queue)
-            .field("batch", &self.batch)
-            .field("interval", &self.interval)
-            .finish()
     }
 }
 
@@ -123,74 +117,24 @@ const OWN_HEADERS: [&str; 5] = [
 
 impl Traces {
     const MAX_QUEUE: usize = 1 << 20;
-    const ENDPOINT_EXAMPLE: &'static str = "e.g. \"http://otel-collector:4318\"";
 
     /// The URL spans are posted to: `{endpoint}/v1/traces`, or the endpoint itself when it names that path.
     pub fn export_url(&self) -> Result<http::Uri, String> {
-        let bad = |reason: &str| format!("{reason} ({})", Self::ENDPOINT_EXAMPLE);
-        let base = self.endpoint.trim_end_matches('/');
-        let url = match base.ends_with("/v1/traces") {
-            true => base.to_owned(),
-            false => format!("{base}/v1/traces"),
-        };
-        let uri: http::Uri = url.parse().map_err(|_| bad("not a URL"))?;
-        if !matches!(uri.scheme_str(), Some("http" | "https")) {
-            return Err(bad("must start with http:// or https://"));
-        }
-        match uri.authority() {
-            Some(a) if a.as_str().contains('@') => Err(bad(
-                "must not contain credentials (user:password@): use `headers`",
-            )),
-            Some(a) if !a.host().is_empty() => match uri.query() {
-                Some(_) => Err(bad("must not contain a query")),
-                None => Ok(uri),
-            },
-            _ => Err(bad("missing host")),
-        }
+        otlp_url(&self.endpoint, "traces")
     }
 
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if self.endpoint.is_empty() {
-            let reason = "traces needs an `endpoint`: the collector's OTLP/HTTP URL, e.g. http://otel-collector:4318";
-            return Err(invalid("traces.endpoint", "URL", "", reason));
-        }
-        if let Err(reason) = self.export_url() {
-            let shown = match self.endpoint.contains('@') {
-                true => "(not shown)",
-                false => &self.endpoint,
-            };
-            return Err(invalid("traces.endpoint", "URL", shown, reason));
-        }
-        for (name, value) in &self.headers {
-            let key = format!("traces.headers.{name}");
-            let lower = name.to_ascii_lowercase();
-            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                let reason = "must be a header name such as authorization";
-                return Err(invalid(&key, "header name", name, reason));
-            }
-            if OWN_HEADERS.contains(&lower.as_str()) {
-                let reason = "is set by tokentap itself";
-                return Err(invalid(&key, "header name", name, reason));
-            }
-            if http::HeaderValue::from_str(value).is_err() {
-                let reason = "must be visible ASCII text (the value is not shown)";
-                return Err(invalid(&key, "header value", "(not shown)", reason));
-            }
-        }
-        if !(Duration::from_millis(1)..=Duration::from_secs(60)).contains(&self.timeout) {
-            let value = format_duration(self.timeout);
-            let reason = "must be between 1ms and 1m";
-            return Err(invalid("traces.timeout", "duration", &value, reason));
-        }
+        check_otlp(
+            "traces",
+            &self.endpoint,
+            &self.headers,
+            self.timeout,
+            &self.service_name,
+        )?;
         if !(Duration::from_millis(1)..=Duration::from_secs(60)).contains(&self.interval) {
             let value = format_duration(self.interval);
             let reason = "must be between 1ms and 1m";
             return Err(invalid("traces.interval", "duration", &value, reason));
-        }
-        let name = &self.service_name;
-        if name.is_empty() || name.len() > 256 || name.chars().any(char::is_control) {
-            let reason = "must be 1 to 256 bytes without control characters";
-            return Err(invalid("traces.service_name", "name", name, reason));
         }
         let ratio = self.sample.ratio;
         if !(0.0..=1.0).contains(&ratio) {
@@ -214,6 +158,88 @@ impl Traces {
         }
         Ok(())
     }
+}
+
+const ENDPOINT_EXAMPLE: &str = "e.g. \"http://otel-collector:4318\"";
+
+/// The URL an OTLP/HTTP export of `signal` (`traces`, `metrics`) is posted to: `{endpoint}/v1/{signal}`,
+/// or the endpoint itself when it names that path (as `OTEL_EXPORTER_OTLP_ENDPOINT` and its
+/// per-signal forms are read).
+pub(super) fn otlp_url(endpoint: &str, signal: &str) -> Result<http::Uri, String> {
+    let bad = |reason: &str| format!("{reason} ({ENDPOINT_EXAMPLE})");
+    let base = endpoint.trim_end_matches('/');
+    let path = format!("/v1/{signal}");
+    let url = match base.ends_with(&path) {
+        true => base.to_owned(),
+        false => format!("{base}{path}"),
+    };
+    let uri: http::Uri = url.parse().map_err(|_| bad("not a URL"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(bad("must start with http:// or https://"));
+    }
+    match uri.authority() {
+        Some(a) if a.as_str().contains('@') => Err(bad(
+            "must not contain credentials (user:password@): use `headers`",
+        )),
+        Some(a) if !a.host().is_empty() => match uri.query() {
+            Some(_) => Err(bad("must not contain a query")),
+            None => Ok(uri),
+        },
+        _ => Err(bad("missing host")),
+    }
+}
+
+/// The keys every OTLP/HTTP exporter's section has (`traces:`, `otlp_metrics:`), checked under
+/// `section`'s name: the endpoint, the headers (never shown), the timeout and the service name.
+pub(super) fn check_otlp(
+    section: &str, endpoint: &str, headers: &Headers, timeout: Duration, service_name: &str,
+) -> Result<(), ConfigError> {
+    let key = |k: &str| format!("{section}.{k}");
+    if endpoint.is_empty() {
+        let reason = format!("{section} needs an `endpoint`: the collector's OTLP/HTTP URL, e.g. http://otel-collector:4318");
+        return Err(invalid(&key("endpoint"), "URL", "", reason));
+    }
+    let signal = if section == "traces" {
+        "traces"
+    } else {
+        "metrics"
+    };
+    if let Err(reason) = otlp_url(endpoint, signal) {
+        let shown = match endpoint.contains('@') {
+            true => "(not shown)",
+            false => endpoint,
+        };
+        return Err(invalid(&key("endpoint"), "URL", shown, reason));
+    }
+    for (name, value) in &headers.0 {
+        let key = key(&format!("headers.{name}"));
+        let lower = name.to_ascii_lowercase();
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            let reason = "must be a header name such as authorization";
+            return Err(invalid(&key, "header name", name, reason));
+        }
+        if OWN_HEADERS.contains(&lower.as_str()) {
+            let reason = "is set by tokentap itself";
+            return Err(invalid(&key, "header name", name, reason));
+        }
+        if http::HeaderValue::from_str(value).is_err() {
+            let reason = "must be visible ASCII text (the value is not shown)";
+            return Err(invalid(&key, "header value", "(not shown)", reason));
+        }
+    }
+    if !(Duration::from_millis(1)..=Duration::from_secs(60)).contains(&timeout) {
+        let value = format_duration(timeout);
+        let reason = "must be between 1ms and 1m";
+        return Err(invalid(&key("timeout"), "duration", &value, reason));
+    }
+    if service_name.is_empty()
+        || service_name.len() > 256
+        || service_name.chars().any(char::is_control)
+    {
+        let reason = "must be 1 to 256 bytes without control characters";
+        return Err(invalid(&key("service_name"), "name", service_name, reason));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

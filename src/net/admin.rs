@@ -1,5 +1,5 @@
-//! The metrics port's endpoints, tokentap's own answers: `/metrics` (the Prometheus page), `/healthz`
-//! (the process is up), `/readyz` (503 once a shutdown has begun, so a load balancer stops sending), and,
+//! The metrics port's endpoints, tokentap's own answers: `/metrics` (the Prometheus page, in the format
+//! its `Accept` asks for: `record/metrics/format.rs`), `/healthz` (the process is up), `/readyz` (503 once a shutdown has begun, so a load balancer stops sending), and,
 //! unless `ui.enabled` is false, the live page `/`, its JSON `/api/v1/live` and, with `ui.prometheus`,
 //! the fleet's table `/api/v1/fleet` (`ui/`, `fleet.rs`); with `metrics.enable_reload`, `POST /-/reload`
 //! reloads the config as SIGHUP does (off by default, as Prometheus's `--web.enable-lifecycle`: this
@@ -45,6 +45,7 @@ use crate::net::fleet::FleetPage;
 use crate::net::places::{Admission, Place, Places};
 use crate::net::ui;
 use crate::record::live::Live;
+use crate::record::metrics::format::Format;
 use crate::record::metrics::{Metrics, MetricsPortRefusals};
 use crate::shutdown::{Phase, Shutdown};
 
@@ -288,13 +289,11 @@ impl MetricsPort {
             None => b"not found: try /metrics, /healthz or /readyz\n",
         };
         let ready = self.shutdown.phase() == Phase::Serving;
+        let accept = request.headers().get(header::ACCEPT);
+        let format = Format::negotiate(accept.and_then(|a| a.to_str().ok()));
         let (status, content_type, body) = match (get, path) {
-            (true, "/metrics") => match self.metrics.scrape().await {
-                Some(page) => (
-                    StatusCode::OK,
-                    "text/plain; version=0.0.4; charset=utf-8",
-                    page,
-                ),
+            (true, "/metrics") => match self.metrics.scrape(format).await {
+                Some(page) => (StatusCode::OK, format.content_type(), page),
                 None => (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "text/plain",
@@ -316,7 +315,13 @@ impl MetricsPort {
                 Bytes::from_static(not_found),
             ),
         };
-        plain(status, content_type, body)
+        let mut response = plain(status, content_type, body);
+        if path == "/metrics" {
+            // The page's format follows the scraper's Accept: a cache between must key on it.
+            let vary = HeaderValue::from_static("accept");
+            response.headers_mut().insert(header::VARY, vary);
+        }
+        response
     }
 }
 

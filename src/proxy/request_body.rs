@@ -537,6 +537,7 @@ mod tests {
                 BudgetLimits { cap, per_client },
             )),
             whole: Duration::from_secs(60),
+            wait: Duration::from_secs(60),
         }
     }
 

@@ -4,7 +4,9 @@ OTLP exporter (`--otlp-traces-endpoint`, OTLP/HTTP protobuf) and two tokentaps i
 with the `opentelemetry-proto` package (otlp_receiver.py). Requests from the openai SDK carry a
 `traceparent`; the checks: tokentap's span and vLLM's share the caller's trace id; without propagate
 both are children of the caller's span (siblings) and vLLM got the caller's `traceparent` unchanged; with
-propagate vLLM's span is tokentap's child; tokentap's span times and attributes equal its records.
+propagate vLLM's span is tokentap's child; tokentap's span times and attributes equal its records; and
+tokentap's `/metrics`, asked for OpenMetrics, carries on the TTFT bucket of that request an exemplar
+naming the same trace and tokentap's span (docs/tracing.md, "From a panel to the trace").
 
 Not part of the conformance suite yet: run it on its own, with a Python that has `openai` and
 `opentelemetry-proto` (vLLM's virtualenv has both), after `cargo build --bin tokentap`:
@@ -19,6 +21,7 @@ import os
 import secrets
 import sys
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -50,6 +53,25 @@ def wait_for(receiver, trace_id, n, timeout=30.0):
             return spans
         time.sleep(0.2)
     raise AssertionError(f"fewer than {n} spans in trace {trace_id}: {receiver.spans()}")
+
+
+def exemplars(metrics_url, family):
+    """The exemplars of `family`'s buckets on tokentap's OpenMetrics page: (le, labels, value)."""
+    request = urllib.request.Request(metrics_url, headers={"Accept": "application/openmetrics-text"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.headers["Content-Type"].startswith("application/openmetrics-text"), answer.headers
+        page = answer.read().decode()
+    found = []
+    for line in page.splitlines():
+        if not line.startswith(family + "_bucket{") or " # {" not in line:
+            continue
+        sample, exemplar = line.split(" # ", 1)
+        le = sample.split('le="', 1)[1].split('"', 1)[0]
+        labels_text, rest = exemplar[1:].split("} ", 1)
+        labels = dict(pair.split("=", 1) for pair in labels_text.split(","))
+        labels = {k: v.strip('"') for k, v in labels.items()}
+        found.append((le, labels, float(rest.split()[0])))
+    return found
 
 
 def records(path):
@@ -108,6 +130,15 @@ def main():
             assert attrs["tokentap.goodput"] == record["goodput"], (attrs, record)
             e2e = span["end_time_unix_nano"] - span["start_time_unix_nano"]
             assert e2e == round(record["e2e_s"] * 1e9), (e2e, record)
+            # The exemplar on the TTFT bucket this request fell in names the same trace and tokentap's
+            # span, valued at the record's TTFT.
+            ttft_family = "tokentap_time_to_first_token_seconds"
+            mine = [e for e in exemplars(proxy.metrics_url, ttft_family) if e[1]["trace_id"] == trace_id]
+            assert len(mine) == 1, (trace_id, exemplars(proxy.metrics_url, ttft_family))
+            le, labels, value = mine[0]
+            assert labels["span_id"] == span["span_id"], (labels, span)
+            assert labels["request_id"] == record["id"], (labels, record)
+            assert value == record["ttft_s"], (value, record)
             results[name] = {
                 "trace_id": trace_id,
                 "tokentap": {k: span[k] for k in ("name", "kind", "span_id", "parent_span_id")},
@@ -116,6 +147,7 @@ def main():
                 "ttft_s": record.get("ttft_s"),
                 "vllm_time_to_first_token": server["attributes"].get("gen_ai.latency.time_to_first_token"),
                 "output_tokens": record["output_tokens"],
+                "exemplar": {"bucket_le": le, **labels, "value": value},
             }
         print(json.dumps(results, indent=2))
         print("traces check: ok")

@@ -11,6 +11,7 @@
 //! - `records`: the request records a test's tokentap writes, read back, and their JSON report.
 //! - `scrape`: `/metrics` read back as samples.
 //! - `scripts`: upstream scripts more than one suite answers with.
+//! - `otlp`: a scripted OTLP/HTTP receiver (spans and metrics), decoding with the OpenTelemetry messages.
 //! - `prometheus`: a real Prometheus on loopback scraping tokentap, and PromQL queries to it.
 //! - `streams`: generated inputs (random cut points, proptest strategies).
 //! - `tls`: the test TLS identity for an `https://` scripted upstream.
@@ -21,6 +22,7 @@ mod bodies;
 mod client;
 mod fed;
 mod held;
+mod otlp;
 mod prometheus;
 mod proxy;
 mod raw;
@@ -41,6 +43,8 @@ pub use client::*;
 pub use fed::*;
 #[allow(unused_imports)]
 pub use held::*;
+#[allow(unused_imports)]
+pub use otlp::*;
 #[allow(unused_imports)]
 pub use prometheus::*;
 #[allow(unused_imports)]

@@ -43,6 +43,11 @@ pub struct Prometheus {
 impl Prometheus {
     /// Starts Prometheus scraping tokentap's metrics port at each of `target_ports` (job `tokentap`).
     pub fn start(target_ports: &[u16]) -> Prometheus {
+        Prometheus::with_features(target_ports, &[])
+    }
+
+    /// [`Prometheus::start`] with `--enable-feature` flags (`exemplar-storage`, `native-histograms`).
+    pub fn with_features(target_ports: &[u16], features: &[&str]) -> Prometheus {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -81,6 +86,7 @@ impl Prometheus {
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--log.level=warn")
+            .args(features.iter().map(|f| format!("--enable-feature={f}")))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log)
@@ -137,6 +143,37 @@ impl Prometheus {
             .map(|s| {
                 let value = s["value"][1].as_str().expect("value").parse().expect("f64");
                 (s["metric"].clone(), value)
+            })
+            .collect()
+    }
+
+    /// `/api/v1/query_exemplars` over the last hour: each series' labels and its exemplars' labels
+    /// and values.
+    pub async fn exemplars(&self, expr: &str) -> Vec<(Value, Vec<(Value, f64)>)> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let path = format!(
+            "/api/v1/query_exemplars?query={}&start={:.3}&end={:.3}",
+            percent_encode(expr),
+            now - 3600.0,
+            now + 60.0
+        );
+        let answer = self.get(&path).await;
+        assert_eq!(answer["status"], "success", "{expr}: {answer}");
+        let series = answer["data"].as_array().cloned().unwrap_or_default();
+        series
+            .iter()
+            .map(|s| {
+                let kept = s["exemplars"].as_array().cloned().unwrap_or_default();
+                let kept = kept
+                    .iter()
+                    .map(|e| {
+                        let value = e["value"].as_str().expect("value").parse().expect("f64");
+                        (e["labels"].clone(), value)
+                    })
+                    .collect();
+                (s["seriesLabels"].clone(), kept)
             })
             .collect()
     }

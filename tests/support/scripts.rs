@@ -28,6 +28,22 @@ pub fn streamed(frames: &[Vec<u8>]) -> Vec<Step> {
     steps
 }
 
+/// A chat stream: its first token after `first`, `tokens` in all 5 ms apart, with usage (7 prompt
+/// tokens).
+pub fn tokens_after(first: Duration, tokens: usize) -> Vec<Step> {
+    let mut steps = vec![sse_head(), Step::Sleep(first)];
+    for i in 0..tokens {
+        if i > 0 {
+            steps.push(Step::Sleep(ms(5)));
+        }
+        steps.push(chunk(content_chunk(&format!("t{i}")).as_bytes()));
+    }
+    steps.push(chunk(usage_chunk(7, tokens as u64).as_bytes()));
+    steps.push(chunk(DONE.as_bytes()));
+    steps.push(last_chunk());
+    steps
+}
+
 /// The request number a test's client put in the body (`"seed":N`), 0 when there is none.
 pub fn seed(request: &RecordedRequest) -> usize {
     let body = String::from_utf8_lossy(&request.body);

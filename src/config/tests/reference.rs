@@ -27,6 +27,7 @@ tenants: {slo: {<tenant>: {}}}
 slo: {models: {<model>: {}}}
 tokenizers: {<model>: ''}
 traces: {headers: {<name>: ''}}
+otlp_metrics: {headers: {<name>: ''}}
 ";
 
 /// Every key the types take, as a dotted path; `<model>` and `<tenant>` stand for any name.

@@ -165,6 +165,11 @@ impl Emitter {
 impl Sink for Metrics {
     fn emit(&self, finished: &Finished<'_>) {
         self.finish(finished.series, finished.record);
+        if let Some(span) = finished.span {
+            let ids = (span.trace_id.0, span.span_id.0);
+            let (series, record) = (finished.series, finished.record);
+            self.exemplify(series, record, ids, finished.who.id, SystemTime::now());
+        }
         if let Some(turn) = finished.turn {
             self.finish_turn(finished.series, turn, finished.record);
         }

@@ -610,6 +610,25 @@ pub const SPANS_DROPPED: Family = every(
     &[Label::Reason(SPAN_DROP_REASONS)],
 );
 
+// Metrics pushed to an OpenTelemetry collector (`otlp.rs`, docs/tracing.md).
+pub const OTLP_METRIC_EXPORTS: Family = single(
+    "tokentap_otlp_metric_exports_total",
+    "Metric exports the collector accepted (otlp_metrics:): one per otlp_metrics.interval.",
+    Counter,
+);
+/// The values of `reason` on [`OTLP_METRIC_EXPORTS_DROPPED`], all exported from the start.
+pub const OTLP_METRIC_DROP_REASONS: &[&str] = &["timeout", "rejected", "failed", "skipped"];
+pub const OTLP_METRIC_EXPORTS_DROPPED: Family = every(
+    "tokentap_otlp_metric_exports_dropped_total",
+    "Metric exports not accepted, by reason: timeout (longer than otlp_metrics.timeout), rejected (a \
+     status other than 2xx, or a partial success naming rejected data points), failed (no connection, or \
+     it broke before an answer), skipped (an interval passed while the export before it still ran). \
+     Nothing is lost with them: the next export carries the totals (cumulative) or what changed since \
+     the last accepted one (delta).",
+    Counter,
+    &[Label::Reason(OTLP_METRIC_DROP_REASONS)],
+);
+
 // Agents: conversations recognised from the wire (docs/metrics.md, "Conversations").
 pub const TURN_TTFT: Family = known(
     "tokentap_turn_time_to_first_token_seconds",
@@ -651,6 +670,27 @@ pub const CONVERSATION_TURNS_HELD: Family = single(
     "Turns remembered to recognise conversations (at most conversations.max_turns; digests only, no text).",
     Gauge,
 );
+
+/// The histograms whose buckets carry exemplars (docs/metrics.md, "Exemplars"), each with the figure
+/// whose value places a request's exemplar: the waits and E2E, and ITL by the request's longest gap.
+pub const EXEMPLARS: [(&Family, Figure); 5] = [
+    (&TTFT, Figure::Ttft),
+    (&TIME_TO_FIRST_ANSWER, Figure::TimeToFirstAnswer),
+    (&TIME_TO_FIRST_TOOL_CALL, Figure::TimeToFirstToolCall),
+    (&E2E, Figure::E2e),
+    (&ITL, Figure::MaxGap),
+];
+
+/// The histograms also served as native histograms, in the protobuf exposition (docs/metrics.md,
+/// "Native histograms"): those judged by an SLO ceiling.
+pub const NATIVE: [&Family; 6] = [
+    &TTFT,
+    &TIME_TO_FIRST_ANSWER,
+    &TIME_TO_FIRST_TOOL_CALL,
+    &ITL,
+    &TPOT,
+    &E2E,
+];
 
 /// Every row, in docs/metrics.md's order.
 /// The values of `state` on [`BUDGET_BYTES`].
@@ -744,6 +784,8 @@ pub const ALL: &[&Family] = &[
     &BUDGET_BYTES,
     &BUDGET_REFUSALS,
     &UNMETERED,
+    &OTLP_METRIC_EXPORTS,
+    &OTLP_METRIC_EXPORTS_DROPPED,
 ];
 
 #[cfg(test)]
@@ -823,6 +865,11 @@ mod tests {
             assert!(names.insert(family.name), "{} twice", family.name);
             assert!(family.name.starts_with("tokentap_"), "{}", family.name);
             assert!(!family.help.is_empty(), "{}", family.name);
+            // OpenMetrics names a counter's family without `_total` and its sample with it: a
+            // counter without the suffix would be renamed on that page.
+            if family.kind == Kind::Counter {
+                assert!(family.name.ends_with("_total"), "{}", family.name);
+            }
         }
     }
 }

@@ -4,9 +4,14 @@
 //! happens (TTFT, each gap, the first answer, the reasoning time, the first tool call) is the meter's
 //! (`record/meter.rs`), on the same [`Series`].
 
+use std::sync::Arc;
+use std::time::SystemTime;
+
 use super::family::{self, Family};
 use prometheus::IntCounterVec;
 
+use super::exemplars::Exemplar;
+use super::rebucket::Rebucketable;
 use super::{status_label, Metrics, Series};
 use crate::record::conversations::{turn_label, Turn};
 use crate::record::figure::{Figure, When};
@@ -61,6 +66,49 @@ impl Metrics {
         if record.verdict.goodput {
             count_on(&self.goodput, &family::GOODPUT, series, 1);
         }
+    }
+
+    /// A request whose span was exported (`trace_id`, `span_id`), decided at its end, `at`: its
+    /// exemplar on the bucket of each value it observed into a family of `family::EXEMPLARS` (ITL's:
+    /// its longest gap, one of the gaps it observed there).
+    pub fn exemplify(
+        &self, series: &Series, record: &FinishedRecord, span: ([u8; 16], [u8; 8]),
+        request_id: &str, at: SystemTime,
+    ) {
+        let ok = record.outcome == Outcome::Ok;
+        let request_id: Arc<str> = Arc::from(request_id);
+        for (family, figure) in family::EXEMPLARS {
+            let observed = match figure.row().histogram {
+                _ if family.name == family::ITL.name => true,
+                Some(When::AsItHappens) => true,
+                Some(when) => when.holds(record.streaming, ok),
+                None => false,
+            };
+            let value = figure.of(&record.figures).filter(|_| observed);
+            let values = series.labels(None).of(family);
+            if let (Some(value), Some(values), Some(h)) = (value, values, self.exemplified(family))
+            {
+                let exemplar = Exemplar {
+                    trace_id: span.0,
+                    span_id: span.1,
+                    request_id: request_id.clone(),
+                    value,
+                    at,
+                };
+                h.exemplify(&values, exemplar);
+            }
+        }
+    }
+
+    /// The registered family of a row of `family::EXEMPLARS`.
+    pub(super) fn exemplified(&self, row: &Family) -> Option<&Rebucketable> {
+        if row.name == family::ITL.name {
+            return Some(&self.itl);
+        }
+        let figure = Figure::ALL
+            .into_iter()
+            .find(|f| family::of_figure(*f).name == row.name)?;
+        self.figure_histograms[figure as usize].as_ref()
     }
 
     /// Writes a request's place in its conversation: its TTFT and prompt by turn, the think time

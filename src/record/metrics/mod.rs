@@ -6,7 +6,10 @@
 //! model names the upstream confirmed and retires idle ones. Only requests on a path a dialect knows get
 //! the token-level families; the rest are counted in `requests_total`, E2E and goodput only. So the
 //! number of series has a fixed ceiling, computed in [`bound`] and exported next to the current count;
-//! [`scrape`] encodes the page off the async workers and lets concurrent scrapes share one encoding.
+//! [`scrape`] encodes the page off the async workers and lets concurrent scrapes share one encoding, in
+//! the format the scraper asks for (`format.rs`): the text page, OpenMetrics with the exemplars a sampled
+//! request leaves on its buckets (`exemplars.rs`), or protobuf with the native histograms kept beside
+//! the classic buckets of the SLO families (`native.rs`).
 
 use std::collections::HashSet;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -23,11 +26,18 @@ mod admission;
 mod agents;
 mod bound;
 mod budgets;
+mod by_series;
+mod exemplars;
 pub mod family;
 mod finish;
+pub mod format;
 pub mod forwarding;
 mod inside;
 mod labels;
+mod native;
+mod openmetrics;
+mod otlp;
+mod protobuf;
 mod rebucket;
 mod reconfigure;
 mod refusals;
@@ -41,11 +51,13 @@ mod upstream;
 pub use agents::Agents;
 pub use bound::{Boundaries, SeriesBound};
 pub use budgets::Budgets;
+pub use exemplars::Exemplar;
 pub use inside::Inside;
 pub use labels::{
     status_label, status_labels, Lookup, ModelLabels, NO_TENANT, OTHER_MODEL, UNADMITTED_MODEL,
     UNKNOWN_MODEL,
 };
+pub use otlp::OtlpMetricCounters;
 use rebucket::Rebucketable;
 pub use rebucket::Rebuckets;
 pub use reconfigure::{ConfigReloads, ReloadResult};
@@ -78,7 +90,8 @@ pub struct Metrics {
     limit: IntGauge,
     encodes: IntCounter,
     retired: IntCounter,
-    scrapes: scrape::Coalesce,
+    /// The pages being encoded and sent, one set per format.
+    scrapes: [scrape::Coalesce; 3],
     pub models: ModelLabels,
     /// The names the upstream lists (and the configured ones): which model names may take a place.
     pub served: Arc<ServedModels>,
@@ -110,6 +123,8 @@ pub struct Metrics {
     pub budgets: Budgets,
     /// The governor whose figures the budget families show, once [`Metrics::watch`] was told it.
     governor: Arc<std::sync::OnceLock<Arc<Governor>>>,
+    /// The metric exports pushed to a collector (`otlp_metrics:`), and those dropped.
+    pub otlp: OtlpMetricCounters,
     /// The families labelled by model (and tenant), for retiring idle values.
     families: Registered,
 }
@@ -151,6 +166,7 @@ impl Metrics {
         let reloads = ConfigReloads::register(&rows)?;
         let session_skips = SessionSkips::register(&rows)?;
         let (budgets, governor) = Budgets::register(&rows)?;
+        let otlp = OtlpMetricCounters::register(&rows)?;
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }
@@ -203,7 +219,7 @@ impl Metrics {
             series_count,
             encodes,
             retired,
-            scrapes: scrape::Coalesce::default(),
+            scrapes: Default::default(),
             models,
             served,
             tenants_allowed,
@@ -221,6 +237,7 @@ impl Metrics {
             session_skips,
             budgets,
             governor,
+            otlp,
             families,
         })
     }
@@ -483,6 +500,6 @@ mod tests {
     fn the_default_limit_is_the_one_docs_metrics_states() {
         let metrics = Metrics::new(&Config::default()).unwrap();
         // Adding a series family moves this figure: update docs/metrics.md (the series bound) with it.
-        assert_eq!(limit(&metrics), 590_429);
+        assert_eq!(limit(&metrics), 590_434);
     }
 }

@@ -8,6 +8,11 @@
 //! only what it counts from then on. A removed edge's series ends. docs/operations.md says what that
 //! does to `histogram_quantile` over a window that spans the reload.
 //!
+//! Beside the swapped family it keeps what does not depend on the boundaries: the native buckets of a
+//! family served as a native histogram too (`native.rs`), which go on across a swap, and the exemplars
+//! of a family that carries them (`exemplars.rs`), each placed again by its value. A series' child
+//! ([`Child`]) observes into both its classic and its native buckets.
+//!
 //! A request resolves its children once ([`super::Series`]) and keeps them; each swap bumps
 //! [`Rebuckets`]' generation, and a request whose children are older resolves them again from the
 //! current family, so what it observes after the reload lands in the family the page shows.
@@ -19,7 +24,10 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use prometheus::core::{Collector, Desc};
 use prometheus::{Histogram, HistogramOpts, HistogramVec, Opts};
 
-use super::family::Family;
+use super::by_series::BySeries;
+use super::exemplars::{Exemplar, Exemplars};
+use super::family::{self, Family};
+use super::native::{Native, Sparse};
 
 /// One histogram family behind a swap.
 #[derive(Clone)]
@@ -34,6 +42,27 @@ struct Inner {
     /// What each series (by its label values, in `label_names`' order) had counted in the families
     /// before the current one.
     carried: Mutex<HashMap<Vec<String>, Carried>>,
+    /// Each series' native buckets, when the family is one of `family::NATIVE`.
+    natives: Option<Mutex<BySeries<Arc<Native>>>>,
+    /// Each series' exemplars, when the family is one of `family::EXEMPLARS`.
+    exemplars: Option<Exemplars>,
+}
+
+/// One series of a family, as a request keeps it: its classic child and, for a native family, its
+/// native buckets.
+#[derive(Clone)]
+pub struct Child {
+    classic: Histogram,
+    native: Option<Arc<Native>>,
+}
+
+impl Child {
+    pub fn observe(&self, value: f64) {
+        self.classic.observe(value);
+        if let Some(native) = &self.native {
+            native.observe(value);
+        }
+    }
 }
 
 /// One series' counts from the families a reload replaced, added to what the current one counts.
@@ -64,12 +93,16 @@ impl Rebucketable {
             Default::default(),
         )?;
         let vec = build(family, &label_names, buckets.clone())?;
+        let native = family::NATIVE.iter().any(|f| f.name == family.name);
+        let exemplars = family::EXEMPLARS.iter().any(|(f, _)| f.name == family.name);
         Ok(Rebucketable(Arc::new(Inner {
             desc,
             family,
             label_names,
             current: RwLock::new((vec, buckets)),
             carried: Mutex::default(),
+            natives: native.then(Mutex::default),
+            exemplars: exemplars.then(Exemplars::default),
         })))
     }
 
@@ -83,13 +116,70 @@ impl Rebucketable {
         current.0.clone()
     }
 
-    pub fn with_label_values(&self, values: &[&str]) -> Histogram {
+    pub fn with_label_values(&self, values: &[&str]) -> Child {
+        let classic = {
+            let current = self
+                .0
+                .current
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            current.0.with_label_values(values)
+        };
+        let native = self.0.natives.as_ref().map(|natives| {
+            let mut natives = natives.lock().unwrap_or_else(PoisonError::into_inner);
+            natives.get_or_insert_with(values, Arc::default).clone()
+        });
+        Child { classic, native }
+    }
+
+    /// Sets `exemplar` on the bucket its value falls in, in the series `values`, when the family
+    /// carries exemplars.
+    pub fn exemplify(&self, values: &[&str], exemplar: Exemplar) {
+        let Some(exemplars) = &self.0.exemplars else {
+            return;
+        };
         let current = self
             .0
             .current
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        current.0.with_label_values(values)
+        exemplars.set(values, &current.1, exemplar);
+    }
+
+    /// A gathered series' exemplars, by bucket (none for a family that carries none).
+    pub fn exemplars_of(&self, metric: &prometheus::proto::Metric) -> Vec<(usize, Exemplar)> {
+        let Some(exemplars) = &self.0.exemplars else {
+            return Vec::new();
+        };
+        exemplars.of(&self.values_of(metric))
+    }
+
+    /// A gathered series' native buckets, when the family is native.
+    pub fn native_of(&self, metric: &prometheus::proto::Metric) -> Option<Sparse> {
+        let natives = self.0.natives.as_ref()?;
+        let natives = natives.lock().unwrap_or_else(PoisonError::into_inner);
+        natives.get(&self.values_of(metric)).map(|n| n.snapshot())
+    }
+
+    /// A series' label values, in the family's label order, borrowed from the gathered series.
+    fn values_of<'m>(&self, metric: &'m prometheus::proto::Metric) -> Vec<&'m str> {
+        let pairs = metric.get_label();
+        (self.0.label_names.iter())
+            .map(|name| {
+                let pair = pairs.iter().find(|p| p.name() == *name);
+                pair.map_or("", |p| p.value())
+            })
+            .collect()
+    }
+
+    /// The family's row.
+    pub fn family(&self) -> &'static Family {
+        self.0.family
+    }
+
+    /// Whether the family is served as a native histogram too.
+    pub fn native(&self) -> bool {
+        self.0.natives.is_some()
     }
 
     /// The boundaries it has now.
@@ -131,6 +221,9 @@ impl Rebucketable {
             carried.insert(key, Carried { count, sum, below });
         }
         *current = (vec, buckets.to_vec());
+        if let Some(exemplars) = &self.0.exemplars {
+            exemplars.rebucket(buckets);
+        }
         Ok(true)
     }
 
@@ -143,6 +236,13 @@ impl Rebucketable {
         };
         self.carried()
             .retain(|key, _| !key.get(i).is_some_and(|v| names.contains(v.as_str())));
+        if let Some(natives) = &self.0.natives {
+            let mut natives = natives.lock().unwrap_or_else(PoisonError::into_inner);
+            natives.retain(|key, _| !key.get(i).is_some_and(|v| names.contains(&**v)));
+        }
+        if let Some(exemplars) = &self.0.exemplars {
+            exemplars.purge(i, names);
+        }
     }
 
     fn carried(&self) -> std::sync::MutexGuard<'_, HashMap<Vec<String>, Carried>> {

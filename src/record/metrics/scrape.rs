@@ -8,6 +8,10 @@
 //! starts a new one, so no page is older than the scrape that asked for it, less the time one encoding
 //! takes. Idle model labels are retired just before each encoding.
 //!
+//! Each exposition format (`format.rs`: the classic text, OpenMetrics with exemplars, protobuf with
+//! native histograms) is encoded and shared on its own: scrapes share a page only with scrapes that
+//! asked for the same format.
+//!
 //! A page stays in memory as long as some connection is still sending it: a client that asks and never
 //! reads holds its page until `timeouts.metrics_send` closes it. With a multi-LoRA deployment's 7 MiB
 //! page, forty such clients each holding a page of their own held 290 MiB. So the pages being sent are
@@ -24,13 +28,16 @@ use prometheus::proto::{MetricFamily, MetricType};
 use prometheus::{Encoder, TextEncoder};
 use tokio::sync::watch;
 
+use super::format::Format;
+use super::rebucket::Rebucketable;
 use super::Metrics;
 use crate::govern::{Budget, Client, Lease};
 
 /// The gauge holding the current series count.
 pub const SERIES: &str = super::family::SERIES.name;
 
-/// Distinct pages that may be held by connections still sending them before scrapes share the newest.
+/// Distinct pages of one format that may be held by connections still sending them before scrapes
+/// share the newest.
 pub const PAGES_HELD: usize = 2;
 
 type Page = watch::Receiver<Option<Bytes>>;
@@ -75,21 +82,21 @@ impl Coalesce {
 
 /// Ends the encoding in progress when dropped: after the page was sent, or if the encoding never ran or
 /// panicked (then its waiters see the channel closed, and the next scrape starts afresh).
-struct Running(Arc<Metrics>);
+struct Running(Arc<Metrics>, Format);
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.0.scrapes.lock().running = None;
+        self.0.scrapes[self.1 as usize].lock().running = None;
     }
 }
 
 impl Metrics {
-    /// The text exposition of every series, encoded off the async workers and shared by concurrent
-    /// scrapes (and, while [`PAGES_HELD`] pages are still being sent, by later ones). `None` if the
-    /// encoding could not run (the runtime is shutting down).
-    pub async fn scrape(self: &Arc<Self>) -> Option<Bytes> {
+    /// Every series in `format`, encoded off the async workers and shared by concurrent scrapes of
+    /// that format (and, while [`PAGES_HELD`] pages are still being sent, by later ones). `None` if
+    /// the encoding could not run (the runtime is shutting down).
+    pub async fn scrape(self: &Arc<Self>, format: Format) -> Option<Bytes> {
         let mut page = {
-            let mut state = self.scrapes.lock();
+            let mut state = self.scrapes[format as usize].lock();
             if let Some(page) = &state.running {
                 page.clone()
             } else {
@@ -111,9 +118,9 @@ impl Metrics {
                 }
                 let (tx, page) = watch::channel(None);
                 state.running = Some(page.clone());
-                let guard = Running(self.clone());
+                let guard = Running(self.clone(), format);
                 tokio::task::spawn_blocking(move || {
-                    let page = guard.0.encode_page();
+                    let page = guard.0.encode_page(format);
                     let lease = guard.0.governor.get().map(|governor| {
                         let pages = governor.pool(Budget::MetricsPages);
                         let mut lease = Lease::on(pages, Client::Unknown);
@@ -126,7 +133,7 @@ impl Metrics {
                         // The next scrape starts a new encoding (or shares this page) before this page
                         // is handed out, so a scrape never gets a page encoded before it arrived and
                         // finished since.
-                        let mut state = guard.0.scrapes.lock();
+                        let mut state = guard.0.scrapes[format as usize].lock();
                         state.running = None;
                         state.held.push(Arc::downgrade(&encoded));
                     }
@@ -143,10 +150,15 @@ impl Metrics {
     /// Retires idle model labels, then gathers and encodes every series, with the series count as of
     /// this very page.
     pub fn encode(&self) -> Bytes {
-        Bytes::from(self.encode_page())
+        Bytes::from(self.encode_page(Format::Text))
     }
 
-    fn encode_page(&self) -> Vec<u8> {
+    /// The page in `format`, encoded now (what a scrape gets, without sharing).
+    pub fn encode_as(&self, format: Format) -> Bytes {
+        Bytes::from(self.encode_page(format))
+    }
+
+    fn encode_page(&self, format: Format) -> Vec<u8> {
         self.retire();
         self.encodes.inc();
         let mut families = self.registry.gather();
@@ -160,10 +172,23 @@ impl Metrics {
             }
         }
         let mut out = Vec::with_capacity(64 * 1024);
-        if let Err(err) = TextEncoder::new().encode(&families, &mut out) {
-            tracing::error!(%err, "encoding metrics failed");
+        let joined = |name: &str| self.joined(name);
+        match format {
+            Format::Text => {
+                if let Err(err) = TextEncoder::new().encode(&families, &mut out) {
+                    tracing::error!(%err, "encoding metrics failed");
+                }
+            }
+            Format::OpenMetrics => super::openmetrics::encode(&families, joined, &mut out),
+            Format::Protobuf => super::protobuf::encode(&families, joined, &mut out),
         }
         out
+    }
+
+    /// The registered histogram family named `name`, when it is native or carries exemplars.
+    fn joined(&self, name: &str) -> Option<&Rebucketable> {
+        let figures = self.figure_histograms.iter().flatten();
+        figures.chain([&self.itl]).find(|h| h.family().name == name)
     }
 }
 
@@ -197,7 +222,9 @@ mod tests {
         series.observe(&metrics, crate::record::figure::Figure::E2e, 0.5);
         let encodes = || metrics.encodes.get();
         let before = encodes();
-        let mut scrapes: Vec<_> = (0..16).map(|_| Box::pin(metrics.scrape())).collect();
+        let mut scrapes: Vec<_> = (0..16)
+            .map(|_| Box::pin(metrics.scrape(Format::Text)))
+            .collect();
         {
             // The encoding retires idle labels first, under this lock: holding it keeps the encoding
             // running until every scrape has arrived.
@@ -218,7 +245,7 @@ mod tests {
             text.contains("tokentap_metrics_encodes_total 1\n"),
             "{text}"
         );
-        let later = metrics.scrape().await.expect("a page");
+        let later = metrics.scrape(Format::Text).await.expect("a page");
         assert_eq!(
             encodes() - before,
             2,
@@ -235,16 +262,16 @@ mod tests {
         let encodes = || metrics.encodes.get();
         // The encoding thread lets go of its page a moment after handing it out.
         let settle = || tokio::time::sleep(std::time::Duration::from_millis(20));
-        let first = metrics.scrape().await.expect("a page");
+        let first = metrics.scrape(Format::Text).await.expect("a page");
         settle().await;
-        let second = metrics.scrape().await.expect("a page");
+        let second = metrics.scrape(Format::Text).await.expect("a page");
         settle().await;
         assert_eq!(
             encodes(),
             2,
             "one page held: the next scrape encodes its own"
         );
-        let third = metrics.scrape().await.expect("a page");
+        let third = metrics.scrape(Format::Text).await.expect("a page");
         assert_eq!(
             encodes(),
             2,
@@ -255,14 +282,14 @@ mod tests {
             (second.as_ptr(), second.len())
         );
         drop(first);
-        let fourth = metrics.scrape().await.expect("a page");
+        let fourth = metrics.scrape(Format::Text).await.expect("a page");
         assert_eq!(encodes(), 3, "one of the two let go: a new encoding");
         assert!(std::str::from_utf8(&fourth)
             .unwrap()
             .contains("tokentap_metrics_encodes_total 3\n"));
         settle().await;
         drop((second, third, fourth));
-        let _fresh = metrics.scrape().await.expect("a page");
+        let _fresh = metrics.scrape(Format::Text).await.expect("a page");
         assert_eq!(encodes(), 4);
     }
 

@@ -5,9 +5,8 @@
 
 use std::sync::Arc;
 
-use prometheus::Histogram;
-
 use super::family::{self, Apis, Family, Label};
+use super::rebucket::Child;
 use super::Metrics;
 use crate::record::api::Api;
 use crate::record::figure::Figure;
@@ -19,8 +18,8 @@ pub struct Series {
     pub tenant: Option<Arc<str>>,
     pub api: Api,
     /// Each figure's histogram, once observed.
-    figures: [Option<Histogram>; Figure::COUNT],
-    itl: Option<Histogram>,
+    figures: [Option<Child>; Figure::COUNT],
+    itl: Option<Child>,
     /// The families' generation the children were resolved at (`rebucket.rs`): older ones are
     /// resolved again, so an observation after a reload lands in the family the page shows.
     generation: u64,

@@ -68,7 +68,7 @@ impl Tracing {
 }
 
 /// The upstream's host (without an IPv6 literal's brackets) and port.
-fn server(upstream: &Uri) -> (String, u16) {
+pub fn server(upstream: &Uri) -> (String, u16) {
     let host = upstream.host().unwrap_or_default();
     let host = host
         .strip_prefix('[')

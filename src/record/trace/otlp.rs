@@ -60,11 +60,16 @@ pub fn request(spans: &[Span], service_name: &str) -> ExportTraceServiceRequest 
 /// The export request's body: protobuf, gzipped when `gzip`.
 pub fn body(spans: &[Span], service_name: &str, gzip: bool) -> std::io::Result<Vec<u8>> {
     let encoded = request(spans, service_name).encode_to_vec();
-    if !gzip {
-        return Ok(encoded);
+    match gzip {
+        true => self::gzip(&encoded),
+        false => Ok(encoded),
     }
+}
+
+/// An export body gzipped (fast: the export runs on the blocking pool, once per batch or interval).
+pub fn gzip(encoded: &[u8]) -> std::io::Result<Vec<u8>> {
     let mut zipped = GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    zipped.write_all(&encoded)?;
+    zipped.write_all(encoded)?;
     zipped.finish()
 }
 

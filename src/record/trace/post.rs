@@ -1,5 +1,5 @@
-//! The collector, as the exporter's one HTTP/1.1 connection: `POST {endpoint}/v1/traces` with the
-//! batch's protobuf (`Content-Type: application/x-protobuf`, gzip when configured) and the configured
+//! The collector, as an exporter's one HTTP/1.1 connection: `POST {endpoint}/v1/traces` (or
+//! `/v1/metrics`, for `otlp_metrics:`'s exporter, `record/otlp_metrics`) with the export's protobuf (`Content-Type: application/x-protobuf`, gzip when configured) and the configured
 //! headers, TLS by rustls for `https://` (the system's roots). Exports are sent one at a time by one
 //! task, so one connection kept alive between them is all it needs; whatever goes wrong with it (an
 //! error, a timeout, an answer not read whole) closes it, and the next export connects again.
@@ -23,27 +23,25 @@ use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
 
-use crate::config::{Compression, Traces};
+use crate::config::{Compression, Headers, Traces};
 
 /// The largest answer read (an `ExportTraceServiceResponse` is a few bytes; an error page may be more).
 const MAX_ANSWER: usize = 64 << 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
-    #[error("traces.endpoint: {0}")]
+    #[error("endpoint: {0}")]
     Endpoint(String),
-    #[error(
-        "traces.endpoint is https:// but no usable root certificates were found on this system"
-    )]
+    #[error("the endpoint is https:// but no usable root certificates were found on this system")]
     NoRoots,
-    #[error("traces: TLS setup: {0}")]
+    #[error("TLS setup: {0}")]
     Tls(#[from] rustls::Error),
 }
 
 /// What the collector said of a batch it answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answer {
-    /// 2xx; `rejected` spans named in a partial success.
+    /// 2xx; `rejected` spans (or data points) named in a partial success.
     Accepted { rejected: u64 },
     /// Any other status.
     Refused(StatusCode),
@@ -67,11 +65,29 @@ pub struct Collector {
     headers: HeaderMap,
     /// The connection kept between exports, and the task that drives it.
     open: Option<(SendRequest<Full<Bytes>>, JoinHandle<()>)>,
+    /// How many items an accepted answer's partial success rejected.
+    rejected: fn(Bytes) -> u64,
+}
+
+/// The spans a trace export's answer rejected (its partial success).
+fn rejected_spans(answer: Bytes) -> u64 {
+    let partial = ExportTraceServiceResponse::decode(answer)
+        .ok()
+        .and_then(|r| r.partial_success);
+    partial.map_or(0, |p| u64::try_from(p.rejected_spans).unwrap_or(0))
 }
 
 impl Collector {
+    /// The collector of `traces:`.
     pub fn new(config: &Traces) -> Result<Self, SetupError> {
         let uri = config.export_url().map_err(SetupError::Endpoint)?;
+        Collector::to(uri, &config.headers, config.compression, rejected_spans)
+    }
+
+    /// A collector at `uri`, sent `headers`; `rejected` reads an accepted answer's partial success.
+    pub fn to(
+        uri: Uri, configured: &Headers, compression: Compression, rejected: fn(Bytes) -> u64,
+    ) -> Result<Self, SetupError> {
         let https = uri.scheme_str() == Some("https");
         let authority = uri.authority().cloned();
         let authority = authority.ok_or_else(|| SetupError::Endpoint("missing host".into()))?;
@@ -83,7 +99,7 @@ impl Collector {
             .to_owned();
         let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
         let mut headers = HeaderMap::new();
-        for (name, value) in &config.headers {
+        for (name, value) in &configured.0 {
             // Checked with the config.
             if let (Ok(name), Ok(value)) = (
                 HeaderName::from_bytes(name.as_bytes()),
@@ -97,7 +113,7 @@ impl Collector {
         }
         let protobuf = HeaderValue::from_static("application/x-protobuf");
         headers.insert(CONTENT_TYPE, protobuf);
-        if config.compression == Compression::Gzip {
+        if compression == Compression::Gzip {
             headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
         }
         let tls = match https {
@@ -111,6 +127,7 @@ impl Collector {
             tls,
             headers,
             open: None,
+            rejected,
         })
     }
 
@@ -165,10 +182,7 @@ impl Collector {
         if !status.is_success() {
             return Ok(Answer::Refused(status));
         }
-        let rejected = ExportTraceServiceResponse::decode(read.to_bytes())
-            .ok()
-            .and_then(|r| r.partial_success)
-            .map_or(0, |p| u64::try_from(p.rejected_spans).unwrap_or(0));
+        let rejected = (self.rejected)(read.to_bytes());
         Ok(Answer::Accepted { rejected })
     }
 
