@@ -61,6 +61,8 @@ pub struct RecordCounters {
 pub const WRITTEN: &str = "tokentap_request_records_written_total";
 /// The family of records not written, by `reason`.
 pub const DROPPED: &str = "tokentap_request_records_dropped_total";
+/// The values of its `reason`, all there from the start.
+pub const DROP_REASONS: [&str; 3] = ["queue_full", "write_error", "budget"];
 
 impl RecordCounters {
     /// Registers the two families; `reason` takes its values at once, so every series exists from
@@ -78,9 +80,9 @@ impl RecordCounters {
         registry.register(Box::new(dropped.clone()))?;
         Ok(RecordCounters {
             written,
-            queue_full: dropped.with_label_values(&["queue_full"]),
-            write_error: dropped.with_label_values(&["write_error"]),
-            budget: dropped.with_label_values(&["budget"]),
+            queue_full: dropped.with_label_values(&[DROP_REASONS[0]]),
+            write_error: dropped.with_label_values(&[DROP_REASONS[1]]),
+            budget: dropped.with_label_values(&[DROP_REASONS[2]]),
         })
     }
 }

@@ -214,7 +214,7 @@ fn model_idle_defaults_to_an_hour_and_never_or_zero_turns_retirement_off() {
 #[test]
 fn unknown_key_at_top_level_is_named() {
     let want = "unknown field `lisen`, expected one of `listen`, `listen_tls`, `upstream`, `metrics_listen`, \
-         `upstream_ca_file`, `max_models`, `model_list`, `timeouts`, `limits`, `shutdown_grace`, `log_level`, `metering`, \
+         `upstream_ca_file`, `max_models`, `model_list`, `timeouts`, `limits`, `budgets`, `shutdown_grace`, `log_level`, `metering`, \
          `metrics`, `buckets`, `slo`, `tokenizers`, `tokenizer_dirs`, `request_log`, `tenants`, `ui`, `conversations`, `traces`, `otlp_metrics` at line 2 column 1";
     assert_eq!(err("listen: 0.0.0.0:1\nlisen: 0.0.0.0:2\n"), want);
 }

@@ -129,7 +129,8 @@ impl Boundaries {
                 false => fixed += series,
             }
         }
-        let fixed = fixed + unlabelled + if records { 2 } else { 0 };
+        let dropped = crate::logging::records::DROP_REASONS.len();
+        let fixed = fixed + unlabelled + if records { dropped } else { 0 };
         let requests = statuses * OUTCOMES * tenant_values;
         let total = model_values.saturating_mul(per_model).saturating_add(fixed);
         SeriesBound {
