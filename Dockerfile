@@ -3,7 +3,8 @@
 # (glibc, CA certificates for https upstreams, no shell, no package manager) as a non-root user.
 #
 #   docker build -t tokentap:0.1.0 .
-#   docker run --rm -p 8080:8080 -p 9464:9464 tokentap:0.1.0 demo
+#   docker run --rm -p 8080:8080 -p 9464:9464 tokentap:0.1.0 demo --listen 0.0.0.0:8080 --metrics-listen 0.0.0.0:9464
+#   (the demo listens on loopback unless told: in a container, on the container's interfaces)
 #   docker run --rm -p 8080:8080 -p 9464:9464 -v $PWD/tokentap.yaml:/etc/tokentap/tokentap.yaml:ro tokentap:0.1.0
 #
 # Config: /etc/tokentap/tokentap.yaml (the annotated config/tokentap.yaml is baked in as a

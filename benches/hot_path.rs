@@ -623,6 +623,7 @@ fn span_of_a_finished_request(bencher: Bencher) {
                 path: "/v1/chat/completions",
                 start: SystemTime::now(),
                 client: &tokentap::govern::Client::Unknown,
+                captured: false,
             },
             api: Api::Chat,
             series: &series,

@@ -27,6 +27,7 @@
 )]
 
 pub mod app;
+pub mod capture;
 pub mod config;
 pub mod decode;
 pub mod govern;

@@ -1,6 +1,6 @@
 //! The folder tree is the data path, and imports only run down it: a module may use its own stage, a
 //! later stage or a leaf, never an earlier stage, and no two rooms import each other (directly or round
-//! a circle). Stages, in path order: `net` → `proxy` → `tap` → `decode` → `record`; leaves (`config`,
+//! a circle). Stages, in path order: `capture` (packets read off an interface, a source of bytes before the rest) → `net` → `proxy` → `tap` → `decode` → `record`; leaves (`config`,
 //! `logging`, `shutdown`) use only leaves; tools beside the path (`app`, which assembles every stage
 //! into a running tokentap, `report`, and `scripted`, the model server of the demo and the tests) may use
 //! any stage or leaf and are used by none. A room is a
@@ -14,7 +14,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// The stages in path order; a module may import only from its own position or a later one.
-const STAGES: &[&str] = &["net", "proxy", "tap", "decode", "record"];
+const STAGES: &[&str] = &["capture", "net", "proxy", "tap", "decode", "record"];
 /// Tools beside the path (`app`: startup and shutdown; `report`: `tokentap report`; `scripted`: the
 /// scripted model server): before every
 /// stage, so they may use any stage or leaf, and nothing but the crate root and the binary uses them.

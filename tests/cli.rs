@@ -1,123 +1,15 @@
-//! The `tokentap` command as a user runs it: `check-config` verdicts and exit codes, flag errors, and a
-//! bounded `demo` run that proves the README's first command produces metered traffic.
+//! The `tokentap` command as a user runs it: flag errors, `slo-objects`, each subcommand's options, and
+//! bounded `demo` runs that prove the README's first commands produce metered traffic, a record file and
+//! a report (`check-config`: `check_config.rs`).
 
 use crate::support;
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokentap::record::metrics::family;
 
-use support::get_blocking;
-
-/// `tokentap check-config FILE`, run to its end.
-fn check_config(file: impl AsRef<std::ffi::OsStr>) -> std::process::Output {
-    tokentap()
-        .arg("check-config")
-        .arg(file)
-        .output()
-        .expect("run")
-}
-
-fn tokentap() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tokentap"))
-}
-
-/// A directory of one test's own under the temp dir, removed with what is in it when dropped (the
-/// tests of this file run at once: one directory for all of them would be removed under the others).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("tokentap-cli-{}-{test}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        Scratch(dir)
-    }
-
-    /// Writes `text` to the file `name` in the directory; its path.
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).expect("write");
-        path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-#[test]
-fn check_config_accepts_the_shipped_example() {
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/tokentap.yaml");
-    let out = tokentap()
-        .args(["check-config", example])
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
-}
-
-#[test]
-fn check_config_rejects_bad_values_naming_key_and_value() {
-    let cases = [
-        ("slo:\n  ttft: fast\n", ["slo.ttft", "fast"]),
-        (
-            "slo:\n  models:\n    llama:\n      tpot: -5ms\n",
-            ["slo.models.llama.tpot", "-5ms"],
-        ),
-        (
-            "upstream: ftp://example.com\n",
-            ["upstream", "ftp://example.com"],
-        ),
-        ("max_models: 0\n", ["max_models", "0"]),
-    ];
-    let scratch = Scratch::new("bad-values");
-    for (i, (yaml, needles)) in cases.iter().enumerate() {
-        let path = scratch.write(&format!("bad{i}.yaml"), yaml);
-        let out = check_config(&path);
-        assert!(!out.status.success(), "accepted {yaml:?}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        for needle in needles {
-            assert!(
-                stderr.contains(needle),
-                "message for {yaml:?} lacks {needle:?}: {stderr}"
-            );
-        }
-    }
-}
-
-#[test]
-fn check_config_reads_the_listen_tls_pair_and_names_what_is_wrong_with_it() {
-    let tls = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
-    let scratch = Scratch::new("listen-tls");
-    let pair =
-        |key: &str| format!("listen_tls: {{cert_file: {tls}/server.pem, key_file: {tls}/{key}}}\n");
-    let good = scratch.write("good.yaml", &pair("server.key"));
-    let out = check_config(&good);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains("listen_tls: ") && stdout.contains("(1 certificate(s) in the chain)"),
-        "{stdout}"
-    );
-    let bad = scratch.write("bad.yaml", &pair("rotated.key"));
-    let out = check_config(&bad);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    let said = format!("listen_tls.key_file: {tls}/rotated.key: is not the key of the certificate in {tls}/server.pem");
-    assert!(stderr.contains(&said), "{stderr}");
-}
+use support::{get_blocking, stdout_of, tokentap, Scratch};
 
 #[test]
 fn the_shipped_slo_objects_are_what_slo_objects_renders_from_the_example_config() {
@@ -165,138 +57,6 @@ fn the_shipped_slo_objects_are_what_slo_objects_renders_from_the_example_config(
 }
 
 #[test]
-fn check_config_checks_tokenizers_as_this_binary_can_use_them() {
-    let words = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/tokenizer/words.json"
-    );
-    let not_json = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
-    let scratch = Scratch::new("tokenizers");
-    let run = |name: &str, path: &str| {
-        let config = scratch.write(name, &format!("tokenizers:\n  my-model: {path}\n"));
-        let out = check_config(&config);
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        (out.status.success(), stderr)
-    };
-    let (ok, stderr) = run("tok-words.yaml", words);
-    let (bad_ok, bad_stderr) = run("tok-bad.yaml", not_json);
-    assert!(!bad_ok, "accepted a tokenizer that is not one");
-    assert!(bad_stderr.contains("tokenizers.my-model"), "{bad_stderr}");
-    if cfg!(feature = "tokenizer") {
-        assert!(ok, "{stderr}");
-    } else {
-        assert!(!ok, "a binary without the feature accepted a tokenizer");
-        assert!(
-            stderr.contains("built without the `tokenizer` feature"),
-            "{stderr}"
-        );
-    }
-}
-
-const FROM_ROOT_ON: &str = "tokenizer from the upstream's model list (a served model's root): on";
-
-#[test]
-fn check_config_lists_each_tokenizer_it_found_for_which_model_and_where_it_looks() {
-    let words = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/tokenizer/words.json"
-    );
-    let scratch = Scratch::new("discovery");
-    let dir = scratch.0.join("discovery");
-    let place = |relative: &str| {
-        let path = dir.join(relative);
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-        std::fs::copy(words, &path).expect("copy");
-        path
-    };
-    let in_hub = place("hub/models--org--words/snapshots/abc/tokenizer.json");
-    let in_dir = place("models/llama/tokenizer.json");
-    let (hub, models) = (dir.join("hub"), dir.join("models"));
-    let yaml = format!(
-        "tokenizers:\n  m: {words}\ntokenizer_dirs: [{}, {}, /nonexistent/tokenizers]\n",
-        hub.display(),
-        models.display()
-    );
-    let run = |name: &str, yaml: &str| {
-        let config = scratch.write(name, yaml);
-        let out = check_config(&config);
-        let (stdout, stderr) = (out.stdout, out.stderr);
-        let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
-        (out.status.success(), text(stdout), text(stderr))
-    };
-    let (ok, stdout, stderr) = run("discovery.yaml", &yaml);
-    if !cfg!(feature = "tokenizer") {
-        assert!(!ok, "a binary without the feature accepted tokenizer_dirs");
-        assert!(
-            stderr.contains("built without the `tokenizer` feature"),
-            "{stderr}"
-        );
-        return;
-    }
-    assert!(ok, "{stderr}");
-    let expected = [
-        format!("tokenizer for model `m`: {words} (configured)"),
-        format!(
-            "tokenizer discovery under {}: 1 model(s) found now",
-            hub.display()
-        ),
-        format!("  tokenizer for model `org/words`: {}", in_hub.display()),
-        format!(
-            "tokenizer discovery under {}: 1 model(s) found now",
-            models.display()
-        ),
-        format!("  tokenizer for model `llama`: {}", in_dir.display()),
-        "tokenizer discovery under /nonexistent/tokenizers: not a directory (yet)".to_owned(),
-        FROM_ROOT_ON.to_owned(),
-    ];
-    let bound = "series bound: models 103 × apis 11 × statuses 22 × outcomes 4 = 99704 series of tokentap_requests_total alone; 590434 series in all";
-    assert!(
-        stdout.lines().nth(1).is_some_and(|l| l.starts_with(bound)),
-        "{stdout}"
-    );
-    let lines: Vec<&str> = stdout.lines().skip(2).collect();
-    assert_eq!(lines, expected, "{stdout}");
-    let (ok, stdout, stderr) = run("discovery-off.yaml", "tokenizer_dirs: []\n");
-    assert!(ok, "{stderr}");
-    let off = format!("\ntokenizer discovery: off\n{FROM_ROOT_ON}\n");
-    assert!(stdout.ends_with(&off), "{stdout}");
-    let yaml = "tokenizer_dirs: []\nmodel_list: {tokenizer_from_root: false}\n";
-    let (ok, stdout, stderr) = run("from-root-off.yaml", yaml);
-    assert!(ok, "{stderr}");
-    let off = "\ntokenizer from the upstream's model list (a served model's root): off\n";
-    assert!(stdout.ends_with(off), "{stdout}");
-}
-
-#[test]
-fn check_config_refuses_a_short_or_documented_hash_key_and_says_how_to_make_one() {
-    // With a key anyone can read (the one the example showed), a six-digit token was found again
-    // from its tenant tag in 1.4 s.
-    let scratch = Scratch::new("hash-key");
-    for key in ["at least 16 bytes", "0123456789abcdef0123"] {
-        let yaml = format!("tenants: {{bearer_hash: true, hash_key: \"{key}\"}}\n");
-        let path = scratch.write("hash-key.yaml", &yaml);
-        let out = check_config(&path);
-        assert!(!out.status.success(), "accepted {key:?}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains("tenants.hash_key"), "{stderr}");
-        assert!(
-            stderr.contains("head -c 32 /dev/urandom | base64"),
-            "{stderr}"
-        );
-        assert!(!stderr.contains(key), "the key is shown: {stderr}");
-    }
-}
-
-#[test]
-fn check_config_rejects_unknown_keys() {
-    let scratch = Scratch::new("unknown-keys");
-    let path = scratch.write("unknown.yaml", "slo:\n  ttft: 1s\n  tffts: 2s\n");
-    let out = check_config(&path);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("tffts"));
-}
-
-#[test]
 fn a_missing_config_file_is_an_error_naming_it() {
     let out = tokentap()
         .args(["--config", "/nonexistent/tokentap.yaml"])
@@ -321,6 +81,8 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
     let scratch = Scratch::new("demo");
     let log = scratch.write("demo.log", "");
     let mut child = tokentap()
+        // Its record file under this test's own directory (the demo's is under the temp dir).
+        .env("TMPDIR", &scratch.0)
         .args([
             "demo",
             "--duration",
@@ -397,16 +159,7 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
     let deadline = Instant::now() + Duration::from_secs(12);
     let mut table = String::new();
     while Instant::now() < deadline && !table.contains("\ndemo-") {
-        let out = tokentap()
-            .args(["top", "--once", "--url", &format!("http://{addr}")])
-            .output()
-            .expect("run top");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        table = String::from_utf8_lossy(&out.stdout).into_owned();
+        table = stdout_of(tokentap().args(["top", "--once", "--url", &format!("http://{addr}")]));
         std::thread::sleep(Duration::from_millis(500));
     }
     assert!(
@@ -452,6 +205,92 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
     assert!(
         status.is_some_and(|s| s.success()),
         "demo did not exit cleanly on SIGTERM: {status:?}"
+    );
+}
+
+/// `demo --duration` names its record file first, stops sending when the time is up, lets what is in
+/// flight finish (no request cut: the only `cancelled` records are the streams its clients walked away
+/// from on purpose, as it says at the end), and `tokentap report` reads the file right after, with the
+/// goodput ratio beside the count.
+#[test]
+fn the_demo_names_its_record_file_and_report_reads_it_right_after() {
+    let scratch = Scratch::new("demo-records");
+    let started = Instant::now();
+    let stdout = stdout_of(tokentap().env("TMPDIR", &scratch.0).args([
+        "demo",
+        "--duration",
+        "6s",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--ui",
+        "false",
+    ]));
+    // The duration, then at most the demo's FINISH (30 s) for what was in flight, with room.
+    assert!(
+        started.elapsed() < Duration::from_secs(45),
+        "{:?}",
+        started.elapsed()
+    );
+    let file = scratch.0.join("tokentap-demo.jsonl");
+    let named = format!(
+        "  records                {}   (tokentap report {0})",
+        file.display()
+    );
+    let first: Vec<&str> = stdout.lines().take(6).collect();
+    assert!(first.contains(&named.as_str()), "{stdout}");
+    let said = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("tokentap demo stopped: "))
+        .unwrap_or_else(|| panic!("no closing line: {stdout}"));
+    let number = |after: &str| -> usize {
+        let at = said.find(after).expect("a count") + after.len();
+        let digits: String = said[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().expect("a number")
+    };
+    let (answered, left) = (number(""), number("answered, "));
+    let records = std::fs::read_to_string(&file).expect("the demo's records");
+    let outcomes: Vec<String> = records
+        .lines()
+        .map(|line| {
+            let record: serde_json::Value = serde_json::from_str(line).expect("a record");
+            record["outcome"].as_str().unwrap_or_default().to_owned()
+        })
+        .collect();
+    assert!(answered >= 3, "{said}");
+    assert_eq!(outcomes.len(), answered, "one record a request: {said}");
+    let cancelled = outcomes.iter().filter(|o| *o == "cancelled").count();
+    assert_eq!(
+        cancelled, left,
+        "only the walk-aways are cancelled: {outcomes:?}"
+    );
+    assert_eq!(
+        outcomes.len() - cancelled,
+        outcomes.iter().filter(|o| *o == "ok").count()
+    );
+    let report = stdout_of(tokentap().args(["report", "--format", "json"]).arg(&file));
+    let doc: serde_json::Value = serde_json::from_str(&report).expect("json");
+    let total = &doc["total"];
+    assert_eq!(total["request_count"], answered as u64);
+    let (good, ratio) = (
+        total["good_request_count"].as_f64(),
+        total["goodput_ratio"].as_f64(),
+    );
+    assert_eq!(ratio, good.map(|g| g / answered as f64), "{total}");
+    let table = stdout_of(tokentap().arg("report").arg(&file));
+    let line = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map(str::to_owned)
+    };
+    assert!(
+        line("Good Request Count").is_some() && line("Goodput Ratio (%)").is_some(),
+        "{table}"
     );
 }
 

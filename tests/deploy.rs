@@ -39,6 +39,22 @@ const RULE_FILES: [&str; 2] = [
     "deploy/prometheus/rules/tokentap-alerts.yml",
 ];
 
+/// The one document of `kind` in `file`'s `docs`.
+fn one<'a>(docs: &'a [Yaml], kind: &str, file: &str) -> &'a Yaml {
+    let mut of_kind = docs.iter().filter(|d| d["kind"] == kind);
+    match (of_kind.next(), of_kind.next()) {
+        (Some(doc), None) => doc,
+        _ => panic!("{file}: one {kind}"),
+    }
+}
+
+/// The tokentap config a manifest's ConfigMap embeds, checked as tokentap checks it.
+fn embedded_config(docs: &[Yaml], file: &str) -> tokentap::Config {
+    let config_map = one(docs, "ConfigMap", file);
+    tokentap::Config::from_yaml_str(str_of(&config_map["data"]["tokentap.yaml"]))
+        .unwrap_or_else(|e| panic!("{file}: embedded tokentap.yaml: {e}"))
+}
+
 fn rule_groups() -> Vec<Yaml> {
     RULE_FILES
         .iter()
@@ -403,14 +419,8 @@ fn kubernetes_manifests_fit_tokentap() {
     ] {
         let docs = yaml_documents(file);
         let kind = |k: &str| -> Vec<&Yaml> { docs.iter().filter(|d| d["kind"] == k).collect() };
-        let [config_map] = kind("ConfigMap")[..] else {
-            panic!("{file}: one ConfigMap")
-        };
-        let config = tokentap::Config::from_yaml_str(str_of(&config_map["data"]["tokentap.yaml"]))
-            .unwrap_or_else(|e| panic!("{file}: embedded tokentap.yaml: {e}"));
-        let [deployment] = kind("Deployment")[..] else {
-            panic!("{file}: one Deployment")
-        };
+        let config = embedded_config(&docs, file);
+        let deployment = one(&docs, "Deployment", file);
         let pod = &deployment["spec"]["template"];
         let pod_labels = &pod["metadata"]["labels"];
         assert_eq!(
@@ -665,4 +675,56 @@ fn the_clickhouse_table_has_a_column_for_every_record_field() {
         .map(str::to_owned)
         .collect();
     assert_eq!(columns, record_fields());
+}
+
+/// The capture sidecar reads the model server's own port with only `NET_RAW`, a read-only root and no
+/// escalation, and the Service sends clients to the model server, not to tokentap.
+#[test]
+fn the_capture_sidecar_reads_the_servers_port_with_only_net_raw() {
+    let file = "deploy/kubernetes/capture-sidecar.yaml";
+    let docs = yaml_documents(file);
+    let config = embedded_config(&docs, file);
+    let deployment = one(&docs, "Deployment", file);
+    let containers = deployment["spec"]["template"]["spec"]["containers"]
+        .as_sequence()
+        .expect("containers");
+    let named = |name: &str| {
+        containers
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{file}: no {name} container"))
+    };
+    let (server, tokentap) = (named("vllm"), named("tokentap"));
+    let model_port = server["ports"][0]["containerPort"]
+        .as_u64()
+        .expect("the server's port");
+    let ports = config.capture.ports_of(&config.upstream);
+    assert_eq!(
+        ports,
+        vec![model_port as u16],
+        "{file}: capture.ports is the server's port"
+    );
+    assert_eq!(tokentap["args"][0], "capture", "{file}");
+    let security = &tokentap["securityContext"];
+    assert_eq!(
+        security["capabilities"]["add"],
+        serde_yaml::from_str::<Yaml>("[NET_RAW]").unwrap()
+    );
+    assert_eq!(
+        security["capabilities"]["drop"],
+        serde_yaml::from_str::<Yaml>("[ALL]").unwrap()
+    );
+    assert_eq!(security["readOnlyRootFilesystem"], Yaml::Bool(true));
+    assert_eq!(security["allowPrivilegeEscalation"], Yaml::Bool(false));
+    let service = one(&docs, "Service", file);
+    let http = service["spec"]["ports"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == "http")
+        .expect("the clients' port");
+    assert_eq!(
+        http["targetPort"], server["ports"][0]["name"],
+        "{file}: clients reach the server itself"
+    );
 }

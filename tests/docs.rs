@@ -330,27 +330,241 @@ fn grouped(n: i64) -> String {
     out
 }
 
-/// The default series bound, as docs/metrics.md and docs/deploy.md state it, is the one tokentap
-/// computes (and so is the figure for `max_models: 10`), so a family that moves it fails here until
-/// both pages say the new figure.
+/// The series bound's figures docs/metrics.md (and docs/deploy.md) state are the ones tokentap computes:
+/// what the defaults count up front, what a pair and a name's first pair cost, the limit for `max_models:
+/// 10`, and the 500-adapter page `tests/lora.rs` measures; a family that moves them fails here until the
+/// pages say the new figures.
 #[test]
-fn the_pages_that_state_the_default_series_bound_state_the_computed_one() {
+fn the_pages_that_state_the_series_bound_state_the_computed_one() {
     let bound = |yaml: &str| {
         let config = tokentap::Config::from_yaml_str(yaml).expect("config");
         let metrics = tokentap::record::metrics::Metrics::new(&config).expect("metrics");
-        grouped(metrics.bound().total)
+        metrics.bound()
     };
     let (default, ten) = (bound(""), bound("max_models: 10\n"));
-    let metrics_md = read(Path::new("docs/metrics.md"));
-    let want = format!("value and **{default}** in all; with `max_models: 10`, {ten}.");
+    let chat = default.costs.per_api[tokentap::record::api::Api::Chat as usize];
+    let words = |page: &str| {
+        let text = read(Path::new(page));
+        text.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let (metrics_md, deploy_md) = (words("docs/metrics.md"), words("docs/deploy.md"));
+    let lora = crate::lora::MEASURED;
+    let mib = format!("{:.1} MiB", lora.page_mib);
+    for (page, text, want) in [
+        (
+            "metrics.md",
+            &metrics_md,
+            format!(
+                "with the defaults they are **{}** series",
+                grouped(default.reserved as i64)
+            ),
+        ),
+        (
+            "metrics.md",
+            &metrics_md,
+            format!(
+                "the rest of the budget ({} with the defaults)",
+                grouped(default.budget() as i64)
+            ),
+        ),
+        (
+            "metrics.md",
+            &metrics_md,
+            format!("**{chat}** for an API with a dialect"),
+        ),
+        (
+            "metrics.md",
+            &metrics_md,
+            format!(
+                "plus, on the name's first pair, the **{}** of",
+                default.costs.per_name
+            ),
+        ),
+        (
+            "metrics.md",
+            &metrics_md,
+            format!(
+                "With the defaults `V` is {} series and the limit is the budget itself, **{}**;",
+                grouped(default.costs.of(u16::MAX) as i64),
+                grouped(default.total)
+            ),
+        ),
+        (
+            "metrics.md",
+            &metrics_md,
+            format!("with `max_models: 10`, {} (", grouped(ten.total)),
+        ),
+        (
+            "metrics.md",
+            &metrics_md,
+            format!(
+                "**{}** series, {} an adapter, a **{mib}** page",
+                grouped(lora.series as i64),
+                (lora.series + 250) / 500
+            ),
+        ),
+        (
+            "deploy.md",
+            &deploy_md,
+            format!(
+                "`tokentap_metrics_series_limit`: {} with the defaults",
+                grouped(default.total)
+            ),
+        ),
+        (
+            "deploy.md",
+            &deploy_md,
+            format!(
+                "{} and a {mib} page for a vLLM with 500 LoRA adapters",
+                grouped(lora.series as i64)
+            ),
+        ),
+    ] {
+        assert!(text.contains(&want), "docs/{page} does not say: {want}");
+    }
+}
+
+/// Every page of more than 200 lines, the README included, opens with a contents list (a `Contents:`
+/// line before its first `##` heading, then one link a line) that links each of its `##` headings.
+#[test]
+fn every_long_page_opens_with_a_contents_list_of_its_sections() {
+    let mut missing = Vec::new();
+    for page in pages() {
+        let text = read(&page);
+        if text.lines().count() <= 200 {
+            continue;
+        }
+        let masked = prose(&text);
+        let first_section = masked.lines().position(|l| l.starts_with("## "));
+        let contents = text.lines().position(|l| l.trim() == "Contents:");
+        let (Some(contents), Some(first_section)) = (contents, first_section) else {
+            missing.push(format!("{}: no `Contents:` list", page.display()));
+            continue;
+        };
+        if contents > first_section {
+            missing.push(format!(
+                "{}: its contents come after its first section",
+                page.display()
+            ));
+            continue;
+        }
+        let listed: BTreeSet<String> = links(
+            &text
+                .lines()
+                .skip(contents + 1)
+                .take_while(|l| l.is_empty() || l.trim_start().starts_with("- "))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        )
+        .into_iter()
+        .filter_map(|(_, target)| target.strip_prefix('#').map(str::to_owned))
+        .collect();
+        for (raw, masked) in text.lines().zip(masked.lines()) {
+            if masked.starts_with("## ") && !listed.contains(&slug(&raw[3..])) {
+                missing.push(format!("{}: the contents lack `{raw}`", page.display()));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
+
+/// The docs speak to users: no internal specification names (`SPEC §10`) that a reader cannot open.
+#[test]
+fn no_page_cites_an_internal_spec() {
+    let cited: Vec<String> = pages()
+        .into_iter()
+        .flat_map(|page| {
+            let text = read(&page);
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| l.contains("SPEC §") || l.contains("SPEC.md"))
+                .map(|(n, _)| format!("{}:{}", page.display(), n + 1))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(cited.is_empty(), "internal spec cited at {cited:?}");
+}
+
+/// The rules in deploy/prometheus/rules/, counted from the files (each `- record:` or `- alert:`).
+fn rules_in_the_files() -> usize {
+    let dir = Path::new(ROOT).join("deploy/prometheus/rules");
+    let mut rules = 0;
+    for entry in std::fs::read_dir(&dir).expect("rules dir") {
+        let text = std::fs::read_to_string(entry.expect("entry").path()).expect("rules file");
+        let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("yaml");
+        for group in doc["groups"].as_sequence().into_iter().flatten() {
+            rules += group["rules"].as_sequence().map_or(0, Vec::len);
+        }
+    }
+    rules
+}
+
+/// The numbers the docs quote about the repository are what the tools say: the count of Prometheus rules
+/// (as promtool counts them, where it is installed, and as the files hold them) and the count of
+/// integration suites (the modules of tests/it.rs and the binaries of their own), each of which
+/// docs/testing.md's table describes.
+#[test]
+fn the_counts_the_docs_quote_are_what_the_tools_say() {
+    let rules = rules_in_the_files();
+    if let Ok(out) = std::process::Command::new("promtool")
+        .arg("check")
+        .arg("rules")
+        .args(
+            ["tokentap-alerts.yml", "tokentap-recording.yml"]
+                .map(|f| Path::new(ROOT).join("deploy/prometheus/rules").join(f)),
+        )
+        .output()
+    {
+        let said = String::from_utf8_lossy(&out.stdout);
+        let counted: usize = said
+            .lines()
+            .filter_map(|l| {
+                l.trim()
+                    .strip_prefix("SUCCESS: ")?
+                    .strip_suffix(" rules found")?
+                    .parse::<usize>()
+                    .ok()
+            })
+            .sum();
+        assert_eq!(counted, rules, "promtool: {said}");
+    }
+    let deploy = read(Path::new("docs/deploy.md"))
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let want = format!("all {rules} rules healthy");
     assert!(
-        metrics_md.contains(&want),
-        "docs/metrics.md does not say: {want}"
-    );
-    let deploy_md = read(Path::new("docs/deploy.md")).replace('\n', " ");
-    let want = format!("`tokentap_metrics_series_limit`: {default} with the defaults");
-    assert!(
-        deploy_md.contains(&want),
+        deploy.contains(&want),
         "docs/deploy.md does not say: {want}"
+    );
+    let it = read(Path::new("tests/it.rs"));
+    let mut suites: Vec<String> = it
+        .lines()
+        .filter_map(|l| l.strip_prefix("mod ")?.strip_suffix(';'))
+        .filter(|m| *m != "support")
+        .map(str::to_owned)
+        .collect();
+    let cargo = read(Path::new("Cargo.toml"));
+    suites.extend(
+        cargo
+            .lines()
+            .filter_map(|l| l.strip_prefix("path = \"tests/")?.strip_suffix(".rs\""))
+            .filter(|s| *s != "it")
+            .map(str::to_owned),
+    );
+    let testing = read(Path::new("docs/testing.md"));
+    let words = testing.split_whitespace().collect::<Vec<_>>().join(" ");
+    let want = format!("{} suites", suites.len());
+    assert!(
+        words.contains(&want),
+        "docs/testing.md does not say: {want}"
+    );
+    let unlisted: Vec<&String> = suites
+        .iter()
+        .filter(|s| !testing.contains(&format!("`tests/{s}.rs`")))
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "docs/testing.md's table lacks {unlisted:?}"
     );
 }

@@ -115,10 +115,10 @@ async fn a_flood_of_junk_names_and_paths_stays_under_the_series_limit_and_the_re
     // conversation families, by model and turn but not by API: 6 turns × 4 (TTFT) + 6 × 11 (prompt
     // tokens) + 17 (think time) = 107; plus the three lookup results and the eight reasons a list is
     // not read, in-flight per API, skipped metering per API and reason, the metrics port's five
-    // refusal reasons, the spans' five drop reasons, the OTLP metric exports' four, the sessions' two refusal reasons, the six
+    // refusal reasons, the spans' five drop reasons, the OTLP metric exports' four, the sessions' two refusal reasons, the seven
     // reasons a TLS handshake failed, the three reasons a session's message is skipped, the config
-    // reloads' three results, and the unlabelled counters, gauges and histograms (their buckets carry
-    // only `le`). Each known API has the session families too (duration 12 + 3, responses 11 + 3, four
+    // reloads' three results, the capture's four segment results and six reasons a connection is not
+    // metered, and the unlabelled counters, gauges and histograms (their buckets carry only `le`). Each known API has the session families too (duration 12 + 3, responses 11 + 3, four
     // outcomes).
     let unlabelled = m
         .text
@@ -134,11 +134,13 @@ async fn a_flood_of_junk_names_and_paths_stays_under_the_series_limit_and_the_re
             + 5
             + 4
             + 2
-            + 6
+            + 7
             + 3
             + 3
             + 8
             + 3
+            + 4
+            + 6
             + unlabelled) as f64
     );
 }

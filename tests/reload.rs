@@ -287,7 +287,7 @@ async fn a_broken_file_or_a_changed_listen_changes_nothing() {
     );
     let bound = reload(&running, &path, &huge).await;
     assert!(
-        matches!(&bound, Reloaded::Failed(why) if why.starts_with("metrics.max_series: the configuration allows up to ")),
+        matches!(&bound, Reloaded::Failed(why) if why.starts_with("metrics.max_series: the 3 model values always counted")),
         "{bound:?}"
     );
 

@@ -436,6 +436,7 @@ fn json_output_has_a_stable_shape() {
             "end",
             "good_request_count",
             "goodput",
+            "goodput_ratio",
             "input_token_throughput",
             "input_tokens",
             "metrics",

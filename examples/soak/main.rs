@@ -18,6 +18,10 @@
 //! (`bursts.rs`); `--keep-alive-ms MS` makes the upstream close a connection idle that long, as a server's
 //! keep-alive does (`--burst 300 --keep-alive-ms 2000`: docs/lab/soak.md's bursty run).
 //!
+//! `--capture` runs `tokentap capture` instead (root: an AF_PACKET socket on `lo`): the clients talk to the
+//! upstream directly, tokentap reads its port's packets beside them, and the same counts are checked
+//! against what it metered (docs/lab/capture.md).
+//!
 //! `--config FILE` passes a config file to tokentap (the listen and upstream flags still win).
 //! `--env K=V` (repeatable) sets a variable for tokentap only, e.g.
 //! `GLIBC_TUNABLES=glibc.malloc.arena_max=1` or heaptrack's `LD_PRELOAD`. At the end tokentap gets
@@ -59,6 +63,8 @@ struct Args {
     burst: Option<usize>,
     /// `--keep-alive-ms MS`: the upstream closes a connection idle this long, as a server's keep-alive.
     keep_alive: Option<Duration>,
+    /// `--capture`: `tokentap capture` beside the upstream instead of the proxy in front of it.
+    capture: bool,
 }
 
 fn args() -> Args {
@@ -73,11 +79,16 @@ fn args() -> Args {
         malloc_stats: false,
         burst: None,
         keep_alive: None,
+        capture: false,
     };
     let mut argv: Vec<String> = std::env::args().skip(1).collect();
     if let Some(at) = argv.iter().position(|a| a == "--malloc-stats") {
         argv.remove(at);
         a.malloc_stats = true;
+    }
+    if let Some(at) = argv.iter().position(|a| a == "--capture") {
+        argv.remove(at);
+        a.capture = true;
     }
     for pair in argv.chunks(2) {
         let value = pair.get(1).map(String::as_str).unwrap_or_default();
@@ -102,7 +113,7 @@ fn args() -> Args {
 }
 
 fn usage(bad: &str) -> ! {
-    eprintln!("soak: bad argument {bad}\nusage: soak [--tokentap PATH] [--streams N] [--duration SECS] [--tokens N] [--gap-ms MS] [--config FILE] [--env K=V]... [--malloc-stats] [--burst N] [--keep-alive-ms MS]");
+    eprintln!("soak: bad argument {bad}\nusage: soak [--tokentap PATH] [--streams N] [--duration SECS] [--tokens N] [--gap-ms MS] [--config FILE] [--env K=V]... [--malloc-stats] [--burst N] [--keep-alive-ms MS] [--capture]");
     std::process::exit(2)
 }
 
@@ -361,14 +372,24 @@ async fn main() {
         .expect("bind upstream");
     let upstream_addr = upstream.addr;
     let (listen, metrics) = (free_port(), free_port());
-    let child = Command::new(&args.tokentap)
-        .args([
+    let mut command = Command::new(&args.tokentap);
+    match args.capture {
+        true => command.args([
+            "capture",
+            "--interface",
+            "lo",
+            "--port",
+            &upstream_addr.port().to_string(),
+        ]),
+        false => command.args([
             "--listen",
             &listen.to_string(),
-            "--metrics-listen",
-            &metrics.to_string(),
-        ])
-        .args(["--upstream", &format!("http://{upstream_addr}")])
+            "--upstream",
+            &format!("http://{upstream_addr}"),
+        ]),
+    };
+    let child = command
+        .args(["--metrics-listen", &metrics.to_string()])
         .args(args.config.iter().flat_map(|c| ["--config", c]))
         .env("RUST_LOG", "warn")
         .envs(args.env.iter().map(|(k, v)| (k, v)))
@@ -399,8 +420,8 @@ async fn main() {
         None => format!("{} streams", args.streams),
     };
     println!(
-        "soak: {shape} for {:?}, {} tokens {:?} apart per stream, upstream keep-alive {:?}, tokentap pid {pid} ({})",
-        args.duration, args.tokens, args.gap, args.keep_alive, args.tokentap
+        "soak: {shape} for {:?}, {} tokens {:?} apart per stream, upstream keep-alive {:?}, tokentap{} pid {pid} ({})",
+        args.duration, args.tokens, args.gap, args.keep_alive, if args.capture { " capture" } else { "" }, args.tokentap
     );
     println!(
         "idle: RSS {rss_idle} KiB, {fds_idle} fds, brk {} KiB, {} arenas {} KiB, other anon {} KiB",
@@ -411,7 +432,8 @@ async fn main() {
     let tally = Arc::new(Tally::default());
     let t0 = Instant::now();
     let deadline = t0 + args.duration;
-    let url = format!("http://{listen}/v1/chat/completions");
+    let target = if args.capture { upstream_addr } else { listen };
+    let url = format!("http://{target}/v1/chat/completions");
     let bursts = args.burst.map(|burst| {
         tokio::spawn(bursts::run(
             client.clone(),

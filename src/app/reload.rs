@@ -3,7 +3,7 @@
 //!
 //! The file is read, parsed and checked by the code that reads it at start (`check-config`'s), then
 //! compared with the config running now: a change to a key that cannot change live ([`LIVE`] names
-//! those that can) refuses the whole reload by name, and a series bound above `metrics.max_series`
+//! those that can) refuses the whole reload by name, and series counted up front above `metrics.max_series`
 //! fails it as it fails a start. What can fail in applying it (a new request_log path that cannot be
 //! opened, a new collector, the model list's key file) is prepared before anything changes; then the
 //! metrics take the new boundaries and names (`record::metrics`, `reconfigure.rs`), the log its

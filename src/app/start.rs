@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use crate::config::Config;
 use crate::decode::tokenizer::Tokenizers;
 use crate::govern::{Budget, Governor};
+use crate::logging::records::RecordWriter;
 use crate::net::admin::MetricsPort;
 use crate::net::fleet::{FleetPage, Prometheus};
 use crate::net::server::{BindError, Listeners, ProxyPort};
@@ -17,7 +18,7 @@ use crate::record::conversations::Conversations;
 use crate::record::live::Live;
 use crate::record::metrics::Metrics;
 use crate::record::otlp_metrics::MetricsExporter;
-use crate::record::trace::{self, Tracing};
+use crate::record::trace::{self, SpanExporter, Tracing};
 use crate::shutdown::{Count, Shutdown};
 use crate::tap::context::ExchangeContext;
 
@@ -52,8 +53,20 @@ pub enum StartError {
     OtlpMetrics(#[source] trace::SetupError),
 }
 
-/// Binds the proxy and metrics ports and starts serving.
-pub async fn start(config: &Config) -> Result<Running, StartError> {
+/// What the proxy and the capture alike meter with: the metrics, the exchanges' context (the
+/// tokenizers, the sinks) and what a reload replaces.
+pub(super) struct Metering {
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) context: Arc<ExchangeContext>,
+    pub(super) conversations: Option<Arc<Conversations>>,
+    pub(super) writer: Option<Arc<RecordWriter>>,
+    pub(super) spans: Option<Arc<SpanExporter>>,
+    /// The metrics pushed to a collector (`otlp_metrics:`).
+    pub(super) otlp_metrics: Option<MetricsExporter>,
+}
+
+/// Builds the metering `config` asks for (the span exporter's task started with it).
+pub(super) async fn metering(config: &Config) -> Result<Metering, StartError> {
     let governor = Governor::new(&config.budgets, &config.conversations);
     let metrics = Metrics::new(config)?;
     metrics.watch(governor.clone())?;
@@ -62,6 +75,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         .check(config.metrics.max_series)
         .map_err(StartError::SeriesBudget)?;
     let tokenizers = Arc::new(Tokenizers::load(config, Some(&metrics.served))?);
+    tokenizers.log();
     let records = records(config, &metrics, &governor).await?;
     let writer = records.as_ref().map(|r| r.writer.clone());
     let metrics = Arc::new(metrics);
@@ -86,6 +100,26 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         tokenizers,
         governor,
     ));
+    Ok(Metering {
+        metrics,
+        context,
+        conversations,
+        writer,
+        spans,
+        otlp_metrics,
+    })
+}
+
+/// Binds the proxy and metrics ports and starts serving.
+pub async fn start(config: &Config) -> Result<Running, StartError> {
+    let Metering {
+        metrics,
+        context,
+        conversations,
+        writer,
+        spans,
+        otlp_metrics,
+    } = metering(config).await?;
     let upstream = upstream::Upstream::new(config, metrics.upstream.clone())?;
     let model_list = match config.model_list.enabled {
         true => Some(ModelList::new(config, metrics.served.clone())?),
@@ -121,19 +155,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         shutdown: shutdown.clone(),
         tls,
     };
-    // The live page's first snapshot is taken before the proxy serves: a snapshot taken after the first
-    // requests finished would be the baseline its windows count from, and they would never show them.
-    let live = config.ui.enabled.then(|| Arc::new(Live::new(config)));
-    if let Some(live) = &live {
-        live.snapshot(&metrics);
-    }
-    // Checked with the config (`ui.prometheus` is an http:// URL), so it is one here.
-    let fleet = match (&live, &config.ui.prometheus) {
-        (Some(_), Some(url)) => Prometheus::new(url)
-            .map(|p| Arc::new(FleetPage::new(p)))
-            .ok(),
-        _ => None,
-    };
+    let (live, fleet) = live_page(config, &metrics);
     let model_list_task = model_list.map(|list| tokio::spawn(list.run()));
     let parts = Parts {
         records: writer,
@@ -148,16 +170,13 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         conversations,
         parts,
     ));
-    let metrics_port = MetricsPort {
-        metrics: metrics.clone(),
-        shutdown: shutdown.clone(),
-        live: live.clone(),
-        fleet,
-        timeouts: config.timeouts.clone(),
-        max_connections: config.limits.max_metrics_connections,
-        allowed_hosts: config.metrics.allowed_hosts.clone(),
-        reload: Some(reloader.clone()),
-    };
+    let metrics_port = metrics_port(
+        config,
+        &metrics,
+        &shutdown,
+        (live.clone(), fleet),
+        reloader.clone(),
+    );
     let serving = listeners.serve(proxy_port, metrics_port);
     let snapshot_task = live
         .clone()
@@ -178,4 +197,41 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         certificates,
         otlp_metrics,
     })
+}
+
+/// The live page (`ui.enabled`), its first snapshot taken now, and its fleet table (`ui.prometheus`).
+/// The first snapshot is taken before anything is metered: one taken after the first requests finished
+/// would be the baseline its windows count from, and they would never show them.
+pub(super) fn live_page(
+    config: &Config, metrics: &Metrics,
+) -> (Option<Arc<Live>>, Option<Arc<FleetPage>>) {
+    let live = config.ui.enabled.then(|| Arc::new(Live::new(config)));
+    if let Some(live) = &live {
+        live.snapshot(metrics);
+    }
+    // Checked with the config (`ui.prometheus` is an http:// URL), so it is one here.
+    let fleet = match (&live, &config.ui.prometheus) {
+        (Some(_), Some(url)) => Prometheus::new(url)
+            .map(|p| Arc::new(FleetPage::new(p)))
+            .ok(),
+        _ => None,
+    };
+    (live, fleet)
+}
+
+/// What the metrics port serves.
+pub(super) fn metrics_port(
+    config: &Config, metrics: &Arc<Metrics>, shutdown: &Shutdown,
+    (live, fleet): (Option<Arc<Live>>, Option<Arc<FleetPage>>), reloader: Arc<Reloader>,
+) -> MetricsPort {
+    MetricsPort {
+        metrics: metrics.clone(),
+        shutdown: shutdown.clone(),
+        live,
+        fleet,
+        timeouts: config.timeouts.clone(),
+        max_connections: config.limits.max_metrics_connections,
+        allowed_hosts: config.metrics.allowed_hosts.clone(),
+        reload: Some(reloader),
+    }
 }

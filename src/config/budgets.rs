@@ -73,6 +73,13 @@ pub struct Budgets {
     /// One client's share of `metrics_pages` (its tenant where `tenants.allow` names it, else its address).
     #[serde(with = "values::size")]
     pub metrics_pages_per_client: u64,
+    /// What `tokentap capture` holds of the connections it follows (each at most
+    /// `capture.max_connection_bytes`).
+    #[serde(with = "values::size")]
+    pub capture_flows: u64,
+    /// One client address's share of `capture_flows`.
+    #[serde(with = "values::size")]
+    pub capture_flows_per_client: u64,
 }
 
 impl Default for Budgets {
@@ -95,13 +102,15 @@ impl Default for Budgets {
             spans_per_client: 4 * MIB,
             metrics_pages: 64 * MIB,
             metrics_pages_per_client: 16 * MIB,
+            capture_flows: 256 * MIB,
+            capture_flows_per_client: 64 * MIB,
         }
     }
 }
 
 impl Budgets {
     /// Each budget with its key, in the order of the section.
-    pub fn named(&self) -> [(&'static str, BudgetLimits); 8] {
+    pub fn named(&self) -> [(&'static str, BudgetLimits); 9] {
         [
             (
                 "held_bodies",
@@ -157,6 +166,13 @@ impl Budgets {
                 BudgetLimits {
                     cap: self.metrics_pages,
                     per_client: self.metrics_pages_per_client,
+                },
+            ),
+            (
+                "capture_flows",
+                BudgetLimits {
+                    cap: self.capture_flows,
+                    per_client: self.capture_flows_per_client,
                 },
             ),
         ]

@@ -9,7 +9,7 @@
 //! its default; `yaml` is the only module that touches serde_yaml, and names the key of an error as a
 //! dotted path (`slo.models.llama-3.1-70b.ttft`). Sections with checks of their own have their own
 //! file: `limits` (`timeouts:`, `limits:`), `admission` (`model_list:`), `records` (`request_log:`,
-//! `tenants:`), `slo` (the SLO kinds and `slo:`), `ui`, `conversations`, `traces`, `otlp_metrics`, `tls` (`listen_tls:`). `config/tokentap.yaml` is the annotated example.
+//! `tenants:`), `slo` (the SLO kinds and `slo:`), `ui`, `conversations`, `traces`, `otlp_metrics`, `tls` (`listen_tls:`), `capture`. `config/tokentap.yaml` is the annotated example.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -20,9 +20,12 @@ use serde::{Deserialize, Serialize};
 
 mod admission;
 mod budgets;
+mod capture;
 mod conversations;
 mod limits;
+mod lines;
 mod otlp_metrics;
+mod problems;
 mod records;
 mod section;
 mod slo;
@@ -30,6 +33,7 @@ mod tls;
 mod traces;
 mod ui;
 mod values;
+mod words;
 mod yaml;
 
 #[cfg(test)]
@@ -37,9 +41,11 @@ mod tests;
 
 pub use admission::ModelList;
 pub use budgets::{BudgetLimits, Budgets};
+pub use capture::Capture;
 pub use conversations::Conversations;
 pub use limits::{Limits, Timeouts};
 pub use otlp_metrics::{OtlpMetrics, Temporality};
+pub use problems::{Problem, MAX_PROBLEMS};
 pub use records::{RecordPath, RequestLog, TenantFrom, Tenants};
 pub use slo::{ByKind, Ceilings, Slo, SloKind};
 pub use tls::ListenTls;
@@ -124,6 +130,9 @@ pub struct Config {
     /// The GenAI server metrics and tokentap's own pushed with OTLP/HTTP (`otlp_metrics:`); `None`: off.
     #[serde(deserialize_with = "optional_section")]
     pub otlp_metrics: Option<OtlpMetrics>,
+    /// `tokentap capture`: the interface and ports it reads, and its bounds (`capture:`).
+    #[serde(deserialize_with = "section")]
+    pub capture: Capture,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -178,7 +187,7 @@ pub enum ConfigError {
         path: PathBuf,
         error: std::io::Error,
     },
-    /// YAML syntax, unknown key, wrong type: the parser's message, with dotted path and position.
+    /// YAML syntax, a wrong type: the parser's message in plain words, naming the key.
     #[error("{0}")]
     Syntax(String),
     /// A bad value: `{key}: invalid {what} "{value}": {reason}`.
@@ -189,12 +198,70 @@ pub enum ConfigError {
         value: String,
         reason: String,
     },
+    /// A key its section does not have (`section` empty: the top level), the keys it has, and what
+    /// may have been meant (a near name, the section it belongs to).
+    #[error("{key}: not a key {}{hint}; the keys there are: {}", where_(section), known.join(", "))]
+    UnknownKey {
+        key: String,
+        section: String,
+        known: Vec<String>,
+        hint: String,
+    },
+    /// Every problem found in a document, each with its line.
+    #[error("{}", describe_problems(.0))]
+    Problems(Vec<Problem>),
     /// Any of the above, found in a file.
-    #[error("{}: {error}", path.display())]
+    #[error("{}", in_file(path, error))]
     InFile {
         path: PathBuf,
         error: Box<ConfigError>,
     },
+}
+
+impl ConfigError {
+    /// The problems this error holds, each with its line.
+    pub fn problems(&self) -> &[Problem] {
+        match self {
+            ConfigError::Problems(problems) => problems,
+            ConfigError::InFile { error, .. } => error.problems(),
+            _ => &[],
+        }
+    }
+
+    /// The error for a terminal (`check-config`): several problems one a line, under a line that
+    /// counts them; else as [`Display`](std::fmt::Display) says it.
+    pub fn report(&self) -> String {
+        match self {
+            ConfigError::InFile { path, error } if error.problems().len() > 1 => {
+                problems::report(path, error.problems())
+            }
+            error => error.to_string(),
+        }
+    }
+}
+
+fn where_(section: &str) -> String {
+    match section {
+        "" => "at the top level".to_owned(),
+        section => format!("of `{section}:`"),
+    }
+}
+
+fn describe_problems(problems: &[Problem]) -> String {
+    match problems {
+        [problem] => problem.to_string(),
+        problems => {
+            let each: Vec<String> = problems.iter().map(Problem::to_string).collect();
+            format!("{} problems: {}", problems.len(), each.join("; "))
+        }
+    }
+}
+
+fn in_file(path: &Path, error: &ConfigError) -> String {
+    match error {
+        ConfigError::Problems(problems) => problems::describe(path, problems),
+        error => format!("{}: {error}", path.display()),
+    }
 }
 
 fn invalid(key: &str, what: &'static str, value: &str, reason: impl Into<String>) -> ConfigError {
@@ -257,7 +324,7 @@ impl Default for Config {
             upstream: http::Uri::from_static("http://127.0.0.1:8000/"),
             metrics_listen: SocketAddr::from(([0, 0, 0, 0], 9464)),
             upstream_ca_file: None,
-            max_models: 100,
+            max_models: 1000,
             model_list: ModelList::default(),
             timeouts: Timeouts::default(),
             limits: Limits::default(),
@@ -276,6 +343,7 @@ impl Default for Config {
             conversations: Conversations::default(),
             traces: None,
             otlp_metrics: None,
+            capture: Capture::default(),
         }
     }
 }
@@ -301,21 +369,20 @@ impl Default for MetricsOptions {
 }
 
 impl MetricsOptions {
-    /// The default series budget: above the default configuration's limit (590,434, leaving about a
-    /// fifth for SLO ceilings and tenants), and what one Prometheus server can take from one target
-    /// without a second thought.
+    /// The default series budget: what one Prometheus server can take from one target without a second
+    /// thought; the names the upstream serves share what the families counted up front leave of it, a
+    /// (model, API) pair at a time (docs/metrics.md, "The series bound").
     pub const DEFAULT_MAX_SERIES: u64 = 750_000;
 }
 
 impl Config {
     /// Parses and validates a YAML document; an empty (or comment-only) document gives the defaults.
+    /// The error holds every problem found ([`ConfigError::Problems`]), each with its line.
     pub fn from_yaml_str(text: &str) -> Result<Config, ConfigError> {
-        let config = yaml::parse(text)?;
-        config.validate()?;
-        Ok(config)
+        problems::check(text).map_err(ConfigError::Problems)
     }
 
-    /// Reads, parses and validates a file; every error names the file.
+    /// Reads, parses and validates a file; every error names the file, and each problem its line.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let in_file = |error| ConfigError::InFile {
             path: path.to_owned(),
@@ -328,6 +395,28 @@ impl Config {
                 error,
             }),
         }
+    }
+
+    /// Reads `path` written over `base` (the demo's own settings under a user's file): each key the file
+    /// writes replaces `base`'s, a section key by key, and what it leaves out keeps `base`'s value. The
+    /// file's own problems come first, each with its line, as [`Config::load`] gives them.
+    pub fn load_over(path: &Path, base: &Config) -> Result<Config, ConfigError> {
+        Config::load(path)?;
+        let in_file = |error| ConfigError::InFile {
+            path: path.to_owned(),
+            error: Box::new(error),
+        };
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
+        let document = yaml::Document::parse(&text).map_err(|found| in_file(found.error))?;
+        let config = document
+            .over(base)
+            .read()
+            .map_err(|found| in_file(found.error))?;
+        config.validate().map_err(in_file)?;
+        Ok(config)
     }
 
     /// Every semantic check; run it again after command-line overrides.
@@ -359,6 +448,7 @@ impl Config {
         self.budgets.validate(self.limits.held_body_bytes())?;
         self.ui.validate()?;
         self.conversations.validate()?;
+        self.capture.validate()?;
         let m = &self.metering;
         if !(1 << 10..=64 << 20).contains(&m.max_event_bytes) {
             let (key, value) = ("metering.max_event_bytes", m.max_event_bytes.to_string());

@@ -49,10 +49,13 @@ pub enum Budget {
     Spans,
     /// `/metrics` pages encoded for scrapers that have not taken them yet.
     MetricsPages,
+    /// What capture mode holds of the connections it follows (segments out of order, unfinished
+    /// heads, bodies kept for their message list).
+    CaptureFlows,
 }
 
 impl Budget {
-    pub const ALL: [Budget; 9] = [
+    pub const ALL: [Budget; 10] = [
         Budget::HeldBodies,
         Budget::EventBytes,
         Budget::MessageLists,
@@ -62,6 +65,7 @@ impl Budget {
         Budget::Records,
         Budget::Spans,
         Budget::MetricsPages,
+        Budget::CaptureFlows,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -75,6 +79,7 @@ impl Budget {
             Budget::Records => "records",
             Budget::Spans => "spans",
             Budget::MetricsPages => "metrics_pages",
+            Budget::CaptureFlows => "capture_flows",
         }
     }
 

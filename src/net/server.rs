@@ -97,7 +97,8 @@ impl Listeners {
     }
 }
 
-async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, BindError> {
+/// Binds `addr` (`what` names it in the error).
+pub async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, BindError> {
     TcpListener::bind(addr)
         .await
         .map_err(|source| BindError { what, addr, source })

@@ -12,7 +12,9 @@
 //! (`tokentap_tls_handshake_failures_total`, [`Failed`]); it never touches another connection. It must
 //! be done within `timeouts.client_header_read`, so a client that opens a connection and trickles a
 //! ClientHello cannot hold a place longer than one that trickles a request head; the head then has its
-//! own `client_header_read`.
+//! own `client_header_read`. Plain HTTP sent to the port (its first byte a letter, which no TLS record
+//! begins with) is answered `400` in plain HTTP saying so, as nginx answers it, then closed
+//! ([`refuse_plain_http`]): the client's error names the mistake instead of a reset.
 
 use std::fmt;
 use std::io;
@@ -25,6 +27,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{InconsistentKeys, ServerConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::server::TlsStream;
@@ -182,16 +185,19 @@ pub enum Failed {
     Timeout,
     Closed,
     NotTls,
+    /// Plain HTTP: answered `400`, then closed.
+    PlainHttp,
     ClientAlert,
     Incompatible,
     Other,
 }
 
 impl Failed {
-    pub const ALL: [Failed; 6] = [
+    pub const ALL: [Failed; 7] = [
         Failed::Timeout,
         Failed::Closed,
         Failed::NotTls,
+        Failed::PlainHttp,
         Failed::ClientAlert,
         Failed::Incompatible,
         Failed::Other,
@@ -253,6 +259,18 @@ impl TlsListener {
     pub async fn handshake(
         &self, stream: TcpStream, deadline: Instant,
     ) -> Result<(TlsStream<TcpStream>, Speaks), Failed> {
+        let mut first = [0u8; 1];
+        match tokio::time::timeout_at(deadline, stream.peek(&mut first)).await {
+            Err(_) => return Err(Failed::Timeout),
+            Ok(Err(_) | Ok(0)) => return Err(Failed::Closed),
+            // A TLS record starts with its content type (22 for a ClientHello); an HTTP method with
+            // a capital letter.
+            Ok(Ok(_)) if first[0].is_ascii_uppercase() => {
+                refuse_plain_http(stream, deadline).await;
+                return Err(Failed::PlainHttp);
+            }
+            Ok(Ok(_)) => {}
+        }
         let accepted = tokio::time::timeout_at(deadline, self.acceptor.accept(stream)).await;
         let stream = match accepted {
             Err(_) => return Err(Failed::Timeout),
@@ -272,9 +290,43 @@ impl TlsListener {
     }
 }
 
+/// What a plain HTTP request to the TLS port is answered, as nginx answers it.
+const PLAIN_HTTP: &str = "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: 92\r\n\
+     connection: close\r\n\r\nThis port speaks HTTPS: a plain HTTP request was sent to it. Use https:// for this address.\n";
+
+/// Answers plain HTTP with [`PLAIN_HTTP`], then reads what the client sent (at most 64 KiB, until
+/// `deadline`) before closing: closed with the request unread, the socket would reset and the client
+/// could lose the answer.
+async fn refuse_plain_http(mut stream: TcpStream, deadline: Instant) {
+    let answered = async {
+        stream.write_all(PLAIN_HTTP.as_bytes()).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        let mut left = 64usize << 10;
+        while left > 0 {
+            match stream.read(&mut sink).await? {
+                0 => break,
+                n => left = left.saturating_sub(n),
+            }
+        }
+        Ok::<_, io::Error>(())
+    };
+    let _ = tokio::time::timeout_at(deadline, answered).await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_plain_http_answer_is_a_whole_400_of_its_declared_length() {
+        let (head, body) = PLAIN_HTTP.split_once("\r\n\r\n").expect("a head");
+        assert!(head.starts_with("HTTP/1.1 400 Bad Request\r\n"));
+        assert!(
+            head.contains(&format!("content-length: {}", body.len())),
+            "{head}"
+        );
+    }
 
     #[test]
     fn each_failure_is_its_reason_in_the_metrics_order() {

@@ -130,8 +130,20 @@ impl Meter {
 
     /// The response head's status (or tokentap's own answer's), as it arrives: t_head.
     pub fn on_response(&mut self, status: StatusCode) {
+        self.on_response_at(status, Instant::now());
+    }
+
+    /// The response head's status, which arrived at `at` (a captured packet's time).
+    pub fn on_response_at(&mut self, status: StatusCode, at: Instant) {
         self.status = Some(status);
-        self.timeline.on_head(Some(Instant::now()));
+        self.timeline.on_head(Some(at));
+    }
+
+    /// The request will not be finished: what was read of it cannot be trusted whole (a capture lost
+    /// its bytes), or its end will never be seen (a realtime response whose session stopped being
+    /// read). It leaves the requests in flight, and nothing more is counted or written of it.
+    pub fn abandon(self) {
+        self.in_flight.dec();
     }
 
     /// When the API's terminal event passed, if it has.
@@ -200,12 +212,6 @@ impl Meter {
             (series, ceilings)
         });
         (series, ceilings)
-    }
-
-    /// The request will not be finished: it stops being in flight, and nothing of it is emitted (a
-    /// realtime response whose session stopped being read: its end will never be seen).
-    pub fn abandon(self) {
-        self.in_flight.dec();
     }
 
     /// The request ended: what the decoder read last is read at t_end, the outcome classified, the

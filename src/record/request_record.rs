@@ -135,6 +135,10 @@ pub struct RequestRecord {
     /// That span's id (16 hex digits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub span_id: Option<String>,
+    /// Metered from a packet capture (`tokentap capture`): its times are the packets' (docs/metrics.md);
+    /// absent for a request tokentap forwarded.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub captured: bool,
     /// Why the response was not measured to its end, when it was not: the stream figures and tokens
     /// are then absent (docs/records.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -186,6 +190,8 @@ pub struct Identity<'a> {
     pub turn: Option<&'a Turn>,
     /// Its place in its WebSocket session, when it is a response inside one.
     pub session: Option<InSession<'a>>,
+    /// Metered from a packet capture.
+    pub captured: bool,
 }
 
 impl RequestRecord {
@@ -242,6 +248,7 @@ impl RequestRecord {
             ttft_outside_server_s,
             gaps_s: gaps.listed.clone(),
             unmetered: finished.skipped.map(Unmetered::of),
+            captured: identity.captured,
             ..RequestRecord::default()
         };
         for figure in Figure::ALL {
@@ -456,6 +463,7 @@ mod tests {
                 think: Some(Duration::from_millis(1_500)),
             }),
             session: None,
+            captured: false,
         };
         let gaps = GapSummary {
             count: 2,

@@ -66,6 +66,8 @@ pub struct SummaryJson {
     pub input_token_throughput: Option<f64>,
     pub output_token_throughput: Option<f64>,
     pub good_request_count: u64,
+    /// The share of the requests that met every SLO (0 to 1): what the README's goodput ratio is.
+    pub goodput_ratio: Option<f64>,
     pub goodput: Option<f64>,
     pub metrics: BTreeMap<&'static str, Stats>,
     pub requests_with_gaps: u64,
@@ -189,6 +191,8 @@ pub fn summary(
         input_token_throughput: per_second(summary.input_tokens, duration),
         output_token_throughput: per_second(summary.output_tokens, duration),
         good_request_count: summary.good,
+        goodput_ratio: (summary.requests > 0)
+            .then(|| summary.good as f64 / summary.requests as f64),
         goodput: per_second(summary.good, duration),
         metrics,
         requests_with_gaps: summary.requests_with_gaps,

@@ -287,7 +287,7 @@ fn summary(s: &SummaryJson, style: Style, out: &mut String) {
 /// by the report's.
 type Scalar = (&'static str, fn(&SummaryJson) -> Option<f64>, usize);
 
-const SCALARS: [Scalar; 7] = [
+const SCALARS: [Scalar; 8] = [
     ("Request Count", |s| Some(s.request_count as f64), 0),
     ("Duration (s)", |s| s.duration_s, 3),
     (
@@ -309,6 +309,11 @@ const SCALARS: [Scalar; 7] = [
         "Good Request Count",
         |s| Some(s.good_request_count as f64),
         0,
+    ),
+    (
+        "Goodput Ratio (%)",
+        |s| s.goodput_ratio.map(|r| r * 100.0),
+        2,
     ),
     ("Goodput (requests/s)", |s| s.goodput, 2),
 ];

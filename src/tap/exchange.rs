@@ -67,6 +67,8 @@ pub struct Exchange {
     /// The request's message list, read off the held body beside the forwarding: `None` when the API
     /// carries none or recognition is off.
     messages: Option<ListRead>,
+    /// Metered from a packet capture (`capture/`), not forwarded.
+    captured: bool,
 }
 
 impl Exchange {
@@ -94,7 +96,14 @@ impl Exchange {
             upstream_permits: [None, None],
             identity: None,
             messages: None,
+            captured: false,
         }
+    }
+
+    /// The request was read off a packet capture, its head's first packet at wall-clock `start`.
+    pub fn captured(&mut self, start: SystemTime) {
+        self.captured = true;
+        self.start = start;
     }
 
     /// The held request body, just sent upstream: its message list is read now, while the upstream
@@ -146,7 +155,14 @@ impl Exchange {
 
     /// The response head arrived. Successful responses of a known API are metered from here on.
     pub fn on_response(&mut self, status: StatusCode, content_type: Option<&HeaderValue>) {
-        self.meter.on_response(status);
+        self.on_response_at(status, content_type, Instant::now());
+    }
+
+    /// The response head arrived at `at` (a captured packet's time).
+    pub fn on_response_at(
+        &mut self, status: StatusCode, content_type: Option<&HeaderValue>, at: Instant,
+    ) {
+        self.meter.on_response_at(status, at);
         if status.is_success() {
             if let Some(dialect) = self.dialect.take() {
                 let format = Format::of(content_type);
@@ -227,6 +243,7 @@ impl Exchange {
                 path: &self.path,
                 start: self.start,
                 client: identity.map_or(&Client::Unknown, |i| &i.client),
+                captured: self.captured,
             },
             listed,
             response_id: decoder.and_then(|d| d.observations().response_id.as_deref()),
@@ -269,8 +286,22 @@ impl ExchangeGuard {
 
     /// Finishes the exchange as `end`, unless it was already finished.
     pub fn finish(&mut self, end: End) {
+        self.finish_at(end, Instant::now());
+    }
+
+    /// Finishes the exchange as `end` at `now` (a captured packet's time), unless it was already
+    /// finished.
+    pub fn finish_at(&mut self, end: End, now: Instant) {
         if let Some(exchange) = self.0.take() {
-            (*exchange).finish(end, Instant::now());
+            (*exchange).finish(end, now);
+        }
+    }
+
+    /// Leaves the exchange unfinished for good: what was read of it cannot be trusted whole (a
+    /// capture lost its bytes). It leaves the requests in flight; nothing of it is counted or written.
+    pub fn abandon(&mut self) {
+        if let Some(exchange) = self.0.take() {
+            exchange.meter.abandon();
         }
     }
 }

@@ -18,5 +18,5 @@ mod response;
 pub mod session;
 
 pub use idle::IdleTimer;
-pub use request::{Leftover, RequestSeen, RequestTap};
+pub use request::{Leftover, ModelScan, RequestSeen, RequestTap};
 pub use response::{Arrived, BoxError, ReadAt, ResponseTap, StreamCut};

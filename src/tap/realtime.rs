@@ -466,6 +466,7 @@ impl Session {
                 path: &self.handshake.path,
                 start: self.start + since,
                 client: &self.client,
+                captured: false,
             },
             listed: Listed::Nothing,
             response_id: id.as_deref(),

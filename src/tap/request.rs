@@ -128,6 +128,30 @@ impl Fields {
     }
 }
 
+/// A request body's `model` read from bytes handed in as they are seen (capture mode, `capture/`),
+/// with the same reader and bound as the [`RequestTap`]'s, and published once the body ended.
+pub struct ModelScan(Option<Fields>);
+
+impl ModelScan {
+    /// A scan of a body of `content_type`, within `scan_bytes`.
+    pub fn new(content_type: Option<&HeaderValue>, scan_bytes: usize) -> Self {
+        ModelScan(Some(Fields::for_body(content_type, scan_bytes)))
+    }
+
+    pub fn feed(&mut self, bytes: &[u8]) {
+        if let Some(fields) = self.0.as_mut().filter(|f| !f.is_done()) {
+            fields.feed(bytes);
+        }
+    }
+
+    /// The body ended (or was given up): its `model`, as read, is what `slot` says from now on.
+    pub fn publish(&mut self, slot: &RequestSeen) {
+        if let Some(fields) = self.0.take() {
+            let _ = slot.model.set(fields.model());
+        }
+    }
+}
+
 struct Shared<B> {
     body: Option<B>,
     scanner: Option<Fields>,

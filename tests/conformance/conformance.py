@@ -478,10 +478,17 @@ def main():
         for server in (relayed, tokentap, vllm):
             if server:
                 server.stop()
+    return write_results(suite, started, a.vllm_python, a.out)
+
+
+def write_results(suite, started, vllm_python, out, **extra):
+    """The run's duration added, its rows written to OUT/results.json (with `extra`), the tally printed;
+    the exit status."""
     suite.rows.append(dict(group="suite", check="duration (s)", tokentap=round(time.monotonic() - started),
                            reference="", ok=True, note=""))
-    run = dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), versions=versions(a.vllm_python), rows=suite.rows)
-    with open(os.path.join(a.out, "results.json"), "w") as f:
+    run = dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **extra, versions=versions(vllm_python),
+               rows=suite.rows)
+    with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(run, f, indent=1)
     failed = [r for r in suite.rows if not r["ok"]]
     print(f"{len(suite.rows) - len(failed)} passed, {len(failed)} failed")

@@ -1,5 +1,6 @@
 //! tokentap as an operator runs it: the built binary as a child process, its config in a temp dir, its
-//! stderr read up to the startup line (which gives both addresses); signals, exit, and blocking GETs.
+//! stderr read up to the startup line (which gives both addresses); signals, exit, and blocking GETs;
+//! a subcommand run to its end, and a scratch directory for the files it reads.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -184,4 +185,42 @@ pub fn get_blocking(addr: &str, path: &str) -> Result<String, String> {
         .read_to_string(&mut text)
         .map_err(|e| format!("read: {e}"))?;
     Ok(text)
+}
+
+/// The built binary, to run with arguments.
+pub fn tokentap() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tokentap"))
+}
+
+/// Runs `command` to its end, which must succeed (else its stderr is the failure); its stdout.
+pub fn stdout_of(command: &mut Command) -> String {
+    let out = command.output().expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A directory of one test's own under the temp dir, removed with what is in it when dropped (tests
+/// run at once: one directory for all of them would be removed under the others).
+pub struct Scratch(pub std::path::PathBuf);
+
+impl Scratch {
+    pub fn new(test: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("tokentap-cli-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        Scratch(dir)
+    }
+
+    /// Writes `text` to the file `name` in the directory; its path.
+    pub fn write(&self, name: &str, text: &str) -> std::path::PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).expect("write");
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

@@ -1,11 +1,16 @@
 //! `tokentap demo`: a first look without a model server. It starts an embedded OpenAI-compatible server
 //! (`tokentap::scripted`, each answer a script drawn at random) that streams tokens the way vLLM does (a role-only chunk at once, then tokens after a varying prefill
 //! delay, varying inter-token gaps with the odd stall, a usage chunk and `[DONE]`), tokentap in front of it
-//! on the usual ports, and a few clients that send a trickle of chat and completion requests through it.
+//! on the usual ports of loopback (never every interface: it is a first try on a laptop), writing a
+//! record per request to a file it names first (so `tokentap report FILE` works right after), and a few
+//! clients that send a trickle of chat and completion requests through it. `--duration` stops the
+//! clients and lets the requests in flight finish (at most [`FINISH`]) before it stops.
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -15,8 +20,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 
-use tokentap::config::{Ceilings, Config, SloKind};
+use tokentap::config::{Ceilings, Config, RecordPath, RequestLog, SloKind};
 use tokentap::scripted::{json_response, Chunks, RecordedRequest, Scripted, Step};
+use tokio::sync::watch;
 
 /// The models the demo server pretends to serve: name, base TTFT, base inter-token gap.
 const MODELS: [(&str, Duration, Duration); 2] = [
@@ -51,9 +57,28 @@ const WORDS: [&str; 16] = [
     " Prometheus",
 ];
 
-/// The demo's config: defaults plus SLO ceilings that some demo requests miss, so goodput is interesting.
+/// How long `--duration` waits for the requests in flight when it runs out (the demo's longest
+/// stream, 120 tokens with stalls, takes about 10 s).
+pub const FINISH: Duration = Duration::from_secs(30);
+
+/// Where the demo writes its records, unless its `--config` names another `request_log`.
+pub fn records_path() -> PathBuf {
+    std::env::temp_dir().join("tokentap-demo.jsonl")
+}
+
+/// The demo's config: defaults on loopback (the production defaults listen on every interface), a
+/// record per request in [`records_path`], and SLO ceilings that some demo requests miss, so goodput
+/// is interesting. `demo --config FILE` writes the file over it (`Config::load_over`).
 pub fn default_config() -> Config {
-    let mut config = Config::default();
+    let mut config = Config {
+        listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+        metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
+        request_log: Some(RequestLog {
+            path: RecordPath::File(records_path()),
+            ..RequestLog::default()
+        }),
+        ..Config::default()
+    };
     config.slo.default = Ceilings::default()
         .with(SloKind::Ttft, Duration::from_millis(500))
         .with(SloKind::Tpot, Duration::from_millis(50))
@@ -74,6 +99,15 @@ pub enum DemoError {
     Upstream(std::io::Error),
     #[error(transparent)]
     Start(#[from] tokentap::StartError),
+    #[error("emptying the demo's record file {}: {error}", records_path().display())]
+    Records { error: std::io::Error },
+}
+
+/// What the demo's clients did: requests answered, and those they walked away from on purpose.
+#[derive(Default)]
+struct Tally {
+    answered: AtomicU64,
+    left: AtomicU64,
 }
 
 /// Runs the demo until Ctrl-C, or for `duration` when given.
@@ -87,7 +121,15 @@ pub async fn run(mut config: Config, duration: Option<Duration>) -> Result<(), D
             "bad embedded address",
         ))
     })?;
-    let running = tokentap::start(&config).await?;
+    let records = match config.request_log.as_ref().map(|log| &log.path) {
+        Some(RecordPath::File(path)) => Some(path.clone()),
+        _ => None,
+    };
+    // The demo's own file holds this run's records only (a file the config names is appended to).
+    if records.as_ref() == Some(&records_path()) {
+        std::fs::File::create(records_path()).map_err(|error| DemoError::Records { error })?;
+    }
+    let running = Arc::new(tokentap::start(&config).await?);
     let proxy = running.proxy_addr();
     let metrics = running.metrics_addr();
     let shown = |addr: SocketAddr| {
@@ -97,10 +139,17 @@ pub async fn run(mut config: Config, duration: Option<Duration>) -> Result<(), D
             addr
         }
     };
+    let records_line = match &records {
+        Some(path) => format!(
+            "  records                {}   (tokentap report {0})\n",
+            path.display()
+        ),
+        None => String::new(),
+    };
     // A closed stdout (`tokentap demo | head`) must not stop the demo: print what can be printed.
     let _ = writeln!(
         std::io::stdout().lock(),
-        "{live}tokentap demo\n  embedded model server  http://{upstream}\n  proxy                  http://{proxy}   (clients point here)\n  metrics                http://{m}/metrics\n\nTry:\n  curl -s http://{m}/metrics | grep -E 'tokentap_(requests_total|goodput|time_to_first_token_seconds_count)'\n  curl -N http://{p}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"demo-llama-8b\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'\n\nA few demo clients are sending requests; one log line per finished request follows. Ctrl-C stops.\n",
+        "{live}tokentap demo\n  embedded model server  http://{upstream}\n  proxy                  http://{proxy}   (clients point here)\n  metrics                http://{m}/metrics\n{records_line}\nTry:\n  curl -s http://{m}/metrics | grep -E 'tokentap_(requests_total|goodput|time_to_first_token_seconds_count)'\n  curl -N http://{p}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"demo-llama-8b\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'\n\nA few demo clients are sending requests; one log line per finished request follows. Ctrl-C stops.\n",
         m = shown(metrics),
         p = shown(proxy),
         live = match config.ui.enabled {
@@ -108,20 +157,49 @@ pub async fn run(mut config: Config, duration: Option<Duration>) -> Result<(), D
             false => String::new(),
         },
     );
+    let (stop, stopped) = watch::channel(false);
+    let tally = Arc::new(Tally::default());
+    let mut clients = tokio::task::JoinSet::new();
     for worker in 0..3 {
-        tokio::spawn(client_loop(shown(proxy), worker));
+        let (stopped, tally) = (stopped.clone(), tally.clone());
+        clients.spawn(client_loop(shown(proxy), worker, stopped, tally));
     }
-    // Stops on Ctrl-C or SIGTERM (as `docker stop` sends), or after `duration`.
+    // Stops on Ctrl-C or SIGTERM (as `docker stop` sends) at once, or after `duration` once the
+    // requests in flight have finished.
     let signal = tokentap::net::signals::shutdown_signal();
     tokentap::net::signals::ignore_hangups();
-    match duration {
+    let ran_out = match duration {
         Some(duration) => tokio::select! {
-            _ = tokio::time::sleep(duration) => {},
-            _ = signal => {},
+            _ = tokio::time::sleep(duration) => true,
+            _ = signal => false,
         },
-        None => signal.await,
+        None => {
+            signal.await;
+            false
+        }
+    };
+    let _ = stop.send(true);
+    if ran_out {
+        let finished = async { while clients.join_next().await.is_some() {} };
+        let _ = tokio::time::timeout(FINISH, finished).await;
     }
+    clients.abort_all();
+    running.shutdown().await;
+    let flushed = running.clone();
+    let _ =
+        tokio::task::spawn_blocking(move || flushed.flush_records(Duration::from_secs(2))).await;
     drop(running);
+    if let Some(path) = &records {
+        let (answered, left) = (
+            tally.answered.load(Ordering::Relaxed),
+            tally.left.load(Ordering::Relaxed),
+        );
+        let _ = writeln!(
+            std::io::stdout().lock(),
+            "\ntokentap demo stopped: {answered} requests answered, {left} of them left mid-stream by their client on purpose (outcome \"cancelled\").\nTheir records: {}\n  tokentap report {0}",
+            path.display()
+        );
+    }
     Ok(())
 }
 
@@ -276,12 +354,24 @@ fn answer(request: &RecordedRequest) -> Vec<Step> {
     steps
 }
 
-/// One demo client: sends a request, reads the answer (or now and then walks away mid-stream), pauses.
-async fn client_loop(proxy: SocketAddr, worker: u64) {
+/// One demo client: sends a request, reads the answer (or now and then walks away mid-stream), pauses;
+/// once `stopped`, it sends no more (the request it is reading runs to its end).
+async fn client_loop(
+    proxy: SocketAddr, worker: u64, mut stopped: watch::Receiver<bool>, tally: Arc<Tally>,
+) {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let mut rng = Rng::seeded();
-    tokio::time::sleep(Duration::from_millis(worker * 300)).await;
-    loop {
+    let pause = |stopped: &mut watch::Receiver<bool>, pause: Duration| {
+        let mut stopped = stopped.clone();
+        async move {
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {},
+                _ = stopped.wait_for(|stop| *stop) => {},
+            }
+        }
+    };
+    pause(&mut stopped, Duration::from_millis(worker * 300)).await;
+    while !*stopped.borrow() {
         let (model, ..) = MODELS[rng.range(0, 10) as usize / 7];
         let stream = rng.range(0, 100) < 85;
         let chat = rng.range(0, 100) < 80;
@@ -305,17 +395,66 @@ async fn client_loop(proxy: SocketAddr, worker: u64) {
             .body(Full::new(Bytes::from(body.to_string())));
         if let Ok(request) = request {
             if let Ok(response) = client.request(request).await {
-                let walk_away_after = (rng.range(0, 100) < 5).then(|| rng.range(1, 10));
+                tally.answered.fetch_add(1, Ordering::Relaxed);
+                // Only from a stream, before its last token: a whole JSON body has been read by then.
+                let walk_away_after = (stream && rng.range(0, 100) < 5).then(|| rng.range(1, 10));
                 let mut body = response.into_body();
                 let mut frames = 0;
                 while let Some(Ok(_)) = body.frame().await {
                     frames += 1;
                     if walk_away_after.is_some_and(|n| frames >= n) {
+                        tally.left.fetch_add(1, Ordering::Relaxed);
                         break;
                     }
                 }
             }
         }
-        tokio::time::sleep(Duration::from_millis(rng.range(200, 1500))).await;
+        pause(&mut stopped, Duration::from_millis(rng.range(200, 1500))).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_demo_listens_on_loopback_only_and_records_to_the_file_it_names() {
+        let demo = default_config();
+        assert!(demo.listen.ip().is_loopback() && demo.metrics_listen.ip().is_loopback());
+        assert_eq!(
+            (demo.listen.port(), demo.metrics_listen.port()),
+            (8080, 9464)
+        );
+        let path = demo.request_log.map(|log| log.path);
+        assert_eq!(path, Some(RecordPath::File(records_path())));
+        // The proxy's own defaults are unchanged: every interface, no records.
+        let proxy = Config::default();
+        assert!(proxy.listen.ip().is_unspecified() && proxy.metrics_listen.ip().is_unspecified());
+        assert_eq!(proxy.request_log, None);
+    }
+
+    #[test]
+    fn a_config_file_adds_to_the_demos_settings_and_keeps_its_ceilings() {
+        let path =
+            std::env::temp_dir().join(format!("tokentap-demo-over-{}.yaml", std::process::id()));
+        std::fs::write(&path, "slo: {ttft: 2s}\nui: {enabled: false}\n").expect("write");
+        let config = Config::load_over(&path, &default_config());
+        let _ = std::fs::remove_file(&path);
+        let config = config.expect("config");
+        let ceiling = |model: &str, kind| config.slo.ceilings_for(model)[kind];
+        assert_eq!(
+            ceiling("demo-llama-8b", SloKind::Ttft),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            ceiling("demo-llama-8b", SloKind::Tpot),
+            Some(Duration::from_millis(50))
+        );
+        assert_eq!(
+            ceiling("demo-qwen-32b", SloKind::Ttft),
+            Some(Duration::from_secs(1))
+        );
+        assert!(!config.ui.enabled && config.listen.ip().is_loopback());
+        assert_eq!(config.request_log, default_config().request_log);
     }
 }

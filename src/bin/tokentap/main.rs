@@ -56,16 +56,18 @@ struct ProxyArgs {
 /// The demo's options: its own model server stands in for `--upstream`.
 #[derive(clap::Args, Debug)]
 struct DemoArgs {
-    /// Stop after this long (e.g. "30s", "5m"); runs until Ctrl-C when absent.
+    /// Stop sending after this long (e.g. "30s", "5m") and stop once the requests in flight have
+    /// finished (at most 30 s more); runs until Ctrl-C when absent.
     #[arg(long, value_name = "DURATION")]
     duration: Option<String>,
-    /// YAML config file; the demo's own settings when absent.
+    /// YAML config file, written over the demo's own settings: its keys replace the demo's, a section
+    /// key by key (`slo: {ttft: 1s}` keeps the demo's other ceilings).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Address the proxy listens on [default: 0.0.0.0:8080].
+    /// Address the proxy listens on [default: 127.0.0.1:8080, loopback only].
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
-    /// Address of the metrics port and the live page [default: 0.0.0.0:9464].
+    /// Address of the metrics port and the live page [default: 127.0.0.1:9464, loopback only].
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
     /// Serve the live page: true or false [default: true].
@@ -73,8 +75,33 @@ struct DemoArgs {
     ui: Option<bool>,
 }
 
+/// The capture's options; flags override the config file's `capture:`.
+#[derive(clap::Args, Debug)]
+struct CaptureArgs {
+    /// YAML config file (its `capture:` section, and everything the meter reads); flags override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The interface to read packets from [default: lo].
+    #[arg(long, value_name = "NAME")]
+    interface: Option<String>,
+    /// The model server's TCP port, once per port [default: the port of the config's upstream, 8000].
+    #[arg(long = "port", value_name = "PORT")]
+    ports: Vec<u16>,
+    /// Address of the /metrics, /healthz and /readyz endpoints and the live page [default: 0.0.0.0:9464].
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
+    /// Read this capture file (pcap, as tcpdump -w writes it) instead of an interface, write what it
+    /// meters to the config's request_log and traces, print a summary and exit.
+    #[arg(long, value_name = "FILE")]
+    read: Option<PathBuf>,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Meter the model server's traffic from its packets instead of in its path: reads an interface
+    /// (AF_PACKET, needs CAP_NET_RAW) for the server's port and exports the same metrics, records and
+    /// spans as the proxy, marked captured (docs/deploy.md, "Capture mode").
+    Capture(CaptureArgs),
     /// Start an embedded OpenAI-compatible model server, tokentap in front of it, and a trickle of traffic.
     Demo(DemoArgs),
     /// The live page's figures as a terminal table, redrawn every snapshot (reads /api/v1/live);
@@ -143,7 +170,7 @@ struct ReportArgs {
     #[arg(long, value_name = "FILE", num_args = 1..)]
     compare: Vec<String>,
     /// One section per model, tenant, api or turn (at most 1,000; the rest under "other").
-    #[arg(long, value_name = "model|tenant|api")]
+    #[arg(long, value_name = "model|tenant|api|turn")]
     by: Option<String>,
     /// Only requests that started at or after this time: RFC 3339 or a duration back from now ("1h").
     #[arg(long, value_name = "TIME")]
@@ -171,6 +198,25 @@ struct ReportArgs {
     /// time_to_first_tool_call, max_gap, tpot or e2e.
     #[arg(long, value_name = "FIGURE", default_value = "ttft")]
     slowest_by: String,
+}
+
+/// The capture's config: the file (or the defaults) with the command line's overrides, validated.
+fn capture_config(args: &CaptureArgs) -> Result<Config, String> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path).map_err(|e| e.to_string())?,
+        None => Config::default(),
+    };
+    if let Some(interface) = &args.interface {
+        config.capture.interface = interface.clone();
+    }
+    if !args.ports.is_empty() {
+        config.capture.ports = args.ports.clone();
+    }
+    if let Some(metrics_listen) = args.metrics_listen {
+        config.metrics_listen = metrics_listen;
+    }
+    config.validate().map_err(|e| e.to_string())?;
+    Ok(config)
 }
 
 /// The report's options; `--config` gives its `slo:` as the ceilings to judge by (`--slo` wins).
@@ -223,12 +269,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// The config file (or `fallback` without one) with the command line's overrides, validated.
-fn load(proxy: &ProxyArgs, fallback: fn() -> Config) -> Result<Config, String> {
-    let mut config = match &proxy.config {
-        Some(path) => Config::load(path).map_err(|e| e.to_string())?,
-        None => fallback(),
-    };
+/// The config file with the command line's overrides, validated; without a file, the defaults (the
+/// demo's own settings for the demo, which a file is written over: `Config::load_over`).
+fn load(proxy: &ProxyArgs, demo: bool) -> Result<Config, String> {
+    let mut config = match (&proxy.config, demo) {
+        (Some(path), false) => Config::load(path),
+        (Some(path), true) => Config::load_over(path, &demo::default_config()),
+        (None, false) => Ok(Config::default()),
+        (None, true) => Ok(demo::default_config()),
+    }
+    .map_err(|e| e.to_string())?;
     if let Some(listen) = proxy.listen {
         config.listen = listen;
     }
@@ -262,7 +312,7 @@ fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, String> {
 fn execute(cli: Cli) -> Result<(), String> {
     match &cli.command {
         Some(Command::CheckConfig { file }) => {
-            let config = Config::load(file).map_err(|e| e.to_string())?;
+            let config = Config::load(file).map_err(|e| e.report())?;
             let certificates = config
                 .listen_tls
                 .as_ref()
@@ -358,6 +408,47 @@ fn execute(cli: Cli) -> Result<(), String> {
                 }
             })?
         }
+        Some(Command::Capture(args)) => {
+            let config = capture_config(args)?;
+            if let Some(file) = &args.read {
+                let read = block_on(tokentap::app::read_capture_file(&config, file))?
+                    .map_err(|e| e.to_string())?;
+                let unmetered: Vec<String> = read
+                    .unmetered
+                    .iter()
+                    .map(|(why, n)| format!("{why}={n}"))
+                    .collect();
+                println!(
+                    "{}: {} packets read; not metered: {}",
+                    file.display(),
+                    read.packets,
+                    match unmetered.is_empty() {
+                        true => "none".to_owned(),
+                        false => unmetered.join(", "),
+                    }
+                );
+                return Ok(());
+            }
+            allocator::return_freed_memory();
+            let source: tokentap::Source = {
+                let (config, interface, ports, metrics_listen) = (
+                    args.config.clone(),
+                    args.interface.clone(),
+                    args.ports.clone(),
+                    args.metrics_listen,
+                );
+                std::sync::Arc::new(move || {
+                    capture_config(&CaptureArgs {
+                        config: config.clone(),
+                        interface: interface.clone(),
+                        ports: ports.clone(),
+                        metrics_listen,
+                        read: None,
+                    })
+                })
+            };
+            block_on(tokentap::app::run_capture(&config, source))?.map_err(|e| e.to_string())
+        }
         Some(Command::Report(args)) => {
             let options = report_options(args)?;
             let (mut out, mut warn) = (std::io::stdout().lock(), std::io::stderr());
@@ -376,12 +467,12 @@ fn execute(cli: Cli) -> Result<(), String> {
                 metrics_listen: demo.metrics_listen,
                 ui: demo.ui,
             };
-            let config = load(&proxy, demo::default_config)?;
+            let config = load(&proxy, true)?;
             allocator::return_freed_memory();
             block_on(demo::run(config, duration))?.map_err(|e| e.to_string())
         }
         None => {
-            let config = load(&cli.proxy, Config::default)?;
+            let config = load(&cli.proxy, false)?;
             allocator::return_freed_memory();
             // A reload reads the file again with the same flags over it, as at start.
             let ProxyArgs {
@@ -399,7 +490,7 @@ fn execute(cli: Cli) -> Result<(), String> {
                     metrics_listen,
                     ui,
                 };
-                load(&flags, Config::default)
+                load(&flags, false)
             });
             block_on(tokentap::run(&config, source))?.map_err(|e| e.to_string())
         }

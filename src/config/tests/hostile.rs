@@ -51,7 +51,7 @@ fn the_model_list_is_asked_for_by_default_and_its_keys_are_checked() {
         ("model_list: {names: ['']}", "model_list.names[0]: invalid model name \"\": must be a model name: 1 to 200 bytes, no control characters"),
         ("model_list: {names: [\"a\\nb\"]}", "model_list.names[0]: invalid model name \"a\\nb\": must be a model name: 1 to 200 bytes, no control characters"),
         ("model_list: {api_key_file: /nonexistent/token}", "model_list.api_key_file: invalid path \"/nonexistent/token\": cannot read it: No such file or directory (os error 2)"),
-        ("model_list: {url: x}", "model_list: unknown field `url`, expected one of `enabled`, `refresh`, `names`, `api_key_file`, `tokenizer_from_root` at line 1 column 14"),
+        ("model_list: {url: x}", "model_list.url: not a key of `model_list:`; the keys there are: enabled, refresh, names, api_key_file, tokenizer_from_root"),
     ] {
         assert_eq!(err(yaml), want, "{yaml}");
     }

@@ -64,10 +64,15 @@ fn all(c: Ceilings) -> [Option<Duration>; 6] {
     SloKind::ALL.map(|k| c[k])
 }
 
-fn err(yaml: &str) -> String {
+/// The first problem of `yaml`, without its line (the tests of lines and of several problems are
+/// `problems.rs`').
+pub(super) fn err(yaml: &str) -> String {
     match Config::from_yaml_str(yaml) {
         Ok(c) => panic!("expected an error for {yaml:?}, got {c:?}"),
-        Err(e) => e.to_string(),
+        Err(e) => match e.problems() {
+            [first, ..] => first.error.to_string(),
+            [] => e.to_string(),
+        },
     }
 }
 
@@ -145,7 +150,7 @@ fn empty_document_gives_the_defaults() {
         format!("{} {}", d.listen, d.metrics_listen),
         "0.0.0.0:8080 0.0.0.0:9464"
     );
-    assert_eq!((d.max_models, Some(d.timeouts.connect)), (100, ms(10_000)));
+    assert_eq!((d.max_models, Some(d.timeouts.connect)), (1000, ms(10_000)));
     let waits = [10_000, 600_000, 600_000, 30_000, 660_000, 60_000, 1_500];
     assert_eq!(timeouts(&d.timeouts), waits.map(ms));
     let l = &d.limits;
@@ -206,27 +211,30 @@ fn model_idle_defaults_to_an_hour_and_never_or_zero_turns_retirement_off() {
         let c = Config::from_yaml_str(yaml).unwrap();
         assert_eq!(c.metrics.model_idle, want, "{yaml}");
     }
-    let want =
-        "metrics: unknown field `idle`, expected one of `model_idle`, `max_series`, `allowed_hosts`, `enable_reload` at line 1 column 11";
+    let want = "metrics.idle: not a key of `metrics:` (did you mean `model_idle`?); the keys there are: model_idle, max_series, allowed_hosts, enable_reload";
     assert_eq!(err("metrics: {idle: 1h}"), want);
 }
 
 #[test]
 fn unknown_key_at_top_level_is_named() {
-    let want = "unknown field `lisen`, expected one of `listen`, `listen_tls`, `upstream`, `metrics_listen`, \
-         `upstream_ca_file`, `max_models`, `model_list`, `timeouts`, `limits`, `budgets`, `shutdown_grace`, `log_level`, `metering`, \
-         `metrics`, `buckets`, `slo`, `tokenizers`, `tokenizer_dirs`, `request_log`, `tenants`, `ui`, `conversations`, `traces`, `otlp_metrics` at line 2 column 1";
+    let want = "lisen: not a key at the top level (did you mean `listen`?); the keys there are: listen, \
+         listen_tls, upstream, metrics_listen, upstream_ca_file, max_models, model_list, timeouts, limits, \
+         budgets, shutdown_grace, log_level, metering, metrics, buckets, slo, tokenizers, tokenizer_dirs, request_log, \
+         tenants, ui, conversations, traces, otlp_metrics, capture";
     assert_eq!(err("listen: 0.0.0.0:1\nlisen: 0.0.0.0:2\n"), want);
 }
 
 #[test]
-fn wrong_yaml_types_keep_the_parsers_path_and_position() {
+fn wrong_yaml_types_are_named_with_their_key_in_yaml_words() {
     let table = r#"
-        max_models: many | max_models: invalid type: string "many", expected usize at line 1 column 13
-        buckets: {itl: [0.1, fast]} | buckets.itl[1]: invalid type: string "fast", expected f64 at line 1 column 22
-        timeouts: {connect: true} | timeouts.connect: invalid type: boolean `true`, expected a string or a number at line 1 column 21
-        slo: {models: {a: {}, a: {}}} | slo.models: model `a` appears twice at line 1 column 15
-        listen: [1] | listen: invalid type: sequence, expected a string or a number at line 1 column 9
+        max_models: many | max_models: must be a whole number (0 or more), not the text "many"
+        max_models: -3 | max_models: must be a whole number (0 or more), not -3
+        buckets: {itl: [0.1, fast]} | buckets.itl[1]: must be a number, not the text "fast"
+        timeouts: {connect: true} | timeouts.connect: must be a string or a number, not true
+        ui: {enabled: yes please} | ui.enabled: must be true or false, not the text "yes please"
+        slo: {models: {a: {}, a: {}}} | slo.models.a: written twice (each key once per mapping)
+        listen: [1] | listen: must be a string or a number, not a list
+        slo: [1] | slo: must be a mapping (its keys indented under it), not a list
     "#;
     for row in rows(table) {
         assert_eq!(err(row[0]), row[1]);
@@ -365,7 +373,7 @@ fn load_names_the_file() {
         .map(|c| c.max_models)
         .map_err(|e| e.to_string());
     std::fs::remove_file(&path).unwrap();
-    let want = format!("{}: slo.e2e: invalid duration \"soon\": ", path.display());
+    let want = format!("{}:2: slo.e2e: invalid duration \"soon\": ", path.display());
     assert_eq!(
         (bad, good),
         (Err(format!("{want}{DURATION_SYNTAX}")), Ok(3))
@@ -381,7 +389,10 @@ fn tokenizers_map_model_names_to_files_and_a_repeated_model_is_an_error() {
         .map(|p| p.display().to_string());
     assert_eq!(path.as_deref(), Some("/models/llama/tokenizer.json"));
     let msg = err("tokenizers:\n  m: /a.json\n  m: /b.json\n");
-    assert!(msg.contains("model `m` appears twice"), "{msg}");
+    assert_eq!(
+        msg,
+        "tokenizers.m: written twice (each key once per mapping)"
+    );
     let msg = err("tokenizers: [a]\n");
     assert!(
         msg.contains("a mapping from model name to a tokenizer.json path"),
@@ -440,7 +451,7 @@ fn tokenizer_dirs_default_to_the_hub_cache_and_an_empty_list_turns_discovery_off
         Some(vec![])
     );
     let msg = err("tokenizer_dirs: /models\n");
-    assert!(msg.starts_with("tokenizer_dirs: invalid type"), "{msg}");
+    assert!(msg.starts_with("tokenizer_dirs: must be a list"), "{msg}");
 }
 
 #[cfg(feature = "tokenizer")]
@@ -474,7 +485,7 @@ fn request_log_is_off_by_default_and_takes_a_file_or_stdout_with_checked_bounds(
         ("request_log: {path: /tmp, queue: 5}", "request_log.path: invalid path \"/tmp\": is a directory; name the file to write (e.g. /var/log/tokentap/requests.jsonl)"),
         ("request_log: {path: x.jsonl, queue: 0}", "request_log.queue: invalid value \"0\": must be between 1 and 1048576"),
         ("request_log: {path: x.jsonl, max_gaps: 0}", "request_log.max_gaps: invalid value \"0\": must be between 1 and 1048576"),
-        ("request_log: {path: x.jsonl, gap: true}", "request_log: unknown field `gap`, expected one of `path`, `gaps`, `max_gaps`, `queue` at line 1 column 30"),
+        ("request_log: {path: x.jsonl, gap: true}", "request_log.gap: not a key of `request_log:` (did you mean `gaps`?); the keys there are: path, gaps, max_gaps, queue"),
     ] {
         assert_eq!(err(yaml), want, "{yaml}");
     }
@@ -534,5 +545,50 @@ fn the_live_page_is_on_by_default_with_30_minutes_of_5s_snapshots() {
         (c.ui.points(), c.ui.window, c.ui.max_models),
         (300, Duration::from_secs(30), 3)
     );
-    assert!(err("ui: {colour: blue}").contains("unknown field `colour`"));
+    assert!(err("ui: {colour: blue}").starts_with("ui.colour: not a key of `ui:`"));
+}
+
+#[test]
+fn a_file_over_a_base_replaces_only_the_keys_it_writes() {
+    let mut base = Config {
+        listen: "127.0.0.1:8080".parse().unwrap(),
+        tokenizer_dirs: Some(Vec::new()),
+        ..Config::default()
+    };
+    base.slo.default = Ceilings::default()
+        .with(SloKind::Ttft, Duration::from_millis(500))
+        .with(SloKind::Tpot, Duration::from_millis(50));
+    base.slo.models.insert(
+        "m".into(),
+        Ceilings::default().with(SloKind::Ttft, Duration::from_secs(1)),
+    );
+    let path = std::env::temp_dir().join(format!("tokentap-over-{}.yaml", std::process::id()));
+    std::fs::write(
+        &path,
+        "slo:\n  ttft: 2s\n  itl: ~\nrequest_log: {path: /tmp/x.jsonl}\n",
+    )
+    .unwrap();
+    let over = Config::load_over(&path, &base);
+    std::fs::write(&path, "slo:\n  ttft: soon\n").unwrap();
+    let bad = Config::load_over(&path, &base).map_err(|e| e.to_string());
+    std::fs::remove_file(&path).unwrap();
+    let c = over.unwrap();
+    assert_eq!(
+        all(c.slo.default),
+        [ms(2000), ms(50), None, None, None, None]
+    );
+    assert_eq!(
+        c.slo.ceilings_for("m")[SloKind::Ttft],
+        ms(1000),
+        "a model's own kept"
+    );
+    assert_eq!(c.listen, base.listen);
+    assert_eq!(c.tokenizer_dirs, Some(Vec::new()));
+    let log = c.request_log.map(|l| l.path);
+    assert_eq!(log, Some(RecordPath::File("/tmp/x.jsonl".into())));
+    let want = format!(
+        "{}:2: slo.ttft: invalid duration \"soon\": ",
+        path.display()
+    );
+    assert!(bad.as_ref().is_err_and(|e| e.starts_with(&want)), "{bad:?}");
 }

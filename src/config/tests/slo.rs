@@ -91,13 +91,13 @@ fn a_tenants_ceiling_wins_over_its_models_which_wins_over_the_default() {
 
 #[test]
 fn unknown_key_under_slo_is_named_with_its_path() {
-    let want = "slo: unknown field `p99`, expected one of `ttft`, `tpot`, `itl`, `e2e`, `time_to_first_answer`, `time_to_first_tool_call`, `models` at line 3 column 3";
+    let want = "slo.p99: not a key of `slo:`; the keys there are: ttft, tpot, itl, e2e, time_to_first_answer, time_to_first_tool_call, models";
     assert_eq!(err("slo:\n  ttft: 1s\n  p99: 2s\n"), want);
 }
 
 #[test]
 fn unknown_key_under_a_model_override_is_named_with_its_path() {
-    let want = "slo.models.llama-3.1-70b: unknown field `ttf`, expected one of `ttft`, `tpot`, `itl`, `e2e`, `time_to_first_answer`, `time_to_first_tool_call` at line 4 column 7";
+    let want = "slo.models.llama-3.1-70b.ttf: not a key of `slo.models.llama-3.1-70b:` (did you mean `ttft`?); the keys there are: ttft, tpot, itl, e2e, time_to_first_answer, time_to_first_tool_call";
     assert_eq!(
         err("slo:\n  models:\n    llama-3.1-70b:\n      ttf: 1s\n"),
         want

@@ -2,7 +2,8 @@
 //! handed to it the first time a successful response names the model, and it finds the file (by name
 //! under the search roots, else at the upstream's listed `root` for it) and loads it (a `tokenizer.json`
 //! takes 100 ms or more and tens of MB). Until it is ready that model's responses count chunks. Each
-//! model name is looked up once, found or not, and at most `max_models` names are ever looked up, so a
+//! model name is looked up once, found or not, and at most `max_models` names (100 at most:
+//! `registry::MAX_LOOKUPS`) are ever looked up, so a
 //! client that varies its model name can neither make tokentap search without end nor hold more
 //! tokenizers. A change of the upstream's list (it came after the first requests, or a model was
 //! restarted from another directory) looks up again, at once and in the background, the names not found

@@ -25,6 +25,8 @@ pub struct Tokenizers {
     discovery: Option<Discovery>,
     /// Look-ups may use the upstream's model list (`model_list.tokenizer_from_root`).
     from_root: bool,
+    /// The search roots are `tokenizer_dirs`' (not the HuggingFace cache found by default).
+    dirs_configured: bool,
 }
 
 /// The search roots a config asks for: `tokenizer_dirs`, else the HuggingFace hub cache of this
@@ -42,7 +44,7 @@ impl Tokenizers {
     /// Loads every configured `tokenizer.json` (an error names the key and the file) and readies
     /// discovery under [`search_roots`] and, given the upstream's model list (`served`) and
     /// `model_list.tokenizer_from_root`, from its `root`s (none without the `tokenizer` feature).
-    /// Logs what it found.
+    /// Logs each configured one it loaded; what it looks in is [`Tokenizers::log`]'s.
     pub fn load(config: &Config, served: Option<&Arc<ServedModels>>) -> Result<Self, ConfigError> {
         let mut configured = HashMap::new();
         for (model, path) in &config.tokenizers {
@@ -61,28 +63,14 @@ impl Tokenizers {
         let from_root =
             AVAILABLE && config.model_list.enabled && config.model_list.tokenizer_from_root;
         let listed = served.filter(|_| from_root).cloned();
-        let discovery = (AVAILABLE && (!roots.is_empty() || listed.is_some())).then(|| {
-            for root in &roots {
-                log_root(root);
-            }
-            Discovery::new(roots, listed, config.max_models)
-        });
-        match (&discovery, from_root) {
-            (None, _) => tracing::info!(
-                "tokenizer discovery is off (tokenizer_dirs is empty, and model_list.enabled or \
-                 model_list.tokenizer_from_root is false; or built without the `tokenizer` feature)"
-            ),
-            (Some(_), true) => tracing::info!(
-                "a served model whose tokenizer is found nowhere else is looked for where the upstream's \
-                 model list puts it (its `root`; model_list.tokenizer_from_root)"
-            ),
-            (Some(_), false) => {}
-        }
+        let discovery = (AVAILABLE && (!roots.is_empty() || listed.is_some()))
+            .then(|| Discovery::new(roots, listed, config.max_models.min(MAX_LOOKUPS)));
         Ok(Tokenizers {
             configured,
             configured_paths: config.tokenizers.clone(),
             discovery,
             from_root,
+            dirs_configured: config.tokenizer_dirs.is_some(),
         })
     }
 
@@ -111,46 +99,79 @@ impl Tokenizers {
     }
 
     /// What `check-config` prints: each configured tokenizer, then each search root and the
-    /// models discoverable under it now (the same as the startup log), then whether the upstream's
-    /// model list is used.
+    /// models discoverable under it now, then whether the upstream's model list is used.
     pub fn report(&self) -> Vec<String> {
-        let mut lines: Vec<String> = self
+        self.said().into_iter().map(|(_, line)| line).collect()
+    }
+
+    /// Logs at start what [`Tokenizers::report`] says, line for line (so the log and `check-config`
+    /// never disagree); a configured `tokenizer_dirs` entry that is not a directory is a warning,
+    /// the HuggingFace cache not there yet is not (most machines that run tokentap have none).
+    pub fn log(&self) {
+        for (warn, line) in self.said() {
+            match warn {
+                true => tracing::warn!("{line}"),
+                false => tracing::info!("{line}"),
+            }
+        }
+    }
+
+    /// Each line of the report, and whether it warns.
+    fn said(&self) -> Vec<(bool, String)> {
+        let mut lines: Vec<(bool, String)> = self
             .configured_paths
             .iter()
             .map(|(model, path)| {
-                format!(
+                let line = format!(
                     "tokenizer for model `{model}`: {} (configured)",
                     path.display()
-                )
+                );
+                (false, line)
             })
             .collect();
         if self.search_roots().is_empty() {
-            lines.push("tokenizer discovery: off".to_owned());
+            lines.push((false, "tokenizer discovery by name: off".to_owned()));
         }
         for root in self.search_roots() {
+            let shown = root.display();
             if !root.is_dir() {
-                lines.push(format!(
-                    "tokenizer discovery under {}: not a directory (yet)",
-                    root.display()
-                ));
+                let line = match self.dirs_configured {
+                    true => format!(
+                        "tokenizer discovery under {shown}: not a directory (yet); looked in again \
+                         for each new model"
+                    ),
+                    false => format!(
+                        "tokenizer discovery under {shown} (the HuggingFace cache): none there yet; \
+                         looked in again for each new model"
+                    ),
+                };
+                lines.push((self.dirs_configured, line));
                 continue;
             }
             let found = discover::scan(root);
-            lines.push(format!(
-                "tokenizer discovery under {}: {} model(s) found now",
-                root.display(),
+            let line = format!(
+                "tokenizer discovery under {shown}: {} model(s) found now (each loaded when its \
+                 model is first served)",
                 found.len()
-            ));
-            for (model, path) in found {
-                lines.push(format!(
-                    "  tokenizer for model `{model}`: {}",
-                    path.display()
+            );
+            lines.push((false, line));
+            for (model, path) in found.iter().take(SHOWN) {
+                lines.push((
+                    false,
+                    format!("  tokenizer for model `{model}`: {}", path.display()),
                 ));
+            }
+            if found.len() > SHOWN {
+                let line = format!("  and {} more", found.len() - SHOWN);
+                lines.push((false, line));
             }
         }
         let from_root = if self.from_root { "on" } else { "off" };
-        lines.push(format!(
-            "tokenizer from the upstream's model list (a served model's root): {from_root}"
+        lines.push((
+            false,
+            format!(
+                "tokenizer from the upstream's model list (a served model's root): {from_root}"
+            ),
         ));
         lines
     }
@@ -161,26 +182,12 @@ impl Tokenizers {
     }
 }
 
-fn log_root(root: &std::path::Path) {
-    let root_shown = root.display();
-    if !root.is_dir() {
-        tracing::warn!(
-            dir = %root_shown,
-            "tokenizer discovery: the search root is not a directory (yet); it is looked in again for each new model"
-        );
-        return;
-    }
-    let found = discover::scan(root);
-    let models: Vec<&str> = found.iter().map(|(m, _)| m.as_str()).take(20).collect();
-    let more = found.len().saturating_sub(models.len());
-    tracing::info!(
-        dir = %root_shown,
-        found = found.len(),
-        models = %models.join(", "),
-        more,
-        "tokenizer discovery: tokenizers found now (loaded when their model is first served)"
-    );
-}
+/// The most model names ever looked up (fewer with a lower `max_models`): each one found holds a
+/// tokenizer of tens of MB, and a server's LoRA adapters, hundreds of names, share their base model's.
+pub const MAX_LOOKUPS: usize = 100;
+
+/// The models listed under a search root, at most.
+const SHOWN: usize = 20;
 
 #[cfg(all(test, feature = "tokenizer"))]
 mod tests {

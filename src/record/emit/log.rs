@@ -5,7 +5,8 @@
 //! The line is written as `key=value` pairs, exactly as `tracing`'s default formatter writes fields:
 //! every value a client chooses (the id, method, path, model) is a string written quoted and escaped
 //! (`Debug`), so none can add a key to the line or break it (control characters, U+2028/U+2029);
-//! numbers and tokentap's own words plain, a figure in milliseconds to the microsecond.
+//! numbers and tokentap's own words plain, a figure in milliseconds to the microsecond, a rate in
+//! tokens/s to the hundredth.
 
 use std::fmt::{self, Write as _};
 
@@ -89,7 +90,8 @@ impl fmt::Display for Line<'_, '_> {
                     f.write_str("_ms=")?;
                     fmt::Display::fmt(&Millis::of_secs(value), f)?;
                 }
-                Unit::TokensPerSecond => write!(f, "={value:?}")?,
+                // A rate to the hundredth, as the report prints it (the record keeps every digit).
+                Unit::TokensPerSecond => write!(f, "={value:.2}")?,
             }
         }
         if let Some(n) = record.output_tokens {
@@ -111,7 +113,11 @@ impl fmt::Display for Line<'_, '_> {
             }
         }
         f.write_str(" slo=")?;
-        fmt::Display::fmt(&record.slo(), f)
+        fmt::Display::fmt(&record.slo(), f)?;
+        if who.captured {
+            f.write_str(" captured=true")?;
+        }
+        Ok(())
     }
 }
 

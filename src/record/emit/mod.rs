@@ -45,6 +45,8 @@ pub struct Who<'a> {
     /// Who the client is, for its shares of the governor's budgets (the conversations' turns, the
     /// records and spans waiting to be written).
     pub client: &'a Client,
+    /// Metered from a packet capture (`tokentap capture`), not a proxied connection.
+    pub captured: bool,
 }
 
 /// One finished request, as every sink gets it.
@@ -262,6 +264,7 @@ mod tests {
             path: "/v1/chat/completions",
             start: SystemTime::UNIX_EPOCH,
             client: &crate::govern::Client::Unknown,
+            captured: false,
         };
         let gaps = GapSummary::default();
         let finished = Finished {
@@ -287,6 +290,7 @@ mod tests {
             tenant: None,
             turn: None,
             session: None,
+            captured: false,
         };
         let json =
             serde_json::to_value(RequestRecord::of(&identity, &record, &gaps)).unwrap_or_default();

@@ -29,6 +29,7 @@ impl Sink for Records {
             tenant: finished.series.tenant.as_deref(),
             turn: finished.turn,
             session: finished.session,
+            captured: who.captured,
         };
         // Plain numbers and strings: serialising cannot fail; a record that did is not written.
         self.writer.send_with(who.client, || {

@@ -103,6 +103,9 @@ pub fn span_of(finished: &Finished<'_>, context: &TraceContext, server: (&str, u
         a.int("tokentap.turn", Some(u64::from(turn.turn)));
     }
     a.str("tokentap.outcome", Some(record.outcome.as_str()));
+    if who.captured {
+        a.bool("tokentap.captured", true);
+    }
     a.bool("tokentap.stream", record.streaming);
     for figure in Figure::ALL {
         a.double(figure_key(figure), record.carried(figure));
@@ -244,6 +247,7 @@ mod tests {
                 path: "/v1/chat/completions",
                 start: UNIX_EPOCH + Duration::from_nanos(START),
                 client: &crate::govern::Client::Unknown,
+                captured: false,
             },
             api,
             series: &series,

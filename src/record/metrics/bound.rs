@@ -1,12 +1,19 @@
-//! The ceiling on the number of exported series, computed from the configuration.
+//! The ceiling on the number of exported series, computed from the configuration, and what each
+//! (model, API) pair costs under it.
 //!
-//! Every label is bounded: `model` by [`super::ModelLabels::max_values`], `api` by [`Api::ALL`], `status`
-//! by [`super::status_labels`], `outcome`, `slo`, `token_source` and `reason` by their enums, and each
+//! Every label is bounded: `model` by [`super::ModelLabels`], `api` by [`Api::ALL`], `status` by
+//! [`super::status_labels`], `outcome`, `slo`, `token_source` and `reason` by their enums, and each
 //! histogram exports its boundaries plus `+Inf`, `_sum` and `_count`. The rows of [`family::ALL`] say
 //! which labels each family has and whether the `other` API (a path no dialect knows) holds it; with
 //! `tenants:`, the rows labelled `tenant` hold one series per `tenant` value as well. Counters and
-//! gauges without labels are one series each, counted as registered. The sum is the most series the process can ever export, whatever clients and the upstream
-//! send; above `metrics.max_series` tokentap refuses to start, naming the product that made it.
+//! gauges without labels are one series each, counted as registered.
+//!
+//! The bound is not the product of every label's values (500 LoRA adapters × 11 APIs × every status
+//! would be millions, where each adapter is served on one or two APIs): the families without a model
+//! label and every pair of the model values always counted (`unknown`, `other`, `unadmitted`, the
+//! configured names) are counted up front, and the rest of `metrics.max_series` is a budget the other
+//! names draw from, a (name, API) pair at a time, as they first come (`labels.rs`): what exists is
+//! bounded, whatever clients and the upstream send.
 
 use crate::config::{ByKind, Config, Slo, SloKind};
 use crate::record::api::Api;
@@ -77,114 +84,205 @@ impl Boundaries {
         }
     }
 
-    /// The most series the process can export with `model_values` values of the `model` label,
-    /// `tenant_values` of the `tenant` label (1 without it), `unlabelled` series without labels
-    /// (tokentap's own counters and gauges, counted as registered) and, with `records`, the
-    /// request_log writer's two dropped-record series. Every labelled row of [`family::ALL`] counts
-    /// the product of its labels' values, for each API it holds series for.
-    pub fn series_limit(
-        &self, slo: &Slo, model_values: usize, tenant_values: usize, unlabelled: usize,
-        records: bool,
-    ) -> SeriesBound {
-        let statuses = status_labels().count();
-        let slo_kinds = SloKind::ALL
-            .iter()
-            .filter(|&&kind| !slo.boundaries(kind).is_empty())
-            .count();
-        let e2e_slo = usize::from(!slo.boundaries(SloKind::E2e).is_empty());
-        // The series one row holds for one value of `model` (if it has it) and one API.
-        let cell = |family: &Family, api: Api| -> usize {
-            let own = match family.kind {
-                Kind::Histogram(buckets) => self.slice(buckets).len() + 3,
-                Kind::Counter | Kind::Gauge => 1,
-            };
-            let values = |label: &Label| match label {
-                Label::Model | Label::Api => 1,
-                Label::Tenant => tenant_values,
-                Label::Status => statuses,
-                Label::Outcome => OUTCOMES,
-                Label::Slo if api == Api::Other => e2e_slo,
-                Label::Slo => slo_kinds,
-                Label::TokenSource => TOKEN_SOURCES,
-                Label::Reason(values) | Label::Result(values) | Label::Fixed(_, values) => {
-                    values.len()
+    /// What one value of the `model` label costs the series budget: the series of every family
+    /// labelled by model that it can hold under each API (with every value of `tenant_values`), and
+    /// once per value the families labelled by model but not by API (the conversation families).
+    pub fn pair_costs(&self, slo: &Slo, tenant_values: usize) -> PairCosts {
+        let mut costs = PairCosts {
+            per_api: [0; Api::ALL.len()],
+            per_name: 0,
+        };
+        for family in family::ALL.iter().filter(|f| f.has(Label::Model)) {
+            for api in apis(family) {
+                let series = self.cell(family, api, slo, tenant_values);
+                match family.has(Label::Api) {
+                    true => costs.per_api[api as usize] += series,
+                    false => costs.per_name += series,
                 }
-                Label::Turn => crate::record::conversations::TURN_LABELS.len(),
-                Label::Lookup => crate::record::conversations::LOOKUPS.len(),
-            };
-            own * family.labels.iter().map(values).product::<usize>()
-        };
-        let apis = |family: &Family| -> Vec<Api> {
-            match (family.has(Label::Api), family.apis) {
-                (false, _) => vec![Api::Other],
-                (true, Apis::Every) => Api::ALL.to_vec(),
-                (true, Apis::Known) => Api::ALL.into_iter().filter(|a| *a != Api::Other).collect(),
-            }
-        };
-        let (mut per_model, mut fixed) = (0, 0);
-        for family in family::ALL.iter().filter(|f| !f.labels.is_empty()) {
-            let series: usize = apis(family).into_iter().map(|api| cell(family, api)).sum();
-            match family.has(Label::Model) {
-                true => per_model += series,
-                false => fixed += series,
             }
         }
+        costs
+    }
+
+    /// The series `family` holds for one value of `model` (if it has it) and one API.
+    fn cell(&self, family: &Family, api: Api, slo: &Slo, tenant_values: usize) -> usize {
+        let own = match family.kind {
+            Kind::Histogram(buckets) => self.slice(buckets).len() + 3,
+            Kind::Counter | Kind::Gauge => 1,
+        };
+        let judged = |kind: SloKind| !slo.boundaries(kind).is_empty();
+        let values = |label: &Label| match label {
+            Label::Model | Label::Api => 1,
+            Label::Tenant => tenant_values,
+            Label::Status => status_labels().count(),
+            Label::Outcome => OUTCOMES,
+            // A path no dialect knows is judged on its E2E alone.
+            Label::Slo if api == Api::Other => usize::from(judged(SloKind::E2e)),
+            Label::Slo => SloKind::ALL.into_iter().filter(|&k| judged(k)).count(),
+            Label::TokenSource => TOKEN_SOURCES,
+            Label::Reason(values) | Label::Result(values) | Label::Fixed(_, values) => values.len(),
+            Label::Turn => crate::record::conversations::TURN_LABELS.len(),
+            Label::Lookup => crate::record::conversations::LOOKUPS.len(),
+        };
+        own * family.labels.iter().map(values).product::<usize>()
+    }
+
+    /// The most series the process can export: the families without a `model` label (those with
+    /// labels, `unlabelled` series without, and with `records` the request_log writer's dropped-record series), the
+    /// `reserved` model values whose every pair is always counted (`unknown`, `other`, `unadmitted`
+    /// and the pinned names), and the `places` other names may take, as far as `max_series` leaves
+    /// room: a (name, API) pair that would go beyond it counts as `other` (`labels.rs`).
+    pub fn series_limit(&self, caps: &Caps) -> SeriesBound {
+        let costs = self.pair_costs(caps.slo, caps.tenant_values);
         let dropped = crate::logging::records::DROP_REASONS.len();
-        let fixed = fixed + unlabelled + if records { dropped } else { 0 };
-        let requests = statuses * OUTCOMES * tenant_values;
-        let total = model_values.saturating_mul(per_model).saturating_add(fixed);
+        let mut fixed = caps.unlabelled + if caps.records { dropped } else { 0 };
+        for family in family::ALL
+            .iter()
+            .filter(|f| !f.labels.is_empty() && !f.has(Label::Model))
+        {
+            fixed += apis(family)
+                .into_iter()
+                .map(|api| self.cell(family, api, caps.slo, caps.tenant_values))
+                .sum::<usize>();
+        }
+        let per_value = costs.per_name + costs.per_api.iter().sum::<usize>();
+        let reserved = fixed.saturating_add(caps.reserved_values.saturating_mul(per_value));
+        let max_series = usize::try_from(caps.max_series).unwrap_or(usize::MAX);
+        let room = max_series.saturating_sub(reserved);
+        let names = caps.places.saturating_mul(per_value);
+        let total = reserved.saturating_add(names.min(room));
         SeriesBound {
             total: i64::try_from(total).unwrap_or(i64::MAX),
-            models: model_values,
-            tenants: tenant_values,
-            apis: Api::ALL.len(),
-            statuses,
-            outcomes: OUTCOMES,
-            requests_total: model_values
-                .saturating_mul(Api::ALL.len())
-                .saturating_mul(requests),
+            reserved,
+            reserved_values: caps.reserved_values,
+            places: caps.places,
+            tenants: caps.tenant_values,
+            max_series,
+            costs,
         }
     }
 }
 
-/// The series limit and the caps it is the product of.
+/// What makes the series bound: the label caps and the budget.
+pub struct Caps<'a> {
+    pub slo: &'a Slo,
+    /// Model values whose every pair is counted up front: `unknown`, `other`, `unadmitted` and the
+    /// pinned names.
+    pub reserved_values: usize,
+    /// Places under `max_models` for names that are not pinned.
+    pub places: usize,
+    /// Values of the `tenant` label (1 without `tenants:`).
+    pub tenant_values: usize,
+    /// Series without labels (tokentap's own counters and gauges), as registered.
+    pub unlabelled: usize,
+    /// `request_log:` is on: its writer's dropped-record series, one per reason.
+    pub records: bool,
+    /// `metrics.max_series`.
+    pub max_series: u64,
+}
+
+/// The APIs a family holds series for.
+fn apis(family: &Family) -> Vec<Api> {
+    match (family.has(Label::Api), family.apis) {
+        (false, _) => vec![Api::Other],
+        (true, Apis::Every) => Api::ALL.to_vec(),
+        (true, Apis::Known) => Api::ALL.into_iter().filter(|a| *a != Api::Other).collect(),
+    }
+}
+
+/// What a (model name, API) pair costs the series budget: the series the name can hold under each
+/// API (indexed by `Api as usize`), and once per name those of the families without an `api` label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairCosts {
+    pub per_api: [usize; Api::ALL.len()],
+    pub per_name: usize,
+}
+
+impl PairCosts {
+    /// The series a name holds with the pairs `apis` (a bit per API) counted.
+    pub fn of(&self, apis: u16) -> usize {
+        if apis == 0 {
+            return 0;
+        }
+        let pairs: usize = (0..self.per_api.len())
+            .filter(|i| apis & (1 << i) != 0)
+            .map(|i| self.per_api[i])
+            .sum();
+        self.per_name + pairs
+    }
+
+    /// The most a pair can cost, its first one counted with the families without an `api` label.
+    pub fn dearest(&self) -> usize {
+        self.per_name + self.per_api.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// The series limit and what makes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeriesBound {
+    /// The most series the page can hold.
     pub total: i64,
-    /// Values of the `model` label: `max_models` + `unknown`, `other`, `unadmitted`.
-    pub models: usize,
+    /// Counted up front: the families without a `model` label and every pair of the reserved values.
+    pub reserved: usize,
+    /// `unknown`, `other`, `unadmitted` and the pinned names.
+    pub reserved_values: usize,
+    /// Places under `max_models` for the names that are not pinned.
+    pub places: usize,
     /// Values of the `tenant` label (1 without `tenants:`): `tenants.max` + `none`, `other`, `unadmitted`.
     pub tenants: usize,
-    pub apis: usize,
-    pub statuses: usize,
-    pub outcomes: usize,
-    /// The series of `tokentap_requests_total` alone: the product of the five caps.
-    pub requests_total: usize,
+    /// `metrics.max_series`.
+    pub max_series: usize,
+    pub costs: PairCosts,
 }
 
 impl SeriesBound {
-    /// The product that makes the bound, for the start-up line and the refusal.
+    /// The series the names that are not pinned may share: what `metrics.max_series` leaves.
+    pub fn budget(&self) -> usize {
+        usize::try_from(self.total)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(self.reserved)
+    }
+
+    /// How the bound is made, for the start-up line and `check-config`.
     pub fn describe(&self) -> String {
-        let tenants = if self.tenants > 1 {
-            format!(" × tenants {}", self.tenants)
-        } else {
-            String::new()
+        let tenants = match self.tenants {
+            1 => String::new(),
+            n => format!(" with {n} tenant values"),
         };
+        let chat = self.costs.per_api[Api::Chat as usize] + self.costs.per_name;
+        let pairs = self.budget() / self.costs.dearest().max(1);
         format!(
-            "models {}{tenants} × apis {} × statuses {} × outcomes {} = {} series of tokentap_requests_total alone; {} series in all with the histograms' buckets",
-            self.models, self.apis, self.statuses, self.outcomes, self.requests_total, self.total
+            "at most {} series: {} for the families without a model label and the {} model values always \
+             counted (unknown, other, unadmitted and the configured names), and {} shared by up to {} \
+             other names as their (model, api) pairs first come{tenants}; a model's first pair takes up \
+             to {chat} series (chat), so at least {pairs} pairs fit; a pair beyond that counts as model \
+             \"other\"",
+            self.total,
+            self.reserved,
+            self.reserved_values,
+            self.budget(),
+            self.places,
         )
     }
 
-    /// Refuses a bound above `max_series` (`metrics.max_series`), with the product that made it.
+    /// Refuses a configuration whose model values always counted (and the families without a model
+    /// label) alone would take more than `max_series`, naming what makes them.
     pub fn check(&self, max_series: u64) -> Result<(), String> {
-        if u64::try_from(self.total).unwrap_or(u64::MAX) <= max_series {
+        if u64::try_from(self.reserved).unwrap_or(u64::MAX) <= max_series {
             return Ok(());
         }
         Err(format!(
-            "metrics.max_series: the configuration allows up to {} series, above the budget of {max_series}: {}. Lower max_models or tenants.max, or raise metrics.max_series",
-            self.total,
-            self.describe()
+            "metrics.max_series: the {} model values always counted (unknown, other, unadmitted and the \
+             names under slo.models and model_list.names), each up to {} series{}, and the families \
+             without a model label take {} series, above the budget of {max_series}. Name fewer models \
+             in slo.models and model_list.names, lower tenants.max, or raise metrics.max_series",
+            self.reserved_values,
+            self.costs.of(u16::MAX),
+            match self.tenants {
+                1 => String::new(),
+                n => format!(" with {n} tenant values"),
+            },
+            self.reserved,
         ))
     }
 }

@@ -490,6 +490,7 @@ pub const TLS_HANDSHAKE_REASONS: &[&str] = &[
     "timeout",
     "closed",
     "not_tls",
+    "plain_http",
     "client_alert",
     "incompatible",
     "other",
@@ -498,7 +499,8 @@ pub const TLS_HANDSHAKE_FAILURES: Family = every(
     "tokentap_tls_handshake_failures_total",
     "Client connections to a listen_tls listener closed before their TLS handshake completed, by \
      reason: timeout (not done within timeouts.client_header_read), closed (the client went away), \
-     not_tls (bytes that are not TLS: plain HTTP sent to the TLS port, garbage), client_alert (the \
+     not_tls (bytes that are not TLS), plain_http (plain HTTP sent to the TLS port: answered 400 saying \
+     so, as nginx does), client_alert (the \
      client refused, e.g. a certificate it does not trust), incompatible (no TLS version, cipher suite \
      or ALPN protocol in common), other.",
     Counter,
@@ -538,8 +540,8 @@ pub const MODELS_LISTED: Family = single(
 // The page itself.
 pub const SERIES_LIMIT: Family = single(
     "tokentap_metrics_series_limit",
-    "The most series this process can ever export, from max_models, tenants.max, the API, status and outcome \
-     sets and the bucket counts (docs/metrics.md: the series bound).",
+    "The most series this process can ever export: metrics.max_series, or less when max_models names on \
+     every API cannot fill it (docs/metrics.md: the series bound).",
     Gauge,
 );
 pub const SERIES: Family = single(
@@ -692,6 +694,49 @@ pub const NATIVE: [&Family; 6] = [
     &E2E,
 ];
 
+// Capture mode: the connections read off an interface (`tokentap capture`, docs/deploy.md).
+pub const CAPTURE_PACKETS: Family = single(
+    "tokentap_capture_packets_total",
+    "TCP segments to or from the server's ports read by tokentap capture (from the interface, or a capture file).",
+    Counter,
+);
+/// The values of `result` on [`CAPTURE_SEGMENTS`] (`capture::Segments`), all exported from the start.
+pub const CAPTURE_SEGMENT_RESULTS: &[&str] = &["in_order", "out_of_order", "duplicate", "overlap"];
+pub const CAPTURE_SEGMENTS: Family = every(
+    "tokentap_capture_segments_total",
+    "TCP segments with data that tokentap capture put back in order, by result: in_order (the next \
+     bytes of their stream), out_of_order (held until the bytes before them came), duplicate (bytes \
+     already read: a retransmission), overlap (partly bytes already read: the new part was read).",
+    Counter,
+    &[Label::Result(CAPTURE_SEGMENT_RESULTS)],
+);
+/// The values of `reason` on [`CAPTURE_UNMETERED`] (`capture::Unfollowed`), all exported from the start.
+pub const CAPTURE_UNMETERED_REASONS: &[&str] = &[
+    "mid_stream",
+    "lost_segment",
+    "not_http",
+    "upgrade",
+    "max_connections",
+    "buffer",
+];
+pub const CAPTURE_UNMETERED: Family = every(
+    "tokentap_capture_unmetered_total",
+    "Connections, or a part of one, that tokentap capture did not meter, by reason: mid_stream (it \
+     started before the capture: its requests are metered from the first whole request head on), \
+     lost_segment (bytes the capture never read: a packet the kernel dropped or cut; metered again from \
+     the connection's next request), not_http (bytes that are not HTTP/1.1: TLS, h2c, a malformed \
+     head), upgrade (a WebSocket or other upgrade), max_connections (capture.max_connections were \
+     followed), buffer (capture.max_connection_bytes, or the capture_flows budget; metered again from \
+     the next request). A request in progress then is neither counted nor recorded.",
+    Counter,
+    &[Label::Reason(CAPTURE_UNMETERED_REASONS)],
+);
+pub const CAPTURE_CONNECTIONS: Family = single(
+    "tokentap_capture_connections",
+    "TCP connections tokentap capture follows now (at most capture.max_connections).",
+    Gauge,
+);
+
 /// Every row, in docs/metrics.md's order.
 /// The values of `state` on [`BUDGET_BYTES`].
 pub const BUDGET_STATES: &[&str] = &["used", "cap"];
@@ -786,6 +831,10 @@ pub const ALL: &[&Family] = &[
     &UNMETERED,
     &OTLP_METRIC_EXPORTS,
     &OTLP_METRIC_EXPORTS_DROPPED,
+    &CAPTURE_PACKETS,
+    &CAPTURE_SEGMENTS,
+    &CAPTURE_UNMETERED,
+    &CAPTURE_CONNECTIONS,
 ];
 
 #[cfg(test)]

@@ -1,6 +1,11 @@
 //! The two label values that come from outside: `model` (from the request body, a client's choice) and
 //! `status` (from the upstream), each kept to a bounded set.
 //!
+//! The series an admitted name holds are drawn from a budget (what `metrics.max_series` leaves after
+//! the series counted up front, `bound.rs`), a (name, API) pair at a time, the first time a request of
+//! that API counts under the name; a pair that does not fit counts under `other`, and a retired name
+//! gives its pairs back. The fixed values and the pinned names are counted up front and draw nothing.
+//!
 //! A model name takes one of the `max_models` places only when the caller admits it (a name the
 //! upstream lists, or confirmed by a 2xx where it lists nothing: `admission.rs`): junk names a client
 //! makes up never take a place, and count under `unadmitted`. A place is freed again when its name has
@@ -15,6 +20,10 @@ use std::time::Duration;
 
 use http::StatusCode;
 use tokio::time::Instant;
+
+use super::bound::PairCosts;
+use crate::logging::repeated::RepeatedWarning;
+use crate::record::api::Api;
 
 /// Label for requests whose model could not be read from the request or the response.
 pub const UNKNOWN_MODEL: &str = "unknown";
@@ -71,7 +80,7 @@ fn impossible(model: &str) -> bool {
 pub struct ModelLabels {
     cap: usize,
     idle: Option<Duration>,
-    admitted: Mutex<HashMap<Arc<str>, Admitted>>,
+    admitted: Mutex<Places>,
     /// How many names are pinned (configured); a reload may change them ([`ModelLabels::pin`]).
     pinned: AtomicUsize,
     unknown: Arc<str>,
@@ -82,6 +91,32 @@ pub struct ModelLabels {
 pub(super) struct Admitted {
     last_request: Instant,
     pinned: bool,
+    /// The APIs it has counted under, a bit each (`Api as usize`): its pairs.
+    pairs: u16,
+}
+
+/// The admitted names, and the series budget their pairs draw from.
+pub(super) struct Places {
+    names: HashMap<Arc<str>, Admitted>,
+    /// `None` for the tenant label, whose values take no budget of their own.
+    budget: Option<Budget>,
+}
+
+struct Budget {
+    costs: PairCosts,
+    /// The series the names that are not pinned may hold.
+    cap: usize,
+    /// What their pairs hold now.
+    spent: usize,
+    refused: RepeatedWarning,
+}
+
+impl Places {
+    /// What the names that are not pinned hold, at `costs`.
+    fn spent(&self, costs: &PairCosts) -> usize {
+        let unpinned = self.names.values().filter(|e| !e.pinned);
+        unpinned.map(|e| costs.of(e.pairs)).sum()
+    }
 }
 
 /// What [`ModelLabels::lookup`] found.
@@ -100,15 +135,19 @@ impl ModelLabels {
             let admitted = Admitted {
                 last_request: now,
                 pinned: true,
+                pairs: 0,
             };
             (Arc::from(name), admitted)
         };
-        let admitted: HashMap<_, _> = configured.map(pin).collect();
+        let names: HashMap<_, _> = configured.map(pin).collect();
         ModelLabels {
             cap,
             idle,
-            pinned: AtomicUsize::new(admitted.len()),
-            admitted: Mutex::new(admitted),
+            pinned: AtomicUsize::new(names.len()),
+            admitted: Mutex::new(Places {
+                names,
+                budget: None,
+            }),
             unknown: Arc::from(UNKNOWN_MODEL),
             other: Arc::from(OTHER_MODEL),
             unadmitted: Arc::from(UNADMITTED_MODEL),
@@ -135,25 +174,90 @@ impl ModelLabels {
         cap.max(pinned) + 3
     }
 
+    /// How many names are pinned now.
+    pub fn pinned(&self) -> usize {
+        self.pinned.load(Ordering::Relaxed)
+    }
+
+    /// Sets the series budget of the names that are not pinned (at start, and at each reload, whose
+    /// boundaries may change what a pair costs: what the names hold is counted again at the new costs).
+    pub fn set_budget(&self, costs: PairCosts, cap: usize) {
+        let mut places = self.lock();
+        let spent = places.spent(&costs);
+        let refused = places.budget.take().map(|b| b.refused).unwrap_or_default();
+        places.budget = Some(Budget {
+            costs,
+            cap,
+            spent,
+            refused,
+        });
+    }
+
+    /// Counts `label`'s pair with `api` in the budget the first time; false when it does not fit (the
+    /// request counts under `other`). The fixed values and the pinned names always fit.
+    pub fn take_pair(&self, label: &str, api: Api) -> bool {
+        let bit = 1u16 << (api as usize);
+        let mut guard = self.lock();
+        let places = &mut *guard;
+        let (Some(entry), Some(budget)) = (places.names.get_mut(label), places.budget.as_mut())
+        else {
+            return true;
+        };
+        if entry.pairs & bit != 0 {
+            return true;
+        }
+        if !entry.pinned {
+            let cost = budget.costs.of(entry.pairs | bit) - budget.costs.of(entry.pairs);
+            if budget.spent + cost > budget.cap {
+                if let Some(times) = budget.refused.occurred(Instant::now()) {
+                    tracing::warn!(
+                        model = label,
+                        api = api.as_str(),
+                        times,
+                        budget = budget.cap,
+                        "series budget spent (metrics.max_series): a model's first request on an API \
+                         counts as model \"other\" until idle names are retired"
+                    );
+                }
+                return false;
+            }
+            budget.spent += cost;
+        }
+        entry.pairs |= bit;
+        true
+    }
+
+    /// The series the names that are not pinned hold now, and may hold.
+    pub fn budget(&self) -> Option<(usize, usize)> {
+        let places = self.lock();
+        places.budget.as_ref().map(|b| (b.spent, b.cap))
+    }
+
     /// Makes `configured` the pinned names (a reload's): a new one takes its place at once, one no
     /// longer configured keeps its place as any admitted name does, until it is retired.
     pub fn pin<'a>(&self, configured: impl Iterator<Item = &'a str>) {
         let configured: HashSet<&str> = configured.collect();
-        let mut admitted = self.lock();
-        for (name, entry) in admitted.iter_mut() {
+        let mut places = self.lock();
+        for (name, entry) in places.names.iter_mut() {
             entry.pinned = configured.contains(&**name);
         }
         let now = Instant::now();
         for name in &configured {
-            admitted.entry(Arc::from(*name)).or_insert(Admitted {
+            places.names.entry(Arc::from(*name)).or_insert(Admitted {
                 last_request: now,
                 pinned: true,
+                pairs: 0,
             });
+        }
+        // A name no longer pinned holds its pairs from the budget now, one newly pinned none.
+        let spent = places.budget.as_ref().map(|b| places.spent(&b.costs));
+        if let (Some(budget), Some(spent)) = (places.budget.as_mut(), spent) {
+            budget.spent = spent;
         }
         self.pinned.store(configured.len(), Ordering::Relaxed);
     }
 
-    pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Admitted>> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Places> {
         // The map is consistent after every statement that changes it: a panic elsewhere cannot leave it
         // half-updated.
         self.admitted
@@ -171,7 +275,8 @@ impl ModelLabels {
             return Lookup::Label(self.other.clone());
         }
         let now = Instant::now();
-        let mut admitted = self.lock();
+        let mut places = self.lock();
+        let admitted = &mut places.names;
         if let Some(entry) = admitted.get_mut(model) {
             entry.last_request = now;
         }
@@ -188,6 +293,7 @@ impl ModelLabels {
         let entry = Admitted {
             last_request: now,
             pinned: false,
+            pairs: 0,
         };
         admitted.insert(label.clone(), entry);
         Lookup::Label(label)
@@ -215,7 +321,7 @@ impl ModelLabels {
 
     /// A request labelled `label` has finished: its name was in use until now.
     pub fn touch(&self, label: &str) {
-        if let Some(entry) = self.lock().get_mut(label) {
+        if let Some(entry) = self.lock().names.get_mut(label) {
             entry.last_request = Instant::now();
         }
     }
@@ -231,10 +337,11 @@ impl ModelLabels {
             self.idle
                 .is_some_and(|idle| now.saturating_duration_since(entry.last_request) >= idle)
         };
-        let mut admitted = self.lock();
+        let mut places = self.lock();
         // Every label a request holds is a clone of the map's key: a count of one means no request
         // resolved its series with it and is still running.
-        let retired: HashSet<Arc<str>> = admitted
+        let retired: HashSet<Arc<str>> = places
+            .names
             .iter()
             .filter(|(label, entry)| {
                 !entry.pinned && Arc::strong_count(label) == 1 && (idle(entry) || dropped(label))
@@ -244,7 +351,14 @@ impl ModelLabels {
         if retired.is_empty() {
             return 0;
         }
-        admitted.retain(|label, _| !retired.contains(label));
+        let places = &mut *places;
+        if let Some(budget) = places.budget.as_mut() {
+            let freed: usize = (retired.iter().filter_map(|name| places.names.get(name)))
+                .map(|entry| budget.costs.of(entry.pairs))
+                .sum();
+            budget.spent = budget.spent.saturating_sub(freed);
+        }
+        places.names.retain(|label, _| !retired.contains(label));
         purge(&retired);
         retired.len()
     }

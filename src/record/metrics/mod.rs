@@ -27,6 +27,7 @@ mod agents;
 mod bound;
 mod budgets;
 mod by_series;
+mod capture;
 mod exemplars;
 pub mod family;
 mod finish;
@@ -49,8 +50,9 @@ mod spans;
 mod upstream;
 
 pub use agents::Agents;
-pub use bound::{Boundaries, SeriesBound};
+pub use bound::{Boundaries, PairCosts, SeriesBound};
 pub use budgets::Budgets;
+pub use capture::{CaptureCounters, Placed, Unmetered};
 pub use exemplars::Exemplar;
 pub use inside::Inside;
 pub use labels::{
@@ -125,6 +127,8 @@ pub struct Metrics {
     governor: Arc<std::sync::OnceLock<Arc<Governor>>>,
     /// The metric exports pushed to a collector (`otlp_metrics:`), and those dropped.
     pub otlp: OtlpMetricCounters,
+    /// `tokentap capture`'s own reading: packets, segments, connections not metered.
+    pub capture: CaptureCounters,
     /// The families labelled by model (and tenant), for retiring idle values.
     families: Registered,
 }
@@ -167,6 +171,7 @@ impl Metrics {
         let session_skips = SessionSkips::register(&rows)?;
         let (budgets, governor) = Budgets::register(&rows)?;
         let otlp = OtlpMetricCounters::register(&rows)?;
+        let capture = CaptureCounters::register(&rows)?;
         for api in Api::ALL {
             in_flight.with_label_values(&[api.as_str()]).set(0);
         }
@@ -194,13 +199,16 @@ impl Metrics {
             .map(scrape::series_in)
             .sum();
         let tenant_values = tenants.as_ref().map_or(1, ModelLabels::max_values);
-        let bound = boundaries.series_limit(
-            &config.slo,
-            models.max_values(),
+        let bound = boundaries.series_limit(&bound::Caps {
+            slo: &config.slo,
+            reserved_values: models.pinned() + 3,
+            places: models.max_values() - models.pinned() - 3,
             tenant_values,
             unlabelled,
-            records.is_some(),
-        );
+            records: records.is_some(),
+            max_series: config.metrics.max_series,
+        });
+        models.set_budget(bound.costs.clone(), bound.budget());
         limit.set(bound.total);
         Ok(Metrics {
             registry,
@@ -238,6 +246,7 @@ impl Metrics {
             budgets,
             governor,
             otlp,
+            capture,
             families,
         })
     }
@@ -464,42 +473,103 @@ mod tests {
     }
 
     #[test]
-    fn a_bound_above_the_budget_is_refused_naming_the_product_of_the_caps() {
-        let yaml = "max_models: 64\ntenants: {header: t, max: 32}";
-        let config = Config::from_yaml_str(yaml).unwrap();
-        let metrics = Metrics::new(&config).unwrap();
-        let bound = metrics.bound();
-        assert_eq!(
-            (
-                bound.models,
-                bound.tenants,
-                bound.apis,
-                bound.statuses,
-                bound.outcomes
-            ),
-            (67, 35, 11, 22, 4)
+    fn only_the_values_always_counted_can_make_a_configuration_too_large() {
+        let bound = |yaml: &str| {
+            Metrics::new(&Config::from_yaml_str(yaml).unwrap())
+                .unwrap()
+                .bound()
+        };
+        // 500 LoRA adapters and 32 tenants: both fit, since the names share the budget.
+        for yaml in [
+            "max_models: 500",
+            "max_models: 64\ntenants: {header: t, max: 32}",
+        ] {
+            let bound = bound(yaml);
+            assert!(bound.check(750_000).is_ok(), "{yaml}: {}", bound.describe());
+            assert_eq!(bound.total, 750_000, "{yaml}");
+        }
+        // Twenty configured names with a tenant label of 35 values are counted up front: too many.
+        let names: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
+        let yaml = format!(
+            "model_list: {{names: [{}]}}\ntenants: {{header: t, max: 32}}",
+            names.join(", ")
         );
-        assert_eq!(bound.requests_total, 67 * 35 * 11 * 22 * 4);
-        let refusal = bound.check(750_000).unwrap_err();
-        let product = format!("models 67 × tenants 35 × apis 11 × statuses 22 × outcomes 4 = {} series of tokentap_requests_total alone", 67 * 35 * 11 * 22 * 4);
-        assert!(
-            refusal.starts_with("metrics.max_series: the configuration allows up to "),
-            "{refusal}"
-        );
-        assert!(refusal.contains(&product), "{refusal}");
+        let refusal = bound(&yaml).check(750_000).unwrap_err();
+        let want = "metrics.max_series: the 23 model values always counted (unknown, other, unadmitted and the names under slo.models and model_list.names), each up to ";
+        assert!(refusal.starts_with(want), "{refusal}");
+        assert!(refusal.contains("with 35 tenant values"), "{refusal}");
         assert!(refusal.contains("above the budget of 750000"), "{refusal}");
-        assert!(bound.check(u64::MAX).is_ok());
-        assert!(Metrics::new(&Config::default())
+        let small = bound("max_models: 2");
+        assert!(small.total < 750_000, "two names cannot fill the budget");
+        assert_eq!(
+            small.total as usize,
+            small.reserved + 2 * small.costs.of(u16::MAX)
+        );
+    }
+
+    /// A budget for one pair and a bit: a second name's first pair counts as `other`, a name's second
+    /// pair too; retiring the first name gives its pair back.
+    #[tokio::test(start_paused = true)]
+    async fn a_pair_beyond_the_budget_counts_as_other_until_a_name_is_retired() {
+        let probe = Metrics::new(&Config::from_yaml_str("max_models: 5").unwrap())
             .unwrap()
-            .bound()
-            .check(750_000)
-            .is_ok());
+            .bound();
+        let chat = probe.costs.of(1 << Api::Chat as usize);
+        let max_series = probe.reserved + chat + chat / 2;
+        let yaml = format!("max_models: 5\nmetrics: {{max_series: {max_series}, model_idle: 1m}}");
+        let metrics = Metrics::new(&Config::from_yaml_str(&yaml).unwrap()).unwrap();
+        let series = |name: &str, api: Api| {
+            let label = metrics.model_label(Some(name), None, true);
+            metrics.series(label, api).model.to_string()
+        };
+        assert_eq!(series("a", Api::Chat), "a");
+        assert_eq!(series("a", Api::Chat), "a", "a pair is counted once");
+        assert_eq!(series("b", Api::Chat), OTHER_MODEL);
+        assert_eq!(series("a", Api::Completions), OTHER_MODEL);
+        assert_eq!(
+            series("c", Api::Other),
+            "c",
+            "a pair that fits what is left"
+        );
+        tokio::time::advance(std::time::Duration::from_secs(61)).await;
+        assert_eq!(
+            series("b", Api::Chat),
+            "b",
+            "a and the other idle name were retired"
+        );
+        let (spent, cap) = metrics.models.budget().unwrap();
+        assert!(
+            spent <= cap && cap == metrics.bound().budget(),
+            "{spent} {cap}"
+        );
+    }
+
+    #[test]
+    fn with_a_small_budget_every_combination_stays_within_the_limit() {
+        let probe = Metrics::new(&Config::from_yaml_str("max_models: 2").unwrap())
+            .unwrap()
+            .bound();
+        let yaml = format!(
+            "max_models: 2\nmetrics: {{max_series: {}}}",
+            probe.reserved + 500
+        );
+        let metrics = Metrics::new(&Config::from_yaml_str(&yaml).unwrap()).unwrap();
+        fill_every_combination(&metrics, &[None]);
+        let (page, limit) = (page_series(&metrics), limit(&metrics));
+        assert!(
+            page <= limit && limit == probe.reserved as i64 + 500,
+            "{page} {limit}"
+        );
     }
 
     #[test]
     fn the_default_limit_is_the_one_docs_metrics_states() {
         let metrics = Metrics::new(&Config::default()).unwrap();
-        // Adding a series family moves this figure: update docs/metrics.md (the series bound) with it.
-        assert_eq!(limit(&metrics), 590_434);
+        // Adding a series family moves these figures: update docs/metrics.md (the series bound) with
+        // them. The defaults' limit is the budget itself.
+        assert_eq!(limit(&metrics), 750_000);
+        let bound = metrics.bound();
+        let chat = bound.costs.of(1 << Api::Chat as usize);
+        assert_eq!((bound.reserved, chat), (17_348, 777));
     }
 }

@@ -12,7 +12,7 @@ use std::time::SystemTime;
 
 use prometheus::{Gauge, IntCounterVec};
 
-use super::bound::Boundaries;
+use super::bound::{Boundaries, Caps};
 use super::family;
 use super::labels::ModelLabels;
 use super::registry::Registrar;
@@ -98,18 +98,20 @@ impl Metrics {
     /// are the running ones': a reload cannot change them).
     pub fn bound_for(&self, config: &Config) -> SeriesBound {
         let distinct = |names: &mut dyn Iterator<Item = &str>| names.collect::<HashSet<_>>().len();
-        let models =
-            ModelLabels::values_with(config.max_models, distinct(&mut configured_models(config)));
+        let pinned = distinct(&mut configured_models(config));
+        let models = ModelLabels::values_with(config.max_models, pinned);
         let tenants = config.tenants.as_ref().map_or(1, |t| {
             ModelLabels::values_with(t.max, config.slo.tenants.len())
         });
-        Boundaries::of(config).series_limit(
-            &config.slo,
-            models,
-            tenants,
-            self.unlabelled,
-            self.records.is_some(),
-        )
+        Boundaries::of(config).series_limit(&Caps {
+            slo: &config.slo,
+            reserved_values: pinned + 3,
+            places: models - pinned - 3,
+            tenant_values: tenants,
+            unlabelled: self.unlabelled,
+            records: self.records.is_some(),
+            max_series: config.metrics.max_series,
+        })
     }
 
     /// Applies what `config` changes in the metrics (checked first with [`Metrics::bound_for`]); the
@@ -123,6 +125,7 @@ impl Metrics {
             self.rebuckets.bump();
         }
         self.models.pin(configured_models(config));
+        self.models.set_budget(bound.costs.clone(), bound.budget());
         self.served.set_configured(configured_models(config));
         if let Some(tenants) = &self.tenants {
             tenants.pin(config.slo.tenants.keys().map(String::as_str));

@@ -28,8 +28,15 @@ pub struct Series {
 impl Metrics {
     /// A request's series with its `tenant` label (from [`Metrics::tenant_label`]); with `tenants:`
     /// configured, `None` is the `none` tenant.
+    /// Its model counts as `other` when the name's pair with `api` is new and does not fit in the series
+    /// budget, even once idle names are retired (`labels.rs`).
     pub fn series_of(&self, model: Arc<str>, tenant: Option<Arc<str>>, api: Api) -> Series {
         let tenant = (self.tenants.as_ref()).map(|t| tenant.unwrap_or_else(|| t.none()));
+        let fits = |model: &str| self.models.take_pair(model, api);
+        let model = match fits(&model) || (self.retire() > 0 && fits(&model)) {
+            true => model,
+            false => self.models.overflow(),
+        };
         Series {
             model,
             tenant,
