@@ -73,7 +73,11 @@ async fn small_posts_from_another_address_are_answered_at_once_while_64_stalled_
         }));
     }
     // Let the bodies arrive: the attacker's share is full, its further uploads wait for its room.
-    loop {
+    for waited in 0.. {
+        assert!(
+            waited < 6_000,
+            "the stalled uploads never filled their share"
+        );
         tokio::time::sleep(ms(10)).await;
         let m = scrape(&proxy).await;
         let budget = |state| {
@@ -95,6 +99,10 @@ async fn small_posts_from_another_address_are_answered_at_once_while_64_stalled_
         assert_eq!(got.status, 200);
         assert!(got.body.ends_with(b"data: [DONE]\n\n"));
     }
+    println!(
+        "11 small POSTs beside 64 stalled uploads: {:?}",
+        started.elapsed()
+    );
     assert!(
         started.elapsed() < Duration::from_secs(6),
         "the victims took {:?} (before: 60 s each, then 503)",
@@ -222,6 +230,7 @@ async fn a_streamed_body_sent_a_byte_at_a_time_goes_upstream_in_few_writes() {
     assert_eq!(status, Some(200));
     let (chunks, bytes) = counted.await.expect("upstream");
     assert_eq!(bytes, size, "every byte went up, unchanged in number");
+    println!("{size} one-byte pieces went upstream in {chunks} writes");
     // 256 KiB in at most 64 KiB pieces is 4; the client's bytes land in the socket as they may, so
     // allow a thousand times that, still 64 bytes a write on average (before: one write per byte).
     assert!(

@@ -10,8 +10,8 @@
 //!   then, on the reader's thread ([`ListRead::finish_then`]): a server that refuses a long history at
 //!   once (a prompt over its context) answers before the list is read, and the turn must still count.
 //!   A read nobody waits for (its exchange dropped unfinished) stops within 64 KiB of the body;
-//! - its bytes are the held body's own, which the reader holds (and with it its share of
-//!   `limits.max_held_request_bytes`) only while it reads or waits.
+//! - its bytes are the held body's own, which the reader holds (and with it its lease on the
+//!   `held_bodies` budget) only while it reads or waits.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -42,7 +42,7 @@ pub struct Readers {
 impl Readers {
     pub const MAX: usize = 4;
     /// Bodies that may wait for a reader (each a held body, already counted in
-    /// `limits.max_held_request_bytes`).
+    /// the `held_bodies` budget).
     pub const WAITING: usize = 16;
 
     pub fn new(count: usize) -> Self {

@@ -13,6 +13,9 @@ use super::family::{self, BUDGET_STATES};
 use super::registry::Registrar;
 use crate::govern::{Budget, Governor, Spent, SPENT_REASONS};
 
+/// Where the page finds the governor, once the running tokentap has one ([`Budgets::register`]).
+pub(super) type GovernorSlot = Arc<OnceLock<Arc<Governor>>>;
+
 /// The budget families: all their series are there from the start.
 #[derive(Clone)]
 pub struct Budgets {
@@ -22,7 +25,7 @@ pub struct Budgets {
 /// Reads the governor's figures into the budget gauges and counters at each gather.
 #[derive(Clone)]
 struct Figures {
-    governor: Arc<OnceLock<Arc<Governor>>>,
+    governor: GovernorSlot,
     bytes: IntGaugeVec,
     refusals: IntCounterVec,
     /// One gather at a time brings the counters up to the governor's.
@@ -33,7 +36,7 @@ impl Budgets {
     /// Registers the families; their figures come from `governor` once [`Budgets::watch`] is told it.
     pub(super) fn register(
         rows: &Registrar<'_>,
-    ) -> Result<(Self, Arc<OnceLock<Arc<Governor>>>), prometheus::Error> {
+    ) -> Result<(Self, GovernorSlot), prometheus::Error> {
         let opts = |f: &family::Family| Opts::new(f.name, f.help);
         let bytes = IntGaugeVec::new(opts(&family::BUDGET_BYTES), &["budget", "state"])?;
         let refusals = IntCounterVec::new(opts(&family::BUDGET_REFUSALS), &["budget", "reason"])?;

@@ -394,12 +394,12 @@ pub const CONNECTION_SHARE_REFUSED: Family = single(
 );
 pub const HELD_BYTES_REFUSED: Family = single(
     "tokentap_held_bytes_refused_total",
-    "Requests answered 503 because limits.max_held_request_bytes had no room for their body within timeouts.request_body_idle.",
+    "Requests answered 503 because their client's share of the held_bodies budget had no room for their body within timeouts.request_body_idle.",
     Counter,
 );
 pub const HELD_BYTES_WAITED: Family = single(
     "tokentap_held_bytes_waited_total",
-    "Requests whose body waited for room in limits.max_held_request_bytes before it was held (and then sent, or refused).",
+    "Requests whose body waited for room in their client's share of the held_bodies budget before it was held (and then sent, or refused).",
     Counter,
 );
 pub const UPLOADS_PER_CLIENT_REFUSED: Family = single(
@@ -737,7 +737,6 @@ pub const CAPTURE_CONNECTIONS: Family = single(
     Gauge,
 );
 
-/// Every row, in docs/metrics.md's order.
 /// The values of `state` on [`BUDGET_BYTES`].
 pub const BUDGET_STATES: &[&str] = &["used", "cap"];
 const BUDGET: Label = Label::Fixed("budget", &BUDGET_NAMES);
@@ -760,6 +759,7 @@ pub const UNMETERED: Family = every(
     &[BUDGET, Label::Reason(&SPENT_REASONS)],
 );
 
+/// Every row, in docs/metrics.md's order.
 pub const ALL: &[&Family] = &[
     &TTFT,
     &ITL,

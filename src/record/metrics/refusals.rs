@@ -31,9 +31,10 @@ pub struct Refusals {
     /// Requests answered 503 because their client connection had `limits.max_upstream_per_connection`
     /// upstream requests in progress.
     pub connection_share: IntCounter,
-    /// Requests answered 503 because `limits.max_held_request_bytes` had no room for their body in time.
+    /// Requests answered 503 because their client's share of the `held_bodies` budget had no room for
+    /// their body in time.
     pub held_bytes: IntCounter,
-    /// Requests whose body waited for room in `limits.max_held_request_bytes`.
+    /// Requests whose body waited for room in their client's share of the `held_bodies` budget.
     pub held_bytes_waited: IntCounter,
     /// Requests answered 503 at `limits.max_streamed_uploads_per_client`.
     pub uploads_per_client: IntCounter,
