@@ -35,6 +35,7 @@ use tokio::sync::watch;
 use super::format::Format;
 use super::rebucket::Rebucketable;
 use super::Metrics;
+use crate::govern::{Budget, Client, Lease};
 
 /// The gauge holding the current series count.
 pub const SERIES: &str = super::family::SERIES.name;
@@ -45,13 +46,15 @@ pub const PAGES_HELD: usize = 2;
 
 type Page = watch::Receiver<Option<Arc<Encoded>>>;
 
-/// One encoded page; every scrape that gets it shares these bytes.
+/// One encoded page; every scrape that gets it shares these bytes. What it holds is leased from the
+/// governor's `metrics_pages` budget until its last scrape lets go of it.
 struct Encoded {
     page: Vec<u8>,
     /// The [`Bytes`] of this page handed to scrapes and not yet dropped.
     sending: AtomicUsize,
     /// Whether any was handed out: until then the page is about to be sent, and counts as held.
     handed: AtomicBool,
+    _room: Option<Lease>,
 }
 
 /// The owner of a page's bytes in each [`Bytes`] handed to a scrape, counted in the page's `sending`
@@ -130,7 +133,17 @@ impl Metrics {
                 state
                     .held
                     .retain(|page| page.upgrade().is_some_and(|p| p.held()));
-                if state.held.len() >= PAGES_HELD {
+                let newest = state.held.last().and_then(Weak::upgrade);
+                // With no room in the budget for another page of the newest one's size, it is shared.
+                let no_room = match (&newest, self.governor.get()) {
+                    (Some(page), Some(governor)) => {
+                        let pages = governor.pool(Budget::MetricsPages);
+                        !Lease::on(pages, Client::Unknown).would_fit(page.page.len() as u64)
+                    }
+                    _ => false,
+                };
+                drop(newest);
+                if state.held.len() >= PAGES_HELD || no_room {
                     if let Some(newest) = state.held.last().and_then(Weak::upgrade) {
                         return Some(Shared::bytes(&newest));
                     }
@@ -139,10 +152,19 @@ impl Metrics {
                 state.running = Some(page.clone());
                 let guard = Running(self.clone(), format);
                 tokio::task::spawn_blocking(move || {
+                    let page = guard.0.encode_page(format);
+                    let lease = guard.0.governor.get().map(|governor| {
+                        let pages = governor.pool(Budget::MetricsPages);
+                        let mut lease = Lease::on(pages, Client::Unknown);
+                        // Encoded already, and waited on: it is served, its use counted whole.
+                        let _ = lease.grow_over(page.capacity() as u64);
+                        lease
+                    });
                     let encoded = Arc::new(Encoded {
-                        page: guard.0.encode_page(format),
+                        page,
                         sending: AtomicUsize::new(0),
                         handed: AtomicBool::new(false),
+                        _room: lease,
                     });
                     {
                         // The next scrape starts a new encoding (or shares this page) before this page
