@@ -168,6 +168,18 @@ async fn a_log_reader_that_stalls_holds_up_no_request() {
     .await
     .expect("join");
     let whole = answers.iter().filter(|a| whole_stream(a)).count();
+    if let Some(broken) = answers.last().filter(|a| !whole_stream(a)) {
+        panic!(
+            "answer {} of 600 not whole ({} bytes):\n{}\nits requests counted: {:?}",
+            answers.len(),
+            broken.len(),
+            String::from_utf8_lossy(broken),
+            get(&process.metrics, "/metrics")
+                .lines()
+                .filter(|l| l.starts_with(family::REQUESTS.name))
+                .collect::<Vec<_>>()
+        );
+    }
     assert_eq!(whole, 600);
     assert_eq!(process.metric(family::REQUESTS.name), 600.0);
     process.signal("TERM");
