@@ -87,6 +87,7 @@ pub async fn start_capture(config: &Config) -> Result<Capturing, CaptureError> {
         ..Parts::default()
     };
     let conversations = metering.conversations;
+    let (live, fleet) = live_page(config, &metrics, &context);
     let reloader = Arc::new(Reloader::new(
         config,
         context,
@@ -94,7 +95,6 @@ pub async fn start_capture(config: &Config) -> Result<Capturing, CaptureError> {
         conversations,
         parts,
     ));
-    let (live, fleet) = live_page(config, &metrics);
     let port = metrics_port(
         config,
         &metrics,

@@ -155,7 +155,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         shutdown: shutdown.clone(),
         tls,
     };
-    let (live, fleet) = live_page(config, &metrics);
+    let (live, fleet) = live_page(config, &metrics, &context);
     let model_list_task = model_list.map(|list| tokio::spawn(list.run()));
     let parts = Parts {
         records: writer,
@@ -199,13 +199,19 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     })
 }
 
-/// The live page (`ui.enabled`), its first snapshot taken now, and its fleet table (`ui.prometheus`).
+/// The live page (`ui.enabled`), its first snapshot taken now, and its fleet table (`ui.prometheus`);
+/// its ceilings are those of the settings current when each view is asked for.
 /// The first snapshot is taken before anything is metered: one taken after the first requests finished
 /// would be the baseline its windows count from, and they would never show them.
 pub(super) fn live_page(
-    config: &Config, metrics: &Metrics,
+    config: &Config, metrics: &Metrics, context: &Arc<ExchangeContext>,
 ) -> (Option<Arc<Live>>, Option<Arc<FleetPage>>) {
-    let live = config.ui.enabled.then(|| Arc::new(Live::new(config)));
+    let live = config.ui.enabled.then(|| {
+        // The ceilings are the settings' a request takes: a reload's are the page's.
+        let context = context.clone();
+        let current = Box::new(move || context.settings().meter.slo.clone());
+        Arc::new(Live::new(config).with_ceilings(current))
+    });
     if let Some(live) = &live {
         live.snapshot(metrics);
     }
