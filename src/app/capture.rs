@@ -23,8 +23,9 @@ use crate::proxy::models::ModelList;
 use crate::record::metrics::{Metrics, Unmetered};
 use crate::shutdown::Shutdown;
 
+use super::plan::StartError;
 use super::reload::{Parts, Reloader, Source};
-use super::start::{live_page, metering, metrics_port, Metering, StartError};
+use super::start::{live_page, metering, metrics_port, Metering};
 
 /// Why a capture could not start or read on.
 #[derive(Debug, thiserror::Error)]

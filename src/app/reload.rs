@@ -32,6 +32,8 @@ use crate::record::trace::{SpanExporter, Tracing};
 use crate::tap::context::{ExchangeContext, Settings};
 use crate::tap::identity::Identify;
 
+use super::plan::{self, RecordsOpen};
+
 /// The keys (dotted, as docs/configuration.md writes them) a reload may change; a section named here
 /// may change whole. Every other key needs a restart, so a key added later is refused on reload until
 /// it is listed here and applied in [`Reloader::apply`].
@@ -291,7 +293,10 @@ impl Reloader {
         {
             return Reloaded::Failed(why);
         }
-        // Everything that can fail, before anything changes.
+        // Everything that can fail, before anything changes: what the plan checks first, in its words.
+        if let Err(e) = plan::request_log(&config) {
+            return Reloaded::Failed(e.to_string());
+        }
         let kept = |writer: &Option<Arc<RecordWriter>>| {
             let log = config.request_log.as_ref()?;
             let same = (running.request_log.as_ref())
@@ -377,14 +382,6 @@ impl Reloader {
 /// cannot be opened is refused at start, one whose open blocks (a FIFO no one reads) is not waited for.
 const RECORDS_OPEN_WAIT: Duration = Duration::from_secs(1);
 
-/// A request_log path that cannot be opened (at start, or a reload's new one).
-#[derive(Debug, thiserror::Error)]
-#[error("request_log.path: cannot open {path} for appending: {source}")]
-pub struct RecordsOpen {
-    path: String,
-    source: std::io::Error,
-}
-
 /// Starts the request_log writer, when one is configured.
 pub(super) async fn records(
     config: &Config, metrics: &Metrics, governor: &Governor,
@@ -437,7 +434,8 @@ impl crate::net::admin::Reload for Reloader {
 }
 
 /// The keys whose values differ between `old` and `new`: those a reload may change, and those that
-/// need a restart (a section turned on or off is named by itself).
+/// need a restart (a section turned on or off is named by itself, and says so: `request_log (turned
+/// on)`, as docs/configuration.md's table and the README say it).
 pub fn changes(old: &Config, new: &Config) -> (Vec<String>, Vec<String>) {
     fn walk(
         old: &Value, new: &Value, path: &str, live: &mut Vec<String>, restart: &mut Vec<String>,
@@ -466,6 +464,8 @@ pub fn changes(old: &Config, new: &Config) -> (Vec<String>, Vec<String>) {
                     );
                 }
             }
+            (Value::Null, Value::Object(_)) => restart.push(format!("{path} (turned on)")),
+            (Value::Object(_), Value::Null) => restart.push(format!("{path} (turned off)")),
             _ => restart.push(path.to_owned()),
         }
     }
@@ -496,7 +496,18 @@ mod tests {
         let (_, restart) = changes(&old, &new);
         assert_eq!(restart, ["listen", "tenants.max"]);
         let (_, restart) = changes(&old, &config("slo: {ttft: 1s}"));
-        assert_eq!(restart, ["tenants"], "a section turned off is named");
+        assert_eq!(
+            restart,
+            ["tenants (turned off)"],
+            "a section turned off is named"
+        );
+        // The records' counters are registered at start: turning request_log on needs a restart, and
+        // the refusal says it in the words of the README and docs/configuration.md.
+        let logged = config(
+            "slo: {ttft: 1s}\ntenants: {header: x-t, max: 4}\nrequest_log: {path: /dev/null}",
+        );
+        assert_eq!(changes(&old, &logged).1, ["request_log (turned on)"]);
+        assert_eq!(changes(&logged, &old).1, ["request_log (turned off)"]);
         let (_, restart) = changes(&old, &config("slo: {ttft: 1s}\ntenants: {header: x-t, max: 4}\nupstream: http://10.0.0.1:80\ntimeouts: {connect: 1s}"));
         assert_eq!(restart, ["timeouts.connect", "upstream"]);
     }

@@ -4,13 +4,12 @@
 use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
-use crate::decode::tokenizer::Tokenizers;
 use crate::govern::{Budget, Governor};
 use crate::logging::records::RecordWriter;
 use crate::net::admin::MetricsPort;
 use crate::net::fleet::{FleetPage, Prometheus};
-use crate::net::server::{BindError, Listeners, ProxyPort};
-use crate::net::tls::{Certificates, TlsFileError, TlsListener};
+use crate::net::server::{Listeners, ProxyPort};
+use crate::net::tls::{Certificates, TlsListener};
 use crate::proxy::models::ModelList;
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
@@ -22,36 +21,9 @@ use crate::record::trace::{self, SpanExporter, Tracing};
 use crate::shutdown::{Count, Shutdown};
 use crate::tap::context::ExchangeContext;
 
-use super::reload::{records, settings, Parts, RecordsOpen, Reloader};
+use super::plan::{self, Prepared, StartError};
+use super::reload::{records, settings, Parts, Reloader};
 use super::running::Running;
-
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error("{0}")]
-    Bind(#[from] BindError),
-    #[error("registering metrics: {0}")]
-    Metrics(#[from] prometheus::Error),
-    #[error("{0}")]
-    Tokenizer(#[from] crate::config::ConfigError),
-    #[error("upstream TLS: {0}")]
-    Tls(#[from] upstream::TlsSetupError),
-    #[error("{0}")]
-    RequestLog(#[from] RecordsOpen),
-    /// `listen_tls:`'s files: the message names the key, the path and what is wrong.
-    #[error("{0}")]
-    ListenTls(#[from] TlsFileError),
-    #[error("listen_tls: {0}")]
-    ListenTlsSetup(#[source] rustls::Error),
-    /// The configuration's series limit is above `metrics.max_series`; the message names the product.
-    #[error("{0}")]
-    SeriesBudget(String),
-    #[error("{0}")]
-    ModelList(#[from] crate::proxy::models::ModelListError),
-    #[error("traces: {0}")]
-    Traces(#[from] trace::SetupError),
-    #[error("otlp_metrics: {0}")]
-    OtlpMetrics(#[source] trace::SetupError),
-}
 
 /// What the proxy and the capture alike meter with: the metrics, the exchanges' context (the
 /// tokenizers, the sinks) and what a reload replaces.
@@ -63,18 +35,21 @@ pub(super) struct Metering {
     pub(super) spans: Option<Arc<SpanExporter>>,
     /// The metrics pushed to a collector (`otlp_metrics:`).
     pub(super) otlp_metrics: Option<MetricsExporter>,
+    /// `listen_tls:`'s pair, read and matched by the plan.
+    pub(super) certificates: Option<Arc<Certificates>>,
 }
 
-/// Builds the metering `config` asks for (the span exporter's task started with it).
+/// Builds the metering `config` asks for (the span exporter's task started with it), from what the
+/// plan prepared (`plan.rs`: what `check-config` checks).
 pub(super) async fn metering(config: &Config) -> Result<Metering, StartError> {
+    let Prepared {
+        metrics,
+        tokenizers,
+        certificates,
+    } = plan::prepare(config)?;
     let governor = Governor::new(&config.budgets, &config.conversations);
-    let metrics = Metrics::new(config)?;
     metrics.watch(governor.clone())?;
-    metrics
-        .bound()
-        .check(config.metrics.max_series)
-        .map_err(StartError::SeriesBudget)?;
-    let tokenizers = Arc::new(Tokenizers::load(config, Some(&metrics.served))?);
+    let tokenizers = Arc::new(tokenizers);
     tokenizers.log();
     let records = records(config, &metrics, &governor).await?;
     let writer = records.as_ref().map(|r| r.writer.clone());
@@ -107,6 +82,7 @@ pub(super) async fn metering(config: &Config) -> Result<Metering, StartError> {
         writer,
         spans,
         otlp_metrics,
+        certificates,
     })
 }
 
@@ -119,6 +95,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         writer,
         spans,
         otlp_metrics,
+        certificates,
     } = metering(config).await?;
     let upstream = upstream::Upstream::new(config, metrics.upstream.clone())?;
     let model_list = match config.model_list.enabled {
@@ -133,10 +110,6 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         metrics.refusals.clone(),
         shutdown.clone(),
     );
-    let certificates = match &config.listen_tls {
-        Some(files) => Some(Certificates::load(files)?),
-        None => None,
-    };
     let tls = certificates
         .clone()
         .map(TlsListener::new)

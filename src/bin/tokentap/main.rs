@@ -313,20 +313,16 @@ fn execute(cli: Cli) -> Result<(), String> {
     match &cli.command {
         Some(Command::CheckConfig { file }) => {
             let config = Config::load(file).map_err(|e| e.report())?;
-            let certificates = config
-                .listen_tls
-                .as_ref()
-                .map(tokentap::net::tls::Certificates::load)
-                .transpose()
-                .map_err(|e| format!("{}: {e}", file.display()))?;
-            let tokenizers = tokentap::decode::tokenizer::Tokenizers::load(&config, None)
-                .map_err(|e| format!("{}: {e}", file.display()))?;
-            let metrics = tokentap::record::metrics::Metrics::new(&config)
-                .map_err(|e| format!("{}: registering metrics: {e}", file.display()))?;
-            let bound = metrics.bound();
-            bound
-                .check(config.metrics.max_series)
-                .map_err(|e| format!("{}: {e}", file.display()))?;
+            // The plan start makes, stopped short of binding: refused in start's words, on its line.
+            let prepared = tokentap::app::plan::prepare(&config).map_err(|e| {
+                let text = std::fs::read_to_string(file).unwrap_or_default();
+                match e.key().and_then(|key| config::line_of(&text, key)) {
+                    Some(line) => format!("{}:{line}: {e}", file.display()),
+                    None => format!("{}: {e}", file.display()),
+                }
+            })?;
+            let (tokenizers, certificates) = (&prepared.tokenizers, &prepared.certificates);
+            let bound = prepared.metrics.bound();
             println!(
                 "{}: ok (upstream {}, listen {}, metrics {}, {} per-model SLO override(s), {} tokenizer(s))",
                 file.display(),
