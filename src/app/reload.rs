@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use crate::config::{Config, RecordPath};
 use crate::govern::{Budget, Governor};
 use crate::logging::records::{RecordWriter, Target};
-use crate::net::tls::Certificates;
+use crate::net::tls::{Certificates, Fresh};
 use crate::proxy::models::ModelList;
 use crate::record::conversations::Conversations;
 use crate::record::emit::{Emitter, Records};
@@ -122,6 +122,18 @@ impl Reloaded {
             Reloaded::Refused(why) => format!("config reload refused, nothing changed: {why}"),
         }
     }
+}
+
+/// What a reload prepared before changing anything.
+struct Prepared {
+    /// The request_log writer kept (its path and queue did not change): reopened.
+    kept_writer: Option<Arc<RecordWriter>>,
+    records: Option<Records>,
+    tracing: Option<Tracing>,
+    /// A new fetcher of the upstream's model list, when its keys changed.
+    model_list: Option<ModelList>,
+    certificates: Option<Arc<Certificates>>,
+    fresh: Option<Fresh>,
 }
 
 /// What a reload replaces beside the settings: the request_log writer, the span exporter and the model
@@ -286,57 +298,16 @@ impl Reloader {
             let keys = restart.join(", ");
             return Reloaded::Refused(format!("{keys} cannot change on reload: restart tokentap"));
         }
-        if let Err(why) = self
-            .metrics
-            .bound_for(&config)
-            .check(config.metrics.max_series)
-        {
-            return Reloaded::Failed(why);
-        }
-        // Everything that can fail, before anything changes: what the plan checks first, in its words.
-        if let Err(e) = plan::request_log(&config) {
-            return Reloaded::Failed(e.to_string());
-        }
-        let kept = |writer: &Option<Arc<RecordWriter>>| {
-            let log = config.request_log.as_ref()?;
-            let same = (running.request_log.as_ref())
-                .is_some_and(|old| old.path == log.path && old.queue == log.queue);
-            same.then(|| writer.clone()).flatten()
-        };
-        let kept_writer = kept(&self.parts().records);
-        let records = match (&config.request_log, kept_writer.clone()) {
-            (Some(log), Some(writer)) => Some(Records {
-                writer,
-                gaps: log.gaps,
-                max_gaps: log.max_gaps,
-            }),
-            _ => match records(&config, &self.metrics, &self.context.governor).await {
-                Ok(records) => records,
-                Err(e) => return Reloaded::Failed(e.to_string()),
-            },
-        };
-        let exporter = self.parts().spans.clone();
-        let tracing = match (exporter, running.traces == config.traces) {
-            (Some(exporter), true) => Tracing::with_exporter(&config, exporter),
-            _ => {
-                match Tracing::start(&config, self.metrics.spans.clone(), &self.context.governor) {
-                    Ok(tracing) => tracing,
-                    Err(e) => return Reloaded::Failed(format!("traces: {e}")),
-                }
-            }
-        };
-        let model_list = match config.model_list.enabled && running.model_list != config.model_list
-        {
-            true => match ModelList::new(&config, self.metrics.served.clone()) {
-                Ok(list) => Some(list),
-                Err(e) => return Reloaded::Failed(e.to_string()),
-            },
-            false => None,
-        };
-        let certificates = self.parts().certificates.clone();
-        let fresh = match certificates.as_ref().map(|c| c.read()).transpose() {
-            Ok(fresh) => fresh,
-            Err(e) => return Reloaded::Failed(e.to_string()),
+        let Prepared {
+            kept_writer,
+            records,
+            tracing,
+            model_list,
+            certificates,
+            fresh,
+        } = match self.prepare(running, &config).await {
+            Ok(prepared) => prepared,
+            Err(why) => return Reloaded::Failed(why),
         };
         // Applied from here on, whole.
         let rebucketed = match self.metrics.reconfigure(&config) {
@@ -375,6 +346,54 @@ impl Reloader {
             reopened: kept_writer.is_some(),
             certificates: certificates.is_some(),
         }
+    }
+
+    /// Everything a reload to `config` needs that can fail, prepared before anything changes (the
+    /// plan's checks first, in start's words): a refusal says why.
+    async fn prepare(&self, running: &Config, config: &Config) -> Result<Prepared, String> {
+        (self.metrics.bound_for(config)).check(config.metrics.max_series)?;
+        // Everything that can fail, before anything changes: what the plan checks first, in its words.
+        plan::request_log(config).map_err(|e| e.to_string())?;
+        let kept = |writer: &Option<Arc<RecordWriter>>| {
+            let log = config.request_log.as_ref()?;
+            let same = (running.request_log.as_ref())
+                .is_some_and(|old| old.path == log.path && old.queue == log.queue);
+            same.then(|| writer.clone()).flatten()
+        };
+        let kept_writer = kept(&self.parts().records);
+        let records = match (&config.request_log, kept_writer.clone()) {
+            (Some(log), Some(writer)) => Some(Records {
+                writer,
+                gaps: log.gaps,
+                max_gaps: log.max_gaps,
+            }),
+            _ => (records(config, &self.metrics, &self.context.governor).await)
+                .map_err(|e| e.to_string())?,
+        };
+        let exporter = self.parts().spans.clone();
+        let tracing = match (exporter, running.traces == config.traces) {
+            (Some(exporter), true) => Tracing::with_exporter(config, exporter),
+            _ => Tracing::start(config, self.metrics.spans.clone(), &self.context.governor)
+                .map_err(|e| format!("traces: {e}"))?,
+        };
+        let model_list = match config.model_list.enabled && running.model_list != config.model_list
+        {
+            true => Some(
+                ModelList::new(config, self.metrics.served.clone()).map_err(|e| e.to_string())?,
+            ),
+            false => None,
+        };
+        let certificates = self.parts().certificates.clone();
+        let fresh =
+            (certificates.as_ref().map(|c| c.read()).transpose()).map_err(|e| e.to_string())?;
+        Ok(Prepared {
+            kept_writer,
+            records,
+            tracing,
+            model_list,
+            certificates,
+            fresh,
+        })
     }
 }
 

@@ -88,6 +88,15 @@ pub(super) async fn metering(config: &Config) -> Result<Metering, StartError> {
 
 /// Binds the proxy and metrics ports and starts serving.
 pub async fn start(config: &Config) -> Result<Running, StartError> {
+    let metering = metering(config).await?;
+    let model_list = match config.model_list.enabled {
+        true => Some(ModelList::new(config, metering.metrics.served.clone())?),
+        false => None,
+    };
+    let (shutdown, connections) = (Shutdown::default(), Count::default());
+    let proxy_port = proxy_port(config, &metering, &shutdown, &connections)?;
+    let listeners = Listeners::bind(config).await?;
+    let (proxy_addr, metrics_addr) = (listeners.proxy_addr, listeners.metrics_addr);
     let Metering {
         metrics,
         context,
@@ -96,64 +105,26 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         spans,
         otlp_metrics,
         certificates,
-    } = metering(config).await?;
-    let upstream = upstream::Upstream::new(config, metrics.upstream.clone())?;
-    let model_list = match config.model_list.enabled {
-        true => Some(ModelList::new(config, metrics.served.clone())?),
-        false => None,
-    };
-    let shutdown = Shutdown::default();
-    let proxy = Proxy::new(
-        upstream,
-        config,
-        context.clone(),
-        metrics.refusals.clone(),
-        shutdown.clone(),
-    );
-    let tls = certificates
-        .clone()
-        .map(TlsListener::new)
-        .transpose()
-        .map_err(StartError::ListenTlsSetup)?;
-    let listeners = Listeners::bind(config).await?;
-    let (proxy_addr, metrics_addr) = (listeners.proxy_addr, listeners.metrics_addr);
-    let connections = Count::default();
-    let proxy_port = ProxyPort {
-        proxy,
-        limits: config.limits.clone(),
-        timeouts: config.timeouts.clone(),
-        refused: metrics.refusals.clone(),
-        forwarding_delay: metrics.forwarding_delay.clone(),
-        connections: connections.clone(),
-        shutdown: shutdown.clone(),
-        tls,
-    };
+    } = metering;
     let (live, fleet) = live_page(config, &metrics, &context);
-    let model_list_task = model_list.map(|list| tokio::spawn(list.run()));
     let parts = Parts {
         records: writer,
         spans,
-        model_list_task,
+        model_list_task: model_list.map(|list| tokio::spawn(list.run())),
         certificates: certificates.clone(),
     };
-    let reloader = Arc::new(Reloader::new(
+    let reloader = Reloader::new(
         config,
         context.clone(),
         metrics.clone(),
         conversations,
         parts,
-    ));
-    let metrics_port = metrics_port(
-        config,
-        &metrics,
-        &shutdown,
-        (live.clone(), fleet),
-        reloader.clone(),
     );
+    let reloader = Arc::new(reloader);
+    let port = (live.clone(), fleet);
+    let metrics_port = metrics_port(config, &metrics, &shutdown, port, reloader.clone());
     let serving = listeners.serve(proxy_port, metrics_port);
-    let snapshot_task = live
-        .clone()
-        .map(|live| tokio::spawn(live.run(metrics.clone())));
+    let snapshot_task = (live.clone()).map(|live| tokio::spawn(live.run(metrics.clone())));
     Ok(Running {
         proxy_addr,
         metrics_addr,
@@ -169,6 +140,32 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         live,
         certificates,
         otlp_metrics,
+    })
+}
+
+/// What the proxy port serves: the forwarding service in front of the upstream's client, plain or
+/// TLS (`listen_tls:`, its pair read by the plan).
+fn proxy_port(
+    config: &Config, metering: &Metering, shutdown: &Shutdown, connections: &Count,
+) -> Result<ProxyPort, StartError> {
+    let metrics = &metering.metrics;
+    let upstream = upstream::Upstream::new(config, metrics.upstream.clone())?;
+    let refusals = metrics.refusals.clone();
+    let context = metering.context.clone();
+    let proxy = Proxy::new(upstream, config, context, refusals, shutdown.clone());
+    let tls = (metering.certificates.clone())
+        .map(TlsListener::new)
+        .transpose()
+        .map_err(StartError::ListenTlsSetup)?;
+    Ok(ProxyPort {
+        proxy,
+        limits: config.limits.clone(),
+        timeouts: config.timeouts.clone(),
+        refused: metrics.refusals.clone(),
+        forwarding_delay: metrics.forwarding_delay.clone(),
+        connections: connections.clone(),
+        shutdown: shutdown.clone(),
+        tls,
     })
 }
 
