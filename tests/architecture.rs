@@ -461,42 +461,33 @@ fn no_module_imports_from_an_earlier_stage_or_a_tool() {
 
 #[test]
 fn no_two_rooms_import_each_other() {
-    let edges = room_imports();
-    if let Some(cycle) = circle(&edges) {
-        let steps: Vec<String> = cycle
-            .windows(2)
-            .map(|pair| {
-                let imports = &edges[&(pair[0].to_owned(), pair[1].to_owned())];
-                format!(
-                    "{} → {}: {} imports {}",
-                    pair[0], pair[1], imports[0].file, imports[0].path
-                )
-            })
-            .collect();
-        panic!("rooms import each other in a circle:\n{}", steps.join("\n"));
+    if let Some(steps) = circle_said(&room_imports()) {
+        panic!("rooms import each other in a circle:\n{steps}");
     }
+}
+
+/// The first circle of `edges`, one import per step, if there is one.
+fn circle_said(edges: &Edges) -> Option<String> {
+    let cycle = circle(edges)?;
+    let steps: Vec<String> = cycle
+        .windows(2)
+        .map(|pair| {
+            let imports = &edges[&(pair[0].to_owned(), pair[1].to_owned())];
+            format!(
+                "{} → {}: {} imports {}",
+                pair[0], pair[1], imports[0].file, imports[0].path
+            )
+        })
+        .collect();
+    Some(steps.join("\n"))
 }
 
 /// Inside a room too (issue 51: `record/metrics/registry.rs ↔ rebucket.rs` was the third circle in
 /// that folder): no two of its files or folders import each other, directly or round a circle.
 #[test]
 fn no_two_parts_of_a_room_import_each_other() {
-    let edges = part_imports();
-    if let Some(cycle) = circle(&edges) {
-        let steps: Vec<String> = cycle
-            .windows(2)
-            .map(|pair| {
-                let imports = &edges[&(pair[0].to_owned(), pair[1].to_owned())];
-                format!(
-                    "{} → {}: {} imports {}",
-                    pair[0], pair[1], imports[0].file, imports[0].path
-                )
-            })
-            .collect();
-        panic!(
-            "parts of a room import each other in a circle:\n{}",
-            steps.join("\n")
-        );
+    if let Some(steps) = circle_said(&part_imports()) {
+        panic!("parts of a room import each other in a circle:\n{steps}");
     }
 }
 

@@ -298,17 +298,13 @@ impl Reloader {
             let keys = restart.join(", ");
             return Reloaded::Refused(format!("{keys} cannot change on reload: restart tokentap"));
         }
-        let Prepared {
-            kept_writer,
-            records,
-            tracing,
-            model_list,
-            certificates,
-            fresh,
-        } = match self.prepare(running, &config).await {
+        let prepared = match self.prepare(running, &config).await {
             Ok(prepared) => prepared,
             Err(why) => return Reloaded::Failed(why),
         };
+        let (kept_writer, records, tracing) =
+            (prepared.kept_writer, prepared.records, prepared.tracing);
+        let (certificates, fresh) = (prepared.certificates, prepared.fresh);
         // Applied from here on, whole.
         let rebucketed = match self.metrics.reconfigure(&config) {
             Ok(rebucketed) => rebucketed,
@@ -328,7 +324,7 @@ impl Reloader {
             let mut parts = self.parts();
             parts.records = records.as_ref().map(|r| r.writer.clone());
             parts.spans = tracing.as_ref().map(|t| t.exporter.clone());
-            if let Some(list) = model_list {
+            if let Some(list) = prepared.model_list {
                 if let Some(task) = parts.model_list_task.replace(tokio::spawn(list.run())) {
                     task.abort();
                 }
