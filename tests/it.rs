@@ -36,6 +36,7 @@ mod otlp_metrics;
 mod properties;
 mod realtime;
 mod realtime_clients;
+mod realtime_identity;
 mod records;
 mod report;
 mod report_proxy;

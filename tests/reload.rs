@@ -7,51 +7,15 @@
 //! The in-process tests reload as SIGHUP does: the running tokentap reads its file again
 //! (`Running::reload`, the call the SIGHUP handler makes).
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use tokentap::scripted::*;
-use tokentap::{Config, Reloaded, Running};
+use tokentap::{Reloaded, Running};
 
+use crate::support::reloading::{config_file, reload, reloads, start_from, yaml};
 use crate::support::{self, *};
-
-/// The config file of a test's tokentap, in front of `upstream`: loopback ports, no model list, then
-/// `extra`.
-pub(crate) fn yaml(upstream: &str, extra: &str) -> String {
-    format!(
-        "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: {upstream}\nmodel_list: {{enabled: false}}\n{extra}"
-    )
-}
-
-/// tokentap started from the file `path` holding `text`, reloading from that file as the binary does.
-pub(crate) async fn start_from(path: &Path, text: &str) -> Running {
-    std::fs::write(path, text).expect("write config");
-    let config = Config::load(path).expect("test config");
-    let running = tokentap::start(&config).await.expect("start tokentap");
-    let file = path.to_owned();
-    running.reload_from(Arc::new(move || {
-        Config::load(&file).map_err(|e| e.to_string())
-    }));
-    running
-}
-
-/// Rewrites the file and reloads it, as an operator's edit and SIGHUP do.
-pub(crate) async fn reload(running: &Running, path: &Path, text: &str) -> Reloaded {
-    std::fs::write(path, text).expect("write config");
-    running.reload().await
-}
-
-pub(crate) fn config_file(name: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!(
-        "tokentap-reload-{name}-{}.yaml",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&path);
-    path
-}
 
 fn streamed(running: &Running, tenant: &str, team: &str) -> http::Request<Full<Bytes>> {
     let mut request = post(running, "/v1/chat/completions", &chat_request("m"));
@@ -59,10 +23,6 @@ fn streamed(running: &Running, tenant: &str, team: &str) -> http::Request<Full<B
     headers.insert("x-tenant", tenant.parse().expect("header"));
     headers.insert("x-team", team.parse().expect("header"));
     request
-}
-
-pub(crate) fn reloads(m: &Metrics, result: &str) -> f64 {
-    m.get("tokentap_config_reloads_total", &[("result", result)])
 }
 
 fn violations(m: &Metrics, slo: &str) -> f64 {
@@ -284,7 +244,9 @@ async fn a_broken_file_or_a_changed_listen_changes_nothing() {
     .await;
     assert_eq!(
         listen,
-        Reloaded::Refused("listen, tenants cannot change on reload: restart tokentap".into())
+        Reloaded::Refused(
+            "listen, tenants (turned on) cannot change on reload: restart tokentap".into()
+        )
     );
     let huge = format!(
         "{}metrics: {{max_series: 1000}}\n",

@@ -28,6 +28,7 @@ mod prometheus;
 mod proxy;
 mod raw;
 mod records;
+pub mod reloading;
 mod scrape;
 mod scripts;
 mod slot;
