@@ -391,7 +391,9 @@ async fn vanish(phase: Phase, reset: bool) {
     assert_eq!(m.get(&family::E2E.count(), &[]), 0.0, "{what}");
 }
 
-#[tokio::test]
+/// On tokio's paused clock, as the rest: each phase is reached by the script's time, not by how soon
+/// a busy machine got there.
+#[tokio::test(start_paused = true)]
 async fn a_client_vanishing_at_any_phase_closes_the_upstream_and_is_counted_once() {
     for phase in [
         Phase::InRequestHead,

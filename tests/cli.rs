@@ -78,6 +78,7 @@ fn a_bad_upstream_flag_is_an_error_naming_the_flag() {
 
 #[test]
 fn demo_serves_metered_traffic_and_stops_on_sigterm() {
+    let _slot = support::slot();
     let scratch = Scratch::new("demo");
     let log = scratch.write("demo.log", "");
     let mut child = tokentap()
@@ -127,7 +128,7 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
     assert_eq!(live_page, addr, "the live page is on the metrics port");
     let page = get_blocking(&addr, "/").expect("the live page answers");
     assert!(page.contains("<title>tokentap live</title>"));
-    let deadline = Instant::now() + Duration::from_secs(18);
+    let deadline = Instant::now() + support::HANG;
     let mut seen = String::new();
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(500));
@@ -156,7 +157,7 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
     );
     assert!(seen.contains("model=\"demo-"), "demo models missing");
     // `tokentap top` reads the same figures from the live page's JSON (a snapshot every 5 s).
-    let deadline = Instant::now() + Duration::from_secs(12);
+    let deadline = Instant::now() + support::HANG;
     let mut table = String::new();
     while Instant::now() < deadline && !table.contains("\ndemo-") {
         table = stdout_of(tokentap().args(["top", "--once", "--url", &format!("http://{addr}")]));
@@ -190,7 +191,7 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
         .status()
         .expect("kill");
     assert!(term.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + support::HANG;
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait") {
             break Some(status);
@@ -214,6 +215,7 @@ fn demo_serves_metered_traffic_and_stops_on_sigterm() {
 /// goodput ratio beside the count.
 #[test]
 fn the_demo_names_its_record_file_and_report_reads_it_right_after() {
+    let _slot = support::slot();
     let scratch = Scratch::new("demo-records");
     let started = Instant::now();
     let stdout = stdout_of(tokentap().env("TMPDIR", &scratch.0).args([
@@ -296,6 +298,7 @@ fn the_demo_names_its_record_file_and_report_reads_it_right_after() {
 
 #[test]
 fn ui_false_on_the_command_line_turns_the_live_page_off() {
+    let _slot = support::slot();
     let mut child = tokentap()
         .args(["demo", "--ui", "false", "--duration", "10s"])
         .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])

@@ -15,7 +15,6 @@ use crate::support;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::*;
@@ -135,21 +134,9 @@ async fn run(name: &str, requests: usize, slower: u64) -> PathBuf {
         }
     }
     settle(&proxy).await;
-    wait_for_records(&path, requests);
+    let written = read_json_records(&path, requests).len();
+    assert_eq!(written, requests, "{}", path.display());
     path
-}
-
-/// Waits (at most 5 s: the writer is a thread of its own) until `path` holds `n` records.
-fn wait_for_records(path: &Path, n: usize) {
-    for _ in 0..500 {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.lines().count() >= n {
-            assert_eq!(text.lines().count(), n, "{}", path.display());
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("fewer than {n} records in {}", path.display());
 }
 
 /// The first `start` of the records in `path` (RFC 3339 UTC with microseconds sorts as text).
@@ -411,6 +398,7 @@ fn check_report(tally: &mut Tally, doc: &Value, sql: &[Vec<Value>], by: &str, wh
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clickhouse_sql_on_the_records_agrees_with_tokentap_report() {
+    let _slot = slot();
     if !chdb_installed() {
         return;
     }

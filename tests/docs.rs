@@ -501,7 +501,7 @@ fn rules_in_the_files() -> usize {
 
 /// The numbers the docs quote about the repository are what the tools say: the count of Prometheus rules
 /// (as promtool counts them, where it is installed, and as the files hold them) and the count of
-/// integration suites (the modules of tests/it.rs and the binaries of their own), each of which
+/// integration suites (the modules of tests/it.rs and tests/heavy.rs and the binaries of their own), each of which
 /// docs/testing.md's table describes.
 #[test]
 fn the_counts_the_docs_quote_are_what_the_tools_say() {
@@ -537,19 +537,24 @@ fn the_counts_the_docs_quote_are_what_the_tools_say() {
         deploy.contains(&want),
         "docs/deploy.md does not say: {want}"
     );
-    let it = read(Path::new("tests/it.rs"));
-    let mut suites: Vec<String> = it
-        .lines()
-        .filter_map(|l| l.strip_prefix("mod ")?.strip_suffix(';'))
-        .filter(|m| *m != "support")
-        .map(str::to_owned)
+    let crates = ["it", "heavy"];
+    let mut suites: Vec<String> = crates
+        .iter()
+        .flat_map(|c| {
+            read(Path::new(&format!("tests/{c}.rs")))
+                .lines()
+                .filter_map(|l| l.strip_prefix("mod ")?.strip_suffix(';'))
+                .filter(|m| *m != "support")
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
         .collect();
     let cargo = read(Path::new("Cargo.toml"));
     suites.extend(
         cargo
             .lines()
             .filter_map(|l| l.strip_prefix("path = \"tests/")?.strip_suffix(".rs\""))
-            .filter(|s| *s != "it")
+            .filter(|s| !crates.contains(s))
             .map(str::to_owned),
     );
     let testing = read(Path::new("docs/testing.md"));

@@ -132,6 +132,7 @@ async fn exemplars(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exemplars_lead_to_exported_spans_and_the_native_histogram_agrees_with_the_classic_buckets()
 {
+    let _slot = slot();
     if !prometheus_installed("exemplars_lead_to_exported_spans_*") {
         return;
     }

@@ -156,6 +156,7 @@ async fn upstream_reads(received: &AtomicUsize, bytes: usize) {
 /// fragments be inflated, the rest are followed for their frames only).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_sessions_each_holding_a_compressed_megabyte_fragment_take_bounded_memory() {
+    let _slot = support::slot();
     const SESSIONS: usize = 1024;
     let (upstream, received) = deflate_upstream().await;
     let yaml =
@@ -222,6 +223,7 @@ async fn a_thousand_sessions_each_holding_a_compressed_megabyte_fragment_take_bo
 /// latency printed: on a busy machine it measures the machine as much as tokentap).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_thousand_fold_compressed_messages_is_forwarded_and_stops_being_inflated() {
+    let _slot = support::slot();
     const SESSIONS: usize = 4;
     const MESSAGES: usize = 200;
     let (upstream, received) = deflate_upstream().await;

@@ -415,7 +415,8 @@ async fn early_answering_upstream() -> (std::net::SocketAddr, tokio::task::JoinH
     (addr, task)
 }
 
-#[tokio::test]
+/// On tokio's paused clock: the upstream connection closes exactly `request_body_idle` after the stall.
+#[tokio::test(start_paused = true)]
 async fn a_request_body_stalling_under_a_streaming_answer_breaks_the_stream_and_counts_timeout() {
     let (addr, closed) = early_answering_upstream().await;
     // Only a body that streams can stall under an answer: a held one is whole before it is sent.
@@ -448,6 +449,7 @@ async fn a_request_body_stalling_under_a_streaming_answer_breaks_the_stream_and_
 #[cfg(unix)]
 #[test]
 fn out_of_file_descriptors_the_accept_loop_warns_once_per_interval_and_recovers() {
+    let _slot = slot();
     // The binary, run under `ulimit -n 48`, with an unreachable upstream.
     let yaml = "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: http://127.0.0.1:9\ntokenizer_dirs: []\n";
     let process = start_binary("emfile", yaml, Some(48));

@@ -323,18 +323,18 @@ async fn a_prometheus_that_fails_is_a_502_that_says_what_it_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ceilings_follow_a_reload() {
     let upstream = upstream(|_| ok_stream()).await;
-    let path = crate::reload::config_file("live-ceilings");
+    let path = support::reloading::config_file("live-ceilings");
     let config = |ttft: &str| {
         let extra = format!("slo: {{ttft: {ttft}}}\nui: {{interval: 1s}}\n");
-        crate::reload::yaml(&upstream.url(), &extra)
+        support::reloading::yaml(&upstream.url(), &extra)
     };
-    let proxy = crate::reload::start_from(&path, &config("2s")).await;
+    let proxy = support::reloading::start_from(&path, &config("2s")).await;
     send_requests(&proxy, 1).await;
     proxy.snapshot_live();
     let view = live_with(&proxy, 1).await;
     assert_eq!(view["models"][0]["ceilings"]["ttft"], 2.0);
 
-    let reloaded = crate::reload::reload(&proxy, &path, &config("150ms")).await;
+    let reloaded = support::reloading::reload(&proxy, &path, &config("150ms")).await;
     assert!(
         matches!(reloaded, tokentap::Reloaded::Applied { .. }),
         "{reloaded:?}"

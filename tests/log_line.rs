@@ -169,6 +169,7 @@ fn logfmt(line: &str) -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_chosen_values_are_quoted_so_they_add_no_keys_and_no_raw_separators() {
+    let _slot = slot();
     // An upstream that answers any name 200, with no model list: each name is admitted as it is.
     let upstream = support::upstream(|_| ok_stream()).await;
     let yaml = format!(

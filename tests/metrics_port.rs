@@ -17,8 +17,11 @@ const MANY_MODELS: &str = "max_models: 400\nmetrics: {max_series: 5000000}\n";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forty_scrapers_that_never_read_a_large_page_hold_two_copies_at_most_until_the_send_timeout(
 ) {
+    let _slot = slot();
     let upstream = upstream(|_| ok_stream()).await;
-    let extra = format!("{MANY_MODELS}timeouts: {{metrics_send: 5s}}\n");
+    // 20 s to send a page: the forty asks below take a second or two, and all of them must have their
+    // pages held before the first is closed for not reading (at load 10, 5 s was not enough).
+    let extra = format!("{MANY_MODELS}timeouts: {{metrics_send: 20s}}\n");
     let proxy = proxy(&upstream.url(), &extra).await;
     send_distinct_models(&proxy, 400).await;
     settle(&proxy).await;
@@ -59,10 +62,20 @@ async fn forty_scrapers_that_never_read_a_large_page_hold_two_copies_at_most_unt
         mib(grown),
         page as f64 / (1 << 20) as f64
     );
-    // `timeouts.metrics_send` after their socket filled, each is closed with its page unsent.
-    tokio::time::sleep(Duration::from_secs(7)).await;
+    // `timeouts.metrics_send` after their socket filled, each is closed with its page unsent: once
+    // all forty are counted, read what each got.
+    let closed = |m: &Metrics| {
+        m.get(
+            family::METRICS_PORT_REFUSED.name,
+            &[("reason", "send_timeout")],
+        )
+    };
+    let since = std::time::Instant::now();
+    while closed(&scrape(&proxy).await) < 40.0 && since.elapsed() < HANG {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     for stream in &mut stuck {
-        let (got, ended) = drain(stream, Duration::from_secs(20)).await;
+        let (got, ended) = drain(stream, HANG).await;
         assert!(ended, "a scraper that never read was not closed");
         assert!(got < page, "{got} bytes of a {page}-byte page");
     }

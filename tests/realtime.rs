@@ -2,7 +2,8 @@
 //! scripted upstreams replay the fixtures of `tests/fixtures/realtime/` through tokentap (real vLLM
 //! captures, compressed with context takeover; OpenAI GA and beta event sequences, sent fragmented with
 //! pings between the fragments); every frame reaches the other side byte-identical, each response's
-//! TTFT is within 1 ms of the client's own (its send of the trigger to its receipt of the first delta),
+//! TTFT is the client's own (its send of the trigger to its receipt of the first delta; on tokio's paused
+//! clock, so exactly),
 //! and the records say what the metrics say (the real Python clients: `realtime_clients.rs`). A client that vanishes mid-response and an upstream that
 //! closes end the response and the session with the outcomes SPEC §10 names.
 
@@ -272,40 +273,31 @@ pub(crate) fn with_records(name: &str) -> (std::path::PathBuf, String) {
     (path, yaml)
 }
 
-/// Replays `scripts` (one session each) through a fresh tokentap writing records, until each
-/// response's TTFT agrees with the client's own within 1 ms, at most three times: on a busy machine a
-/// thread descheduled between the client's clock and tokentap's adds milliseconds that are neither's
-/// (each retry is said). The proxy, its metrics once no session is open, the responses' and the
-/// sessions' records (`n` lines in all).
+/// Replays `scripts` (one session each) through a fresh tokentap writing records, and checks each
+/// response's TTFT is the client's own: on tokio's paused clock (the tests below) the client's clock and
+/// tokentap's are the same virtual clock, so the two agree exactly however busy the machine is. The
+/// proxy, its metrics once no session is open, the responses' and the sessions' records (`n` lines in
+/// all).
 async fn metered(
     name: &str, scripts: &[Script], n: usize,
 ) -> (tokentap::Running, Metrics, Vec<Value>, Vec<Value>) {
-    let mut attempt = 1;
-    loop {
-        let (upstream_addr, mut rx) = ws_upstream().await;
-        let (path, yaml) = with_records(&format!("{name}-{attempt}"));
-        let proxy = proxy(&format!("http://{upstream_addr}"), &yaml).await;
-        let mut client_ttfts = Vec::new();
-        for script in scripts {
-            let (client, upstream, times) = replay(proxy.proxy_addr(), &mut rx, script, None).await;
-            drop((client, upstream));
-            client_ttfts.extend(times.ttfts());
-            once_no_session_is_open(&proxy).await;
-        }
-        let metrics = once_no_session_is_open(&proxy).await;
-        let (responses, sessions) = records(&path, n);
-        let ours = responses.iter().filter_map(|r| r["ttft_s"].as_f64());
-        let differences: Vec<f64> = client_ttfts.iter().zip(ours).map(|(c, o)| c - o).collect();
-        eprintln!("{name}: attempt {attempt}: client − tokentap TTFT {differences:?} s");
-        if attempt == 3 || differences.iter().all(|d| (-0.000_05..0.001).contains(d)) {
-            assert_ttfts_agree(&client_ttfts, &responses, 0.001);
-            return (proxy, metrics, responses, sessions);
-        }
-        attempt += 1;
+    let (upstream_addr, mut rx) = ws_upstream().await;
+    let (path, yaml) = with_records(name);
+    let proxy = proxy(&format!("http://{upstream_addr}"), &yaml).await;
+    let mut client_ttfts = Vec::new();
+    for script in scripts {
+        let (client, upstream, times) = replay(proxy.proxy_addr(), &mut rx, script, None).await;
+        drop((client, upstream));
+        client_ttfts.extend(times.ttfts());
+        once_no_session_is_open(&proxy).await;
     }
+    let metrics = once_no_session_is_open(&proxy).await;
+    let (responses, sessions) = records(&path, n);
+    assert_ttfts_agree(&client_ttfts, &responses, 0.000_001);
+    (proxy, metrics, responses, sessions)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_real_vllm_transcription_session_compressed_is_metered_from_the_commit_to_done() {
     let scripts = [capture("vllm-tiny-qwen3-asr-session")];
     let (_proxy, metrics, responses, sessions) = metered("realtime-vllm", &scripts, 3).await;
@@ -366,7 +358,7 @@ async fn a_real_vllm_transcription_session_compressed_is_metered_from_the_commit
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_second_utterance_in_the_same_vllm_session_is_a_second_response() {
     // The long capture: deltas begin while the audio still flows, before the final commit; then a
     // second commit, utterance and done in the same session.
@@ -397,7 +389,7 @@ async fn a_second_utterance_in_the_same_vllm_session_is_a_second_response() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn openai_ga_responses_sent_fragmented_with_pings_are_metered_from_response_create() {
     let names = [
         "openai-ga-text",
@@ -442,7 +434,7 @@ async fn openai_ga_responses_sent_fragmented_with_pings_are_metered_from_respons
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn server_vad_responses_run_from_the_servers_commit_and_a_barge_in_is_cancelled() {
     // The client's trigger is its receipt of the server's `committed`, after tokentap saw it.
     let scripts = ["openai-ga-server-vad", "openai-ga-barge-in"]
@@ -467,7 +459,7 @@ async fn server_vad_responses_run_from_the_servers_commit_and_a_barge_in_is_canc
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_client_that_vanishes_mid_response_cancels_it_and_an_upstream_that_closes_fails_it() {
     let (upstream_addr, mut rx) = ws_upstream().await;
     let proxy = proxy(&format!("http://{upstream_addr}"), "").await;

@@ -101,6 +101,7 @@ fn chunk(data: &str) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_open_realtime_sessions_beside_streams_cost_little_and_leave_nothing_behind() {
+    let _slot = support::slot();
     let capture = std::sync::Arc::new(capture());
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let upstream_addr = listener.local_addr().expect("addr");

@@ -28,9 +28,10 @@ fn records_counted(process: &Process) -> (f64, f64) {
     (m.get(records::WRITTEN, &[]), lost)
 }
 
-/// Waits (at most 10 s) until `n` records are counted written or lost.
+/// Waits (at most [`support::HANG`]) until `n` records are counted written or lost.
 fn all_counted(process: &Process, n: f64) -> (f64, f64) {
-    for _ in 0..500 {
+    let since = Instant::now();
+    while since.elapsed() < support::HANG {
         let (written, lost) = records_counted(process);
         if written + lost >= n {
             return (written, lost);
@@ -38,7 +39,8 @@ fn all_counted(process: &Process, n: f64) -> (f64, f64) {
         std::thread::sleep(Duration::from_millis(20));
     }
     panic!(
-        "{n} records not counted within 10 s: {:?}",
+        "{n} records not counted within {:?}: {:?}",
+        support::HANG,
         records_counted(process)
     );
 }
@@ -46,6 +48,7 @@ fn all_counted(process: &Process, n: f64) -> (f64, f64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_cut_mid_record_leaves_one_torn_line_counted_lost_and_the_next_record_starts_a_new_one(
 ) {
+    let _slot = support::slot();
     let upstream = upstream(|_| ok_stream()).await;
     let dir = std::env::temp_dir().join(format!("tokentap-torn-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
@@ -162,6 +165,7 @@ fn terminate(child: &mut std::process::Child, bound: Duration) -> Option<std::pr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fifo_no_one_reads_holds_up_neither_the_start_nor_sigterm_and_a_reader_gets_the_records()
 {
+    let _slot = support::slot();
     let upstream = upstream(|_| ok_stream()).await;
     let dir = std::env::temp_dir().join(format!("tokentap-fifo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");

@@ -7,51 +7,15 @@
 //! The in-process tests reload as SIGHUP does: the running tokentap reads its file again
 //! (`Running::reload`, the call the SIGHUP handler makes).
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use tokentap::scripted::*;
-use tokentap::{Config, Reloaded, Running};
+use tokentap::{Reloaded, Running};
 
+use crate::support::reloading::{config_file, reload, reloads, start_from, yaml};
 use crate::support::{self, *};
-
-/// The config file of a test's tokentap, in front of `upstream`: loopback ports, no model list, then
-/// `extra`.
-pub(crate) fn yaml(upstream: &str, extra: &str) -> String {
-    format!(
-        "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: {upstream}\nmodel_list: {{enabled: false}}\n{extra}"
-    )
-}
-
-/// tokentap started from the file `path` holding `text`, reloading from that file as the binary does.
-pub(crate) async fn start_from(path: &Path, text: &str) -> Running {
-    std::fs::write(path, text).expect("write config");
-    let config = Config::load(path).expect("test config");
-    let running = tokentap::start(&config).await.expect("start tokentap");
-    let file = path.to_owned();
-    running.reload_from(Arc::new(move || {
-        Config::load(&file).map_err(|e| e.to_string())
-    }));
-    running
-}
-
-/// Rewrites the file and reloads it, as an operator's edit and SIGHUP do.
-pub(crate) async fn reload(running: &Running, path: &Path, text: &str) -> Reloaded {
-    std::fs::write(path, text).expect("write config");
-    running.reload().await
-}
-
-pub(crate) fn config_file(name: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!(
-        "tokentap-reload-{name}-{}.yaml",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&path);
-    path
-}
 
 fn streamed(running: &Running, tenant: &str, team: &str) -> http::Request<Full<Bytes>> {
     let mut request = post(running, "/v1/chat/completions", &chat_request("m"));
@@ -59,10 +23,6 @@ fn streamed(running: &Running, tenant: &str, team: &str) -> http::Request<Full<B
     headers.insert("x-tenant", tenant.parse().expect("header"));
     headers.insert("x-team", team.parse().expect("header"));
     request
-}
-
-pub(crate) fn reloads(m: &Metrics, result: &str) -> f64 {
-    m.get("tokentap_config_reloads_total", &[("result", result)])
 }
 
 fn violations(m: &Metrics, slo: &str) -> f64 {
@@ -76,18 +36,23 @@ fn ttft_edges(m: &Metrics) -> Vec<String> {
     m.label_values("tokentap_time_to_first_token_seconds_bucket", "le")
 }
 
-/// Waits (bounded) until `n` requests are in flight.
+/// Waits until `n` requests are in flight (at most [`support::HANG`] on the real clock). On tokio's
+/// paused clock it yields instead of sleeping, so the clock stays where it is while the kernel connects
+/// two hundred sockets: a sleep lets the runtime, idle until their connections are accepted, move the
+/// clock on, and a bound on the paused clock passes in real milliseconds.
 async fn in_flight(running: &Running, n: i64) {
-    for _ in 0..500 {
-        if running.in_flight() >= n {
-            return;
-        }
-        tokio::time::sleep(ms(10)).await;
+    let since = std::time::Instant::now();
+    while running.in_flight() < n {
+        assert!(
+            since.elapsed() < support::HANG,
+            "{} in flight, not {n}",
+            running.in_flight()
+        );
+        tokio::task::yield_now().await;
     }
-    panic!("{} in flight, not {n}", running.in_flight());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[tokio::test(start_paused = true)]
 async fn two_hundred_streams_in_flight_are_judged_by_the_ceilings_they_started_with() {
     // Each stream's first token comes at once, its second 20 ms later, its last 1.5 s after that: a
     // longest gap within the first ITL ceiling (9 s), past the second (1.234 s). The reload comes
@@ -388,6 +353,7 @@ async fn post_reload_is_off_by_default_and_reloads_once_enabled() {
 
 #[test]
 fn the_binary_reloads_on_sighup_and_its_log_level_follows() {
+    let _slot = support::slot();
     let upstream_rt = tokio::runtime::Runtime::new().expect("runtime");
     let upstream = upstream_rt.block_on(support::upstream(|_| content_stream(2, ms(1))));
     let text = format!(
@@ -404,7 +370,8 @@ fn the_binary_reloads_on_sighup_and_its_log_level_follows() {
     let answered =
         || status_line_blocking(&process.proxy, request.as_bytes(), Duration::from_secs(5));
     let wait_for = |result: &str, n: f64| {
-        for _ in 0..300 {
+        let since = std::time::Instant::now();
+        while since.elapsed() < support::HANG {
             if process
                 .scrape()
                 .get("tokentap_config_reloads_total", &[("result", result)])
@@ -460,6 +427,7 @@ fn the_binary_reloads_on_sighup_and_its_log_level_follows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_a_real_prometheus_a_ceiling_change_resets_no_series_and_the_ratio_rule_counts_on()
 {
+    let _slot = support::slot();
     if !prometheus_installed("through_a_real_prometheus_*") {
         return;
     }

@@ -10,7 +10,8 @@ use http_body_util::Full;
 use tokentap::scripted::*;
 use tokentap::{Config, Reloaded};
 
-use crate::reload::{config_file, post_reload, reloads, start_from, yaml};
+use crate::reload::post_reload;
+use crate::support::reloading::{config_file, reloads, start_from, yaml};
 use crate::support::{self, *};
 
 /// `POST /-/reload` with the headers a browser adds, to `running`'s metrics port.

@@ -224,6 +224,7 @@ fn close(what: &str, got: f64, want: f64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_add_up_in_promql_to_the_union_of_their_records() {
+    let _slot = slot();
     if !prometheus_installed("three_replicas_*") {
         return;
     }

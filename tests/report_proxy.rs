@@ -3,8 +3,9 @@
 //! Y. `tokentap report --slo Y` on the first run's records gives the second run's scraped
 //! `tokentap_goodput_requests_total` and each `tokentap_slo_violations_total{slo}`; the second run's
 //! records read as recorded give them too, and each figure's row sees what its histogram saw (count and
-//! sum). The timings are far from every ceiling (milliseconds against
-//! hundreds of them), so a loaded machine cannot move a verdict.
+//! sum). Both runs are on tokio's paused clock, so each stream's timings are exactly its script's
+//! (5 ms against a 50 ms TPOT ceiling is 5 ms in both runs, whatever the machine is doing) and a verdict
+//! can differ between the runs only if the report and the proxy judge differently.
 
 use crate::support;
 
@@ -21,12 +22,6 @@ const CEILINGS: &str =
     "ttft=100ms,itl=150ms,tpot=50ms,e2e=400ms,time_to_first_answer=100ms,time_to_first_tool_call=100ms";
 const CEILINGS_YAML: &str =
     "slo: {ttft: 100ms, itl: 150ms, tpot: 50ms, e2e: 400ms, time_to_first_answer: 100ms, time_to_first_tool_call: 100ms}\n";
-
-fn temp_file(name: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("tokentap-{name}-{}.jsonl", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    path
-}
 
 fn reasoning_chunk(text: &str) -> String {
     format!(
@@ -128,20 +123,8 @@ async fn run_traffic(name: &str, yaml: &str) -> (PathBuf, Metrics) {
     let broken = send(&c, post(&proxy, chat, &chat_request("broken"))).await;
     assert!(broken.end.is_err(), "the stream broke off");
     settle(&proxy).await;
-    wait_for_lines(&path, 10);
+    read_json_records(&path, 10);
     (path, scrape(&proxy).await)
-}
-
-/// Waits (at most 5 s: the writer is a thread of its own) until `path` has `n` lines.
-fn wait_for_lines(path: &Path, n: usize) {
-    for _ in 0..500 {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.lines().count() >= n {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("fewer than {n} records in {}", path.display());
 }
 
 fn report(path: &Path, slo: Option<&str>) -> Value {
@@ -154,7 +137,7 @@ fn missed(doc: &Value, kind: &str) -> f64 {
     entry.map_or(0.0, |a| a["missed"].as_f64().unwrap_or(f64::NAN))
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn what_if_goodput_equals_the_proxy_run_with_those_ceilings() {
     let (unjudged, _) = run_traffic("report-unjudged", "").await;
     let (judged, metrics) = run_traffic("report-judged", CEILINGS_YAML).await;

@@ -183,8 +183,9 @@ async fn an_h2c_stream_in_flight_finishes_within_the_grace() {
         .expect("the stream is not cut");
     assert!(body.to_bytes().ends_with(DONE.as_bytes()));
     assert_eq!(finished(drained).await.cut, 0);
+    // The stream's own 2 s, not the 30 s grace (h2c: on the real clock; see timeouts.rs).
     assert!(
-        started.elapsed() < Duration::from_secs(5),
+        started.elapsed() < Duration::from_secs(20),
         "{:?}",
         started.elapsed()
     );

@@ -27,7 +27,7 @@ fn get(addr: &str, path: &str) -> String {
 /// A streaming chat request over a blocking connection; the whole raw answer.
 fn stream_request(proxy: &str) -> Vec<u8> {
     let mut stream = TcpStream::connect(proxy).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    stream.set_read_timeout(Some(support::HANG)).ok();
     stream
         .write_all(&support::raw_chat("m", true))
         .expect("write");
@@ -54,6 +54,7 @@ fn whole_stream(answer: &[u8]) -> bool {
 
 #[test]
 fn sigterm_makes_an_idle_tokentap_exit_cleanly_at_once() {
+    let _slot = support::slot();
     let process = start("sigterm", "http://127.0.0.1:9");
     assert!(get(&process.metrics, "/readyz").starts_with("HTTP/1.1 200"));
     let signalled = Instant::now();
@@ -68,6 +69,7 @@ fn sigterm_makes_an_idle_tokentap_exit_cleanly_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_is_logged_and_ignored_while_a_stream_is_in_flight() {
+    let _slot = support::slot();
     let upstream = support::upstream(|_| streaming_steps(ms(150))).await;
     let process = start("sighup", &upstream.url());
     let proxy = process.proxy.clone();
@@ -101,6 +103,7 @@ async fn sighup_is_logged_and_ignored_while_a_stream_is_in_flight() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_reader_that_goes_away_costs_log_lines_not_requests() {
+    let _slot = support::slot();
     let upstream = support::upstream(|_| streaming_steps(ms(1))).await;
     let mut process = start("closed-stderr", &upstream.url());
     // The log's reader goes away, as a dying log shipper's does: every later write to stderr fails.
@@ -118,7 +121,8 @@ async fn a_log_reader_that_goes_away_costs_log_lines_not_requests() {
     // One info line per request, none of them written; the log thread writes in the background, so
     // give it a moment to fail.
     let mut dropped = 0.0;
-    for _ in 0..100 {
+    let since = Instant::now();
+    while since.elapsed() < support::HANG {
         dropped = process.metric(tokentap::logging::DROPPED_LINES);
         if dropped >= 20.0 {
             break;
@@ -144,21 +148,38 @@ async fn a_log_reader_that_goes_away_costs_log_lines_not_requests() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_reader_that_stalls_holds_up_no_request() {
+    let _slot = support::slot();
     let upstream = support::upstream(|_| streaming_steps(Duration::ZERO)).await;
     // stderr is a pipe nobody reads past the startup line: it fills after a few hundred lines.
     let process = start("stalled-stderr", &upstream.url());
     let proxy = process.proxy.clone();
     let answers = tokio::task::spawn_blocking(move || {
-        // Bounded: a proxy blocked on its log would otherwise cost each request the read timeout.
-        let since = Instant::now();
-        (0..600)
-            .take_while(|_| since.elapsed() < Duration::from_secs(30))
-            .map(|_| stream_request(&proxy))
-            .collect::<Vec<_>>()
+        // Up to the first answer that is not whole: a proxy blocked on its log costs one request's
+        // read timeout, not one each.
+        let mut answers = Vec::new();
+        for _ in 0..600 {
+            answers.push(stream_request(&proxy));
+            if !answers.last().is_some_and(|a| whole_stream(a)) {
+                break;
+            }
+        }
+        answers
     })
     .await
     .expect("join");
     let whole = answers.iter().filter(|a| whole_stream(a)).count();
+    if let Some(broken) = answers.last().filter(|a| !whole_stream(a)) {
+        panic!(
+            "answer {} of 600 not whole ({} bytes):\n{}\nits requests counted: {:?}",
+            answers.len(),
+            broken.len(),
+            String::from_utf8_lossy(broken),
+            get(&process.metrics, "/metrics")
+                .lines()
+                .filter(|l| l.starts_with(family::REQUESTS.name))
+                .collect::<Vec<_>>()
+        );
+    }
     assert_eq!(whole, 600);
     assert_eq!(process.metric(family::REQUESTS.name), 600.0);
     process.signal("TERM");

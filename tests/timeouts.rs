@@ -212,9 +212,10 @@ async fn a_kept_alive_connection_is_closed_after_client_idle_and_not_before() {
     );
 }
 
-// On the real clock, so the figures are short and the bounds generous: on tokio's paused clock an h2c
-// request body does not arrive before the auto-advanced timers fire (also with the client-connection
-// timers removed, so not theirs; the same exchange passes on the real clock).
+// On the real clock, so the figures are short and the bounds generous (closed after 1 s of idling: no
+// sooner, and within ten times that): on tokio's paused clock an h2c request body does not arrive
+// before the auto-advanced timers fire (also with the client-connection timers removed, so not theirs;
+// the same exchange passes on the real clock).
 #[tokio::test]
 async fn an_h2c_connection_is_timed_by_client_idle_only_and_never_while_a_stream_runs() {
     let upstream = upstream(|_| content_stream(4, ms(500))).await;
@@ -234,7 +235,7 @@ async fn an_h2c_connection_is_timed_by_client_idle_only_and_never_while_a_stream
     assert!(closed.is_ok(), "the idle h2c connection was never closed");
     let waited = idle_since.elapsed();
     assert!(
-        waited >= ms(900) && waited < secs(5),
+        waited >= ms(900) && waited < secs(10),
         "closed after idling {waited:?}, client_idle 1s"
     );
     let m = scrape(&proxy).await;

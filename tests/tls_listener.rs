@@ -179,8 +179,11 @@ async fn http1_and_h2_over_tls_get_the_same_bytes_and_counts_as_over_plain_tcp()
     let frames = random_frames(VLLM, &mut Lcg(44), 150);
     let script = streamed(&frames);
     let upstream = upstream(move |_| script.clone()).await;
-    let plain = proxy(&upstream.url(), "").await;
-    let tls = proxy(&upstream.url(), &served()).await;
+    // Idle upstream connections kept an hour: whether one outlived the default 1.5 s (counted in
+    // tokentap_upstream_idle_expired_total) is how slow the machine was, not a difference of TLS.
+    let keep = "timeouts: {upstream_idle: 1h}\n";
+    let plain = proxy(&upstream.url(), keep).await;
+    let tls = proxy(&upstream.url(), &format!("{}{keep}", served())).await;
 
     for h2 in [false, true] {
         let got = send(

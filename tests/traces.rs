@@ -285,7 +285,9 @@ async fn with_propagate_the_upstream_sees_the_exported_span_as_its_parent() {
     assert_eq!(added, [want]);
 }
 
-#[tokio::test]
+/// On tokio's paused clock: a fast request's 1 ms first token meets the 50 ms ceiling and a slow one's
+/// 80 ms misses it, whatever the machine is doing.
+#[tokio::test(start_paused = true)]
 async fn with_ratio_0_exactly_the_requests_the_records_mark_as_missed_are_exported() {
     let collector = Collector::start(Reply::Accept).await;
     let upstream = model_server().await;
@@ -447,6 +449,7 @@ async fn a_shutdown_flushes_the_queued_spans_without_waiting_for_the_interval() 
 /// batch (a 1-minute interval) before it exits, within the grace period.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_sigterm_the_binary_sends_its_queued_spans_before_it_exits() {
+    let _slot = slot();
     let collector = Collector::start(Reply::Accept).await;
     let upstream = model_server().await;
     let yaml = format!(
@@ -476,8 +479,9 @@ async fn on_sigterm_the_binary_sends_its_queued_spans_before_it_exits() {
         .await
         .expect("exited");
     assert!(status.success(), "{status:?}\n{log}");
+    // Within the 10 s grace (it takes milliseconds), not at the batch's 1-minute interval.
     assert!(
-        signalled.elapsed() < Duration::from_secs(5),
+        signalled.elapsed() < Duration::from_secs(10),
         "{:?}",
         signalled.elapsed()
     );

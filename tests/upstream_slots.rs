@@ -221,7 +221,8 @@ async fn a_body_with_no_room_in_the_held_bytes_budget_waits_for_it_and_goes_upst
 /// instead of waiting for the answer's head, which a non-streamed generation sends only at its end.
 /// Here the first answer takes 1.5 s, and a second large body, which the budget has no room for while
 /// the first's copy is kept, reaches the upstream long before it (before, only after it).
-#[tokio::test]
+/// On tokio's paused clock, so "long before" is exact: 300 ms against the 1.5 s it took before.
+#[tokio::test(start_paused = true)]
 async fn a_large_held_body_gives_its_budget_back_once_it_can_no_longer_be_sent_again() {
     let upstream = upstream(|r| match r.body.len() > 1000 {
         true => vec![Step::Sleep(ms(1500)), json_response(200, "OK", "{}")],
@@ -235,7 +236,7 @@ async fn a_large_held_body_gives_its_budget_back_once_it_can_no_longer_be_sent_a
     // A connection to reuse.
     assert_eq!(send(&c, post(&proxy, CHAT, "{}")).await.status, 200);
     let big = format!("{{\"model\":\"m\",\"pad\":\"{}\"}}", "z".repeat(200_000));
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let (one, two) = (c.clone(), c.clone());
     let first_request = post(&proxy, CHAT, &big);
     let first = tokio::spawn(async move { send(&one, first_request).await });
@@ -397,7 +398,9 @@ async fn a_client_waiting_for_100_continue_gets_it_and_is_answered() {
 /// Holding a body moves nothing in the timeline: TTFT starts when the request head arrives, so a body
 /// that takes 300 ms to come is 300 ms of the client's wait for its first token, and the request's E2E
 /// holds it too.
-#[tokio::test]
+/// On tokio's paused clock: the 300 ms are exactly the test's, not the test's less however late a busy
+/// machine let tokentap read the head.
+#[tokio::test(start_paused = true)]
 async fn ttft_starts_at_the_head_while_the_body_is_held() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let upstream = upstream(|_| ok_stream()).await;

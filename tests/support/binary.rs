@@ -35,6 +35,7 @@ pub fn start_binary_with(name: &str, yaml: &str, max_fds: Option<u32>, stdout: S
 /// As [`start_binary`], exec'd by `bash` after the shell commands `setup` (limits, signal
 /// dispositions: `trap '' XFSZ; ulimit -S -f 8`), so the binary's pid is the shell's.
 pub fn start_binary_after(name: &str, yaml: &str, setup: Option<&str>, stdout: Stdio) -> Process {
+    super::assert_held("start_binary");
     let dir = std::env::temp_dir().join(format!("tokentap-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let config = dir.join("tokentap.yaml");
@@ -95,12 +96,24 @@ pub fn start_binary_after(name: &str, yaml: &str, setup: Option<&str>, stdout: S
 }
 
 /// Dropped, after [`Process::wait`] or in a test that failed before it: a tokentap still running is
-/// killed (a failed test does not leave it behind), and its temp dir removed.
+/// killed (a failed test does not leave it behind), and its temp dir removed. In a test that failed,
+/// the log is printed, with whether tokentap was still running or how it had exited.
 impl Drop for Process {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
+        let running = matches!(self.child.try_wait(), Ok(None));
+        if running {
             let _ = self.child.kill();
-            let _ = self.child.wait();
+        }
+        let exit = self.child.wait();
+        if std::thread::panicking() {
+            if let Some(mut stderr) = self.stderr.take() {
+                let _ = stderr.read_to_string(&mut self.log);
+            }
+            let how = match running {
+                true => "still running when the test failed".to_owned(),
+                false => format!("exited by itself: {exit:?}"),
+            };
+            eprintln!("tokentap ({how}), its log:\n{}", self.log);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -116,14 +129,14 @@ impl Process {
         assert!(status.success());
     }
 
-    /// Waits (at most 10 s) for the process to exit; returns its status and its whole log.
+    /// Waits (at most [`super::HANG`]) for the process to exit; returns its status and its whole log.
     pub fn wait(mut self) -> (ExitStatus, String) {
         let since = Instant::now();
         let exit = loop {
             if let Ok(Some(exit)) = self.child.try_wait() {
                 break Some(exit);
             }
-            if since.elapsed() > Duration::from_secs(10) {
+            if since.elapsed() > super::HANG {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
                 break None;

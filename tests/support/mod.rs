@@ -13,6 +13,7 @@
 //! - `scripts`: upstream scripts more than one suite answers with.
 //! - `otlp`: a scripted OTLP/HTTP receiver (spans and metrics), decoding with the OpenTelemetry messages.
 //! - `prometheus`: a real Prometheus on loopback scraping tokentap, and PromQL queries to it.
+//! - `slot`: one test at a time that starts processes or loads the machine.
 //! - `streams`: generated inputs (random cut points, proptest strategies).
 //! - `tls`: the test TLS identity for an `https://` scripted upstream.
 #![allow(dead_code)]
@@ -27,8 +28,10 @@ mod prometheus;
 mod proxy;
 mod raw;
 mod records;
+pub mod reloading;
 mod scrape;
 mod scripts;
+mod slot;
 pub mod streams;
 mod tls;
 
@@ -58,6 +61,8 @@ pub use scrape::*;
 #[allow(unused_imports)]
 pub use scripts::*;
 #[allow(unused_imports)]
+pub use slot::*;
+#[allow(unused_imports)]
 pub use streams::{random_frames, Lcg};
 #[allow(unused_imports)]
 pub use tls::*;
@@ -65,6 +70,12 @@ pub use tls::*;
 pub use tokentap::scripted::*;
 
 use std::time::Duration;
+
+/// A bound for a hang, not a timing: how long a test waits on the real clock for something that takes
+/// milliseconds to seconds on a quiet machine (an answer, a process's start, a file's records) before it
+/// calls it hung. A few times slower at load 10 is still far inside it; what is about time is measured
+/// on tokio's paused clock or from recorded stamps instead (docs/testing.md, "Time in tests").
+pub const HANG: Duration = Duration::from_secs(60);
 
 /// Starts a scripted upstream on 127.0.0.1:0 that answers each request with `handler`'s steps.
 pub async fn upstream(

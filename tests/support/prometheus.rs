@@ -13,6 +13,7 @@ use http_body_util::Full;
 use serde_json::Value;
 
 use super::client::{body_bytes, client};
+use super::HANG;
 
 /// True when `prometheus` runs; false (with a message) when it is not installed, unless CI requires it.
 pub fn prometheus_installed(test: &str) -> bool {
@@ -48,6 +49,7 @@ impl Prometheus {
 
     /// [`Prometheus::start`] with `--enable-feature` flags (`exemplar-storage`, `native-histograms`).
     pub fn with_features(target_ports: &[u16], features: &[&str]) -> Prometheus {
+        super::assert_held("Prometheus::start");
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -107,9 +109,9 @@ impl Prometheus {
         let request = http::Request::get(format!("http://{}{path_and_query}", self.addr))
             .body(Full::new(Bytes::new()))
             .expect("request");
-        let response = tokio::time::timeout(Duration::from_secs(5), client().request(request))
+        let response = tokio::time::timeout(HANG, client().request(request))
             .await
-            .expect("prometheus answers within 5 s")
+            .expect("prometheus answers")
             .expect("prometheus response");
         let body = body_bytes(response).await;
         serde_json::from_slice(&body).expect("prometheus JSON")
@@ -191,9 +193,9 @@ impl Prometheus {
         *value
     }
 
-    /// Waits (at most 20 s) until `expr` returns one sample for which `done` holds.
+    /// Waits (at most [`HANG`]) until `expr` returns one sample for which `done` holds.
     pub async fn wait_until(&mut self, what: &str, expr: &str, done: impl Fn(f64) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + HANG;
         let mut last = None;
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -211,7 +213,7 @@ impl Prometheus {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         panic!(
-            "waited 20 s for {what} ({expr}); last answer {last:?}\nprometheus log:\n{}",
+            "waited {HANG:?} for {what} ({expr}); last answer {last:?}\nprometheus log:\n{}",
             self.log()
         );
     }

@@ -33,11 +33,11 @@ pub async fn raw_send(addr: SocketAddr, bytes: &[u8]) -> tokio::net::TcpStream {
 }
 
 /// Writes `request` as it is to the proxy port and reads the answer until the proxy closes the
-/// connection (bounded by 5 s). Returns everything read.
+/// connection (at most [`super::HANG`]). Returns everything read.
 pub async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
     let mut stream = raw_send(addr, request).await;
     let mut answer = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    let _ = tokio::time::timeout(super::HANG, stream.read_to_end(&mut answer)).await;
     answer
 }
 
@@ -84,8 +84,9 @@ pub fn dechunk(body: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// A connection with a small receive buffer that asks for `target` and never reads: returned once the
-/// answer's status line has arrived (its page was encoded and is being sent), or after 60 s, with the
-/// status (0: none came).
+/// answer's status line has arrived (its page was encoded and is being sent), or after ten minutes,
+/// with the status (0: none came). Ten minutes: a live view of a long history takes seconds in a debug
+/// build, and one computed beside others on a machine at load 20 took over a minute.
 pub async fn ask_and_never_read(addr: SocketAddr, target: &str) -> (tokio::net::TcpStream, u16) {
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
     socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
@@ -93,7 +94,7 @@ pub async fn ask_and_never_read(addr: SocketAddr, target: &str) -> (tokio::net::
     let request = format!("GET {target} HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n");
     stream.write_all(request.as_bytes()).await.expect("ask");
     let mut head = [0u8; 12];
-    let status = tokio::time::timeout(Duration::from_secs(60), async {
+    let status = tokio::time::timeout(Duration::from_secs(600), async {
         loop {
             match stream.peek(&mut head).await {
                 Ok(12) => return raw_status(&head),

@@ -15,7 +15,8 @@ pub fn temp_file(name: &str) -> PathBuf {
     path
 }
 
-/// The records in `path`, once it holds at least `n` (waiting at most 5 s).
+/// The records in `path`, once it holds at least `n` (the writer is a thread of its own: waiting at
+/// most [`super::HANG`]).
 pub fn read_records(path: &Path, n: usize) -> Vec<RequestRecord> {
     read_lines(path, n)
 }
@@ -26,7 +27,8 @@ pub fn read_json_records(path: &Path, n: usize) -> Vec<serde_json::Value> {
 }
 
 fn read_lines<T: DeserializeOwned>(path: &Path, n: usize) -> Vec<T> {
-    for _ in 0..500 {
+    let since = std::time::Instant::now();
+    while since.elapsed() < super::HANG {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         if text.lines().count() >= n {
             return text

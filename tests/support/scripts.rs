@@ -1,8 +1,36 @@
 //! Upstream scripts more than one suite answers with, beside the library's own (`tokentap::scripted`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokentap::scripted::*;
+
+/// The rest of a script, once `open` says so: a gate, opened by what the test has seen happen, where a
+/// sleep would guess how long that takes on this machine. It looks every 10 ms, for at most
+/// [`super::HANG`], then goes on all the same. `then` must end the script (`Close`, `Reset`, a
+/// keep-alive, or another gate whose steps do), since the looking stops only there.
+pub fn once(open: impl Fn() -> bool + Send + Sync + 'static, then: Vec<Step>) -> Step {
+    const LOOK: Duration = Duration::from_millis(10);
+    assert!(
+        matches!(
+            then.last(),
+            Some(
+                Step::Close
+                    | Step::Reset
+                    | Step::KeepAliveFor(_)
+                    | Step::KeepAliveThenReset(_)
+                    | Step::Each(..)
+            )
+        ),
+        "the steps after a gate end the script"
+    );
+    let looks = (super::HANG.as_millis() / LOOK.as_millis()) as u64;
+    let make: Make = Arc::new(move |turn| match open() || turn + 1 == looks {
+        true => then.clone(),
+        false => vec![Step::Sleep(LOOK)],
+    });
+    Step::Each(0..looks, make)
+}
 
 /// A chat stream that sends its role chunk, then holds for `hold` before its one content chunk and
 /// `[DONE]`: an answer slow enough to keep its upstream slot busy.

@@ -4,7 +4,9 @@ package and two clients, the `websockets` package's and the openai SDK's realtim
 `server FIXTURE`: a realtime server on 127.0.0.1:0 (permessage-deflate accepted, as uvicorn does; it pings
 every 10 ms); prints its port, then for each connection replays FIXTURE (an `openai-*.jsonl` sequence of
 tests/fixtures/realtime): the server's events before the first client event, then after each client
-event it receives the server's events that follow it in the fixture, 2 ms apart, until killed.
+event it receives the server's events that follow it in the fixture, 2 ms apart, until killed; the first
+output delta after a client event waits FIRST_OUTPUT (250 ms) instead, a time every TTFT of it must hold
+whatever the machine is doing.
 
 `websockets URL FIXTURE`: the `websockets` client (permessage-deflate offered) sends the fixture's client
 events, `response.create` fragmented into three frames, reads the server's events after each, closes
@@ -37,6 +39,9 @@ def client_events(steps):
     return [s["event"] for s in steps if s["dir"] == "c2s"]
 
 
+FIRST_OUTPUT = 0.25
+
+
 async def server(fixture):
     from websockets.asyncio.server import serve
 
@@ -45,8 +50,11 @@ async def server(fixture):
     async def session(ws):
         i = 0
         while True:
+            first = True
             while i < len(steps) and steps[i]["dir"] == "s2c":
-                await asyncio.sleep(0.002)
+                output = steps[i]["event"].get("type") in OUTPUT
+                await asyncio.sleep(FIRST_OUTPUT if output and first else 0.002)
+                first = first and not output
                 await ws.send(json.dumps(steps[i]["event"]))
                 i += 1
             if i >= len(steps):
