@@ -456,7 +456,10 @@ fn conversation_read(bencher: Bencher, size: &str) {
 /// The list of a chat body, read as the exchange reads it: how many prefixes (0 when not read).
 fn read_list(body: &[u8]) -> usize {
     let stop = std::sync::atomic::AtomicBool::new(false);
-    let list = tokentap::decode::messages::read(tokentap::record::api::Api::Chat, body, &stop);
+    let governor = tokentap::govern::Governor::with_defaults();
+    let mut lease = governor.lease(tokentap::govern::Budget::MessageLists, &Default::default());
+    let api = tokentap::record::api::Api::Chat;
+    let list = tokentap::decode::messages::read(api, body, &stop, &mut lease);
     list.ok().flatten().map_or(0, |l| l.prefixes.len())
 }
 
@@ -619,6 +622,7 @@ fn span_of_a_finished_request(bencher: Bencher) {
                 method: "POST",
                 path: "/v1/chat/completions",
                 start: SystemTime::now(),
+                client: &tokentap::govern::Client::Unknown,
                 captured: false,
             },
             api: Api::Chat,

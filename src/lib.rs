@@ -30,6 +30,7 @@ pub mod app;
 pub mod capture;
 pub mod config;
 pub mod decode;
+pub mod govern;
 pub mod logging;
 pub mod net;
 pub mod proxy;

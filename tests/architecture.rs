@@ -20,7 +20,7 @@ const STAGES: &[&str] = &["capture", "net", "proxy", "tap", "decode", "record"];
 /// stage, so they may use any stage or leaf, and nothing but the crate root and the binary uses them.
 const TOOLS: &[&str] = &["app", "report", "scripted"];
 /// Modules at the bottom: they may import only each other.
-const LEAVES: &[&str] = &["config", "logging", "shutdown"];
+const LEAVES: &[&str] = &["config", "govern", "logging", "shutdown"];
 
 /// A module's place on the path: tools first, then each stage in order, leaves after every stage.
 fn rank(top: &str) -> Option<usize> {

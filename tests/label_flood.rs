@@ -113,9 +113,10 @@ async fn a_flood_of_junk_names_and_paths_stays_under_the_series_limit_and_the_re
     // what is inside a TTFT, the time to the first tool call and the time to the response head (9
     // more histograms × 4, 3 more counters) = 163; the `other` API's 4 + 1 + 88 = 93; the
     // conversation families, by model and turn but not by API: 6 turns × 4 (TTFT) + 6 × 11 (prompt
-    // tokens) + 17 (think time) = 107; plus the three lookup results and the eight reasons a list is
-    // not read, in-flight per API, skipped metering per API and reason, the metrics port's five
-    // refusal reasons, the spans' five drop reasons, the OTLP metric exports' four, the sessions' two refusal reasons, the seven
+    // tokens) + 17 (think time) = 107; plus the three lookup results and the nine reasons a list is
+    // not read, in-flight per API, skipped metering per API and reason, the metrics port's six
+    // refusal reasons, the spans' six drop reasons, the budgets' 60 (ten budgets: two states, two
+    // refusal reasons, two unmetered reasons), the OTLP metric exports' four, the sessions' two refusal reasons, the seven
     // reasons a TLS handshake failed, the three reasons a session's message is skipped, the config
     // reloads' three results, the capture's four segment results and six reasons a connection is not
     // metered, and the unlabelled counters, gauges and histograms (their buckets carry only `le`). Each known API has the session families too (duration 12 + 3, responses 11 + 3, four
@@ -130,14 +131,15 @@ async fn a_flood_of_junk_names_and_paths_stays_under_the_series_limit_and_the_re
         (6 * (10 * (163 + 15 + 14 + 4) + 93 + 107)
             + 11
             + 20
-            + 5
-            + 5
+            + 6
+            + 6
+            + 60
             + 4
             + 2
             + 7
             + 3
             + 3
-            + 8
+            + 9
             + 3
             + 4
             + 6

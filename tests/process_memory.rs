@@ -92,7 +92,7 @@ async fn the_memory_a_burst_of_streams_took_goes_back_to_the_kernel_in_the_lull_
 /// A held body is one buffer the size of the body, whatever frames its client sent it in: a client
 /// uploads 1 MiB in one-byte chunks (six bytes on the wire each: `1\r\nx\r\n`) and stops one byte
 /// short, so tokentap holds it. Before, every chunk stayed a frame of its own pinning hyper's read
-/// buffer, about 75 bytes each: +78 MiB a body, against 1 MiB counted in `limits.max_held_request_bytes`.
+/// buffer, about 75 bytes each: +78 MiB a body, against 1 MiB counted in the `held_bodies` budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_sent_in_one_byte_chunks_is_held_in_one_buffer_of_its_size() {
     const BODY: usize = 1 << 20;

@@ -20,14 +20,14 @@ use crate::support::{self, *};
 
 /// The config file of a test's tokentap, in front of `upstream`: loopback ports, no model list, then
 /// `extra`.
-fn yaml(upstream: &str, extra: &str) -> String {
+pub(crate) fn yaml(upstream: &str, extra: &str) -> String {
     format!(
         "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nupstream: {upstream}\nmodel_list: {{enabled: false}}\n{extra}"
     )
 }
 
 /// tokentap started from the file `path` holding `text`, reloading from that file as the binary does.
-async fn start_from(path: &Path, text: &str) -> Running {
+pub(crate) async fn start_from(path: &Path, text: &str) -> Running {
     std::fs::write(path, text).expect("write config");
     let config = Config::load(path).expect("test config");
     let running = tokentap::start(&config).await.expect("start tokentap");
@@ -39,12 +39,12 @@ async fn start_from(path: &Path, text: &str) -> Running {
 }
 
 /// Rewrites the file and reloads it, as an operator's edit and SIGHUP do.
-async fn reload(running: &Running, path: &Path, text: &str) -> Reloaded {
+pub(crate) async fn reload(running: &Running, path: &Path, text: &str) -> Reloaded {
     std::fs::write(path, text).expect("write config");
     running.reload().await
 }
 
-fn config_file(name: &str) -> PathBuf {
+pub(crate) fn config_file(name: &str) -> PathBuf {
     let path = std::env::temp_dir().join(format!(
         "tokentap-reload-{name}-{}.yaml",
         std::process::id()
@@ -61,7 +61,7 @@ fn streamed(running: &Running, tenant: &str, team: &str) -> http::Request<Full<B
     request
 }
 
-fn reloads(m: &Metrics, result: &str) -> f64 {
+pub(crate) fn reloads(m: &Metrics, result: &str) -> f64 {
     m.get("tokentap_config_reloads_total", &[("result", result)])
 }
 
@@ -317,7 +317,7 @@ async fn a_broken_file_or_a_changed_listen_changes_nothing() {
     let _ = std::fs::remove_file(path);
 }
 
-async fn post_reload(running: &Running, method: http::Method) -> (u16, String) {
+pub(crate) async fn post_reload(running: &Running, method: http::Method) -> (u16, String) {
     let request = http::Request::builder()
         .method(method)
         .uri(format!("http://{}/-/reload", running.metrics_addr()))

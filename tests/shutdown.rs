@@ -196,3 +196,31 @@ async fn an_h2c_stream_in_flight_finishes_within_the_grace() {
     let m = scrape(&proxy).await;
     assert_eq!(m.get(family::REQUESTS.name, &[("outcome", "ok")]), 1.0);
 }
+
+/// An h2 client that reads nothing while it has no request (a sync client between two calls: httpx's
+/// `Client(http2=True)`) never answers the PING of the GOAWAY that a graceful shutdown sends, and held
+/// every shutdown for its whole grace period (30 s). Such a connection, with nothing in progress, is
+/// closed at once; an h2 stream in flight still finishes (the test above).
+#[tokio::test(start_paused = true)]
+async fn an_idle_h2_client_that_never_reads_does_not_hold_the_shutdown() {
+    use tokio::io::AsyncWriteExt;
+    let upstream = upstream(|_| token_stream(1, ms(10))).await;
+    let proxy = proxy(&upstream.url(), "shutdown_grace: 30s\n").await;
+    let mut idle = TcpStream::connect(proxy.proxy_addr())
+        .await
+        .expect("connect");
+    // The preface and an empty SETTINGS frame: an h2 connection, then nothing ever read or sent.
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    idle.write_all(&hello).await.expect("preface");
+    tokio::time::sleep(ms(100)).await;
+    let started = Instant::now();
+    let drained = proxy.shutdown().await;
+    assert_eq!(drained.cut, 0);
+    // Paused clock: a connection holding the shutdown would take the grace's 30 s exactly.
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+}

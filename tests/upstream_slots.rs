@@ -163,17 +163,19 @@ async fn park_an_unfinished_body(proxy: &tokentap::Running) -> (mpsc::Sender<Byt
     )
 }
 
-/// When the held bytes of all requests together would pass `limits.max_held_request_bytes`, a body
-/// waits for room instead of streaming onto an upstream slot: nothing of it goes upstream until the
-/// other body is sent and its budget given back, then it is held whole, sent and answered. (Before, it
-/// streamed: its head went upstream before its body was whole, and such uploads took every slot.)
+/// When a client's held bytes would pass its share of `budgets.held_bodies`, its body waits for room
+/// instead of streaming onto an upstream slot: nothing of it goes upstream until the client's other
+/// body is sent and its budget given back, then it is held whole, sent and answered. (Before the
+/// budget, it streamed: its head went upstream before its body was whole, and such uploads took every
+/// slot.) Another client never waits behind it: tests/governor.rs.
 #[tokio::test]
 async fn a_body_with_no_room_in_the_held_bytes_budget_waits_for_it_and_goes_upstream_whole() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
-    let yaml = "limits:\n  hold_request_body_bytes: 2KiB\n  max_held_request_bytes: 2KiB\n";
+    let yaml =
+        "limits:\n  hold_request_body_bytes: 2KiB\nbudgets: {held_bodies_per_client: 2KiB}\n";
     let proxy = proxy(&upstream.url(), yaml).await;
-    // One h2 stream holds the whole budget with an unfinished body.
+    // One h2 stream holds the client's whole share with an unfinished body.
     let (feed, parked) = park_an_unfinished_body(&proxy).await;
     tokio::time::sleep(ms(200)).await;
     let body = format!("{{\"model\":\"m\",\"pad\":\"{}\"}}", "z".repeat(1000));
@@ -226,7 +228,8 @@ async fn a_large_held_body_gives_its_budget_back_once_it_can_no_longer_be_sent_a
         false => vec![json_response(200, "OK", "{}")],
     })
     .await;
-    let yaml = "limits:\n  hold_request_body_bytes: 300KiB\n  max_held_request_bytes: 300KiB\n";
+    let yaml =
+        "limits:\n  hold_request_body_bytes: 300KiB\nbudgets: {held_bodies_per_client: 300KiB}\n";
     let proxy = proxy(&upstream.url(), yaml).await;
     let c = client();
     // A connection to reuse.
@@ -257,17 +260,19 @@ async fn a_large_held_body_gives_its_budget_back_once_it_can_no_longer_be_sent_a
     }
 }
 
-/// A body that finds no room in the held-bytes budget within `timeouts.request_body_idle` is answered
-/// `503` with `Retry-After: 1`, counted, and never reaches the upstream; once the budget has room,
-/// the next request is served.
+/// A body that finds no room in its client's share of the held-bytes budget within
+/// `timeouts.request_body_idle` (no byte of it is read meanwhile) is answered `503` with
+/// `Retry-After: 1`, counted, and never reaches the upstream; once the share has room, the next
+/// request is served.
 #[tokio::test]
 async fn a_body_that_finds_no_room_in_time_is_answered_503_and_never_sent() {
     let upstream = upstream(|_| vec![json_response(200, "OK", "{}")]).await;
     let yaml = "timeouts:\n  request_body_idle: 300ms\n\
-                limits:\n  hold_request_body_bytes: 2KiB\n  max_held_request_bytes: 2KiB\n";
+                limits:\n  hold_request_body_bytes: 2KiB\n\
+                budgets: {held_bodies_per_client: 2KiB}\n";
     let proxy = proxy(&upstream.url(), yaml).await;
     let (feed, parked) = park_an_unfinished_body(&proxy).await;
-    // It keeps sending a byte now and then: a slow body, never idle, holding the budget.
+    // It keeps sending a byte now and then: a slow body, never idle, holding the client's share.
     let trickle = tokio::spawn(async move {
         for _ in 0..30 {
             tokio::time::sleep(ms(100)).await;
@@ -283,7 +288,7 @@ async fn a_body_that_finds_no_room_in_time_is_answered_503_and_never_sent() {
         refused.headers.get("retry-after").map(|v| v.as_bytes()),
         Some(&b"1"[..])
     );
-    assert!(String::from_utf8_lossy(&refused.body).contains("limits.max_held_request_bytes"));
+    assert!(String::from_utf8_lossy(&refused.body).contains("budgets.held_bodies"));
     assert!(upstream.requests().is_empty());
     let m = scrape(&proxy).await;
     assert_eq!(m.get(family::HELD_BYTES_REFUSED.name, &[]), 1.0);

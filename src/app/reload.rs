@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, RecordPath};
+use crate::govern::{Budget, Governor};
 use crate::logging::records::{RecordWriter, Target};
 use crate::net::tls::Certificates;
 use crate::proxy::models::ModelList;
@@ -57,6 +58,11 @@ pub const LIVE: [&str; 18] = [
 
 /// Reads the config file again, with the command line's overrides, validated (the binary's `load`).
 pub type Source = Arc<dyn Fn() -> Result<Config, String> + Send + Sync>;
+
+/// A reload reads the file twice this far apart and applies it only when both reads agree: a file
+/// caught while an editor or a `kubectl cp` is still writing it (cut at a line, it may well parse) is
+/// refused, not half applied.
+pub const SETTLE: Duration = Duration::from_millis(100);
 
 /// How a reload came out.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,7 +143,17 @@ pub struct Reloader {
     enabled: AtomicBool,
     /// The config running now; held for the whole of a reload, so two never interleave.
     running: tokio::sync::Mutex<Config>,
+    /// The reloads asked for, and of them how many the last reload to start answers, with its
+    /// result: a reload answers every request made before it read the file.
+    asked: Mutex<Coalesced>,
     pub(super) parts: Mutex<Parts>,
+}
+
+#[derive(Default)]
+struct Coalesced {
+    asked: u64,
+    answered: u64,
+    last: Option<Reloaded>,
 }
 
 /// The settings `config` gives the requests (at start and at each reload).
@@ -173,6 +189,7 @@ impl Reloader {
             source: Mutex::new(None),
             enabled: AtomicBool::new(config.metrics.enable_reload),
             running: tokio::sync::Mutex::new(config.clone()),
+            asked: Mutex::default(),
             parts: Mutex::new(parts),
         }
     }
@@ -186,26 +203,69 @@ impl Reloader {
         *self.source.lock().unwrap_or_else(PoisonError::into_inner) = Some(source);
     }
 
-    /// Reads the config again and applies it (SIGHUP, `POST /-/reload`).
+    /// Reads the config again and applies it (SIGHUP, `POST /-/reload`). One reload runs at a time,
+    /// and asking while one runs asks for the next: every caller waiting then gets the result of that
+    /// one reload, which read the file after all of them asked (a storm of requests is a few reloads,
+    /// never one thread each).
     pub async fn reload(&self) -> Reloaded {
+        let mine = {
+            let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
+            asked.asked += 1;
+            asked.asked
+        };
+        let running = self.running.lock().await;
+        let upto = {
+            let asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
+            if let (true, Some(last)) = (asked.answered >= mine, &asked.last) {
+                return last.clone();
+            }
+            asked.asked
+        };
+        let loaded = self.read().await;
+        let reloaded = self.apply_locked(running, loaded).await;
+        let mut asked = self.asked.lock().unwrap_or_else(PoisonError::into_inner);
+        asked.answered = upto;
+        asked.last = Some(reloaded.clone());
+        reloaded
+    }
+
+    /// The config file, read twice [`SETTLE`] apart (see there).
+    async fn read(&self) -> Result<Config, String> {
         let source = self
             .source
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        let loaded = match source {
-            Some(source) => tokio::task::spawn_blocking(move || source())
-                .await
-                .unwrap_or_else(|e| Err(format!("reading the config: {e}"))),
-            None => Err("no config file to read: this tokentap was started without one".into()),
+        let Some(source) = source else {
+            return Err("no config file to read: this tokentap was started without one".into());
         };
-        self.apply(loaded).await
+        let read = |source: Source| async move {
+            tokio::task::spawn_blocking(move || source())
+                .await
+                .unwrap_or_else(|e| Err(format!("reading the config: {e}")))
+        };
+        let first = read(source.clone()).await;
+        tokio::time::sleep(SETTLE).await;
+        let second = read(source).await;
+        match (first, second) {
+            (Ok(first), Ok(second)) if first != second => Err(
+                "the file changed while it was read (still being written?): nothing applied; reload again once it is written".into(),
+            ),
+            (Ok(_), second) => second,
+            (Err(first), _) => Err(first),
+        }
     }
 
     /// Applies `loaded` (a config read and checked as at start), or nothing; counts and logs how it
     /// came out.
     pub async fn apply(&self, loaded: Result<Config, String>) -> Reloaded {
-        let mut running = self.running.lock().await;
+        let running = self.running.lock().await;
+        self.apply_locked(running, loaded).await
+    }
+
+    async fn apply_locked(
+        &self, mut running: tokio::sync::MutexGuard<'_, Config>, loaded: Result<Config, String>,
+    ) -> Reloaded {
         let reloaded = match loaded {
             Ok(config) => self.replace(&mut running, config).await,
             Err(why) => Reloaded::Failed(why),
@@ -245,7 +305,7 @@ impl Reloader {
                 gaps: log.gaps,
                 max_gaps: log.max_gaps,
             }),
-            _ => match records(&config, &self.metrics).await {
+            _ => match records(&config, &self.metrics, &self.context.governor).await {
                 Ok(records) => records,
                 Err(e) => return Reloaded::Failed(e.to_string()),
             },
@@ -253,10 +313,12 @@ impl Reloader {
         let exporter = self.parts().spans.clone();
         let tracing = match (exporter, running.traces == config.traces) {
             (Some(exporter), true) => Tracing::with_exporter(&config, exporter),
-            _ => match Tracing::start(&config, self.metrics.spans.clone()) {
-                Ok(tracing) => tracing,
-                Err(e) => return Reloaded::Failed(format!("traces: {e}")),
-            },
+            _ => {
+                match Tracing::start(&config, self.metrics.spans.clone(), &self.context.governor) {
+                    Ok(tracing) => tracing,
+                    Err(e) => return Reloaded::Failed(format!("traces: {e}")),
+                }
+            }
         };
         let model_list = match config.model_list.enabled && running.model_list != config.model_list
         {
@@ -325,7 +387,7 @@ pub struct RecordsOpen {
 
 /// Starts the request_log writer, when one is configured.
 pub(super) async fn records(
-    config: &Config, metrics: &Metrics,
+    config: &Config, metrics: &Metrics, governor: &Governor,
 ) -> Result<Option<Records>, RecordsOpen> {
     let (Some(log), Some(counters)) = (&config.request_log, &metrics.records) else {
         return Ok(None);
@@ -350,6 +412,7 @@ pub(super) async fn records(
         ),
         Ok(Some(Ok(()))) | Err(_) => {}
     }
+    let writer = writer.governed(governor.pool(Budget::Records).clone());
     Ok(Some(Records {
         writer: Arc::new(writer),
         gaps: log.gaps,

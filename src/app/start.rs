@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
 use crate::decode::tokenizer::Tokenizers;
+use crate::govern::{Budget, Governor};
 use crate::logging::records::RecordWriter;
 use crate::net::admin::MetricsPort;
 use crate::net::fleet::{FleetPage, Prometheus};
@@ -66,18 +67,21 @@ pub(super) struct Metering {
 
 /// Builds the metering `config` asks for (the span exporter's task started with it).
 pub(super) async fn metering(config: &Config) -> Result<Metering, StartError> {
+    let governor = Governor::new(&config.budgets, &config.conversations);
     let metrics = Metrics::new(config)?;
+    metrics.watch(governor.clone())?;
     metrics
         .bound()
         .check(config.metrics.max_series)
         .map_err(StartError::SeriesBudget)?;
     let tokenizers = Arc::new(Tokenizers::load(config, Some(&metrics.served))?);
     tokenizers.log();
-    let records = records(config, &metrics).await?;
+    let records = records(config, &metrics, &governor).await?;
     let writer = records.as_ref().map(|r| r.writer.clone());
     let metrics = Arc::new(metrics);
-    let tracing = Tracing::start(config, metrics.spans.clone())?;
+    let tracing = Tracing::start(config, metrics.spans.clone(), &governor)?;
     let spans = tracing.as_ref().map(|t| t.exporter.clone());
+    let turns = governor.pool(Budget::Conversations).clone();
     let otlp_metrics = match &config.otlp_metrics {
         Some(otlp) => {
             let server = trace::server(&config.upstream);
@@ -87,12 +91,14 @@ pub(super) async fn metering(config: &Config) -> Result<Metering, StartError> {
         None => None,
     };
     let conversations =
-        Conversations::new(config.conversations.max_turns, config.conversations.idle).map(Arc::new);
+        Conversations::new(config.conversations.max_turns, config.conversations.idle)
+            .map(|c| Arc::new(c.governed(turns)));
     let settings = settings(config, &metrics, conversations.clone(), records, tracing);
     let context = Arc::new(ExchangeContext::new(
         settings,
         config.metering.clone(),
         tokenizers,
+        governor,
     ));
     Ok(Metering {
         metrics,

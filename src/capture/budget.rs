@@ -1,120 +1,119 @@
-//! The bytes the capture holds for the connections it follows, bounded per connection
-//! (`capture.max_connection_bytes`) and for all of them (`capture.max_buffered_bytes`): segments that
-//! came out of order, an unfinished head, a request body kept for its message list. Each connection
-//! holds one [`Lease`]; what it cannot draw, it does not hold, and the connection (or the part of it
-//! that needed the bytes) is not metered from there on. One small type, so that the shared governor
-//! (issue 49) can take its place without the rest of the capture changing.
+//! The bytes the capture holds for the connections it follows: segments that came out of order, an
+//! unfinished head, a request body kept for its message list. They are leased from the governor's
+//! `capture_flows` budget (`src/govern/`: a cap for all connections, a share per client address), and
+//! each connection at most `capture.max_connection_bytes`. What a connection cannot draw, it does not
+//! hold, and the connection (or the part of it that needed the bytes) is not metered from there on.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::net::IpAddr;
 use std::sync::Arc;
 
-use prometheus::IntGauge;
+use crate::govern::{self, Client, Pool};
 
-/// The bytes every connection holds together.
+/// The `capture_flows` budget, and one connection's bound.
 #[derive(Clone)]
-pub struct Budget(Arc<Shared>);
-
-struct Shared {
-    cap: usize,
-    used: AtomicUsize,
-    /// One connection's cap.
+pub struct Budget {
+    pool: Arc<Pool>,
     per_connection: usize,
-    /// `tokentap_capture_buffered_bytes`.
-    gauge: IntGauge,
 }
 
 impl Budget {
-    pub fn new(cap: usize, per_connection: usize, gauge: IntGauge) -> Self {
-        gauge.set(0);
-        Budget(Arc::new(Shared {
-            cap,
-            used: AtomicUsize::new(0),
+    pub fn new(pool: Arc<Pool>, per_connection: usize) -> Self {
+        Budget {
+            pool,
             per_connection,
-            gauge,
-        }))
+        }
     }
 
-    /// A connection's lease, holding nothing yet.
-    pub fn lease(&self) -> Lease {
+    /// The lease of a connection from `client`, holding nothing yet.
+    pub fn lease(&self, client: IpAddr) -> Lease {
         Lease {
-            budget: self.clone(),
-            bytes: 0,
+            lease: govern::Lease::on(&self.pool, Client::Address(client)),
+            per_connection: self.per_connection,
+            client,
         }
+    }
+
+    /// A budget of its own (unit tests): `cap` in all, `per_connection` each, no client's share.
+    #[cfg(test)]
+    pub fn plain(cap: usize, per_connection: usize) -> Self {
+        let limits = crate::config::BudgetLimits {
+            cap: cap as u64,
+            per_client: cap as u64,
+        };
+        Budget::new(
+            Arc::new(Pool::new(govern::Budget::CaptureFlows, limits)),
+            per_connection,
+        )
     }
 
     /// Bytes held by every lease now.
     pub fn used(&self) -> usize {
-        self.0.used.load(Ordering::Relaxed)
+        usize::try_from(self.pool.figures().used).unwrap_or(usize::MAX)
     }
 }
 
 /// What one connection holds; given back when it is dropped.
 pub struct Lease {
-    budget: Budget,
-    bytes: usize,
+    lease: govern::Lease,
+    per_connection: usize,
+    client: IpAddr,
 }
 
 impl Lease {
-    /// Draws `n` more bytes: false (and nothing drawn) when the connection's cap or the total would be
-    /// passed.
+    /// Draws `n` more bytes: false (and nothing drawn) when the connection's bound, its client's share
+    /// or the budget's cap would be passed.
     #[must_use]
     pub fn grow(&mut self, n: usize) -> bool {
-        let shared = &self.budget.0;
-        if self.bytes.saturating_add(n) > shared.per_connection {
+        if self.held().saturating_add(n) > self.per_connection {
             return false;
         }
-        let drawn = shared
-            .used
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
-                used.checked_add(n).filter(|total| *total <= shared.cap)
-            });
-        if drawn.is_err() {
-            return false;
-        }
-        self.bytes += n;
-        shared.gauge.add(n as i64);
-        true
+        self.lease.grow(n as u64).is_ok()
     }
 
     /// Gives `n` bytes back (at most what it holds).
     pub fn shrink(&mut self, n: usize) {
-        let n = n.min(self.bytes);
-        self.bytes -= n;
-        self.budget.0.used.fetch_sub(n, Ordering::Relaxed);
-        self.budget.0.gauge.sub(n as i64);
+        self.lease.shrink(n as u64);
     }
 
     /// Bytes this connection holds now.
     pub fn held(&self) -> usize {
-        self.bytes
+        usize::try_from(self.lease.bytes()).unwrap_or(usize::MAX)
     }
-}
 
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.shrink(self.bytes);
+    /// The connection's client.
+    pub fn client(&self) -> IpAddr {
+        self.client
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::BudgetLimits;
 
     #[test]
-    fn a_lease_draws_within_its_connections_cap_and_the_total_and_gives_all_back_when_dropped() {
-        let gauge = IntGauge::new("g", "g").unwrap();
-        let budget = Budget::new(100, 60, gauge.clone());
-        let mut a = budget.lease();
-        let mut b = budget.lease();
+    fn a_lease_draws_within_its_connection_its_client_and_the_cap_and_gives_all_back() {
+        let limits = BudgetLimits {
+            cap: 100,
+            per_client: 70,
+        };
+        let pool = Arc::new(Pool::new(govern::Budget::CaptureFlows, limits));
+        let budget = Budget::new(pool, 60);
+        let (one, two) = (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2]));
+        let mut a = budget.lease(one);
+        let mut b = budget.lease(one);
+        let mut c = budget.lease(two);
         assert!(a.grow(50));
         assert!(!a.grow(11), "over the connection's 60");
         assert!(a.grow(10));
-        assert!(!b.grow(41), "over the total's 100");
-        assert!(b.grow(40));
-        assert_eq!((budget.used(), gauge.get()), (100, 100));
+        assert!(!b.grow(11), "over the client's 70");
+        assert!(b.grow(10));
+        assert!(!c.grow(31), "over the cap's 100");
+        assert!(c.grow(30));
+        assert_eq!(budget.used(), 100);
         a.shrink(1000);
         assert_eq!((a.held(), budget.used()), (0, 40));
-        drop(b);
-        assert_eq!((budget.used(), gauge.get()), (0, 0));
+        drop((b, c));
+        assert_eq!(budget.used(), 0);
     }
 }

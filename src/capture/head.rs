@@ -200,7 +200,6 @@ impl ResponseHead {
 
 #[cfg(test)]
 mod tests {
-    use prometheus::IntGauge;
 
     use super::*;
     use crate::capture::budget::Budget;
@@ -209,9 +208,9 @@ mod tests {
     fn a_head_is_gathered_across_any_split_and_hands_back_the_bytes_after_it() {
         let wire =
             b"POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n{}";
-        let budget = Budget::new(1 << 20, 1 << 20, IntGauge::new("g", "g").unwrap());
+        let budget = Budget::plain(1 << 20, 1 << 20);
         for split in 1..wire.len() {
-            let mut lease = budget.lease();
+            let mut lease = budget.lease([127, 0, 0, 1].into());
             let mut gather = Gather::default();
             let mut got = None;
             let mut offset = 0;
@@ -236,8 +235,8 @@ mod tests {
 
     #[test]
     fn a_head_over_its_bound_or_not_http_is_refused() {
-        let budget = Budget::new(1 << 20, 1 << 20, IntGauge::new("g", "g").unwrap());
-        let mut lease = budget.lease();
+        let budget = Budget::plain(1 << 20, 1 << 20);
+        let mut lease = budget.lease([127, 0, 0, 1].into());
         let mut gather = Gather::default();
         assert_eq!(
             gather.feed(&[b'a'; 100], 64, &mut lease),

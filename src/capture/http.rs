@@ -129,7 +129,7 @@ impl Http {
                     return Ok(bytes.len());
                 };
                 let first = first.take().unwrap_or(stamp);
-                let body = self.begin(&head, first, shared)?;
+                let body = self.begin(&head, first, shared, lease.client())?;
                 self.requests = match body {
                     Body::Length(0) => {
                         self.end_of_request_body(lease);
@@ -173,7 +173,9 @@ impl Http {
     }
 
     /// A request head, read whole: its exchange begins at `first`, the packet its first byte came in.
-    fn begin(&mut self, head: &[u8], first: Stamp, shared: &Shared) -> Result<Body, Stop> {
+    fn begin(
+        &mut self, head: &[u8], first: Stamp, shared: &Shared, client: std::net::IpAddr,
+    ) -> Result<Body, Stop> {
         let head = head::request(head).map_err(stop)?;
         let (api, dialect) = dialect::detect(&head.path);
         let seen = Arc::new(RequestSeen::default());
@@ -187,7 +189,7 @@ impl Http {
             seen.clone(),
         );
         exchange.captured(first.wall);
-        exchange.identify(&head.headers);
+        exchange.identify(&head.headers, Some(client));
         let content_type = head.headers.get(http::header::CONTENT_TYPE);
         let scan = ModelScan::new(content_type, shared.context.metering.model_scan_bytes);
         self.pending.push_back(Pending {

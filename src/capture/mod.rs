@@ -12,7 +12,7 @@
 //! comes out as the same metrics, record and span, marked `captured`.
 //!
 //! What it holds is bounded: `capture.max_connections` connections, each one's bytes within
-//! `capture.max_connection_bytes` and all within `capture.max_buffered_bytes` (`budget.rs`); a
+//! `capture.max_connection_bytes` and all within the governor's `capture_flows` (`budget.rs`); a
 //! connection it cannot follow (bytes lost, a bound reached, not HTTP/1.1) is counted and not metered
 //! from there on, never guessed at (`tokentap_capture_unmetered_total{reason}`).
 
@@ -71,11 +71,11 @@ impl Capture {
         let settings = context.settings();
         let counters = settings.meter.metrics.capture.clone();
         let c = &config.capture;
-        let budget = Budget::new(
-            c.max_buffered_bytes,
-            c.max_connection_bytes,
-            counters.buffered.clone(),
-        );
+        let pool = context
+            .governor
+            .pool(crate::govern::Budget::CaptureFlows)
+            .clone();
+        let budget = Budget::new(pool, c.max_connection_bytes);
         counters.connections.set(0);
         Capture {
             shared: Shared {
@@ -143,7 +143,7 @@ impl Capture {
                     }
                     return;
                 }
-                let lease = self.budget.lease();
+                let lease = self.budget.lease(key.0.ip());
                 let new = Connection::new(side, &segment, lease, stamp.at, &self.counters);
                 self.connections.entry(key).or_insert(new)
             }

@@ -88,10 +88,12 @@ impl Fixture {
             identify: Identify::new(None),
         };
         let tokenizers = Arc::new(Tokenizers::default());
+        let governor = crate::govern::Governor::new(&config.budgets, &config.conversations);
         let context = Arc::new(ExchangeContext::new(
             settings,
             config.metering.clone(),
             tokenizers,
+            governor,
         ));
         Fixture {
             capture: Capture::new(&config, context),

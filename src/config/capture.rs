@@ -18,13 +18,10 @@ pub struct Capture {
     /// Connections followed at once; a new one beyond them is not metered.
     pub max_connections: usize,
     /// The bytes one connection may hold (segments that came out of order, an unfinished head, a request
-    /// body kept for its message list); beyond it, the connection is not metered from there on.
+    /// body kept for its message list); beyond it, the connection is not metered from there on. What all
+    /// connections hold together, and each client address, is the governor's `budgets.capture_flows`.
     #[serde(with = "values::size")]
     pub max_connection_bytes: usize,
-    /// The bytes every connection may hold together; beyond it, the connection that needed more is not
-    /// metered from there on.
-    #[serde(with = "values::size")]
-    pub max_buffered_bytes: usize,
     /// A connection with no packet for this long is forgotten (a request in progress on it ends as
     /// `timeout`).
     #[serde(with = "values::duration")]
@@ -42,7 +39,6 @@ impl Default for Capture {
             ports: Vec::new(),
             max_connections: 10_000,
             max_connection_bytes: 4 << 20,
-            max_buffered_bytes: 256 << 20,
             connection_idle: Duration::from_secs(600),
             socket_buffer: 8 << 20,
         }
@@ -75,23 +71,12 @@ impl Capture {
         let positive = [
             ("capture.max_connections", self.max_connections),
             ("capture.max_connection_bytes", self.max_connection_bytes),
-            ("capture.max_buffered_bytes", self.max_buffered_bytes),
             ("capture.socket_buffer", self.socket_buffer),
         ];
         for (key, value) in positive {
             if value == 0 {
                 return Err(invalid(key, "value", "0", "must be at least 1"));
             }
-        }
-        if self.max_connection_bytes > self.max_buffered_bytes {
-            let value = self.max_connection_bytes.to_string();
-            let reason = "must not be above capture.max_buffered_bytes";
-            return Err(invalid(
-                "capture.max_connection_bytes",
-                "size",
-                &value,
-                reason,
-            ));
         }
         if !(Duration::from_secs(1)..=Duration::from_secs(24 * 3600))
             .contains(&self.connection_idle)

@@ -30,6 +30,11 @@ pub struct Timeouts {
     /// Longest wait for the next piece of a request body while it is forwarded (h1 and h2).
     #[serde(with = "values::duration")]
     pub request_body_idle: Duration,
+    /// A body held whole before it is sent (`limits.hold_request_body_bytes`) must have arrived
+    /// within this, counted from the request head, however steadily it trickles (and a client over
+    /// its share of `budgets.held_bodies` waits for room within it too); else 408.
+    #[serde(with = "values::duration")]
+    pub held_request_body: Duration,
     /// An upstream connection unused for this long is closed; set below the upstream's own keep-alive.
     #[serde(with = "values::duration")]
     pub upstream_idle: Duration,
@@ -73,10 +78,6 @@ pub struct Limits {
     /// Request bodies up to this size are read whole before an upstream slot is taken; 0: none.
     #[serde(with = "values::size")]
     pub hold_request_body_bytes: u64,
-    /// The bytes all held request bodies may take together; a body waits for room (at most
-    /// `timeouts.request_body_idle`, then 503).
-    #[serde(with = "values::size")]
-    pub max_held_request_bytes: u64,
     /// Request bodies larger than `hold_request_body_bytes` one client address may be uploading at
     /// once (each holds an upstream slot while it does); beyond it: 503.
     pub max_streamed_uploads_per_client: usize,
@@ -100,6 +101,7 @@ impl Default for Timeouts {
             client_header_read: Duration::from_secs(30),
             client_idle: Duration::from_secs(660),
             request_body_idle: Duration::from_secs(60),
+            held_request_body: Duration::from_secs(60),
             upstream_idle: Duration::from_millis(1500),
             metrics_send: Duration::from_secs(60),
             metrics_header_read: Duration::from_secs(5),
@@ -119,7 +121,6 @@ impl Default for Limits {
             max_concurrent_streams: 128,
             max_upstream_per_connection: None,
             hold_request_body_bytes: 1 << 20,
-            max_held_request_bytes: 64 << 20,
             max_streamed_uploads_per_client: 32,
             max_metrics_connections: 64,
             max_sessions: 1024,
@@ -181,14 +182,6 @@ impl Limits {
                     format!("must be between 1 and limits.max_upstream_connections ({upstream})");
                 return Err(invalid(key, "value", &share.to_string(), reason));
             }
-        }
-        let (hold, held) = (self.hold_request_body_bytes, self.max_held_request_bytes);
-        if hold > 0 && held < hold {
-            let key = "limits.max_held_request_bytes";
-            let reason = format!(
-                "must be at least limits.hold_request_body_bytes ({hold} bytes), or no body of that size could be held"
-            );
-            return Err(invalid(key, "size", &held.to_string(), reason));
         }
         if self.max_streamed_uploads_per_client == 0 {
             let (key, reason) = (

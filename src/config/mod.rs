@@ -19,6 +19,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 mod admission;
+mod budgets;
 mod capture;
 mod conversations;
 mod limits;
@@ -39,6 +40,7 @@ mod yaml;
 mod tests;
 
 pub use admission::ModelList;
+pub use budgets::{BudgetLimits, Budgets};
 pub use capture::Capture;
 pub use conversations::Conversations;
 pub use limits::{Limits, Timeouts};
@@ -87,6 +89,9 @@ pub struct Config {
     pub timeouts: Timeouts,
     #[serde(deserialize_with = "section")]
     pub limits: Limits,
+    /// What clients may make tokentap hold and inflate on their behalf (`budgets:`).
+    #[serde(deserialize_with = "section")]
+    pub budgets: Budgets,
     /// After SIGTERM/SIGINT, how long in-flight requests may run on before they are cut.
     #[serde(with = "values::duration")]
     pub shutdown_grace: Duration,
@@ -323,6 +328,7 @@ impl Default for Config {
             model_list: ModelList::default(),
             timeouts: Timeouts::default(),
             limits: Limits::default(),
+            budgets: Budgets::default(),
             shutdown_grace: Duration::from_secs(30),
             log_level: None,
             metering: Metering::default(),
@@ -439,6 +445,7 @@ impl Config {
         }
         self.model_list.validate()?;
         self.limits.validate()?;
+        self.budgets.validate(self.limits.held_body_bytes())?;
         self.ui.validate()?;
         self.conversations.validate()?;
         self.capture.validate()?;

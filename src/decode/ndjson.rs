@@ -69,6 +69,17 @@ impl NdjsonFramer {
         self.line = Vec::new();
     }
 
+    /// What the framer's buffer has allocated (its share of the governor's `event_bytes`).
+    pub fn capacity(&self) -> usize {
+        self.line.capacity()
+    }
+
+    /// Frees the buffer and refuses every later feed (metering of the stream stops).
+    pub fn release(&mut self) {
+        self.poisoned = true;
+        self.line = Vec::new();
+    }
+
     /// Bytes currently held (the unfinished line), for memory accounting in tests.
     #[cfg_attr(not(test), allow(dead_code))]
     pub fn buffered_bytes(&self) -> usize {

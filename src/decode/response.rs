@@ -19,6 +19,7 @@ use crate::decode::json::FieldScanner;
 use crate::decode::ndjson::NdjsonFramer;
 use crate::decode::sse::SseFramer;
 use crate::decode::tokenizer::TextCount;
+use crate::govern::Lease;
 use crate::record::finished::DecoderReport;
 pub use crate::record::finished::SkipReason;
 use crate::record::meter::Read;
@@ -150,6 +151,8 @@ impl Reading {
 pub struct ResponseDecoder {
     framing: Framing,
     reading: Reading,
+    /// What the framer's buffers hold of the governor's `event_bytes` (none when not governed).
+    lease: Option<Lease>,
 }
 
 impl ResponseDecoder {
@@ -169,6 +172,7 @@ impl ResponseDecoder {
         };
         ResponseDecoder {
             framing,
+            lease: None,
             reading: Reading {
                 dialect,
                 obs: Observations::default(),
@@ -185,6 +189,39 @@ impl ResponseDecoder {
         }
     }
 
+    /// Counts what the framer's buffers allocate in `lease` (the governor's `event_bytes`, the
+    /// request's client's): from now on each change of their size is leased, and when the budget
+    /// refuses, the framer's buffers are freed and the stream is no longer metered (it is forwarded
+    /// all the same).
+    pub fn govern(&mut self, lease: Lease) {
+        self.lease = Some(lease);
+        self.account();
+    }
+
+    fn account(&mut self) {
+        let Some(lease) = &mut self.lease else {
+            return;
+        };
+        let held = match &self.framing {
+            Framing::Sse(framer) => framer.capacity(),
+            Framing::Ndjson(framer) => framer.capacity(),
+            Framing::Json(_) | Framing::Audio { .. } => 0,
+        } as u64;
+        if held == lease.bytes() {
+            return;
+        }
+        if let Err(spent) = lease.resize(held) {
+            match &mut self.framing {
+                Framing::Sse(framer) => framer.release(),
+                Framing::Ndjson(framer) => framer.release(),
+                Framing::Json(_) | Framing::Audio { .. } => {}
+            }
+            lease.shrink(u64::MAX);
+            let budget = lease.budget();
+            (self.reading.skipped).get_or_insert(SkipReason::Unmetered(budget, spent));
+        }
+    }
+
     /// A stream of events (SSE or NDJSON), as opposed to one JSON body or a body of audio.
     pub fn is_streaming(&self) -> bool {
         matches!(self.framing, Framing::Sse(_) | Framing::Ndjson(_))
@@ -193,7 +230,9 @@ impl ResponseDecoder {
     /// Reads one body frame and appends to `marks` the choice of each output it completed, in order
     /// (an event that advanced two choices leaves two marks).
     pub fn feed(&mut self, bytes: &[u8], marks: &mut Vec<u32>) {
-        let ResponseDecoder { framing, reading } = self;
+        let ResponseDecoder {
+            framing, reading, ..
+        } = self;
         if reading.skipped.is_some() {
             return;
         }
@@ -219,6 +258,7 @@ impl ResponseDecoder {
         if fed.is_err() {
             reading.skipped.get_or_insert(SkipReason::EventTooLarge);
         }
+        self.account();
         // Output events completed before the stream turned unreadable were real token arrivals,
         // whether or not the unreadable part came in the same frame: the figures depend only on the
         // bytes, never on where the network cut them into frames.
@@ -262,7 +302,9 @@ impl ResponseDecoder {
     }
 
     fn flush(&mut self, complete: bool, marks: &mut Vec<u32>) {
-        let ResponseDecoder { framing, reading } = self;
+        let ResponseDecoder {
+            framing, reading, ..
+        } = self;
         match framing {
             Framing::Json(scanner) => reading.dialect.on_body(scanner, &mut reading.obs),
             Framing::Ndjson(framer) if complete && reading.skipped.is_none() => {

@@ -141,6 +141,18 @@ impl SseFramer {
         self.pending.saw_field || self.line.first().is_some_and(|&b| b != b':')
     }
 
+    /// What the framer's buffers have allocated (its share of the governor's `event_bytes`).
+    pub fn capacity(&self) -> usize {
+        self.line.capacity() + self.pending.data.capacity() + self.pending.event.capacity()
+    }
+
+    /// Frees the buffers and refuses every later feed (metering of the stream stops).
+    pub fn release(&mut self) {
+        self.poisoned = true;
+        self.line = Vec::new();
+        self.pending = Pending::default();
+    }
+
     /// Bytes currently held (unfinished line + pending event data), for memory accounting in tests.
     #[cfg_attr(not(test), allow(dead_code))]
     pub fn buffered_bytes(&self) -> usize {

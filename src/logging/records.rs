@@ -36,6 +36,7 @@ use std::time::Duration;
 use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 use tokio::time::Instant;
 
+use crate::govern::{Client, Lease, Pool};
 use crate::logging::repeated::RepeatedWarning;
 
 /// Where the lines go.
@@ -52,15 +53,19 @@ pub struct RecordCounters {
     pub written: IntCounter,
     pub queue_full: IntCounter,
     pub write_error: IntCounter,
+    /// The governor's `records` budget had no room for the line (its client's share, or the cap).
+    pub budget: IntCounter,
 }
 
 /// The family of records written whole.
 pub const WRITTEN: &str = "tokentap_request_records_written_total";
 /// The family of records not written, by `reason`.
 pub const DROPPED: &str = "tokentap_request_records_dropped_total";
+/// The values of its `reason`, all there from the start.
+pub const DROP_REASONS: [&str; 3] = ["queue_full", "write_error", "budget"];
 
 impl RecordCounters {
-    /// Registers the two families; `reason` takes its two values at once, so both series exist from
+    /// Registers the two families; `reason` takes its values at once, so every series exists from
     /// the start (a rate over a series that appears late misses its first increase).
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         let written = IntCounter::new(WRITTEN, "Per-request records written to request_log.path.")?;
@@ -68,21 +73,23 @@ impl RecordCounters {
         let dropped = IntCounterVec::new(
             Opts::new(
                 DROPPED,
-                "Per-request records not written: the writer's queue was full (queue_full) or the write failed (write_error).",
+                "Per-request records not written: the writer's queue was full (queue_full), the records budget had no room for the line in its client's share or in all (budget), or the write failed (write_error).",
             ),
             &["reason"],
         )?;
         registry.register(Box::new(dropped.clone()))?;
         Ok(RecordCounters {
             written,
-            queue_full: dropped.with_label_values(&["queue_full"]),
-            write_error: dropped.with_label_values(&["write_error"]),
+            queue_full: dropped.with_label_values(&[DROP_REASONS[0]]),
+            write_error: dropped.with_label_values(&[DROP_REASONS[1]]),
+            budget: dropped.with_label_values(&[DROP_REASONS[2]]),
         })
     }
 }
 
 enum Message {
-    Line(String),
+    /// A record, and what it holds of the `records` budget until it is written.
+    Line(String, Option<Lease>),
     /// Wakes the thread for a reopen (the flag says it), or asks for a flush and an answer.
     Wake,
     Flush(SyncSender<()>),
@@ -98,6 +105,8 @@ pub struct RecordWriter {
     /// built for it.
     queued: Arc<AtomicUsize>,
     capacity: usize,
+    /// The governor's `records` budget each queued line is leased from; `None`: not governed.
+    budget: Option<Arc<Pool>>,
 }
 
 impl RecordWriter {
@@ -132,26 +141,46 @@ impl RecordWriter {
             full: Mutex::default(),
             queued,
             capacity: queue,
+            budget: None,
         };
         Ok((writer, Opened(open_result)))
     }
 
-    /// Queues one record (a JSON object without its newline). Never waits: a full queue drops it.
-    fn send(&self, line: String) {
+    /// Each line queued from now is leased from `budget` (the governor's `records`) until written.
+    pub fn governed(mut self, budget: Arc<Pool>) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Queues one record (a JSON object without its newline) of `client`'s. Never waits: a full
+    /// queue, or no room for it in the client's share of the budget, drops it.
+    fn send(&self, line: String, client: &Client) {
+        let lease = match &self.budget {
+            Some(budget) => {
+                let mut lease = Lease::on(budget, client.clone());
+                if lease.grow(line.len() as u64).is_err() {
+                    self.counters.budget.inc();
+                    return;
+                }
+                Some(lease)
+            }
+            None => None,
+        };
         self.queued.fetch_add(1, Ordering::AcqRel);
-        if self.queue.try_send(Message::Line(line)).is_err() {
+        if self.queue.try_send(Message::Line(line, lease)).is_err() {
             self.queued.fetch_sub(1, Ordering::AcqRel);
             self.dropped();
         }
     }
 
-    /// Queues the record `line` builds, building it only when the queue has room: a writer that is
-    /// behind costs the data path no serialising. `line` returning `None` queues nothing.
-    pub fn send_with(&self, line: impl FnOnce() -> Option<String>) {
+    /// Queues the record of `client`'s that `line` builds, building it only when the queue has room:
+    /// a writer that is behind costs the data path no serialising. `line` returning `None` queues
+    /// nothing.
+    pub fn send_with(&self, client: &Client, line: impl FnOnce() -> Option<String>) {
         if self.queued.load(Ordering::Acquire) >= self.capacity {
             self.dropped();
         } else if let Some(line) = line() {
-            self.send(line);
+            self.send(line, client);
         }
     }
 
@@ -312,7 +341,7 @@ impl Thread {
             self.out = None;
         }
         match message {
-            Message::Line(line) => {
+            Message::Line(line, _lease) => {
                 self.queued.fetch_sub(1, Ordering::AcqRel);
                 if !self.buffer.is_empty() && self.buffer.len() + line.len() >= BUFFER {
                     self.flush();

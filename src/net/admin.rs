@@ -196,10 +196,12 @@ impl MetricsPort {
     }
 
     /// `POST /-/reload`: the reload's result as the body, 200 when it was applied, 500 when not (the
-    /// file failed, or changed what needs a restart), 403 while `metrics.enable_reload` is off; any
-    /// other method 405.
-    async fn reload(&self, method: &Method) -> Response<Full<Bytes>> {
+    /// file failed, or changed what needs a restart), 403 while `metrics.enable_reload` is off or when
+    /// a browser says the request comes from another site; any other method 405. Requests that arrive
+    /// while a reload runs share the next one (the app's reloader coalesces them).
+    async fn reload(&self, request: &Request<Incoming>) -> Response<Full<Bytes>> {
         let text = |status, body: String| plain(status, "text/plain", Bytes::from(body));
+        let method = request.method();
         if method != Method::POST {
             let mut response = text(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -214,6 +216,11 @@ impl MetricsPort {
                 "reloading by POST is off: set metrics.enable_reload: true (or send SIGHUP)\n";
             return text(StatusCode::FORBIDDEN, body.into());
         };
+        if let Some(why) = cross_site(request) {
+            self.refused().cross_site.inc();
+            let body = format!("a reload from another site is refused ({why}); post it from a tool, not a page (curl, configmap-reload)\n");
+            return text(StatusCode::FORBIDDEN, body);
+        }
         let (applied, said) = reload.reload().await;
         let status = match applied {
             true => StatusCode::OK,
@@ -223,6 +230,8 @@ impl MetricsPort {
     }
 
     /// Whether `request` names a host this port answers: any without `metrics.allowed_hosts`.
+    ///
+    /// (See also [`cross_site`], which a state-changing request must pass too.)
     fn host_allowed(&self, request: &Request<Incoming>) -> bool {
         if self.allowed_hosts.is_empty() {
             return true;
@@ -254,7 +263,7 @@ impl MetricsPort {
             );
         }
         if path == RELOAD_PATH {
-            return self.reload(request.method()).await;
+            return self.reload(request).await;
         }
         if let (true, Some(live)) = (get, &self.live) {
             let answer = match path {
@@ -313,6 +322,31 @@ impl MetricsPort {
             response.headers_mut().insert(header::VARY, vary);
         }
         response
+    }
+}
+
+/// Why `request` comes from another site, as a browser says it (a tool such as curl says nothing): a
+/// `Sec-Fetch-Site` other than `same-origin` or `none` (the user's own navigation), or an `Origin`
+/// whose host is not the one the request was sent to. A page elsewhere can make a browser post a form
+/// here (no CORS check stops a simple POST), so such a request changes nothing.
+fn cross_site(request: &Request<Incoming>) -> Option<&'static str> {
+    let headers = request.headers();
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    if let Some(site) = text("sec-fetch-site") {
+        if !matches!(site.trim(), "same-origin" | "none") {
+            return Some("Sec-Fetch-Site is not same-origin");
+        }
+    }
+    let origin = text("origin")?;
+    let host = text("host").or_else(|| request.uri().authority().map(|a| a.as_str()));
+    let origin_host = origin.split_once("://").map_or(origin, |(_, rest)| rest);
+    match host {
+        Some(host) if origin_host.eq_ignore_ascii_case(host) => None,
+        _ => Some("its Origin is not this host"),
     }
 }
 

@@ -21,6 +21,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::Poll;
 
 use http::Response;
 use hyper::service::service_fn;
@@ -32,7 +33,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, Limits, Timeouts};
 use crate::logging::repeated::RepeatedWarning;
-use crate::net::activity::{Activity, InProgress, Tracked};
+use crate::net::activity::{Activity, InProgress, Now, Tracked};
 use crate::net::admin::{serve_metrics, MetricsPort};
 use crate::net::client_conn::{accept, sniff, Speaks, TimedIo};
 use crate::net::delay::{Forwarding, FrameDelay};
@@ -312,9 +313,15 @@ impl ServeProxy {
         let result = tokio::select! {
             result = conn.as_mut() => result,
             () = draining => {
-                // Finish the request in progress (h1) or the open streams (h2), take no more.
+                // Finish the request in progress (h1) or the open streams (h2), take no more. An h2
+                // client that reads nothing while it has no request (a sync client between calls)
+                // never answers the GOAWAY's PING: once the connection has nothing in progress it is
+                // closed, as an idle one is when its place is reclaimed.
                 conn.as_mut().graceful_shutdown();
-                conn.await
+                tokio::select! {
+                    result = conn.as_mut() => result,
+                    () = close_when_idle(&busy) => conn.await,
+                }
             }
         };
         if let Err(err) = result {
@@ -332,6 +339,21 @@ impl ServeProxy {
             session.await;
         }
     }
+}
+
+/// Takes the connection's place back the moment it has no request in progress and its answers are
+/// written (so its read side reads it as closed); pending until then.
+async fn close_when_idle(activity: &Activity) {
+    std::future::poll_fn(|cx| loop {
+        match activity.watch(cx.waker()) {
+            Now::Reclaimed => return Poll::Ready(()),
+            Now::Idle if activity.reclaim() => return Poll::Ready(()),
+            // A request began between the look and the reclaim: look again.
+            Now::Idle => continue,
+            Now::Busy | Now::Unsent => return Poll::Pending,
+        }
+    })
+    .await
 }
 
 #[cfg(test)]

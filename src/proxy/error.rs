@@ -37,8 +37,10 @@ pub enum ProxyError {
     UpstreamOverloaded { limit: usize },
     #[error("this connection already has {limit} upstream requests in progress (limits.max_upstream_per_connection); retry shortly, or spread requests over more connections")]
     ConnectionShare { limit: usize },
-    #[error("no room to hold the request body within {after:?} (limits.max_held_request_bytes is taken by other requests' bodies); retry shortly")]
+    #[error("no room to hold the request body within {} (this client's share of budgets.held_bodies is taken by its other requests' bodies: budgets.held_bodies_per_client); retry shortly", format_duration(*.after))]
     HeldBytesFull { after: Duration },
+    #[error("the request body did not arrive whole within {} (timeouts.held_request_body)", format_duration(*.after))]
+    HeldBodyLate { after: Duration },
     #[error("this client address already has {limit} request bodies larger than limits.hold_request_body_bytes being uploaded (limits.max_streamed_uploads_per_client); retry shortly")]
     UploadsPerClient { limit: usize },
     #[error("{limit} WebSocket sessions are open (limits.max_sessions); retry shortly")]
@@ -111,7 +113,9 @@ impl ProxyError {
             ProxyError::ClientBodyBroken | ProxyError::BadTarget { .. } => StatusCode::BAD_REQUEST,
             ProxyError::RequestBodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::HeadTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            ProxyError::RequestBodyIdle { .. } => StatusCode::REQUEST_TIMEOUT,
+            ProxyError::RequestBodyIdle { .. } | ProxyError::HeldBodyLate { .. } => {
+                StatusCode::REQUEST_TIMEOUT
+            }
             ProxyError::UpstreamOverloaded { .. }
             | ProxyError::ConnectionShare { .. }
             | ProxyError::HeldBytesFull { .. }
@@ -145,6 +149,7 @@ impl ProxyError {
             ProxyError::UpstreamConnectTimeout { .. }
             | ProxyError::UpstreamHeadersTimeout { .. }
             | ProxyError::RequestBodyIdle { .. }
+            | ProxyError::HeldBodyLate { .. }
             | ProxyError::ShutdownCut => Refusal::TimedOut,
             ProxyError::ClientBodyBroken => Refusal::ClientBodyBroken,
             ProxyError::RequestBodyTooLarge { .. }
@@ -172,7 +177,9 @@ impl ProxyError {
             | ProxyError::RequestBodyTooLarge { .. }
             | ProxyError::HeadTooLarge { .. }
             | ProxyError::BadTarget { .. } => "invalid_request_error",
-            ProxyError::RequestBodyIdle { .. } => "request_timeout",
+            ProxyError::RequestBodyIdle { .. } | ProxyError::HeldBodyLate { .. } => {
+                "request_timeout"
+            }
             ProxyError::UpstreamOverloaded { .. } | ProxyError::ConnectionShare { .. } => {
                 "upstream_overloaded"
             }

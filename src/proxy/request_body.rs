@@ -14,13 +14,19 @@
 //! read buffers and goes upstream as one frame, in one write. The buffer is sized from the body's
 //! `Content-Length` when it has one: at once for a small body (up to 4 KiB), and by doubling, never past
 //! that length, for a larger one, so a client that declares a large body and stalls holds what it sent
-//! (at most twice), not what it declared. Every byte the buffer allocates is taken from `limits.max_held_request_bytes`,
-//! the budget all held bodies share, and given back when the body and every copy of it (a resend's, the
-//! conversation reader's) are dropped; a large body's resend copy goes as soon as only the keep-alive race
-//! could have used it (`proxy/upstream/resend.rs`), not when the answer's head comes. When the budget has no room, the body waits for it (its client's
-//! bytes wait in the kernel, at no cost here) at most `timeouts.request_body_idle`, then the request is
-//! answered `503` with `Retry-After` ([`HoldError::Budget`]): it never streams onto an upstream slot for
-//! want of memory.
+//! (at most twice), not what it declared. Every byte the buffer allocates is leased from the governor's
+//! `held_bodies` budget (`src/govern/`) under the request's client, and given back when the body and
+//! every copy of it (a resend's, the conversation reader's) are dropped; a large body's resend copy goes
+//! as soon as only the keep-alive race could have used it (`proxy/upstream/resend.rs`), not when the
+//! answer's head comes.
+//!
+//! **Only the client over its share waits.** A client whose bodies already hold its share waits for
+//! room in it (its bytes wait in the kernel, at no cost here) at most `timeouts.request_body_idle`, and
+//! is answered `503` with `Retry-After` ([`HoldError::Budget`]) if none comes. A client within its share never
+//! waits behind another: when the budget's cap is reached, its body is sent on as it arrives instead of
+//! held ([`Hold::streamed_for_room`]), which costs it only the resend a held body would have had. And
+//! every held body has a deadline for the whole of it (`timeouts.held_request_body`), not only for the
+//! gap between two pieces, so a body trickled a byte at a time cannot hold its room for long.
 //!
 //! A body that grows past the hold size streams as it arrives: what was read so far goes first, then the
 //! rest, frame by frame. Such a request holds an upstream slot while its client uploads, so each client
@@ -30,6 +36,7 @@
 //! `Content-Length`, unless it had trailers).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -41,8 +48,9 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
+use crate::govern::{Client, Lease, Pool, Spent};
 use crate::tap::{BoxError, RequestTap};
 
 /// A body declared this small, or smaller, is allocated at once; a larger one grows as it arrives.
@@ -52,9 +60,9 @@ const SMALL_BODY: usize = 4 << 10;
 pub struct Held {
     bytes: Bytes,
     trailers: Option<HeaderMap>,
-    /// This body's share of `limits.max_held_request_bytes` (its buffer's capacity), given back when
-    /// the last copy is dropped.
-    _budget: Option<OwnedSemaphorePermit>,
+    /// What this body holds of `budgets.held_bodies` (its buffer's capacity), given back when the
+    /// last copy is dropped.
+    _budget: Lease,
 }
 
 impl AsRef<[u8]> for Held {
@@ -81,16 +89,40 @@ struct Streamed {
     first: Option<Bytes>,
     /// Its place among its client's unfinished uploads, until its last byte passed.
     place: Option<ClientPlace>,
+    /// What was read after small pieces that were joined into one frame: sent next.
+    after: Option<After>,
+    /// Small pieces being joined, and how long they may wait for more.
+    joining: Option<bytes::BytesMut>,
+    wait: Option<Pin<Box<tokio::time::Sleep>>>,
 }
+
+/// What came after the pieces joined into one frame.
+enum After {
+    Frame(Frame<Bytes>),
+    Error(BoxError),
+    End,
+}
+
+/// A piece of a streamed body this small is joined with the pieces ready after it, up to
+/// [`JOINED`], so a client that uploads a byte at a time does not cost a write upstream per byte.
+const SMALL_PIECE: usize = 4 << 10;
+/// The most pieces are joined to.
+const JOINED: usize = 64 << 10;
+/// The longest small pieces wait for more before what was joined goes: a millisecond, on a body too
+/// large to hold (whose server reads it whole before it answers), against a write per piece.
+const JOIN_WAIT: Duration = Duration::from_millis(1);
 
 /// How much a request may hold, and the budget all held bodies share.
 #[derive(Clone)]
 pub struct HoldLimits {
     /// `limits.hold_request_body_bytes` (never above `limits.max_request_body_bytes`); 0: hold nothing.
     pub per_request: u64,
-    /// `limits.max_held_request_bytes`, in bytes.
-    pub all: Arc<Semaphore>,
-    /// How long a body waits for room in `all`: `timeouts.request_body_idle`.
+    /// The governor's `held_bodies` budget.
+    pub all: Arc<Pool>,
+    /// The whole body must arrive within this of the request head: `timeouts.held_request_body`.
+    pub whole: Duration,
+    /// How long a body waits for room in its client's share, at most (within `whole`):
+    /// `timeouts.request_body_idle`, as tokentap reads none of it meanwhile.
     pub wait: Duration,
 }
 
@@ -101,31 +133,43 @@ pub enum HoldError {
     /// (the [`crate::tap::RequestSeen`] behind the tap says which).
     #[error(transparent)]
     Body(BoxError),
-    /// `limits.max_held_request_bytes` had no room for the body within [`HoldLimits::wait`].
-    #[error("no room for the request body in limits.max_held_request_bytes within {0:?}")]
+    /// The client's share of `budgets.held_bodies` had no room for the body by its deadline.
+    #[error(
+        "no room for the request body in this client's share of budgets.held_bodies within {0:?}"
+    )]
     Budget(Duration),
+    /// The body did not arrive whole within [`HoldLimits::whole`].
+    #[error("the request body did not arrive whole within {0:?} (timeouts.held_request_body)")]
+    Late(Duration),
 }
 
 /// What [`hold`] read, and whether it had to wait for the budget.
 pub struct Hold {
     pub body: Outgoing,
-    /// The body waited for room in `limits.max_held_request_bytes`.
+    /// The body waited for room in its client's share of `budgets.held_bodies`.
     pub waited: bool,
+    /// The budget's cap was reached while the client was within its share: the body is sent as it
+    /// arrives rather than held.
+    pub streamed_for_room: bool,
 }
 
 /// The buffer a body is held in, and the budget its capacity takes.
 struct Buffer<'a> {
     bytes: Vec<u8>,
-    budget: Option<OwnedSemaphorePermit>,
+    budget: Lease,
     limits: &'a HoldLimits,
     /// The most the buffer may grow to: the declared length, else the hold size.
     most: usize,
+    deadline: Instant,
     waited: bool,
+    /// The cap was reached within the client's share: stop holding, send what came and stream.
+    no_room: bool,
 }
 
 impl Buffer<'_> {
     /// Makes room for `more` bytes, taking what the buffer grows by from the budget (waiting for it,
-    /// within the limit's wait). `Ok(false)`: the body is larger than the hold size.
+    /// within the deadline, when the client is over its share). `Ok(false)`: the body is larger than the
+    /// hold size, or the budget's cap has no room for it: it streams.
     async fn room_for(&mut self, more: usize) -> Result<bool, HoldError> {
         let needed = self.bytes.len() + more;
         let hold = usize::try_from(self.limits.per_request).unwrap_or(usize::MAX);
@@ -143,46 +187,48 @@ impl Buffer<'_> {
             .max(needed)
             .max(SMALL_BODY)
             .min(most);
-        let Ok(more) = u32::try_from(grown - capacity) else {
-            return Ok(false);
-        };
-        let permit = match self.limits.all.clone().try_acquire_many_owned(more) {
-            Ok(permit) => permit,
-            Err(_) => {
-                self.waited = true;
-                let wait = self.limits.all.clone().acquire_many_owned(more);
-                match tokio::time::timeout(self.limits.wait, wait).await {
-                    Ok(Ok(permit)) => permit,
-                    // Closed (never), or no room in time.
-                    _ => return Err(HoldError::Budget(self.limits.wait)),
-                }
+        let more = (grown - capacity) as u64;
+        let until = (Instant::now() + self.limits.wait).min(self.deadline);
+        match self.budget.grow_waiting(more, until).await {
+            Ok(waited) => self.waited |= waited,
+            Err(Spent::Cap) => {
+                self.no_room = true;
+                return Ok(false);
             }
-        };
-        match &mut self.budget {
-            Some(budget) => budget.merge(permit),
-            None => self.budget = Some(permit),
+            Err(Spent::Share) if until == self.deadline => {
+                return Err(HoldError::Late(self.limits.whole))
+            }
+            Err(Spent::Share) => return Err(HoldError::Budget(self.limits.wait)),
         }
         self.bytes.reserve_exact(grown - self.bytes.len());
         Ok(true)
     }
 }
 
-/// Reads `tap` whole into one buffer if it fits the hold size, else up to where it stopped fitting.
-/// `declared`: the body's `Content-Length`, when it has one.
+/// Reads `tap` whole into one buffer if it fits the hold size (and `client`'s room in the budget),
+/// else up to where it stopped fitting. `declared`: the body's `Content-Length`, when it has one;
+/// `arrive`: when its head was read, from which the whole body's deadline runs.
 pub async fn hold(
-    mut tap: RequestTap<Incoming>, limits: &HoldLimits, declared: Option<u64>,
+    mut tap: RequestTap<Incoming>, limits: &HoldLimits, declared: Option<u64>, client: &Client,
+    arrive: Instant,
 ) -> Result<Hold, HoldError> {
+    let deadline = arrive + limits.whole;
     let mut buffer = Buffer {
         bytes: Vec::new(),
-        budget: None,
+        budget: Lease::on(&limits.all, client.clone()),
         limits,
         most: declared.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+        deadline,
         waited: false,
+        no_room: false,
     };
     let mut trailers = None;
     let mut first_over = None;
     while limits.per_request > 0 && !tap.is_end_stream() {
-        let Some(frame) = tap.frame().await else {
+        let Ok(frame) = tokio::time::timeout_at(deadline, tap.frame()).await else {
+            return Err(HoldError::Late(limits.whole));
+        };
+        let Some(frame) = frame else {
             break;
         };
         match frame.map_err(HoldError::Body)?.into_data() {
@@ -198,7 +244,7 @@ pub async fn hold(
         }
     }
     let streams = first_over.is_some() || limits.per_request == 0;
-    let waited = buffer.waited;
+    let (waited, streamed_for_room) = (buffer.waited, buffer.no_room);
     let held = Held {
         bytes: Bytes::from(buffer.bytes),
         trailers,
@@ -208,6 +254,9 @@ pub async fn hold(
         tap,
         first: first_over,
         place: None,
+        after: None,
+        joining: None,
+        wait: None,
     });
     Ok(Hold {
         body: Outgoing {
@@ -217,6 +266,7 @@ pub async fn hold(
             rest,
         },
         waited,
+        streamed_for_room,
     })
 }
 
@@ -271,8 +321,14 @@ impl Body for Outgoing {
             if let Some(first) = rest.first.take() {
                 return Poll::Ready(Some(Ok(Frame::data(first))));
             }
-            let polled = Pin::new(&mut rest.tap).poll_frame(cx);
-            if matches!(polled, Poll::Ready(None | Some(Err(_)))) || rest.tap.is_end_stream() {
+            let polled = match rest.after.take() {
+                Some(After::Frame(frame)) => Poll::Ready(Some(Ok(frame))),
+                Some(After::Error(error)) => Poll::Ready(Some(Err(error))),
+                Some(After::End) => Poll::Ready(None),
+                None => rest.poll_joined(cx),
+            };
+            let ended = rest.after.is_none() && rest.tap.is_end_stream();
+            if matches!(polled, Poll::Ready(None | Some(Err(_)))) || ended {
                 // The upload is over: its place goes back now, not when hyper drops the body.
                 rest.place = None;
             }
@@ -290,7 +346,11 @@ impl Body for Outgoing {
     fn is_end_stream(&self) -> bool {
         (self.held_sent || self.held.bytes.is_empty())
             && match &self.rest {
-                Some(rest) => rest.first.is_none() && rest.tap.is_end_stream(),
+                Some(rest) => {
+                    rest.first.is_none()
+                        && matches!(rest.after, None | Some(After::End))
+                        && (rest.tap.is_end_stream() || matches!(rest.after, Some(After::End)))
+                }
                 None => self.held.trailers.is_none() || self.trailers_sent,
             }
     }
@@ -320,6 +380,81 @@ impl Body for Outgoing {
             }
             None => SizeHint::with_exact(left),
         }
+    }
+}
+
+impl Streamed {
+    /// The next frame of the rest: small pieces joined (see [`SMALL_PIECE`]); a larger one, trailers
+    /// or the end as they come. hyper hands a request body on a piece at a time, decoding the next one
+    /// only once this one is taken, so pieces the client sent together do not arrive together here:
+    /// what is joined waits at most [`JOIN_WAIT`] for more, and goes at once when [`JOINED`] bytes are
+    /// joined or anything but data comes.
+    fn poll_joined(
+        &mut self, cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        loop {
+            let polled = Pin::new(&mut self.tap).poll_frame(cx);
+            let joined = self.joining.as_ref().map_or(0, bytes::BytesMut::len);
+            match polled {
+                Poll::Pending if joined == 0 => return Poll::Pending,
+                Poll::Pending => {
+                    let waited = match &mut self.wait {
+                        Some(wait) => wait.as_mut().poll(cx).is_ready(),
+                        None => true,
+                    };
+                    if waited {
+                        return Poll::Ready(self.take_joined());
+                    }
+                    return Poll::Pending;
+                }
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data)
+                        if joined == 0
+                            && (data.len() >= SMALL_PIECE || self.tap.is_end_stream()) =>
+                    {
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                    Ok(data) => {
+                        if joined == 0 {
+                            let deadline = Instant::now() + JOIN_WAIT;
+                            match &mut self.wait {
+                                Some(wait) => wait.as_mut().reset(deadline),
+                                None => {
+                                    self.wait = Some(Box::pin(tokio::time::sleep_until(deadline)))
+                                }
+                            }
+                        }
+                        let buffer = self
+                            .joining
+                            .get_or_insert_with(|| bytes::BytesMut::with_capacity(JOINED));
+                        buffer.extend_from_slice(&data);
+                        if buffer.len() >= JOINED || self.tap.is_end_stream() {
+                            return Poll::Ready(self.take_joined());
+                        }
+                    }
+                    Err(frame) if joined == 0 => return Poll::Ready(Some(Ok(frame))),
+                    Err(frame) => {
+                        self.after = Some(After::Frame(frame));
+                        return Poll::Ready(self.take_joined());
+                    }
+                },
+                Poll::Ready(other) if joined == 0 => return Poll::Ready(other),
+                Poll::Ready(None) => {
+                    self.after = Some(After::End);
+                    return Poll::Ready(self.take_joined());
+                }
+                Poll::Ready(Some(Err(error))) => {
+                    self.after = Some(After::Error(error));
+                    return Poll::Ready(self.take_joined());
+                }
+            }
+        }
+    }
+
+    /// What was joined, as one frame.
+    fn take_joined(&mut self) -> Option<Result<Frame<Bytes>, BoxError>> {
+        let joined = self.joining.take()?;
+        Some(Ok(Frame::data(joined.freeze())))
     }
 }
 
@@ -388,22 +523,33 @@ impl Drop for ClientPlace {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::BudgetLimits;
+    use crate::govern::Budget;
 
-    fn limits(hold: u64, all: usize) -> HoldLimits {
+    const A: Client = Client::Address(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1)));
+    const B: Client = Client::Address(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2)));
+
+    fn limits(hold: u64, cap: u64, per_client: u64) -> HoldLimits {
         HoldLimits {
             per_request: hold,
-            all: Arc::new(Semaphore::new(all)),
+            all: Arc::new(Pool::new(
+                Budget::HeldBodies,
+                BudgetLimits { cap, per_client },
+            )),
+            whole: Duration::from_secs(60),
             wait: Duration::from_secs(60),
         }
     }
 
-    fn buffer(limits: &HoldLimits, declared: Option<usize>) -> Buffer<'_> {
+    fn buffer<'a>(limits: &'a HoldLimits, declared: Option<usize>, client: &Client) -> Buffer<'a> {
         Buffer {
             bytes: Vec::new(),
-            budget: None,
+            budget: Lease::on(&limits.all, client.clone()),
             limits,
             most: declared.unwrap_or(usize::MAX),
+            deadline: Instant::now() + limits.whole,
             waited: false,
+            no_room: false,
         }
     }
 
@@ -424,13 +570,13 @@ mod tests {
     }
 
     fn taken(buffer: &Buffer<'_>) -> usize {
-        buffer.budget.as_ref().map_or(0, |p| p.num_permits())
+        buffer.budget.bytes() as usize
     }
 
     #[tokio::test]
     async fn a_body_in_one_byte_frames_grows_by_doubling_and_its_budget_is_its_capacity() {
-        let limits = limits(1 << 20, 64 << 20);
-        let mut held = buffer(&limits, None);
+        let limits = limits(1 << 20, 64 << 20, 16 << 20);
+        let mut held = buffer(&limits, None, &A);
         let capacities = fill(&mut held, 1 << 20, 1).await;
         assert_eq!(
             capacities,
@@ -438,16 +584,19 @@ mod tests {
             "4 KiB, then doubling to 1 MiB"
         );
         assert_eq!(taken(&held), 1 << 20);
-        assert_eq!(limits.all.available_permits(), 63 << 20);
+        assert_eq!(limits.all.figures().used, 1 << 20);
+        assert_eq!(limits.all.held_by(&A), 1 << 20);
+        drop(held);
+        assert_eq!(limits.all.figures().used, 0, "all given back");
     }
 
     #[tokio::test]
     async fn a_declared_length_is_allocated_at_once_when_small_and_never_passed() {
-        let limits = limits(1 << 20, 64 << 20);
-        let mut small = buffer(&limits, Some(300));
+        let limits = limits(1 << 20, 64 << 20, 16 << 20);
+        let mut small = buffer(&limits, Some(300), &A);
         assert_eq!(fill(&mut small, 300, 7).await, vec![300]);
         assert_eq!(taken(&small), 300);
-        let mut large = buffer(&limits, Some(100_000));
+        let mut large = buffer(&limits, Some(100_000), &A);
         let capacities = fill(&mut large, 100_000, 16 << 10).await;
         assert_eq!(capacities.last(), Some(&100_000), "{capacities:?}");
         assert_eq!(taken(&large), 100_000);
@@ -455,8 +604,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_client_that_declares_much_and_sends_little_holds_what_it_sent() {
-        let limits = limits(1 << 20, 64 << 20);
-        let mut stalled = buffer(&limits, Some(1 << 20));
+        let limits = limits(1 << 20, 64 << 20, 16 << 20);
+        let mut stalled = buffer(&limits, Some(1 << 20), &A);
         fill(&mut stalled, 10, 10).await;
         assert_eq!(taken(&stalled), 4 << 10);
         fill(&mut stalled, 100_000, 1000).await;
@@ -465,34 +614,68 @@ mod tests {
 
     #[tokio::test]
     async fn past_the_hold_size_there_is_no_room_and_nothing_more_is_taken() {
-        let limits = limits(10_000, 64 << 20);
-        let mut held = buffer(&limits, None);
+        let limits = limits(10_000, 64 << 20, 16 << 20);
+        let mut held = buffer(&limits, None, &A);
         fill(&mut held, 9_000, 3_000).await;
         let before = taken(&held);
         assert!(!held.room_for(1_001).await.unwrap_or(true));
         assert_eq!(taken(&held), before);
+        assert!(!held.no_room, "over the hold size, not out of room");
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_body_waits_for_room_in_the_budget_and_is_refused_when_none_comes_in_time() {
-        let limits = limits(64 << 10, 8 << 10);
-        let mut first = buffer(&limits, Some(8 << 10));
+    async fn a_client_over_its_share_waits_for_its_own_room_and_is_refused_at_the_deadline() {
+        let mut limits = limits(64 << 10, 1 << 20, 8 << 10);
+        limits.wait = Duration::from_secs(10);
+        let mut first = buffer(&limits, Some(8 << 10), &A);
         fill(&mut first, 8 << 10, 8 << 10).await;
-        let mut second = buffer(&limits, Some(100));
-        let started = tokio::time::Instant::now();
+        let mut second = buffer(&limits, Some(100), &A);
+        let started = Instant::now();
         let refused = second.room_for(100).await;
         assert!(matches!(refused, Err(HoldError::Budget(_))), "{refused:?}");
-        assert_eq!(started.elapsed(), limits.wait);
-        assert!(second.waited);
+        assert_eq!(started.elapsed(), limits.wait, "the wait, exactly");
         // Room given back within the wait: the body is held.
-        let mut third = buffer(&limits, Some(100));
+        let mut third = buffer(&limits, Some(100), &A);
         let release = async {
             tokio::time::sleep(Duration::from_secs(1)).await;
             drop(first);
         };
         let (room, ()) = tokio::join!(third.room_for(100), release);
         assert!(matches!(room, Ok(true)));
+        assert!(third.waited);
         assert_eq!(started.elapsed(), limits.wait + Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn another_client_never_waits_behind_one_over_its_share() {
+        let limits = limits(64 << 10, 1 << 20, 8 << 10);
+        let mut greedy = buffer(&limits, Some(8 << 10), &A);
+        fill(&mut greedy, 8 << 10, 8 << 10).await;
+        let started = Instant::now();
+        let mut other = buffer(&limits, Some(300), &B);
+        assert!(matches!(other.room_for(300).await, Ok(true)));
+        assert_eq!(started.elapsed(), Duration::ZERO, "at once");
+        assert!(!other.waited);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_the_cap_a_client_within_its_share_streams_at_once_instead_of_waiting() {
+        let limits = limits(64 << 10, 16 << 10, 8 << 10);
+        let mut a = buffer(&limits, Some(8 << 10), &A);
+        fill(&mut a, 8 << 10, 8 << 10).await;
+        let c = Client::Address([10, 0, 0, 3].into());
+        let mut b = buffer(&limits, Some(8 << 10), &B);
+        fill(&mut b, 8 << 10, 8 << 10).await;
+        let started = Instant::now();
+        let mut third = buffer(&limits, Some(300), &c);
+        assert!(matches!(third.room_for(300).await, Ok(false)));
+        assert!(third.no_room, "streams for want of room");
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(
+            limits.all.figures().refused,
+            [1, 0],
+            "one refusal at the cap"
+        );
     }
 
     #[test]

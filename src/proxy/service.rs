@@ -40,6 +40,7 @@ use tokio::time::Instant;
 use crate::config::Config;
 use crate::decode::dialect;
 use crate::decode::websocket::Deflate;
+use crate::govern::{Budget, Client};
 use crate::logging::repeated::RepeatedWarning;
 use crate::proxy::admit::{admit, declared_length, undefined_status};
 use crate::proxy::error::ProxyError;
@@ -144,6 +145,7 @@ impl Proxy {
     ) -> Self {
         let upstream = &config.upstream;
         let limits = &config.limits;
+        let held_bodies = context.governor.pool(Budget::HeldBodies).clone();
         Proxy {
             inner: Arc::new(Inner {
                 connections,
@@ -160,11 +162,8 @@ impl Proxy {
                 max_head_bytes: limits.max_request_header_bytes,
                 hold: HoldLimits {
                     per_request: limits.held_body_bytes(),
-                    all: Arc::new(Semaphore::new(
-                        usize::try_from(limits.max_held_request_bytes)
-                            .unwrap_or(usize::MAX)
-                            .min(Semaphore::MAX_PERMITS),
-                    )),
+                    all: held_bodies,
+                    whole: config.timeouts.held_request_body,
                     wait: config.timeouts.request_body_idle,
                 },
                 uploads: PerClient::new(
@@ -223,7 +222,7 @@ impl Proxy {
             handshake: None,
         };
         if let (Some(exchange), Some(parts)) = (request.guard.get_mut(), &request.parts) {
-            exchange.identify(&parts.headers);
+            exchange.identify(&parts.headers, client.addr);
             if request.upgrade.is_some() {
                 let id = exchange.id().unwrap_or("");
                 let handshake = Handshake::new(id, parts.uri.path(), parts.uri.query());
@@ -273,18 +272,22 @@ impl Proxy {
         );
         request.leftover = Some(leftover);
         let declared = (request.parts.as_ref()).and_then(|parts| declared_length(&parts.headers));
+        let who = (request.guard.get_mut()).map_or(Client::Unknown, |exchange| exchange.client());
+        let held = request_body::hold(body, &inner.hold, declared, &who, request.arrive);
         let held = tokio::select! {
-            held = request_body::hold(body, &inner.hold, declared) => held.map_err(|error| match error {
+            held = held => held.map_err(|error| match error {
                 HoldError::Body(_) => {
                     ProxyError::from_body(&request.seen, (inner.max_body_bytes, inner.body_idle))
                 }
                 HoldError::Budget(after) => ProxyError::HeldBytesFull { after },
+                HoldError::Late(after) => ProxyError::HeldBodyLate { after },
             }),
             () = inner.shutdown.reached(Phase::Cut) => Err(ProxyError::ShutdownCut),
         }?;
         if held.waited {
             inner.refusals.held_bytes_waited.inc();
         }
+
         let mut body = held.body;
         if !body.count_upload(&inner.uploads, client.addr) {
             let limit = inner.uploads.limit();
@@ -392,7 +395,8 @@ impl Proxy {
             {
                 let extensions = parts.headers.get_all(header::SEC_WEBSOCKET_EXTENSIONS);
                 let deflate = Deflate::agreed(extensions.iter().filter_map(|v| v.to_str().ok()));
-                let meter = SessionMeter::new(inner.context.clone(), handshake, deflate);
+                let who = (request.guard.get_mut()).map_or(Client::Unknown, |e| e.client());
+                let meter = SessionMeter::new(inner.context.clone(), handshake, deflate, &who);
                 let session = inner.sessions.session(place, client_side, upstream, meter);
                 match &client.handoff {
                     Some(handoff) => handoff.put(session),

@@ -10,6 +10,7 @@ use http::StatusCode;
 use tokio::time::Instant;
 
 use crate::config::Ceilings;
+use crate::govern::{Budget, Spent};
 use crate::record::figure::Figure;
 use crate::record::outcome::{End, Outcome};
 use crate::record::server::ServerTimings;
@@ -22,6 +23,8 @@ use crate::record::tokens::{output_tokens, Offered, TokenSource};
 pub enum SkipReason {
     EventTooLarge,
     MalformedEvent,
+    /// A budget of the governor was spent (`src/govern/`): tokentap stopped measuring, not forwarding.
+    Unmetered(Budget, Spent),
 }
 
 impl SkipReason {
@@ -29,6 +32,15 @@ impl SkipReason {
         match self {
             SkipReason::EventTooLarge => "event_too_large",
             SkipReason::MalformedEvent => "malformed_event",
+            SkipReason::Unmetered(_, spent) => spent.as_str(),
+        }
+    }
+
+    /// The budget that was spent, for [`SkipReason::Unmetered`].
+    pub fn budget(self) -> Option<Budget> {
+        match self {
+            SkipReason::Unmetered(budget, _) => Some(budget),
+            _ => None,
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::record::api::Api;
 use crate::record::conversations::{Conversations, MessageList, Turn, Unread};
 use crate::record::emit::{Emitter, Finished, Who};
 use crate::record::figure::Figure;
-use crate::record::finished::{conclude, t_end, DecoderReport};
+use crate::record::finished::{conclude, t_end, DecoderReport, SkipReason};
 use crate::record::gaps::Gaps;
 use crate::record::metrics::{Metrics, Series};
 use crate::record::outcome::{classify, End, Seen};
@@ -140,7 +140,8 @@ impl Meter {
     }
 
     /// The request will not be finished: what was read of it cannot be trusted whole (a capture lost
-    /// its bytes). It leaves the requests in flight, and nothing more is counted or written of it.
+    /// its bytes), or its end will never be seen (a realtime response whose session stopped being
+    /// read). It leaves the requests in flight, and nothing more is counted or written of it.
     pub fn abandon(self) {
         self.in_flight.dec();
     }
@@ -268,12 +269,17 @@ impl Meter {
         let turn = match ending.listed {
             Listed::List(list) => {
                 let arrive = self.timeline.arrive();
-                let (turn, lookup) = conversations.place(list, arrive, t_end, ending.response_id);
+                let (turn, lookup) =
+                    conversations.place(list, arrive, t_end, ending.response_id, ending.who.client);
                 agents.count_lookup(lookup);
                 Some(turn)
             }
             Listed::Unread(reason) => {
                 agents.count_unread(reason);
+                if let Unread::Budget(spent) = reason {
+                    let budgets = &context.metrics.budgets;
+                    budgets.count_unmetered(crate::govern::Budget::MessageLists, spent);
+                }
                 None
             }
             Listed::Nothing => None,
@@ -287,6 +293,9 @@ impl Meter {
 /// every sink that writes sessions.
 pub fn finish_session(context: &MeterContext, ended: &SessionEnded<'_>) {
     let metrics = &context.metrics;
+    if let Some(SkipReason::Unmetered(budget, spent)) = ended.unmetered {
+        metrics.budgets.count_unmetered(budget, spent);
+    }
     let label = metrics.model_label(ended.model, None, true);
     let series = metrics.series(label, ended.api);
     let seconds = ended.duration.as_secs_f64();

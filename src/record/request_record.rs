@@ -16,7 +16,7 @@ use time::{Date, OffsetDateTime};
 use crate::record::api::Api;
 use crate::record::conversations::Turn;
 use crate::record::figure::Figure;
-use crate::record::finished::FinishedRecord;
+use crate::record::finished::{FinishedRecord, SkipReason};
 use crate::record::gaps::GapSummary;
 use crate::record::server::outside;
 use crate::record::session::{InSession, SessionEnded};
@@ -139,6 +139,29 @@ pub struct RequestRecord {
     /// absent for a request tokentap forwarded.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub captured: bool,
+    /// Why the response was not measured to its end, when it was not: the stream figures and tokens
+    /// are then absent (docs/records.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmetered: Option<Unmetered>,
+}
+
+/// Why tokentap stopped measuring a response or a session (it forwarded every byte all the same): a
+/// budget that was spent (`budget` and `reason` = `cap` or `share`), or a stream it could not read
+/// (`reason` alone: `event_too_large`, `malformed_event`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unmetered {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
+    pub reason: String,
+}
+
+impl Unmetered {
+    pub fn of(skip: SkipReason) -> Self {
+        Unmetered {
+            budget: skip.budget().map(|b| b.as_str().to_owned()),
+            reason: skip.as_str().to_owned(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -224,6 +247,7 @@ impl RequestRecord {
             server: server_record,
             ttft_outside_server_s,
             gaps_s: gaps.listed.clone(),
+            unmetered: finished.skipped.map(Unmetered::of),
             captured: identity.captured,
             ..RequestRecord::default()
         };
@@ -341,6 +365,10 @@ pub struct SessionRecord {
     pub responses: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Why the session's messages stopped being read, when they did (its responses from then on are
+    /// not metered, and those open then are not counted as requests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmetered: Option<Unmetered>,
 }
 
 impl SessionRecord {
@@ -360,6 +388,7 @@ impl SessionRecord {
             responses: ended.responses,
             input_tokens: ended.input_tokens,
             output_tokens: ended.output_tokens,
+            unmetered: ended.unmetered.map(Unmetered::of),
         }
     }
 }

@@ -6,6 +6,7 @@
 use std::time::{Duration, SystemTime};
 
 use crate::record::api::Api;
+use crate::record::finished::SkipReason;
 use crate::record::outcome::Outcome;
 
 /// Tokens audio and text apart, where the server's usage says.
@@ -45,4 +46,6 @@ pub struct SessionEnded<'a> {
     /// The input and output tokens of its responses (the usage's, else the output chunks counted).
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Why its messages stopped being read, when they did.
+    pub unmetered: Option<SkipReason>,
 }

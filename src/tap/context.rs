@@ -6,6 +6,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::config::{Config, Metering};
 use crate::decode::tokenizer::Tokenizers;
+use crate::govern::Governor;
 use crate::record::emit::Emitter;
 use crate::record::meter::MeterContext;
 use crate::record::metrics::Metrics;
@@ -35,16 +36,22 @@ pub struct ExchangeContext {
     pub requests: Count,
     /// The threads large message lists are read on.
     pub readers: Readers,
+    /// Every budget of what clients may make tokentap hold or do (`src/govern/`).
+    pub governor: Arc<Governor>,
 }
 
 impl ExchangeContext {
-    pub fn new(settings: Settings, metering: Metering, tokenizers: Arc<Tokenizers>) -> Self {
+    pub fn new(
+        settings: Settings, metering: Metering, tokenizers: Arc<Tokenizers>,
+        governor: Arc<Governor>,
+    ) -> Self {
         ExchangeContext {
             settings: RwLock::new(Arc::new(settings)),
             metering,
             tokenizers,
             requests: Count::default(),
             readers: Readers::default(),
+            governor,
         }
     }
 
@@ -77,6 +84,7 @@ impl ExchangeContext {
             identify: Identify::new(None),
         };
         let tokenizers = Arc::new(Tokenizers::default());
-        ExchangeContext::new(settings, config.metering.clone(), tokenizers)
+        let governor = Governor::new(&config.budgets, &config.conversations);
+        ExchangeContext::new(settings, config.metering.clone(), tokenizers, governor)
     }
 }

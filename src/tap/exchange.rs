@@ -12,6 +12,7 @@
 //! before the server's chunked terminator) had the whole answer: that request is complete, and ends
 //! when the terminal event passed.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -24,6 +25,7 @@ use crate::decode::dialect::Dialect;
 use crate::decode::messages;
 use crate::decode::response::{Format, ResponseDecoder};
 use crate::decode::tokenizer::TextCount;
+use crate::govern::{Budget, Client};
 use crate::record::api::Api;
 use crate::record::conversations::{MessageList, Unread};
 use crate::record::emit::Who;
@@ -112,13 +114,26 @@ impl Exchange {
         if !recognising || !messages::has_messages(self.api) {
             return;
         }
-        self.messages = Some(ListRead::start(self.api, body, &self.context.readers));
+        let lease = (self.context.governor).lease(Budget::MessageLists, &self.client());
+        self.messages = Some(ListRead::start(
+            self.api,
+            body,
+            &self.context.readers,
+            lease,
+        ));
     }
 
     /// Reads the request's id and tenant, and the trace it joins (`traces:`), from its head (the head
-    /// itself is left as it is).
-    pub fn identify(&mut self, headers: &HeaderMap) {
-        self.identity = Some(self.settings.identify.of(headers));
+    /// itself is left as it is); `address`: the client's.
+    pub fn identify(&mut self, headers: &HeaderMap, address: Option<IpAddr>) {
+        self.identity = Some(self.settings.identify.of(headers, address));
+    }
+
+    /// Who the client is for the governor's shares (once the head was read).
+    pub fn client(&self) -> Client {
+        self.identity
+            .as_ref()
+            .map_or(Client::Unknown, |i| i.client.clone())
     }
 
     /// tokentap's own id of the request, once its head was read.
@@ -156,7 +171,10 @@ impl Exchange {
                     _ => TextCount::start(&self.context.tokenizers, self.request_model.get()),
                 };
                 let metering = &self.context.metering;
-                self.decoder = Some(ResponseDecoder::new(dialect, format, metering, text));
+                let mut decoder = ResponseDecoder::new(dialect, format, metering, text);
+                let governor = &self.context.governor;
+                decoder.govern(governor.lease(Budget::EventBytes, &self.client()));
+                self.decoder = Some(decoder);
             }
         }
     }
@@ -224,6 +242,7 @@ impl Exchange {
                 method: self.method.as_str(),
                 path: &self.path,
                 start: self.start,
+                client: identity.map_or(&Client::Unknown, |i| &i.client),
                 captured: self.captured,
             },
             listed,

@@ -12,7 +12,9 @@
 //! and its span's id drawn (`record/trace/context.rs`): before anything goes upstream, as
 //! `traces.propagate` sends that id as the server span's parent.
 
+use std::collections::HashSet;
 use std::hash::{BuildHasher, Hasher};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hmac::{Hmac, Mac};
@@ -21,6 +23,7 @@ use http::HeaderMap;
 use sha2::Sha256;
 
 use crate::config::{TenantFrom, Tenants};
+use crate::govern::Client;
 use crate::record::trace::{self, TraceContext};
 
 /// The longest client request id taken as it is.
@@ -34,6 +37,10 @@ pub struct Identify {
     prefix: String,
     next: AtomicU64,
     tenant: Option<TenantSource>,
+    /// The tenants the operator named (`tenants.allow`, `tenants.slo`): a request naming one of them is
+    /// that tenant's for the governor's shares; any other is its address's (a name a client may make up
+    /// must not buy it a share of its own).
+    named: HashSet<String>,
     /// `traces:` is on: each request's trace is read.
     traces: bool,
 }
@@ -55,6 +62,8 @@ pub struct Identity {
     pub tenant: Option<String>,
     /// The trace it joins and its span's id; `None` without `traces:`.
     pub trace: Option<TraceContext>,
+    /// Who the client is for the governor's shares: a named tenant, else the address.
+    pub client: Client,
 }
 
 /// 64 random bits from the standard library's per-process SipHash keys (the OS's randomness).
@@ -83,10 +92,14 @@ impl Identify {
                 TenantSource::BearerHash(key)
             }
         });
+        let named = tenants.map_or_else(HashSet::new, |t| {
+            (t.allow.iter().chain(t.slo.keys())).cloned().collect()
+        });
         Identify {
             prefix: format!("{:08x}", random_u64(u64::from(std::process::id())) as u32),
             next: AtomicU64::new(1),
             tenant,
+            named,
             traces: false,
         }
     }
@@ -97,8 +110,8 @@ impl Identify {
         self
     }
 
-    /// The id and tenant of a request with `headers`.
-    pub fn of(&self, headers: &HeaderMap) -> Identity {
+    /// The id and tenant of a request with `headers` from `address`.
+    pub fn of(&self, headers: &HeaderMap, address: Option<IpAddr>) -> Identity {
         let client_id = headers
             .get("x-request-id")
             .and_then(|v| v.to_str().ok())
@@ -116,9 +129,11 @@ impl Identify {
                 bearer(headers).and_then(|token| hash(key, token))
             }
         };
+        let named = tenant.as_deref().filter(|t| self.named.contains(*t));
         Identity {
             id: self.own_id(),
             client_id,
+            client: Client::of(address, named),
             tenant,
             trace: self.traces.then(|| trace::ids_for(headers)),
         }
@@ -199,7 +214,7 @@ mod tests {
     #[test]
     fn the_id_is_always_tokentaps_own_and_the_clients_is_kept_beside_it_when_usable() {
         let identify = Identify::new(None);
-        let of = |value: &str| identify.of(&headers(&[("x-request-id", value)]));
+        let of = |value: &str| identify.of(&headers(&[("x-request-id", value)]), None);
         let sent = of("abc-123_X.y");
         assert_eq!(sent.client_id.as_deref(), Some("abc-123_X.y"));
         // Two requests with the same client id still have ids of their own.
@@ -219,7 +234,7 @@ mod tests {
         }
         let unique: std::collections::HashSet<_> = own.iter().collect();
         assert_eq!(unique.len(), 4);
-        assert_eq!(identify.of(&HeaderMap::new()).tenant, None);
+        assert_eq!(identify.of(&HeaderMap::new(), None).tenant, None);
     }
 
     #[test]
@@ -228,15 +243,17 @@ mod tests {
             TenantFrom::Header("x-tenant-id".into()),
             None,
         )));
-        let got = by_header.of(&headers(&[("x-tenant-id", " acme ")]));
+        let got = by_header.of(&headers(&[("x-tenant-id", " acme ")]), None);
         assert_eq!(got.tenant.as_deref(), Some("acme"));
-        assert_eq!(by_header.of(&HeaderMap::new()).tenant, None);
+        assert_eq!(by_header.of(&HeaderMap::new(), None).tenant, None);
 
         let key = Some("a key of at least sixteen bytes");
         let hashed = Identify::new(Some(&tenants(TenantFrom::BearerHash, key)));
         let token = "sk-secret-0123456789abcdef";
         let auth = format!("Bearer {token}");
-        let tenant = hashed.of(&headers(&[("authorization", &auth)])).tenant;
+        let tenant = hashed
+            .of(&headers(&[("authorization", &auth)]), None)
+            .tenant;
         let tenant = tenant.unwrap_or_default();
         assert_eq!(tenant.len(), 2 + HASH_DIGITS, "{tenant}");
         assert!(tenant.starts_with("t-"));
@@ -246,7 +263,7 @@ mod tests {
         // The same token and key: the same tenant; another key: another value.
         let again = Identify::new(Some(&tenants(TenantFrom::BearerHash, key)));
         assert_eq!(
-            again.of(&headers(&[("authorization", &auth)])).tenant,
+            again.of(&headers(&[("authorization", &auth)]), None).tenant,
             Some(tenant.clone())
         );
         let other = Identify::new(Some(&tenants(
@@ -254,11 +271,13 @@ mod tests {
             Some("another key, sixteen+"),
         )));
         assert_ne!(
-            other.of(&headers(&[("authorization", &auth)])).tenant,
+            other.of(&headers(&[("authorization", &auth)]), None).tenant,
             Some(tenant)
         );
         for no_bearer in ["Basic dXNlcjpwYXNz", "Bearer ", "Bearer"] {
-            let got = hashed.of(&headers(&[("authorization", no_bearer)])).tenant;
+            let got = hashed
+                .of(&headers(&[("authorization", no_bearer)]), None)
+                .tenant;
             assert_eq!(got, None, "{no_bearer}");
         }
     }

@@ -10,8 +10,8 @@
 //!   then, on the reader's thread ([`ListRead::finish_then`]): a server that refuses a long history at
 //!   once (a prompt over its context) answers before the list is read, and the turn must still count.
 //!   A read nobody waits for (its exchange dropped unfinished) stops within 64 KiB of the body;
-//! - its bytes are the held body's own, which the reader holds (and with it its share of
-//!   `limits.max_held_request_bytes`) only while it reads or waits.
+//! - its bytes are the held body's own, which the reader holds (and with it its lease on the
+//!   `held_bodies` budget) only while it reads or waits.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::decode::messages;
+use crate::govern::Lease;
 use crate::record::api::Api;
 use crate::record::conversations::{MessageList, Unread};
 
@@ -41,7 +42,7 @@ pub struct Readers {
 impl Readers {
     pub const MAX: usize = 4;
     /// Bodies that may wait for a reader (each a held body, already counted in
-    /// `limits.max_held_request_bytes`).
+    /// the `held_bodies` budget).
     pub const WAITING: usize = 16;
 
     pub fn new(count: usize) -> Self {
@@ -78,6 +79,9 @@ struct Shared {
     running: AtomicBool,
     /// What to do with the list once read, when the request ended while it was being read.
     then: Mutex<Option<Then>>,
+    /// What the list's digests hold of the governor's `message_lists`, taken by the read and kept with
+    /// the list until the request is done with it.
+    lease: Mutex<Option<Lease>>,
 }
 
 impl Shared {
@@ -85,7 +89,7 @@ impl Shared {
     fn read_on(self: Arc<Self>, api: Api, body: HeldBody, reader: OwnedSemaphorePermit) {
         self.running.store(true, Ordering::Release);
         drop(tokio::task::spawn_blocking(move || {
-            let list = messages::read(api, (*body).as_ref(), &self.stop);
+            let list = self.read(api, &body);
             // The held body and the reader go back before the result is handed over.
             drop((body, reader));
             let then = {
@@ -97,6 +101,15 @@ impl Shared {
                 then(self.result());
             }
         }));
+    }
+
+    /// Reads `body`'s list, its digests leased from the lease the read was started with.
+    fn read(&self, api: Api, body: &HeldBody) -> Result<Option<MessageList>, Unread> {
+        let mut lease = self.lease.lock().unwrap_or_else(PoisonError::into_inner);
+        match lease.as_mut() {
+            Some(lease) => messages::read(api, (**body).as_ref(), &self.stop, lease),
+            None => Err(Unread::Late),
+        }
     }
 
     /// The list as read, `Late` while it is not.
@@ -115,14 +128,16 @@ impl Shared {
 }
 
 impl ListRead {
-    /// Starts reading the list of `body`, a request to `api` (`None`: the body streamed, not held).
-    pub fn start(api: Api, body: Option<HeldBody>, readers: &Readers) -> Self {
+    /// Starts reading the list of `body`, a request to `api` (`None`: the body streamed, not held),
+    /// its digests leased on `lease`.
+    pub fn start(api: Api, body: Option<HeldBody>, readers: &Readers, lease: Lease) -> Self {
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             ended: Notify::new(),
             list: OnceLock::new(),
             running: AtomicBool::new(false),
             then: Mutex::new(None),
+            lease: Mutex::new(Some(lease)),
         });
         let read = ListRead {
             shared: shared.clone(),
@@ -133,9 +148,7 @@ impl ListRead {
             return read;
         };
         if (*body).as_ref().len() <= READ_INLINE_BYTES {
-            let _ = shared
-                .list
-                .set(messages::read(api, (*body).as_ref(), &shared.stop));
+            let _ = shared.list.set(shared.read(api, &body));
             return read;
         }
         if let Ok(reader) = readers.readers.clone().try_acquire_owned() {
@@ -200,6 +213,11 @@ impl Drop for ListRead {
 mod tests {
     use std::time::Duration;
 
+    fn lease() -> crate::govern::Lease {
+        let governor = crate::govern::Governor::with_defaults();
+        governor.lease(crate::govern::Budget::MessageLists, &Default::default())
+    }
+
     use super::*;
 
     /// A chat body of `n` short messages.
@@ -225,13 +243,13 @@ mod tests {
         let readers = Readers::new(0);
         let small = body(3);
         assert!(small.len() <= READ_INLINE_BYTES);
-        let read = ListRead::start(Api::Chat, Some(small.clone()), &readers);
+        let read = ListRead::start(Api::Chat, Some(small.clone()), &readers, lease());
         assert_eq!(
             read.finish().map(|l| l.map(|l| l.prefixes.len())),
             Ok(Some(3))
         );
         assert_eq!(Arc::strong_count(&small), 1, "the body is let go once read");
-        let streamed = ListRead::start(Api::Chat, None, &readers);
+        let streamed = ListRead::start(Api::Chat, None, &readers, lease());
         assert_eq!(streamed.finish(), Err(Unread::Streamed));
     }
 
@@ -241,9 +259,9 @@ mod tests {
         let readers = Readers::new(0);
         let large = body(2_000);
         let waiting: Vec<ListRead> = (0..Readers::WAITING)
-            .map(|_| ListRead::start(Api::Chat, Some(large.clone()), &readers))
+            .map(|_| ListRead::start(Api::Chat, Some(large.clone()), &readers, lease()))
             .collect();
-        let one_more = ListRead::start(Api::Chat, Some(large.clone()), &readers);
+        let one_more = ListRead::start(Api::Chat, Some(large.clone()), &readers, lease());
         assert_eq!(one_more.finish(), Err(Unread::PoolBusy));
         for read in &waiting {
             assert_eq!(read.finish(), Err(Unread::Late));
@@ -256,7 +274,7 @@ mod tests {
     async fn a_read_stops_when_its_request_ends_and_lets_go_of_the_body() {
         let readers = Readers::new(1);
         let large = body(100_000);
-        let read = ListRead::start(Api::Chat, Some(large.clone()), &readers);
+        let read = ListRead::start(Api::Chat, Some(large.clone()), &readers, lease());
         // Ended before it could be read (or, had the reader run first, past the 10,000 messages it
         // reads): not read, and the reader lets go within 64 KiB of the body.
         assert!(matches!(
@@ -266,7 +284,7 @@ mod tests {
         let_go(&large).await;
         // The reader is free again: the next body is read.
         let next = body(2_000);
-        let read = ListRead::start(Api::Chat, Some(next.clone()), &readers);
+        let read = ListRead::start(Api::Chat, Some(next.clone()), &readers, lease());
         let_go(&next).await;
         assert_eq!(
             read.finish().map(|l| l.map(|l| l.prefixes.len())),

@@ -21,11 +21,12 @@ use std::time::SystemTime;
 use http::StatusCode;
 use tokio::time::Instant;
 
-use crate::decode::realtime::{self, Event, Protocol, Usage};
-use crate::decode::websocket::{Deflate, FrameReader, Message};
+use crate::decode::realtime::{self, Event, MessageReader, Protocol, Usage};
+use crate::decode::websocket::{Allowance, Deflate, FrameReader, Message};
+use crate::govern::{Budget, Client, Lease};
 use crate::record::api::Api;
 use crate::record::emit::Who;
-use crate::record::finished::DecoderReport;
+use crate::record::finished::{DecoderReport, SkipReason};
 use crate::record::meter::{finish_session, Ending, Listed, Meter, Names, Read};
 use crate::record::outcome::{End, Outcome};
 use crate::record::session::{InSession, Modalities, SessionEnded};
@@ -36,6 +37,9 @@ use crate::tap::session::{Ended, Side, Watch};
 const MAX_OPEN: usize = 16;
 /// The longest model name kept from the session's events.
 const MAX_MODEL: usize = 256;
+/// What a session's meter holds besides its inflaters (its readers of frames and messages, its state
+/// and at most [`MAX_OPEN`] responses), leased from `session_meters` when the session begins.
+pub const SESSION_BYTES: u64 = 16 << 10;
 
 /// The handshake a session came from.
 pub struct Handshake {
@@ -91,7 +95,11 @@ fn percent_decoded(value: &str) -> String {
 pub struct SessionMeter {
     client: FrameReader,
     upstream: FrameReader,
+    /// Each direction's message being read, its fields only.
+    messages: [MessageReader; 2],
     session: Session,
+    /// What the meter's own state holds of `session_meters`.
+    _memory: Lease,
 }
 
 struct Session {
@@ -115,6 +123,10 @@ struct Session {
     closed: [Option<(Option<u16>, Instant)>; 2],
     /// The first side whose connection ended (end of file) without a close frame.
     gone: Option<Side>,
+    /// A budget was spent: the session's messages are no longer read, its responses no longer metered.
+    unmetered: Option<SkipReason>,
+    /// Who the session's client is (its handshake's).
+    client: Client,
 }
 
 /// A response being metered.
@@ -129,14 +141,26 @@ struct Open {
 }
 
 impl SessionMeter {
-    /// A session from `handshake`, whose upstream's `101` agreed `deflate`.
+    /// A session from `handshake` by `client`, whose upstream's `101` agreed `deflate`. When the
+    /// governor has no room for its meter, the session is relayed unmetered from the start (its frames
+    /// followed for the close codes only).
     pub fn new(
         context: Arc<ExchangeContext>, handshake: Handshake, deflate: Option<Deflate>,
+        client: &Client,
     ) -> Self {
         let model = handshake.model.clone();
-        SessionMeter {
-            client: FrameReader::new(deflate.map(|d| d.client)),
-            upstream: FrameReader::new(deflate.map(|d| d.server)),
+        let governor = context.governor.clone();
+        let allowance = || Allowance {
+            memory: governor.lease(Budget::SessionMeters, client),
+            work: governor.inflate(client),
+        };
+        let mut memory = governor.lease(Budget::SessionMeters, client);
+        let refused = memory.grow(SESSION_BYTES).err();
+        let mut meter = SessionMeter {
+            client: FrameReader::new(deflate.map(|d| d.client), allowance()),
+            upstream: FrameReader::new(deflate.map(|d| d.server), allowance()),
+            messages: Default::default(),
+            _memory: memory,
             session: Session {
                 context,
                 handshake,
@@ -151,7 +175,27 @@ impl SessionMeter {
                 output_tokens: 0,
                 closed: [None, None],
                 gone: None,
+                unmetered: None,
+                client: client.clone(),
             },
+        };
+        if let Some(spent) = refused {
+            meter.unmetered(SkipReason::Unmetered(Budget::SessionMeters, spent));
+        }
+        meter
+    }
+
+    /// The session's messages stop being read (a budget was spent): its frames are followed for the
+    /// close codes only, and the responses open now are let go unfinished (their end will not be seen;
+    /// what was observed of them stays).
+    fn unmetered(&mut self, reason: SkipReason) {
+        self.client.frames_only();
+        self.upstream.frames_only();
+        let session = &mut self.session;
+        session.unmetered.get_or_insert(reason);
+        session.pending = None;
+        for open in std::mem::take(&mut session.open) {
+            open.meter.abandon();
         }
     }
 
@@ -195,6 +239,7 @@ impl SessionMeter {
             responses: session.responses,
             input_tokens: session.input_tokens,
             output_tokens: session.output_tokens,
+            unmetered: session.unmetered,
         };
         finish_session(&session.context.settings().meter, &ended);
     }
@@ -217,12 +262,43 @@ fn outcome_of(side: Side) -> Outcome {
 }
 
 impl Watch for SessionMeter {
-    fn read(&mut self, from: Side, bytes: &[u8], at: Instant) {
-        let (reader, session) = match from {
+    fn read(&mut self, from: Side, bytes: &[u8], at: Instant) -> u64 {
+        let (frames, session) = match from {
             Side::Client => (&mut self.client, &mut self.session),
             Side::Upstream => (&mut self.upstream, &mut self.session),
         };
-        reader.feed(bytes, &mut |message| session.message(from, message, at));
+        let message = &mut self.messages[from as usize];
+        let mut work = bytes.len() as u64;
+        let mut spent = None;
+        frames.feed(bytes, &mut |piece| match piece {
+            Message::TextStart => message.begin(),
+            Message::Text(text) => {
+                work += text.len() as u64;
+                message.feed(text);
+            }
+            Message::TextEnd if session.unmetered.is_none() => {
+                if let Some(event) = message
+                    .end()
+                    .and_then(|f| realtime::meaning(from == Side::Client, f))
+                {
+                    session.event(event, at);
+                }
+            }
+            Message::TextEnd => {}
+            Message::Close(code) => {
+                let slot = &mut session.closed[from as usize];
+                slot.get_or_insert((code, at));
+            }
+            Message::Skipped(skip) => {
+                let settings = session.context.settings();
+                settings.meter.metrics.session_skips.count(skip.as_str())
+            }
+            Message::Unmetered(budget, why) => spent = Some(SkipReason::Unmetered(budget, why)),
+        });
+        if let Some(reason) = spent {
+            self.unmetered(reason);
+        }
+        work
     }
 
     fn ended(&mut self, from: Side, _at: Instant) {
@@ -234,24 +310,6 @@ impl Watch for SessionMeter {
 }
 
 impl Session {
-    fn message(&mut self, from: Side, message: Message<'_>, at: Instant) {
-        match message {
-            Message::Text(text) => {
-                if let Some(event) = realtime::read(from == Side::Client, text) {
-                    self.event(event, at);
-                }
-            }
-            Message::Close(code) => {
-                let slot = &mut self.closed[from as usize];
-                slot.get_or_insert((code, at));
-            }
-            Message::Skipped(skip) => {
-                let settings = self.context.settings();
-                settings.meter.metrics.session_skips.count(skip.as_str())
-            }
-        }
-    }
-
     fn event(&mut self, event: Event<'_>, at: Instant) {
         match event {
             Event::Session { model, protocol } => {
@@ -407,6 +465,7 @@ impl Session {
                 method: "GET",
                 path: &self.handshake.path,
                 start: self.start + since,
+                client: &self.client,
                 captured: false,
             },
             listed: Listed::Nothing,

@@ -29,6 +29,10 @@ use tokio::time::Instant;
 const BUFFER: usize = 16 << 10;
 /// Reads one direction may pass in one poll before the other gets its turn.
 const READS_PER_POLL: usize = 16;
+/// The work (bytes read, and inflated by the watch) one direction may do in one poll before the task
+/// yields to the runtime's other tasks: what a client's frames cost is bounded per poll by bytes, not
+/// by reads.
+pub const WORK_PER_POLL: u64 = 256 << 10;
 /// How long the close at a shutdown's cut may take: the close frames written, and the sides' last bytes
 /// read.
 pub const CUT_SETTLE: Duration = Duration::from_millis(500);
@@ -43,9 +47,10 @@ pub enum Side {
 }
 
 /// What reads a session's bytes as they pass: each read, as it came, before its bytes are written on.
-/// It is called in the relay's task and must not wait.
+/// It is called in the relay's task and must not wait; it says how much work the read cost it (bytes
+/// read and inflated), which the relay counts against [`WORK_PER_POLL`].
 pub trait Watch: Send {
-    fn read(&mut self, from: Side, bytes: &[u8], at: Instant);
+    fn read(&mut self, from: Side, bytes: &[u8], at: Instant) -> u64;
 
     /// `from` ended its half (end of file), at `at`.
     fn ended(&mut self, _from: Side, _at: Instant) {}
@@ -53,7 +58,9 @@ pub trait Watch: Send {
 
 /// No watch: the session's bytes are relayed only.
 impl Watch for () {
-    fn read(&mut self, _: Side, _: &[u8], _: Instant) {}
+    fn read(&mut self, _: Side, bytes: &[u8], _: Instant) -> u64 {
+        bytes.len() as u64
+    }
 }
 
 /// How a session ended.
@@ -236,6 +243,7 @@ impl Pipe {
         T: AsyncWrite + Unpin,
         W: Watch,
     {
+        let mut work = 0;
         for _ in 0..READS_PER_POLL {
             while self.start < self.end {
                 let written = Pin::new(&mut *to).poll_write(cx, &self.buf[self.start..self.end]);
@@ -260,6 +268,10 @@ impl Pipe {
                 }
                 return Poll::Ready(Ok(()));
             }
+            // Everything read so far is written: past its work, the task yields before reading more.
+            if work >= WORK_PER_POLL {
+                break;
+            }
             let mut read = ReadBuf::new(&mut self.buf);
             match Pin::new(&mut *from).poll_read(cx, &mut read) {
                 Poll::Ready(Ok(())) => {
@@ -270,7 +282,7 @@ impl Pipe {
                         continue;
                     }
                     let bytes = &self.buf[..n];
-                    watch.read(self.from, bytes, Instant::now());
+                    work += watch.read(self.from, bytes, Instant::now());
                     self.frames.feed(bytes);
                     (self.start, self.end) = (0, n);
                     *moved = true;

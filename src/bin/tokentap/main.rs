@@ -296,11 +296,17 @@ fn load(proxy: &ProxyArgs, demo: bool) -> Result<Config, String> {
     Ok(config)
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_multi_thread()
+/// Runs `future` to its end on a new runtime, then lets the runtime go without waiting for blocking
+/// work no one waits for any more (a tokenizer still loading, a list reader of a request gone): once
+/// the shutdown is done, the process exits.
+fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("starting the runtime: {e}"))
+        .map_err(|e| format!("starting the runtime: {e}"))?;
+    let out = runtime.block_on(future);
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    Ok(out)
 }
 
 fn execute(cli: Cli) -> Result<(), String> {
@@ -391,7 +397,7 @@ fn execute(cli: Cli) -> Result<(), String> {
             timeout,
         }) => {
             let timeout = config::parse_duration(timeout).map_err(|e| format!("--timeout: {e}"))?;
-            runtime()?.block_on(async {
+            block_on(async {
                 match prometheus {
                     Some(prometheus) => fleet::run(prometheus, *once)
                         .await
@@ -400,13 +406,12 @@ fn execute(cli: Cli) -> Result<(), String> {
                         .await
                         .map_err(|e| e.to_string()),
                 }
-            })
+            })?
         }
         Some(Command::Capture(args)) => {
             let config = capture_config(args)?;
             if let Some(file) = &args.read {
-                let read = runtime()?
-                    .block_on(tokentap::app::read_capture_file(&config, file))
+                let read = block_on(tokentap::app::read_capture_file(&config, file))?
                     .map_err(|e| e.to_string())?;
                 let unmetered: Vec<String> = read
                     .unmetered
@@ -442,9 +447,7 @@ fn execute(cli: Cli) -> Result<(), String> {
                     })
                 })
             };
-            runtime()?
-                .block_on(tokentap::app::run_capture(&config, source))
-                .map_err(|e| e.to_string())
+            block_on(tokentap::app::run_capture(&config, source))?.map_err(|e| e.to_string())
         }
         Some(Command::Report(args)) => {
             let options = report_options(args)?;
@@ -466,9 +469,7 @@ fn execute(cli: Cli) -> Result<(), String> {
             };
             let config = load(&proxy, true)?;
             allocator::return_freed_memory();
-            runtime()?
-                .block_on(demo::run(config, duration))
-                .map_err(|e| e.to_string())
+            block_on(demo::run(config, duration))?.map_err(|e| e.to_string())
         }
         None => {
             let config = load(&cli.proxy, false)?;
@@ -491,9 +492,7 @@ fn execute(cli: Cli) -> Result<(), String> {
                 };
                 load(&flags, false)
             });
-            runtime()?
-                .block_on(tokentap::run(&config, source))
-                .map_err(|e| e.to_string())
+            block_on(tokentap::run(&config, source))?.map_err(|e| e.to_string())
         }
     }
 }

@@ -15,7 +15,8 @@ upstream: https://api.example.com/openai/
 metrics_listen: '[::1]:19464'
 max_models: 7
 timeouts: {connect: 2.5s, response_headers: 1m, idle: 45s, client_header_read: 5s, client_idle: 90s, request_body_idle: 20s, upstream_idle: 4s}
-limits: {max_request_header_bytes: 16KiB, max_request_body_bytes: 1MiB, max_connections: 50, max_upstream_connections: 40, max_concurrent_streams: 16, max_upstream_per_connection: 8, hold_request_body_bytes: 256KiB, max_held_request_bytes: 16MiB}
+limits: {max_request_header_bytes: 16KiB, max_request_body_bytes: 1MiB, max_connections: 50, max_upstream_connections: 40, max_concurrent_streams: 16, max_upstream_per_connection: 8, hold_request_body_bytes: 256KiB}
+budgets: {held_bodies: 16MiB, held_bodies_per_client: 4MiB}
 shutdown_grace: 2m
 metering: {max_event_bytes: 1MiB, model_scan_bytes: 65536}
 metrics: {model_idle: 10m}
@@ -97,9 +98,10 @@ fn full_example_parses_to_the_given_values() {
         (
             l.upstream_per_connection(),
             l.held_body_bytes(),
-            l.max_held_request_bytes
+            c.budgets.held_bodies,
+            c.budgets.held_bodies_per_client
         ),
-        (8, 256 << 10, 16 << 20)
+        (8, 256 << 10, 16 << 20, 4 << 20)
     );
     assert_eq!(sizes(l), (16 << 10, 1 << 20, 50, 40, 16));
     assert_eq!(Some(c.shutdown_grace), ms(120_000));
@@ -158,7 +160,7 @@ fn empty_document_gives_the_defaults() {
             l.max_upstream_per_connection,
             l.upstream_per_connection(),
             l.hold_request_body_bytes,
-            l.max_held_request_bytes
+            d.budgets.held_bodies
         ),
         (None, 64, 1 << 20, 64 << 20)
     );
@@ -217,7 +219,7 @@ fn model_idle_defaults_to_an_hour_and_never_or_zero_turns_retirement_off() {
 fn unknown_key_at_top_level_is_named() {
     let want = "lisen: not a key at the top level (did you mean `listen`?); the keys there are: listen, \
          listen_tls, upstream, metrics_listen, upstream_ca_file, max_models, model_list, timeouts, limits, \
-         shutdown_grace, log_level, metering, metrics, buckets, slo, tokenizers, tokenizer_dirs, request_log, \
+         budgets, shutdown_grace, log_level, metering, metrics, buckets, slo, tokenizers, tokenizer_dirs, request_log, \
          tenants, ui, conversations, traces, otlp_metrics, capture";
     assert_eq!(err("listen: 0.0.0.0:1\nlisen: 0.0.0.0:2\n"), want);
 }
@@ -282,7 +284,8 @@ fn bad_values_give_errors_naming_the_key_and_the_value() {
         limits: {max_upstream_per_connection: 0} | limits.max_upstream_per_connection | 0
         limits: {max_upstream_per_connection: 2000} | limits.max_upstream_per_connection | 2000
         limits: {hold_request_body_bytes: 1 MB} | limits.hold_request_body_bytes | 1 MB
-        limits: {max_held_request_bytes: 512KiB} | limits.max_held_request_bytes | 524288
+        budgets: {held_bodies_per_client: 512KiB} | budgets.held_bodies_per_client | 524288
+        budgets: {event_bytes: 1MiB} | budgets.event_bytes_per_client | 16777216
         timeouts: {upstream_idle: 0s} | timeouts.upstream_idle | 0s
         timeouts: {upstream_idle: 5} | timeouts.upstream_idle | 5
         shutdown_grace: 0s | shutdown_grace | 0s

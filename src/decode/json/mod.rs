@@ -8,13 +8,19 @@
 //!   does and give up (`None`) wherever serde_json might read it otherwise. The dialects' scanners
 //!   (`dialect/*/scan.rs`) and the request's message reader (`messages/`) are built of it.
 //!
-//! serde_json itself reads everything these two leave: the dialects' serde structs are the reference
+//! - [`Push`] (`push/`): any JSON text that arrives in pieces and must not be held whole (a WebSocket
+//!   message inflated as it passes), read into tokens as it comes, short values captured, long ones
+//!   only checked.
+//!
+//! serde_json itself reads everything these leave: the dialects' serde structs are the reference
 //! the scanners are held to.
 
 mod cursor;
 mod escape;
 mod fields;
+mod push;
 
 pub(in crate::decode) use cursor::{once, Cursor, Seen};
 pub(in crate::decode) use escape::Str;
 pub use fields::FieldScanner;
+pub use push::{Push, Token, CAPTURE};

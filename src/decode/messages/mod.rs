@@ -39,6 +39,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::decode::dialect::MAX_RESPONSE_ID;
 use crate::decode::json::{Cursor, Seen};
+use crate::govern::Lease;
 use crate::record::api::Api;
 use crate::record::conversations::{Digest, MessageList, Unread};
 use canonical::Canonical;
@@ -60,7 +61,12 @@ pub fn has_messages(api: Api) -> bool {
 /// one) or the API carries none (text completions, TGI, llama.cpp's `/completion`, Ollama's
 /// `/api/generate`); `Err` when the body is not read, and why. `stop`: set when the request ends, the
 /// read then gives up (`Late`).
-pub fn read(api: Api, body: &[u8], stop: &AtomicBool) -> Result<Option<MessageList>, Unread> {
+///
+/// The digests are leased from `lease` (the governor's `message_lists`, the request's client's) as
+/// the list grows, [`LEASE_STEP`] digests at a time; a refused lease stops the read (`Budget`).
+pub fn read(
+    api: Api, body: &[u8], stop: &AtomicBool, lease: &mut Lease,
+) -> Result<Option<MessageList>, Unread> {
     if !has_messages(api) {
         return Ok(None);
     }
@@ -88,7 +94,9 @@ pub fn read(api: Api, body: &[u8], stop: &AtomicBool) -> Result<Option<MessageLi
                 seen.first(field as u8).ok_or(Unread::NotJson)?;
             }
             match field {
-                Field::List => found.list = list(&mut reader, &mut c, api, &mut found.messages)?,
+                Field::List => {
+                    found.list = list(&mut reader, &mut c, api, &mut found.messages, lease)?
+                }
                 Field::System => {
                     found.system = (reader.wrapped(&mut c, 2, "system")?).then(|| reader.digest())
                 }
@@ -159,8 +167,16 @@ struct Chain {
 }
 
 impl Chain {
-    /// Adds the message `reader` has written.
-    fn push(&mut self, api: Api, reader: &mut Canonical<'_>) {
+    /// Adds the message `reader` has written, its digest leased first.
+    fn push(
+        &mut self, api: Api, reader: &mut Canonical<'_>, lease: &mut Lease,
+    ) -> Result<(), Unread> {
+        let room = lease.bytes() / DIGEST_BYTES;
+        if self.prefixes.len() as u64 >= room {
+            lease
+                .grow(LEASE_STEP * DIGEST_BYTES)
+                .map_err(Unread::Budget)?;
+        }
         if self.prefixes.is_empty() {
             self.hasher.update(api.as_str());
             self.hasher.update(b"m");
@@ -168,8 +184,14 @@ impl Chain {
         reader.hash_into(&mut self.hasher);
         self.prefixes
             .push(canonical::first_bits(self.hasher.clone()));
+        Ok(())
     }
 }
+
+/// What one digest holds.
+const DIGEST_BYTES: u64 = std::mem::size_of::<Digest>() as u64;
+/// Digests leased at a time.
+pub const LEASE_STEP: u64 = 64;
 
 impl Found {
     /// Each prefix's digest: the API's and the list's chain (a conversation stays on one API: the
@@ -206,12 +228,13 @@ impl Found {
 /// array, or for Responses a string: one user message); anything else is skipped, no list.
 fn list(
     reader: &mut Canonical<'_>, c: &mut Cursor<'_>, api: Api, messages: &mut Chain,
+    lease: &mut Lease,
 ) -> Result<bool, Unread> {
     match c.peek() {
         Some(b'[') => {}
         Some(b'"') if api == Api::Responses => {
             if reader.wrapped(c, 2, "user")? {
-                messages.push(api, reader);
+                messages.push(api, reader, lease)?;
             }
             return Ok(true);
         }
@@ -230,7 +253,7 @@ fn list(
         }
         reader.poll(c)?;
         if reader.message(c, 3)? {
-            messages.push(api, reader);
+            messages.push(api, reader, lease)?;
         }
         match c.next() {
             Some(b',') => c.at += 1,

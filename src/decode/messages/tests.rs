@@ -3,8 +3,13 @@ use std::sync::atomic::AtomicBool;
 use super::*;
 
 /// Reads `body` whole, its request never ending.
+fn lease() -> crate::govern::Lease {
+    let governor = crate::govern::Governor::with_defaults();
+    governor.lease(crate::govern::Budget::MessageLists, &Default::default())
+}
+
 fn read(api: Api, body: &[u8]) -> Result<Option<MessageList>, Unread> {
-    super::read(api, body, &AtomicBool::new(false))
+    super::read(api, body, &AtomicBool::new(false), &mut lease())
 }
 
 /// The list of `body`, which has one.
@@ -325,7 +330,7 @@ fn a_read_stops_once_its_request_ended() {
     let body = format!(r#"{{"messages":[{}]}}"#, vec![hi; 5_000].join(","));
     let stop = AtomicBool::new(true);
     assert_eq!(
-        super::read(Api::Chat, body.as_bytes(), &stop),
+        super::read(Api::Chat, body.as_bytes(), &stop, &mut lease()),
         Err(Unread::Late)
     );
 }

@@ -11,11 +11,17 @@
 
 use flate2::{Decompress, FlushDecompress, Status};
 
-use super::{Skip, MAX_MESSAGE};
+use super::{Skip, Stop};
+use crate::govern::{Budget, RateUse};
 
 /// The most a single compressed message is inflated before the direction is given up (the largest
 /// message uvicorn accepts, 16 MiB): following a larger one, even to drop it, is not worth its work.
-const MAX_INFLATED: u64 = 16 << 20;
+pub const MAX_INFLATED: u64 = 16 << 20;
+/// What one inflater holds, leased from `session_meters`: miniz_oxide's state (its 32 KiB window and
+/// its tables, about 43 KiB) and the piece of output it inflates into.
+pub const INFLATER_BYTES: u64 = 48 << 10;
+/// The piece of output inflated at a time, and paid for before the next.
+const PIECE: usize = 4 << 10;
 /// The tail each message's compressed data lost (RFC 7692 §7.2.1).
 const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
 
@@ -85,7 +91,7 @@ pub(super) struct Inflater {
     inflated: u64,
     /// The sender ended its deflate stream (a final block): the next message starts a new one.
     stream_ended: bool,
-    out: Box<[u8; 8192]>,
+    out: Box<[u8; PIECE]>,
 }
 
 impl Inflater {
@@ -95,15 +101,16 @@ impl Inflater {
             fresh_each_message: direction.no_context_takeover,
             inflated: 0,
             stream_ended: false,
-            out: Box::new([0; 8192]),
+            out: Box::new([0; PIECE]),
         }
     }
 
-    /// Inflates `input`, the next compressed bytes of a message, into `keep` (up to one byte over
-    /// [`MAX_MESSAGE`], which tells the reader it is too large), or into nothing when not kept.
+    /// Inflates `input`, the next compressed bytes of a message, handing each piece of output to
+    /// `text` once `work` paid for it. A message inflated past [`MAX_INFLATED`], data that does not
+    /// inflate, or work refused: the direction is given up.
     pub(super) fn inflate(
-        &mut self, mut input: &[u8], mut keep: Option<&mut Vec<u8>>,
-    ) -> Result<(), Skip> {
+        &mut self, mut input: &[u8], work: &mut RateUse, text: &mut impl FnMut(&[u8]),
+    ) -> Result<(), Stop> {
         loop {
             let (before_in, before_out) = (self.inflate.total_in(), self.inflate.total_out());
             let status = self
@@ -114,14 +121,15 @@ impl Inflater {
             input = &input[read..];
             self.inflated += made as u64;
             if self.inflated > MAX_INFLATED {
-                return Err(Skip::Inflate);
+                return Err(Stop::Skip(Skip::Inflate));
             }
-            if let Some(text) = keep.as_deref_mut() {
-                let room = (MAX_MESSAGE + 1).saturating_sub(text.len());
-                text.extend_from_slice(&self.out[..made.min(room)]);
+            // Paid for, even when it is not read (a binary message keeps the context too).
+            if let Err(spent) = work.spend(made as u64 + read as u64) {
+                return Err(Stop::Spent(Budget::Inflate, spent));
             }
+            text(&self.out[..made]);
             match status {
-                Err(_) => return Err(Skip::Inflate),
+                Err(_) => return Err(Stop::Skip(Skip::Inflate)),
                 // A final block ends the sender's stream: nothing may follow it in this context.
                 Ok(Status::StreamEnd) => {
                     self.stream_ended = true;
@@ -136,8 +144,10 @@ impl Inflater {
 
     /// The message's compressed data ended: its lost tail is inflated, and the context reset when the
     /// sender starts each message afresh.
-    pub(super) fn end_message(&mut self, keep: Option<&mut Vec<u8>>) -> Result<(), Skip> {
-        let ended = self.inflate(&TAIL, keep);
+    pub(super) fn end_message(
+        &mut self, work: &mut RateUse, text: &mut impl FnMut(&[u8]),
+    ) -> Result<(), Stop> {
+        let ended = self.inflate(&TAIL, work, text);
         self.inflated = 0;
         if self.fresh_each_message || std::mem::take(&mut self.stream_ended) {
             self.inflate.reset(false);

@@ -1,48 +1,61 @@
 //! WebSocket frames (RFC 6455 §5) read as they pass, one reader per direction, for the realtime meter:
 //! fed each read of the relay as it came (any boundary, a byte at a time or many frames at once), it
-//! hands on each whole text message, each close frame's status code, and each message it could not
-//! read (with a reason). It reads a copy of what is forwarded, never the forwarding: nothing here can
-//! hold, alter or cut a byte of the session.
+//! hands on each text message in the pieces it arrives in (unmasked, inflated), each close frame's
+//! status code, and each message it could not read (with a reason). It reads a copy of what is
+//! forwarded, never the forwarding: nothing here can hold, alter or cut a byte of the session.
 //!
-//! Client frames are unmasked for reading only; fragments are joined for reading only; ping and pong are
-//! skipped; a binary message is passed over (no realtime event is binary). A message compressed with
-//! `permessage-deflate` (RFC 7692, negotiated in the `101`: [`Deflate`]) is inflated for reading into
-//! a bounded message. What one reader holds is bounded whatever the peer sends: the header being read,
-//! one message of at most [`MAX_MESSAGE`] bytes (a longer one is skipped, `too_large`), a control
-//! frame's 125 bytes, and with compression one inflater (a 32 KiB window, which reads every agreed
-//! `*_max_window_bits`) and its output buffer.
+//! Client frames are unmasked for reading only; a message's fragments are handed on one after another,
+//! never joined; ping and pong are skipped; a binary message is passed over (no realtime event is
+//! binary). A message compressed with `permessage-deflate` (RFC 7692, negotiated in the `101`:
+//! [`Deflate`]) is inflated for reading a piece at a time. What one reader holds is bounded whatever the
+//! peer sends: the header being read, a control frame's 125 bytes, and with compression one inflater
+//! (a 32 KiB window, which reads every agreed `*_max_window_bits`, and its piece of output), leased from
+//! the governor's `session_meters` budget when the first compressed message comes; the work of inflating
+//! is paid from its `inflate` budget, a piece at a time.
 //!
 //! A reader that loses the frames' thread (a frame that breaks the protocol, compressed data it cannot
-//! inflate, or a compressed message too large to follow while its context is kept) says so once and
-//! reads nothing more of its direction: the session still passes whole, only its metering stops.
+//! inflate, a compressed message larger than [`MAX_INFLATED`] while its context is kept) says so once
+//! and reads nothing more of its direction. One whose budget is spent says so once
+//! ([`Message::Unmetered`]), frees its inflater and from then on only follows the frames, by their
+//! headers, for the close frames (no data is unmasked or inflated): the session still passes whole,
+//! only the metering of its messages stops.
 
 mod deflate;
 
 use std::fmt;
 
-pub use deflate::Deflate;
 use deflate::Inflater;
+pub use deflate::{Deflate, INFLATER_BYTES, MAX_INFLATED};
 
-/// The longest message kept for reading (its text, inflated): a longer one is skipped and counted.
-pub const MAX_MESSAGE: usize = 1 << 20;
+use crate::govern::{Budget, Lease, RateUse, Spent};
+
+/// The longest text message read: its bytes past this are passed over unread (`too_large`) and the
+/// next message is read (uvicorn's own largest message is 16 MiB).
+pub const MAX_MESSAGE: u64 = 16 << 20;
 /// A control frame's payload bound (RFC 6455 §5.5).
 const MAX_CONTROL: usize = 125;
 
 /// What a reader hands on.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Message<'a> {
-    /// A whole text message (joined and inflated; not checked to be UTF-8).
+    /// A text message begins.
+    TextStart,
+    /// The next piece of the text message (unmasked and inflated; not checked to be UTF-8).
     Text(&'a [u8]),
+    /// The text message ended, all of it read.
+    TextEnd,
     /// A close frame, with its status code when it has one.
     Close(Option<u16>),
     /// A message that was not read, or the end of reading this direction ([`Skip::lost`]).
     Skipped(Skip),
+    /// A budget was spent: nothing more of this direction is read.
+    Unmetered(Budget, Spent),
 }
 
 /// Why a message was not read (the `reason` label of the frames skipped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Skip {
-    /// Longer than [`MAX_MESSAGE`].
+    /// A text message longer than [`MAX_MESSAGE`]: ended unread ([`Message::TextEnd`] does not come).
     TooLarge,
     /// A frame that breaks RFC 6455 (a control frame fragmented or over 125 bytes, a continuation
     /// with no message begun, a reserved bit or opcode not agreed): the direction is not read on.
@@ -70,6 +83,20 @@ impl fmt::Display for Skip {
     }
 }
 
+/// What a reader may spend: the lease its inflater is drawn on (`session_meters`, empty until a
+/// compressed message comes), and the work of inflating (`inflate`).
+pub struct Allowance {
+    pub memory: Lease,
+    pub work: RateUse,
+}
+
+/// Why a reader stopped reading its direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Skip(Skip),
+    Spent(Budget, Spent),
+}
+
 /// The frame being read.
 #[derive(Default)]
 struct Frame {
@@ -81,14 +108,16 @@ struct Frame {
     length: u64,
 }
 
-/// The data message being joined.
+/// The data message being read.
 #[derive(Default)]
 struct Joining {
     /// A message has begun and not ended.
     open: bool,
     text: bool,
     compressed: bool,
-    /// Its text went over [`MAX_MESSAGE`]: the rest is not kept.
+    /// The text read of it so far (inflated).
+    read: u64,
+    /// Its text went over [`MAX_MESSAGE`]: the rest is passed over.
     too_large: bool,
 }
 
@@ -98,26 +127,33 @@ pub struct FrameReader {
     have: usize,
     frame: Option<Frame>,
     message: Joining,
-    /// The message's payload (inflated), up to [`MAX_MESSAGE`].
-    text: Vec<u8>,
     control: Vec<u8>,
+    /// That direction's `permessage-deflate`, when agreed.
+    inflate: Option<deflate::Direction>,
+    /// Made when the first compressed message comes (its memory leased then).
     inflater: Option<Inflater>,
+    allowance: Allowance,
     /// The frames' thread is lost: nothing more is read.
     lost: bool,
+    /// A budget was spent: only the frames' headers and the close frames are read.
+    frames_only: bool,
 }
 
 impl FrameReader {
-    /// A reader of one direction; `inflate`: that direction's `permessage-deflate`, when agreed.
-    pub fn new(inflate: Option<deflate::Direction>) -> Self {
+    /// A reader of one direction; `inflate`: that direction's `permessage-deflate`, when agreed;
+    /// `allowance`: what it may spend.
+    pub fn new(inflate: Option<deflate::Direction>, allowance: Allowance) -> Self {
         FrameReader {
             head: [0; 14],
             have: 0,
             frame: None,
             message: Joining::default(),
-            text: Vec::new(),
             control: Vec::new(),
-            inflater: inflate.map(Inflater::new),
+            inflate,
+            inflater: None,
+            allowance,
             lost: false,
+            frames_only: false,
         }
     }
 
@@ -193,7 +229,7 @@ impl FrameReader {
         };
         let rsv1 = first & 0x40 != 0;
         if first & 0x30 != 0 || !self.begin(&frame, rsv1) {
-            return self.lose(Skip::Malformed, out);
+            return self.lose(Stop::Skip(Skip::Malformed), out);
         }
         self.frame = Some(frame);
     }
@@ -205,13 +241,14 @@ impl FrameReader {
             0x8..=0xa => frame.fin && frame.length <= MAX_CONTROL as u64 && !rsv1,
             0x0 => self.message.open && !rsv1,
             0x1 | 0x2 if !self.message.open => {
-                if rsv1 && self.inflater.is_none() {
+                if rsv1 && self.inflate.is_none() {
                     return false;
                 }
                 self.message = Joining {
                     open: true,
                     text: frame.opcode == 0x1,
                     compressed: rsv1,
+                    read: 0,
                     too_large: false,
                 };
                 true
@@ -220,11 +257,17 @@ impl FrameReader {
         }
     }
 
-    /// Payload bytes of the frame being read: unmasked into a scratch piece at a time, then kept.
+    /// Payload bytes of the frame being read: unmasked into a scratch piece at a time, inflated when
+    /// compressed, and each piece of a text message handed on.
     fn payload(&mut self, payload: &[u8], out: &mut impl FnMut(Message<'_>)) {
         let Some(frame) = self.frame.as_mut() else {
             return;
         };
+        if self.frames_only && frame.opcode < 0x8 {
+            frame.read += payload.len() as u64;
+            return;
+        }
+        let end = frame.read + payload.len() as u64;
         let mut piece = [0u8; 1024];
         for chunk in payload.chunks(piece.len()) {
             let plain = match frame.mask {
@@ -238,23 +281,63 @@ impl FrameReader {
                 None => chunk,
             };
             frame.read += chunk.len() as u64;
-            let message = &mut self.message;
-            let keep = message.text && !message.too_large;
             if frame.opcode >= 0x8 {
                 self.control.extend_from_slice(plain);
-            } else if let (true, Some(inflater)) = (message.compressed, self.inflater.as_mut()) {
-                if let Err(skip) = inflater.inflate(plain, keep.then_some(&mut self.text)) {
-                    return self.lose(skip, out);
-                }
-            } else if keep {
-                let room = (MAX_MESSAGE + 1).saturating_sub(self.text.len());
-                self.text.extend_from_slice(&plain[..plain.len().min(room)]);
+                continue;
             }
-            if self.text.len() > MAX_MESSAGE {
-                self.message.too_large = true;
-                self.text = Vec::new();
+            let message = &mut self.message;
+            let read = if message.compressed {
+                match Self::inflater(&mut self.inflater, self.inflate, &mut self.allowance) {
+                    Ok(inflater) => {
+                        let work = &mut self.allowance.work;
+                        inflater.inflate(plain, work, &mut |text| Self::text(message, text, out))
+                    }
+                    Err(stop) => Err(stop),
+                }
+            } else {
+                Self::text(message, plain, out);
+                Ok(())
+            };
+            if let Err(stop) = read {
+                frame.read = end;
+                return self.lose(stop, out);
             }
         }
+    }
+
+    /// The inflater, made (and its memory leased) when the first compressed message comes.
+    fn inflater<'a>(
+        inflater: &'a mut Option<Inflater>, inflate: Option<deflate::Direction>,
+        allowance: &mut Allowance,
+    ) -> Result<&'a mut Inflater, Stop> {
+        let made = match (inflater.take(), inflate) {
+            (Some(made), _) => made,
+            // `begin` lets no compressed frame through without an agreed direction.
+            (None, None) => return Err(Stop::Skip(Skip::Malformed)),
+            (None, Some(direction)) => {
+                let leased = allowance.memory.grow(INFLATER_BYTES);
+                leased.map_err(|spent| Stop::Spent(Budget::SessionMeters, spent))?;
+                Inflater::new(direction)
+            }
+        };
+        Ok(inflater.insert(made))
+    }
+
+    /// A piece of a message's (inflated) payload: handed on when it is a text message still read.
+    fn text(message: &mut Joining, text: &[u8], out: &mut impl FnMut(Message<'_>)) {
+        if !message.text || message.too_large || text.is_empty() {
+            return;
+        }
+        if message.read == 0 {
+            out(Message::TextStart);
+        }
+        message.read += text.len() as u64;
+        if message.read > MAX_MESSAGE {
+            message.too_large = true;
+            out(Message::Skipped(Skip::TooLarge));
+            return;
+        }
+        out(Message::Text(text));
     }
 
     /// The frame's payload is all read: a control frame is read, a message's last frame ends it.
@@ -274,38 +357,52 @@ impl FrameReader {
         if !frame.fin {
             return;
         }
+        if self.frames_only {
+            self.message = Joining::default();
+            return;
+        }
         if self.message.compressed {
-            let keep = self.message.text && !self.message.too_large;
             if let Some(inflater) = self.inflater.as_mut() {
-                if let Err(skip) = inflater.end_message(keep.then_some(&mut self.text)) {
-                    return self.lose(skip, out);
+                let (message, work) = (&mut self.message, &mut self.allowance.work);
+                let ended = inflater.end_message(work, &mut |text| Self::text(message, text, out));
+                if let Err(stop) = ended {
+                    return self.lose(stop, out);
                 }
             }
-            if self.text.len() > MAX_MESSAGE {
-                self.message.too_large = true;
+        }
+        let message = std::mem::take(&mut self.message);
+        if message.text && !message.too_large {
+            if message.read == 0 {
+                out(Message::TextStart);
             }
-        }
-        match (self.message.text, self.message.too_large) {
-            (true, false) => out(Message::Text(&self.text)),
-            (true, true) => out(Message::Skipped(Skip::TooLarge)),
-            (false, _) => {}
-        }
-        self.message = Joining::default();
-        self.text.clear();
-        // A large message's room is not kept for the rest of the session.
-        if self.text.capacity() > 64 << 10 {
-            self.text = Vec::new();
+            out(Message::TextEnd);
         }
     }
 
-    /// The frames' thread is lost: said once, and nothing more is read or held.
-    fn lose(&mut self, skip: Skip, out: &mut impl FnMut(Message<'_>)) {
-        self.lost = true;
-        self.text = Vec::new();
-        self.control = Vec::new();
+    /// The frames' thread is lost (nothing more is read or held), or a budget spent (only the frames
+    /// are followed, the inflater freed): said once.
+    fn lose(&mut self, stop: Stop, out: &mut impl FnMut(Message<'_>)) {
         self.inflater = None;
-        self.frame = None;
-        out(Message::Skipped(skip));
+        self.allowance.memory.shrink(u64::MAX);
+        match stop {
+            Stop::Skip(skip) => {
+                self.lost = true;
+                self.control = Vec::new();
+                self.frame = None;
+                out(Message::Skipped(skip));
+            }
+            Stop::Spent(budget, spent) => {
+                self.frames_only = true;
+                out(Message::Unmetered(budget, spent));
+            }
+        }
+    }
+
+    /// Stops reading messages (a budget elsewhere was spent): only the frames are followed from now.
+    pub fn frames_only(&mut self) {
+        self.frames_only = true;
+        self.inflater = None;
+        self.allowance.memory.shrink(u64::MAX);
     }
 }
 

@@ -6,6 +6,38 @@ use super::*;
 
 use serde_json::Value;
 
+use crate::config::BudgetLimits;
+use crate::govern::{Client, Pool, Rate};
+use std::sync::Arc;
+
+/// What a reader may spend: `memory` bytes of `session_meters`, `work` bytes a second of `inflate`.
+fn allowance(memory: u64, work: u64) -> Allowance {
+    let pool = Arc::new(Pool::new(
+        Budget::SessionMeters,
+        BudgetLimits {
+            cap: memory,
+            per_client: memory,
+        },
+    ));
+    let rate = Arc::new(Rate::new(
+        Budget::Inflate,
+        BudgetLimits {
+            cap: work,
+            per_client: work,
+        },
+    ));
+    let client = Client::Address([10, 0, 0, 1].into());
+    Allowance {
+        memory: Lease::on(&pool, client.clone()),
+        work: RateUse::new(rate, client),
+    }
+}
+
+/// Enough for any test here.
+fn plenty() -> Allowance {
+    allowance(1 << 30, 1 << 40)
+}
+
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/realtime");
 
 /// A capture's frames of one direction: their bytes in order, the messages they carry, the close
@@ -48,17 +80,33 @@ fn capture(name: &str, dir: &str) -> (Vec<u8>, Vec<String>, Vec<Option<u16>>, Op
     )
 }
 
-/// What a reader hands on for `bytes` fed in pieces of `cut`.
+/// What a reader hands on for `bytes` fed in pieces of `cut`: each text message joined here (the
+/// reader hands it on in pieces), each close, each skip.
 fn read(bytes: &[u8], cut: usize, inflate: Option<deflate::Direction>) -> Vec<String> {
-    let mut reader = FrameReader::new(inflate);
+    read_with(bytes, cut, inflate, plenty())
+}
+
+fn read_with(
+    bytes: &[u8], cut: usize, inflate: Option<deflate::Direction>, allowance: Allowance,
+) -> Vec<String> {
+    let mut reader = FrameReader::new(inflate, allowance);
     let mut seen = Vec::new();
+    let mut text: Option<Vec<u8>> = None;
     for piece in bytes.chunks(cut) {
-        reader.feed(piece, &mut |message| {
-            seen.push(match message {
-                Message::Text(text) => String::from_utf8_lossy(text).into_owned(),
-                Message::Close(code) => format!("close {code:?}"),
-                Message::Skipped(skip) => format!("skipped {skip}"),
-            })
+        reader.feed(piece, &mut |message| match message {
+            Message::TextStart => text = Some(Vec::new()),
+            Message::Text(piece) => {
+                assert!(piece.len() <= 4 << 10, "handed on a piece at a time");
+                text.as_mut().expect("begun").extend_from_slice(piece);
+            }
+            Message::TextEnd => {
+                seen.push(String::from_utf8_lossy(&text.take().expect("begun")).into_owned())
+            }
+            Message::Close(code) => seen.push(format!("close {code:?}")),
+            Message::Skipped(skip) => seen.push(format!("skipped {skip}")),
+            Message::Unmetered(budget, spent) => {
+                seen.push(format!("unmetered {} {}", budget.as_str(), spent.as_str()))
+            }
         });
     }
     seen
@@ -134,35 +182,87 @@ fn fragments_are_joined_around_a_ping_and_binary_messages_passed_over() {
 
 #[test]
 fn a_message_over_the_bound_is_skipped_and_the_next_read() {
-    let big = vec![b'x'; MAX_MESSAGE + 1];
-    let mut bytes = frame(0x01, &big[..MAX_MESSAGE / 2], None);
-    bytes.extend(frame(0x80, &big[MAX_MESSAGE / 2..], None));
+    let half = (MAX_MESSAGE / 2) as usize;
+    let big = vec![b'x'; 2 * half + 1];
+    let mut bytes = frame(0x01, &big[..half], None);
+    bytes.extend(frame(0x80, &big[half..], None));
     bytes.extend(frame(0x81, b"{}", None));
     assert_eq!(read(&bytes, 65536, None), ["skipped too_large", "{}"]);
 }
 
-#[test]
-fn a_compressed_message_over_the_bound_is_skipped_and_the_context_kept() {
+/// A compressor of one direction with context takeover: each message deflated with the tail cut.
+fn compressor() -> impl FnMut(&[u8]) -> Vec<u8> {
     use flate2::{Compress, Compression, FlushCompress};
-    let mut compress = Compress::new(Compression::fast(), false);
-    let mut deflated = |text: &[u8]| {
-        let mut out = Vec::with_capacity(text.len() + 64);
-        let _ = compress.compress_vec(text, &mut out, FlushCompress::Sync);
-        assert!(out.ends_with(&TAIL_FOR_TESTS));
+    let mut compress = Compress::new(Compression::best(), false);
+    move |text: &[u8]| {
+        let mut out = Vec::with_capacity(text.len() / 100 + 1024);
+        loop {
+            let before = compress.total_in();
+            let _ = compress.compress_vec(text, &mut out, FlushCompress::Sync);
+            if compress.total_in() - before == text.len() as u64 && out.ends_with(&TAIL_FOR_TESTS) {
+                break;
+            }
+            out.reserve(out.len() + 1024);
+        }
         out.truncate(out.len() - 4);
         out
-    };
-    let big = vec![b'a'; MAX_MESSAGE + 10];
+    }
+}
+
+const TAKEOVER: deflate::Direction = deflate::Direction {
+    window_bits: 15,
+    no_context_takeover: false,
+};
+
+#[test]
+fn a_compressed_message_over_the_inflation_bound_stops_the_direction() {
+    let mut deflated = compressor();
+    let big = vec![b'a'; MAX_INFLATED as usize + 10];
     let mut bytes = frame(0xc1, &deflated(&big), None);
     bytes.extend(frame(0xc1, &deflated(b"{\"type\":\"done\"}"), None));
-    let direction = deflate::Direction {
-        window_bits: 15,
-        no_context_takeover: false,
-    };
-    assert_eq!(
-        read(&bytes, 4096, Some(direction)),
-        ["skipped too_large", "{\"type\":\"done\"}"]
+    assert_eq!(read(&bytes, 4096, Some(TAKEOVER)), ["skipped inflate"]);
+}
+
+#[test]
+fn a_compressed_message_is_handed_on_in_pieces_and_none_is_kept() {
+    let mut deflated = compressor();
+    let delta = "QUFB".repeat(1 << 18);
+    let text = format!(r#"{{"type":"response.output_audio.delta","delta":"{delta}"}}"#);
+    let mut bytes = frame(0xc1, &deflated(text.as_bytes()), None);
+    bytes.extend(frame(0xc1, &deflated(b"{}"), None));
+    assert_eq!(read(&bytes, 1000, Some(TAKEOVER)), [text.as_str(), "{}"]);
+    assert!(
+        std::mem::size_of::<FrameReader>() < 512,
+        "no message is held"
     );
+}
+
+#[test]
+fn a_deflate_bomb_is_read_only_as_far_as_its_clients_work_share_pays() {
+    let mut deflated = compressor();
+    // About 1 KiB that inflates to 1 MiB, then a small message.
+    let bomb = deflated(&vec![b'a'; 1 << 20]);
+    assert!(bomb.len() < 2 << 10, "{}", bomb.len());
+    let mut bytes = frame(0xc2, &bomb, None);
+    bytes.extend(frame(0xc1, &deflated(b"{}"), None));
+    // 256 KiB a second: a quarter second's worth (64 KiB) may be inflated at once.
+    let seen = read_with(&bytes, 4096, Some(TAKEOVER), allowance(1 << 20, 256 << 10));
+    assert_eq!(seen, ["unmetered inflate share"]);
+}
+
+#[test]
+fn an_inflater_whose_memory_is_refused_stops_the_direction_and_holds_nothing() {
+    let mut deflated = compressor();
+    let mut bytes = frame(0x81, b"{\"plain\":1}", None);
+    bytes.extend(frame(0xc1, &deflated(b"{}"), None));
+    bytes.extend(frame(0x81, b"{}", None));
+    let seen = read_with(
+        &bytes,
+        7,
+        Some(TAKEOVER),
+        allowance(INFLATER_BYTES - 1, 1 << 30),
+    );
+    assert_eq!(seen, ["{\"plain\":1}", "unmetered session_meters share"]);
 }
 
 const TAIL_FOR_TESTS: [u8; 4] = [0x00, 0x00, 0xff, 0xff];

@@ -37,7 +37,7 @@ use http::Request;
 pub(super) const WINDOW: Duration = Duration::from_millis(100);
 
 /// A held body at least this large gives its copy back once it can no longer be sent again (see
-/// `Upstream::send`): its share of `limits.max_held_request_bytes` should not wait for the answer's head,
+/// `Upstream::send`): its lease on the `held_bodies` budget should not wait for the answer's head,
 /// which a non-streamed generation sends only at its end. A smaller one is not worth a timer.
 pub(super) const RELEASE_COPY_BYTES: u64 = 64 << 10;
 

@@ -13,6 +13,7 @@ mod log;
 mod records;
 mod spans;
 
+use crate::govern::Client;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -41,6 +42,9 @@ pub struct Who<'a> {
     pub path: &'a str,
     /// Wall-clock arrival.
     pub start: SystemTime,
+    /// Who the client is, for its shares of the governor's budgets (the conversations' turns, the
+    /// records and spans waiting to be written).
+    pub client: &'a Client,
     /// Metered from a packet capture (`tokentap capture`), not a proxied connection.
     pub captured: bool,
 }
@@ -259,6 +263,7 @@ mod tests {
             method: "POST",
             path: "/v1/chat/completions",
             start: SystemTime::UNIX_EPOCH,
+            client: &crate::govern::Client::Unknown,
             captured: false,
         };
         let gaps = GapSummary::default();

@@ -32,7 +32,7 @@ impl Sink for Records {
             captured: who.captured,
         };
         // Plain numbers and strings: serialising cannot fail; a record that did is not written.
-        self.writer.send_with(|| {
+        self.writer.send_with(who.client, || {
             let mut record = RequestRecord::of(&identity, finished.record, finished.gaps);
             // The span the emitter sampled, so records, spans and metrics point at each other.
             if let Some(span) = finished.span {
@@ -44,8 +44,10 @@ impl Sink for Records {
     }
 
     fn session(&self, ended: &SessionEnded<'_>, model: &str) {
-        self.writer
-            .send_with(|| serde_json::to_string(&SessionRecord::of(ended, model)).ok());
+        let client = &crate::govern::Client::Unknown;
+        self.writer.send_with(client, || {
+            serde_json::to_string(&SessionRecord::of(ended, model)).ok()
+        });
     }
 
     fn gaps(&self) -> Option<(bool, usize)> {

@@ -28,7 +28,7 @@ impl Sink for Spans {
     fn emit(&self, finished: &Finished<'_>) {
         if let Some(context) = finished.span {
             let server = (self.server.0.as_str(), self.server.1);
-            self.exporter.offer(span_of(finished, context, server));
+            (self.exporter).offer(span_of(finished, context, server), finished.who.client);
         }
     }
 }
@@ -246,6 +246,7 @@ mod tests {
                 method: "POST",
                 path: "/v1/chat/completions",
                 start: UNIX_EPOCH + Duration::from_nanos(START),
+                client: &crate::govern::Client::Unknown,
                 captured: false,
             },
             api,

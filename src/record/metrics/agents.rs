@@ -41,7 +41,10 @@ impl Agents {
     pub fn count_unread(&self, reason: Unread) {
         self.lookups.with_label_values(&[UNREAD]).inc();
         // `Unread::ALL` lists the reasons in their declared order.
-        if let Some(counter) = self.unread.get(reason as usize) {
+        let at = Unread::ALL
+            .iter()
+            .position(|r| r.as_str() == reason.as_str());
+        if let Some(counter) = at.and_then(|i| self.unread.get(i)) {
             counter.inc();
         }
     }

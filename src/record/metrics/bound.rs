@@ -120,7 +120,7 @@ impl Boundaries {
             Label::Slo if api == Api::Other => usize::from(judged(SloKind::E2e)),
             Label::Slo => SloKind::ALL.into_iter().filter(|&k| judged(k)).count(),
             Label::TokenSource => TOKEN_SOURCES,
-            Label::Reason(values) | Label::Result(values) => values.len(),
+            Label::Reason(values) | Label::Result(values) | Label::Fixed(_, values) => values.len(),
             Label::Turn => crate::record::conversations::TURN_LABELS.len(),
             Label::Lookup => crate::record::conversations::LOOKUPS.len(),
         };
@@ -128,13 +128,14 @@ impl Boundaries {
     }
 
     /// The most series the process can export: the families without a `model` label (those with
-    /// labels, `unlabelled` series without, and with `records` the request_log writer's two), the
+    /// labels, `unlabelled` series without, and with `records` the request_log writer's dropped-record series), the
     /// `reserved` model values whose every pair is always counted (`unknown`, `other`, `unadmitted`
     /// and the pinned names), and the `places` other names may take, as far as `max_series` leaves
     /// room: a (name, API) pair that would go beyond it counts as `other` (`labels.rs`).
     pub fn series_limit(&self, caps: &Caps) -> SeriesBound {
         let costs = self.pair_costs(caps.slo, caps.tenant_values);
-        let mut fixed = caps.unlabelled + if caps.records { 2 } else { 0 };
+        let dropped = crate::logging::records::DROP_REASONS.len();
+        let mut fixed = caps.unlabelled + if caps.records { dropped } else { 0 };
         for family in family::ALL
             .iter()
             .filter(|f| !f.labels.is_empty() && !f.has(Label::Model))
@@ -174,7 +175,7 @@ pub struct Caps<'a> {
     pub tenant_values: usize,
     /// Series without labels (tokentap's own counters and gauges), as registered.
     pub unlabelled: usize,
-    /// `request_log:` is on: its writer's two dropped-record series.
+    /// `request_log:` is on: its writer's dropped-record series, one per reason.
     pub records: bool,
     /// `metrics.max_series`.
     pub max_series: u64,

@@ -40,7 +40,7 @@ pub enum Unmetered {
     Upgrade,
     /// `capture.max_connections` were followed.
     MaxConnections,
-    /// `capture.max_connection_bytes` or `capture.max_buffered_bytes`.
+    /// `capture.max_connection_bytes`, or the governor's `capture_flows` (its cap, or the client's share).
     Buffer,
 }
 
@@ -67,8 +67,6 @@ pub struct CaptureCounters {
     unmetered: [IntCounter; 6],
     /// Connections followed now.
     pub connections: IntGauge,
-    /// Bytes held for them now.
-    pub buffered: IntGauge,
 }
 
 impl CaptureCounters {
@@ -81,7 +79,6 @@ impl CaptureCounters {
                 .map(|p| placed.with_label_values(&[CAPTURE_SEGMENT_RESULTS[p as usize]])),
             unmetered: Unmetered::ALL.map(|u| unmetered.with_label_values(&[u.as_str()])),
             connections: rows.single_gauge(&family::CAPTURE_CONNECTIONS)?,
-            buffered: rows.single_gauge(&family::CAPTURE_BUFFERED)?,
         })
     }
 

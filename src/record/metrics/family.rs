@@ -8,6 +8,7 @@
 //! `tokentap_log_lines_dropped_total` and the request_log counters.
 
 use crate::config::SloKind;
+use crate::govern::{BUDGET_NAMES, SPENT_REASONS};
 use crate::record::conversations::UNREAD_REASONS;
 use crate::record::figure::Figure;
 
@@ -87,6 +88,8 @@ pub enum Label {
     Lookup,
     /// How something tokentap did came out, a fixed set named here (a config reload's).
     Result(&'static [&'static str]),
+    /// Any other label whose values are a fixed set named here (a budget's name, its state).
+    Fixed(&'static str, &'static [&'static str]),
 }
 
 impl Label {
@@ -102,6 +105,7 @@ impl Label {
             Label::Reason(_) => "reason",
             Label::Turn => "turn",
             Label::Lookup | Label::Result(_) => "result",
+            Label::Fixed(name, _) => name,
         }
     }
 }
@@ -390,12 +394,12 @@ pub const CONNECTION_SHARE_REFUSED: Family = single(
 );
 pub const HELD_BYTES_REFUSED: Family = single(
     "tokentap_held_bytes_refused_total",
-    "Requests answered 503 because limits.max_held_request_bytes had no room for their body within timeouts.request_body_idle.",
+    "Requests answered 503 because their client's share of the held_bodies budget had no room for their body within timeouts.request_body_idle.",
     Counter,
 );
 pub const HELD_BYTES_WAITED: Family = single(
     "tokentap_held_bytes_waited_total",
-    "Requests whose body waited for room in limits.max_held_request_bytes before it was held (and then sent, or refused).",
+    "Requests whose body waited for room in their client's share of the held_bodies budget before it was held (and then sent, or refused).",
     Counter,
 );
 pub const UPLOADS_PER_CLIENT_REFUSED: Family = single(
@@ -467,6 +471,7 @@ pub const METRICS_PORT_REASONS: &[&str] = &[
     "live_busy",
     "host",
     "reclaimed",
+    "cross_site",
 ];
 pub const METRICS_PORT_REFUSED: Family = every(
     "tokentap_metrics_port_refused_total",
@@ -474,7 +479,8 @@ pub const METRICS_PORT_REFUSED: Family = every(
      were open, every one busy), send_timeout (an answer not taken within timeouts.metrics_send), live_busy \
      (/api/v1/live answered 503: too many distinct views held), host (a Host not in \
      metrics.allowed_hosts), reclaimed (an idle connection closed at limits.max_metrics_connections \
-     to make room for a new one).",
+     to make room for a new one), cross_site (POST /-/reload from a page of another site, as the \
+     browser said: Sec-Fetch-Site or Origin).",
     Counter,
     &[Label::Reason(METRICS_PORT_REASONS)],
 );
@@ -587,13 +593,21 @@ pub const SPANS_EXPORTED: Family = single(
     Counter,
 );
 /// The values of `reason` on [`SPANS_DROPPED`], all exported from the start.
-pub const SPAN_DROP_REASONS: &[&str] = &["queue_full", "timeout", "rejected", "failed", "shutdown"];
+pub const SPAN_DROP_REASONS: &[&str] = &[
+    "queue_full",
+    "timeout",
+    "rejected",
+    "failed",
+    "shutdown",
+    "budget",
+];
 pub const SPANS_DROPPED: Family = every(
     "tokentap_spans_dropped_total",
     "Sampled spans not exported, by reason: queue_full (traces.queue spans were waiting), timeout (the \
      export took longer than traces.timeout), rejected (the collector answered a status other than 2xx, \
      or rejected some spans of a batch), failed (no connection, or it broke before an answer), shutdown \
-     (still queued when the shutdown's flush ran out of time).",
+     (still queued when the shutdown's flush, or a replaced exporter's after a reload, ran out of time), \
+     budget (no room in the spans budget: the request's client's share, or the cap).",
     Counter,
     &[Label::Reason(SPAN_DROP_REASONS)],
 );
@@ -712,7 +726,7 @@ pub const CAPTURE_UNMETERED: Family = every(
      lost_segment (bytes the capture never read: a packet the kernel dropped or cut; metered again from \
      the connection's next request), not_http (bytes that are not HTTP/1.1: TLS, h2c, a malformed \
      head), upgrade (a WebSocket or other upgrade), max_connections (capture.max_connections were \
-     followed), buffer (capture.max_connection_bytes or capture.max_buffered_bytes; metered again from \
+     followed), buffer (capture.max_connection_bytes, or the capture_flows budget; metered again from \
      the next request). A request in progress then is neither counted nor recorded.",
     Counter,
     &[Label::Reason(CAPTURE_UNMETERED_REASONS)],
@@ -722,11 +736,27 @@ pub const CAPTURE_CONNECTIONS: Family = single(
     "TCP connections tokentap capture follows now (at most capture.max_connections).",
     Gauge,
 );
-pub const CAPTURE_BUFFERED: Family = single(
-    "tokentap_capture_buffered_bytes",
-    "Bytes tokentap capture holds for the connections it follows: segments out of order, unfinished \
-     heads, request bodies kept for their message list (at most capture.max_buffered_bytes).",
+
+/// The values of `state` on [`BUDGET_BYTES`].
+pub const BUDGET_STATES: &[&str] = &["used", "cap"];
+const BUDGET: Label = Label::Fixed("budget", &BUDGET_NAMES);
+pub const BUDGET_BYTES: Family = every(
+    "tokentap_budget_bytes",
+    "Each budget of what clients may make tokentap hold (docs/operations.md): bytes held now (state=used) and its cap (state=cap); for budget=inflate, bytes inflated in the last second and the cap per second.",
     Gauge,
+    &[BUDGET, Label::Fixed("state", BUDGET_STATES)],
+);
+pub const BUDGET_REFUSALS: Family = every(
+    "tokentap_budget_refusals_total",
+    "Leases a budget refused, by reason: cap (every client's use together reached the cap), share (the client's use reached its share).",
+    Counter,
+    &[BUDGET, Label::Reason(&SPENT_REASONS)],
+);
+pub const UNMETERED: Family = every(
+    "tokentap_unmetered_total",
+    "Requests and WebSocket sessions forwarded whole that tokentap stopped measuring because a budget was spent, by budget and reason (cap, share); their records say so (unmetered).",
+    Counter,
+    &[BUDGET, Label::Reason(&SPENT_REASONS)],
 );
 
 /// Every row, in docs/metrics.md's order.
@@ -796,13 +826,15 @@ pub const ALL: &[&Family] = &[
     &CONFIG_LAST_RELOAD,
     &SPANS_EXPORTED,
     &SPANS_DROPPED,
+    &BUDGET_BYTES,
+    &BUDGET_REFUSALS,
+    &UNMETERED,
     &OTLP_METRIC_EXPORTS,
     &OTLP_METRIC_EXPORTS_DROPPED,
     &CAPTURE_PACKETS,
     &CAPTURE_SEGMENTS,
     &CAPTURE_UNMETERED,
     &CAPTURE_CONNECTIONS,
-    &CAPTURE_BUFFERED,
 ];
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use super::rebucket::Rebucketable;
 use super::{status_label, Metrics, Series};
 use crate::record::conversations::{turn_label, Turn};
 use crate::record::figure::{Figure, When};
-use crate::record::finished::FinishedRecord;
+use crate::record::finished::{FinishedRecord, SkipReason};
 use crate::record::outcome::Outcome;
 use crate::record::server::outside;
 
@@ -23,8 +23,12 @@ impl Metrics {
     /// Writes `record`, the request's conclusion, under its `series`.
     pub fn finish(&self, series: &Series, record: &FinishedRecord) {
         let ok = record.outcome == Outcome::Ok;
-        if let Some(reason) = record.skipped {
-            self.count_metering_skipped(series.api, reason.as_str());
+        match record.skipped {
+            Some(SkipReason::Unmetered(budget, spent)) => {
+                self.budgets.count_unmetered(budget, spent)
+            }
+            Some(reason) => self.count_metering_skipped(series.api, reason.as_str()),
+            None => {}
         }
         self.count_request(series, status_label(record.status), record.outcome.as_str());
         for figure in Figure::ALL {

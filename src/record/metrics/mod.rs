@@ -17,6 +17,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 use crate::config::{Config, SloKind};
+use crate::govern::Governor;
 use crate::record::api::Api;
 use crate::record::figure::Figure;
 use crate::record::served::ServedModels;
@@ -24,6 +25,7 @@ use crate::record::served::ServedModels;
 mod admission;
 mod agents;
 mod bound;
+mod budgets;
 mod by_series;
 mod capture;
 mod exemplars;
@@ -49,6 +51,7 @@ mod upstream;
 
 pub use agents::Agents;
 pub use bound::{Boundaries, PairCosts, SeriesBound};
+pub use budgets::Budgets;
 pub use capture::{CaptureCounters, Placed, Unmetered};
 pub use exemplars::Exemplar;
 pub use inside::Inside;
@@ -118,6 +121,10 @@ pub struct Metrics {
     pub spans: SpanCounters,
     /// The WebSocket messages the realtime meter passed over unread.
     pub session_skips: SessionSkips,
+    /// The governor's budgets, and what was not metered because one was spent.
+    pub budgets: Budgets,
+    /// The governor whose figures the budget families show, once [`Metrics::watch`] was told it.
+    governor: budgets::GovernorSlot,
     /// The metric exports pushed to a collector (`otlp_metrics:`), and those dropped.
     pub otlp: OtlpMetricCounters,
     /// `tokentap capture`'s own reading: packets, segments, connections not metered.
@@ -162,6 +169,7 @@ impl Metrics {
         let spans = SpanCounters::register(&rows)?;
         let reloads = ConfigReloads::register(&rows)?;
         let session_skips = SessionSkips::register(&rows)?;
+        let (budgets, governor) = Budgets::register(&rows)?;
         let otlp = OtlpMetricCounters::register(&rows)?;
         let capture = CaptureCounters::register(&rows)?;
         for api in Api::ALL {
@@ -235,9 +243,18 @@ impl Metrics {
             forwarding_delay,
             spans,
             session_skips,
+            budgets,
+            governor,
             otlp,
             capture,
             families,
+        })
+    }
+
+    /// Shows `governor`'s budgets in the budget families (once; a second governor is refused).
+    pub fn watch(&self, governor: Arc<Governor>) -> Result<(), prometheus::Error> {
+        self.governor.set(governor).map_err(|_| {
+            prometheus::Error::Msg("the budget families already show a governor".into())
         })
     }
 
@@ -553,6 +570,6 @@ mod tests {
         assert_eq!(limit(&metrics), 750_000);
         let bound = metrics.bound();
         let chat = bound.costs.of(1 << Api::Chat as usize);
-        assert_eq!((bound.reserved, chat), (17_348, 777));
+        assert_eq!((bound.reserved, chat), (17_410, 777));
     }
 }

@@ -31,9 +31,10 @@ pub struct Refusals {
     /// Requests answered 503 because their client connection had `limits.max_upstream_per_connection`
     /// upstream requests in progress.
     pub connection_share: IntCounter,
-    /// Requests answered 503 because `limits.max_held_request_bytes` had no room for their body in time.
+    /// Requests answered 503 because their client's share of the `held_bodies` budget had no room for
+    /// their body in time.
     pub held_bytes: IntCounter,
-    /// Requests whose body waited for room in `limits.max_held_request_bytes`.
+    /// Requests whose body waited for room in their client's share of the `held_bodies` budget.
     pub held_bytes_waited: IntCounter,
     /// Requests answered 503 at `limits.max_streamed_uploads_per_client`.
     pub uploads_per_client: IntCounter,
@@ -75,6 +76,8 @@ pub struct MetricsPortRefusals {
     pub host: IntCounter,
     /// Idle connections closed at `limits.max_metrics_connections` to make room for a new one.
     pub reclaimed: IntCounter,
+    /// `POST /-/reload` answered 403 because a browser said it came from another site.
+    pub cross_site: IntCounter,
 }
 
 impl Refusals {
@@ -115,14 +118,15 @@ impl SessionCounts {
 impl MetricsPortRefusals {
     pub(super) fn register(rows: &Registrar<'_>) -> Result<Self, prometheus::Error> {
         let family = rows.fixed_counter(&family::METRICS_PORT_REFUSED)?;
-        let [connections, send_timeouts, live_busy, host, reclaimed] =
-            [0, 1, 2, 3, 4].map(|i| family.with_label_values(&[METRICS_PORT_REASONS[i]]));
+        let [connections, send_timeouts, live_busy, host, reclaimed, cross_site] =
+            [0, 1, 2, 3, 4, 5].map(|i| family.with_label_values(&[METRICS_PORT_REASONS[i]]));
         Ok(MetricsPortRefusals {
             connections,
             send_timeouts,
             live_busy,
             host,
             reclaimed,
+            cross_site,
         })
     }
 }

@@ -92,6 +92,11 @@ impl<'a> Registrar<'a> {
         self.keep(IntCounterVec::new(Self::opts(family), &names)?)
     }
 
+    /// A collector of its own (families whose values are read from elsewhere when gathered).
+    pub fn collector<C: Collector + Clone + 'static>(&self, c: C) -> Result<C, prometheus::Error> {
+        self.keep(c)
+    }
+
     /// An unlabelled counter.
     pub fn single_counter(
         &self, family: &'static Family,

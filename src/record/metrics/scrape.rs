@@ -31,6 +31,7 @@ use tokio::sync::watch;
 use super::format::Format;
 use super::rebucket::Rebucketable;
 use super::Metrics;
+use crate::govern::{Budget, Client, Lease};
 
 /// The gauge holding the current series count.
 pub const SERIES: &str = super::family::SERIES.name;
@@ -41,15 +42,19 @@ pub const PAGES_HELD: usize = 2;
 
 type Page = watch::Receiver<Option<Bytes>>;
 
-/// One encoded page; every scrape that gets it shares these bytes.
-struct Encoded(Vec<u8>);
+/// One encoded page; every scrape that gets it shares these bytes. What it holds is leased from the
+/// governor's `metrics_pages` budget until its last scrape lets go of it.
+struct Encoded {
+    page: Vec<u8>,
+    _room: Option<Lease>,
+}
 
 /// The owner of a page's bytes in every [`Bytes`] handed out: the page is freed with the last of them.
 struct Shared(Arc<Encoded>);
 
 impl AsRef<[u8]> for Shared {
     fn as_ref(&self) -> &[u8] {
-        &self.0 .0
+        &self.0.page
     }
 }
 
@@ -96,7 +101,17 @@ impl Metrics {
                 page.clone()
             } else {
                 state.held.retain(|page| page.strong_count() > 0);
-                if state.held.len() >= PAGES_HELD {
+                let newest = state.held.last().and_then(Weak::upgrade);
+                // With no room in the budget for another page of the newest one's size, it is shared.
+                let no_room = match (&newest, self.governor.get()) {
+                    (Some(page), Some(governor)) => {
+                        let pages = governor.pool(Budget::MetricsPages);
+                        !Lease::on(pages, Client::Unknown).would_fit(page.page.len() as u64)
+                    }
+                    _ => false,
+                };
+                drop(newest);
+                if state.held.len() >= PAGES_HELD || no_room {
                     if let Some(newest) = state.held.last().and_then(Weak::upgrade) {
                         return Some(Bytes::from_owner(Shared(newest)));
                     }
@@ -105,7 +120,15 @@ impl Metrics {
                 state.running = Some(page.clone());
                 let guard = Running(self.clone(), format);
                 tokio::task::spawn_blocking(move || {
-                    let encoded = Arc::new(Encoded(guard.0.encode_page(format)));
+                    let page = guard.0.encode_page(format);
+                    let lease = guard.0.governor.get().map(|governor| {
+                        let pages = governor.pool(Budget::MetricsPages);
+                        let mut lease = Lease::on(pages, Client::Unknown);
+                        // Encoded already, and waited on: it is served, its use counted whole.
+                        let _ = lease.grow_over(page.capacity() as u64);
+                        lease
+                    });
+                    let encoded = Arc::new(Encoded { page, _room: lease });
                     {
                         // The next scrape starts a new encoding (or shares this page) before this page
                         // is handed out, so a scrape never gets a page encoded before it arrived and

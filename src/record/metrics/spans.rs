@@ -20,15 +20,17 @@ pub struct SpanCounters {
     pub rejected: IntCounter,
     /// In an export that found no connection, or whose connection broke before an answer.
     pub failed: IntCounter,
-    /// Still queued when a shutdown's flush ran out of time.
+    /// Still queued when a shutdown's flush, or a replaced exporter's, ran out of time.
     pub shutdown: IntCounter,
+    /// No room in the governor's `spans` budget (the request's client's share, or the cap).
+    pub budget: IntCounter,
 }
 
 impl SpanCounters {
     pub(super) fn register(rows: &Registrar<'_>) -> Result<Self, prometheus::Error> {
         let dropped = rows.fixed_counter(&family::SPANS_DROPPED)?;
-        let [queue_full, timeout, rejected, failed, shutdown] =
-            [0, 1, 2, 3, 4].map(|i| dropped.with_label_values(&[SPAN_DROP_REASONS[i]]));
+        let [queue_full, timeout, rejected, failed, shutdown, budget] =
+            [0, 1, 2, 3, 4, 5].map(|i| dropped.with_label_values(&[SPAN_DROP_REASONS[i]]));
         Ok(SpanCounters {
             exported: rows.single_counter(&family::SPANS_EXPORTED)?,
             queue_full,
@@ -36,6 +38,7 @@ impl SpanCounters {
             rejected,
             failed,
             shutdown,
+            budget,
         })
     }
 }

@@ -17,16 +17,28 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use std::sync::Arc;
+
 use crate::config::{Compression, Traces};
+use crate::govern::{Client, Lease, Pool};
 use crate::logging::repeated::RepeatedWarning;
 use crate::record::metrics::SpanCounters;
 
 use super::post::{Answer, Collector, PostError, SetupError};
 use super::span::Span;
 
+/// What one span waiting in the queue is taken to hold of the `spans` budget: its attributes are
+/// bounded (names of at most 256 bytes, ids, numbers), so this is their most, not their size.
+pub const SPAN_BYTES: u64 = 4 << 10;
+
+/// A span in the queue, and its room in the `spans` budget until it is sent or dropped.
+type Queued = (Span, Lease);
+
 /// Hands spans to the background task.
 pub struct SpanExporter {
-    queue: mpsc::Sender<Span>,
+    queue: mpsc::Sender<Queued>,
+    /// The governor's `spans` budget each queued span is leased from.
+    budget: Arc<Pool>,
     flushes: mpsc::Sender<Flush>,
     counters: SpanCounters,
     /// The queue-full warning, shared by every request that finds it full.
@@ -63,7 +75,9 @@ enum Dropped {
 
 impl SpanExporter {
     /// Starts the background task (on the current runtime).
-    pub fn start(config: &Traces, counters: SpanCounters) -> Result<Self, SetupError> {
+    pub fn start(
+        config: &Traces, counters: SpanCounters, budget: Arc<Pool>,
+    ) -> Result<Self, SetupError> {
         let collector = Collector::new(config)?;
         let (queue, spans) = mpsc::channel(config.queue);
         let (flushes, flush_requests) = mpsc::channel(4);
@@ -80,6 +94,7 @@ impl SpanExporter {
         let task = tokio::spawn(batcher.run(spans, flush_requests));
         Ok(SpanExporter {
             queue,
+            budget,
             flushes,
             counters,
             full: Mutex::default(),
@@ -87,10 +102,15 @@ impl SpanExporter {
         })
     }
 
-    /// Queues `span` for export, at once: a full queue drops it (counted, and logged at most once per
-    /// 10 s).
-    pub fn offer(&self, span: Span) {
-        match self.queue.try_send(span) {
+    /// Queues `span` of `client`'s request for export, at once: a full queue drops it (counted, and
+    /// logged at most once per 10 s), and so does no room for it in the client's share of the budget.
+    pub fn offer(&self, span: Span, client: &Client) {
+        let mut lease = Lease::on(&self.budget, client.clone());
+        if lease.grow(SPAN_BYTES).is_err() {
+            self.counters.budget.inc();
+            return;
+        }
+        match self.queue.try_send((span, lease)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 self.counters.queue_full.inc();
@@ -127,20 +147,29 @@ impl SpanExporter {
     }
 }
 
+/// How long an exporter that is let go (a reload replaced it) may take to send what it holds.
+pub const DRAIN: Duration = Duration::from_secs(5);
+
 impl Drop for SpanExporter {
+    /// The task is not cut: it sends what is queued within [`DRAIN`] (each export within
+    /// `traces.timeout`), counts what is left then as dropped (`shutdown`), and ends.
     fn drop(&mut self) {
-        self.task.abort();
+        let (done, _) = oneshot::channel();
+        let until = Instant::now() + DRAIN;
+        if self.flushes.try_send(Flush { until, done }).is_err() {
+            self.task.abort();
+        }
     }
 }
 
 impl Batcher {
-    async fn run(mut self, mut spans: mpsc::Receiver<Span>, mut flushes: mpsc::Receiver<Flush>) {
+    async fn run(mut self, mut spans: mpsc::Receiver<Queued>, mut flushes: mpsc::Receiver<Flush>) {
         let mut batch = Vec::with_capacity(self.batch);
         loop {
             // The first span of a batch, or a flush.
             tokio::select! {
                 span = spans.recv() => match span {
-                    Some(span) => batch.push(span),
+                    Some((span, _room)) => batch.push(span),
                     None => return,
                 },
                 flush = flushes.recv() => match flush {
@@ -156,7 +185,7 @@ impl Batcher {
             while batch.len() < self.batch && flush.is_none() {
                 tokio::select! {
                     span = spans.recv() => match span {
-                        Some(span) => batch.push(span),
+                        Some((span, _room)) => batch.push(span),
                         None => break,
                     },
                     () = tokio::time::sleep_until(deadline) => break,
@@ -178,12 +207,12 @@ impl Batcher {
     /// Exports `batch` and what is queued, batch by batch, until nothing is left or `flush.until`
     /// has passed; the rest is counted as dropped at shutdown.
     async fn flush(
-        &mut self, spans: &mut mpsc::Receiver<Span>, batch: &mut Vec<Span>, flush: Flush,
+        &mut self, spans: &mut mpsc::Receiver<Queued>, batch: &mut Vec<Span>, flush: Flush,
     ) {
         loop {
             while batch.len() < self.batch {
                 match spans.try_recv() {
-                    Ok(span) => batch.push(span),
+                    Ok((span, _room)) => batch.push(span),
                     Err(_) => break,
                 }
             }

@@ -12,6 +12,7 @@
 //! - `export.rs`: the bounded queue and the background task that batches and posts;
 //! - `post.rs`: the collector's HTTP connection.
 
+use crate::govern::{Budget, Governor};
 use std::sync::Arc;
 
 use http::Uri;
@@ -43,11 +44,14 @@ pub struct Tracing {
 
 impl Tracing {
     /// Starts the exporter when `traces:` is configured (on the current runtime).
-    pub fn start(config: &Config, counters: SpanCounters) -> Result<Option<Self>, SetupError> {
+    pub fn start(
+        config: &Config, counters: SpanCounters, governor: &Governor,
+    ) -> Result<Option<Self>, SetupError> {
         let Some(traces) = &config.traces else {
             return Ok(None);
         };
-        let exporter = Arc::new(SpanExporter::start(traces, counters)?);
+        let budget = governor.pool(Budget::Spans).clone();
+        let exporter = Arc::new(SpanExporter::start(traces, counters, budget)?);
         Ok(Tracing::with_exporter(config, exporter))
     }
 
