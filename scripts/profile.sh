@@ -192,9 +192,9 @@ for line in open(out):
 PY
 }
 
-case "$MODE" in
-sched | trace | flame)
-    rm -f "$DIR"/perf.* "$DIR"/tids.* "$DIR"/flame.*
+# The proxy profiled (tokentap, an anchor or the floor), started by the harness through a wrapper that
+# notes its pid: WRAP, PROG, LABEL and the harness's TARGET arguments.
+profiled() {
     WRAP="$DIR/wrap.sh"
     PROG=${NGINX:-$BINARY}
     LABEL=${ANCHOR:-$(basename "$PROG")}
@@ -203,6 +203,12 @@ sched | trace | flame)
     else
         TARGET=(--tokentap "$WRAP" --profile tokentap)
     fi
+}
+
+case "$MODE" in
+sched | trace | flame)
+    rm -f "$DIR"/perf.* "$DIR"/tids.* "$DIR"/flame.*
+    profiled
     printf '#!/bin/sh\necho $$ > "%s/pid"\nexec "%s" "$@"\n' "$DIR" "$PROG" >"$WRAP"
     chmod +x "$WRAP"
     case "$MODE" in
@@ -243,14 +249,7 @@ for stack, n in stacks.most_common():
     ;;
 cpu | sys)
     rm -f "$DIR"/cg.* "$DIR"/sys.*
-    WRAP="$DIR/wrap.sh"
-    PROG=${NGINX:-$BINARY}
-    LABEL=${ANCHOR:-$(basename "$PROG")}
-    if [ -n "$NGINX" ]; then
-        TARGET=(--tokentap "$BINARY" "--$ANCHOR" "$WRAP" --profile "$ANCHOR")
-    else
-        TARGET=(--tokentap "$WRAP" --profile tokentap)
-    fi
+    profiled
     if [ "$MODE" = cpu ]; then
         printf '#!/bin/sh\necho $$ > "%s/pid"\nexec valgrind --tool=callgrind --callgrind-out-file="%s/cg.%%p.out" "%s" "$@" 2>>"%s/valgrind.log"\n' \
             "$DIR" "$DIR" "$PROG" "$DIR" >"$WRAP"

@@ -59,8 +59,8 @@ async fn run(kind: Kind, target: SocketAddr) -> Run {
     }
 }
 
-#[tokio::test]
-async fn harness_streams_direct_through_tokentap_and_through_the_floor_and_renders_a_table() {
+/// The scripted upstream, and tokentap in-process in front of it on its defaults.
+async fn upstream_and_tokentap() -> (SocketAddr, tokentap::Running) {
     let upstream = upstream::spawn().await.expect("scripted upstream");
     let config = tokentap::Config {
         listen: "127.0.0.1:0".parse().expect("addr"),
@@ -69,6 +69,12 @@ async fn harness_streams_direct_through_tokentap_and_through_the_floor_and_rende
         ..tokentap::Config::default()
     };
     let proxy = tokentap::start(&config).await.expect("tokentap starts");
+    (upstream, proxy)
+}
+
+#[tokio::test]
+async fn harness_streams_direct_through_tokentap_and_through_the_floor_and_renders_a_table() {
+    let (upstream, proxy) = upstream_and_tokentap().await;
     // The stack's floor, a plain hyper proxy, served on this runtime.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -141,14 +147,7 @@ async fn harness_streams_direct_through_tokentap_and_through_the_floor_and_rende
 /// request and paced delta is counted, and the table has its rows and issue 53's target rows.
 #[tokio::test]
 async fn lanes_probe_fresh_connections_time_a_window_and_paced_frames_and_render_a_table() {
-    let upstream = upstream::spawn().await.expect("scripted upstream");
-    let config = tokentap::Config {
-        listen: "127.0.0.1:0".parse().expect("addr"),
-        metrics_listen: "127.0.0.1:0".parse().expect("addr"),
-        upstream: format!("http://{upstream}").parse().expect("uri"),
-        ..tokentap::Config::default()
-    };
-    let proxy = tokentap::start(&config).await.expect("tokentap starts");
+    let (upstream, proxy) = upstream_and_tokentap().await;
     let sizes = lanes::Sizes {
         probes: 3,
         requests: 4,

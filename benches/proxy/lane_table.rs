@@ -135,31 +135,23 @@ impl LaneTable {
             let _ = writeln!(out, "| {title} | {} | errors |", NAMES.join(" | "));
             let _ = writeln!(out, "|---|{}--:|", "--:|".repeat(6));
         };
-        header(out, "target (absolute)");
-        for &kind in &kinds {
-            let f = self.medians(kind, false);
-            let (errors, _) = self.errors(kind);
-            let cells: Vec<String> = f.iter().map(|v| cell(*v)).collect();
-            let _ = writeln!(
-                out,
-                "| {} | {} | {errors} |",
-                kind.name(),
-                cells.join(" | ")
-            );
-        }
+        let rows = |out: &mut String, title: &str, added: bool| {
+            header(out, title);
+            for &kind in kinds.iter().filter(|k| !added || **k != Kind::Direct) {
+                let cells: Vec<String> =
+                    self.medians(kind, added).iter().map(|v| cell(*v)).collect();
+                let (errors, _) = self.errors(kind);
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {errors} |",
+                    kind.name(),
+                    cells.join(" | ")
+                );
+            }
+        };
+        rows(out, "target (absolute)", false);
         out.push('\n');
-        header(out, "target (added to direct)");
-        for &kind in kinds.iter().filter(|k| **k != Kind::Direct) {
-            let f = self.medians(kind, true);
-            let (errors, _) = self.errors(kind);
-            let cells: Vec<String> = f.iter().map(|v| cell(*v)).collect();
-            let _ = writeln!(
-                out,
-                "| {} | {} | {errors} |",
-                kind.name(),
-                cells.join(" | ")
-            );
-        }
+        rows(out, "target (added to direct)", true);
         for &kind in &kinds {
             if let (_, Some(first)) = self.errors(kind) {
                 let _ = writeln!(out, "\n{} first error: {first}", kind.name());

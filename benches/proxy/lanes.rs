@@ -22,12 +22,16 @@
 //! over the rounds of each per-round figure (`lane_table.rs`).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, Request};
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
+
+use tokentap::proxy::upstream::Arrival;
 
 use crate::load::{connect_stamped, sent_ns};
 use crate::target::Kind;
@@ -148,10 +152,10 @@ fn request(body: &'static str, json: bool) -> Result<Request<Full<Bytes>>, Strin
     Ok(request)
 }
 
-/// One TTFT probe on a fresh connection: from before the connect to the first frame of the answer.
-pub async fn probe(target: SocketAddr) -> Result<u64, String> {
-    let started = now_ns();
-    let (mut sender, _) = connect_stamped(target).await?;
+/// A streaming request on a new connection: the answer's body (its head was a success), and when the
+/// connection's reads reached its socket.
+async fn stream(target: SocketAddr) -> Result<(Incoming, Arc<Arrival>), String> {
+    let (mut sender, arrival) = connect_stamped(target).await?;
     let response = sender
         .send_request(request(BODY, false)?)
         .await
@@ -159,7 +163,13 @@ pub async fn probe(target: SocketAddr) -> Result<u64, String> {
     if !response.status().is_success() {
         return Err(format!("status {}", response.status()));
     }
-    let mut body = response.into_body();
+    Ok((response.into_body(), arrival))
+}
+
+/// One TTFT probe on a fresh connection: from before the connect to the first frame of the answer.
+pub async fn probe(target: SocketAddr) -> Result<u64, String> {
+    let started = now_ns();
+    let (mut body, _) = stream(target).await?;
     loop {
         match body.frame().await {
             Some(Ok(frame)) if frame.data_ref().is_some_and(|d| !d.is_empty()) => {
@@ -207,15 +217,7 @@ async fn exchange(sender: &mut SendRequest<Full<Bytes>>) -> Result<(), String> {
 
 /// One paced stream: each content delta's delay from the mock's write to the client's socket.
 async fn paced(target: SocketAddr, delays: &mut Vec<u64>) -> Result<(), String> {
-    let (mut sender, arrival) = connect_stamped(target).await?;
-    let response = sender
-        .send_request(request(BODY, false)?)
-        .await
-        .map_err(|e| e.to_string())?;
-    if !response.status().is_success() {
-        return Err(format!("status {}", response.status()));
-    }
-    let mut body = response.into_body();
+    let (mut body, arrival) = stream(target).await?;
     let mut carry: Vec<u8> = Vec::with_capacity(1024);
     let mut deltas = 0u32;
     while let Some(frame) = body.frame().await {
