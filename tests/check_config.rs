@@ -344,3 +344,49 @@ fn check_config_rejects_unknown_keys() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("tffts"));
 }
+
+/// What start refuses, check-config refuses in the same words, on the key's line (issue 51: one plan,
+/// `src/app/plan.rs`): a request_log path whose directory does not exist (check-config said `ok`
+/// before), a tokenizer file that is not one, a `listen_tls` pair that does not match.
+#[test]
+fn check_config_refuses_what_start_refuses_in_starts_words_on_the_keys_line() {
+    let tls = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+    let not_json = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    let scratch = Scratch::new("one-plan");
+    let head = "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\nmodel_list: {enabled: false}\n";
+    let cases = [
+        (
+            "request-log.yaml",
+            "request_log:\n  path: /nonexistent/dir/records.jsonl\n".to_owned(),
+            5,
+        ),
+        (
+            "tokenizer.yaml",
+            format!("tokenizers:\n  m: {not_json}\n"),
+            5,
+        ),
+        (
+            "tls.yaml",
+            format!("listen_tls:\n  cert_file: {tls}/server.pem\n  key_file: {tls}/rotated.key\n"),
+            6,
+        ),
+    ];
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    for (name, yaml, line) in cases {
+        let path = scratch.write(name, &format!("{head}{yaml}"));
+        let config = tokentap::Config::load(&path).expect("a valid file");
+        let started = runtime.block_on(tokentap::start(&config));
+        let Err(refused) = started else {
+            panic!("start accepted {name}");
+        };
+        let words = refused.to_string();
+        let out = check_config(&path);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "check-config accepted {name}");
+        let said = format!("{}:{line}: {words}", path.display());
+        assert!(
+            stderr.contains(&said),
+            "{name}: wanted {said:?}, got {stderr}"
+        );
+    }
+}

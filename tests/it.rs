@@ -46,6 +46,7 @@ mod prometheus;
 mod properties;
 mod realtime;
 mod realtime_clients;
+mod realtime_identity;
 mod realtime_soak;
 mod records;
 mod records_faults;

@@ -319,3 +319,28 @@ async fn a_prometheus_that_fails_is_a_502_that_says_what_it_answered() {
     let _ = fetch(&proxy, "/api/v1/fleet").await;
     assert_eq!(prometheus.requests().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ceilings_follow_a_reload() {
+    let upstream = upstream(|_| ok_stream()).await;
+    let path = crate::reload::config_file("live-ceilings");
+    let config = |ttft: &str| {
+        let extra = format!("slo: {{ttft: {ttft}}}\nui: {{interval: 1s}}\n");
+        crate::reload::yaml(&upstream.url(), &extra)
+    };
+    let proxy = crate::reload::start_from(&path, &config("2s")).await;
+    send_requests(&proxy, 1).await;
+    proxy.snapshot_live();
+    let view = live_with(&proxy, 1).await;
+    assert_eq!(view["models"][0]["ceilings"]["ttft"], 2.0);
+
+    let reloaded = crate::reload::reload(&proxy, &path, &config("150ms")).await;
+    assert!(
+        matches!(reloaded, tokentap::Reloaded::Applied { .. }),
+        "{reloaded:?}"
+    );
+    // The same snapshot, read again: the ceilings are the reload's at once.
+    let view = live_with(&proxy, 1).await;
+    assert_eq!(view["models"][0]["ceilings"]["ttft"], 0.15);
+    let _ = std::fs::remove_file(&path);
+}

@@ -39,7 +39,7 @@ enum Mark {
 }
 
 /// One frame of a replay: who sends it, its bytes, the pause before it.
-struct Step {
+pub(crate) struct Step {
     from_client: bool,
     bytes: Vec<u8>,
     pause: Duration,
@@ -47,8 +47,8 @@ struct Step {
 }
 
 /// A session to replay: the client's handshake, the upstream's answer, the frames in order.
-struct Script {
-    request: String,
+pub(crate) struct Script {
+    pub(crate) request: String,
     answer: String,
     steps: Vec<Step>,
 }
@@ -112,7 +112,7 @@ const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
 /// An OpenAI event sequence (`openai-*.jsonl`) as frames: the client's masked, whole; the server's
 /// cut into three fragments, a ping between the first two, when longer than 60 bytes; a pause of
 /// `pause` before each server event; then the client's close (1000) and the server's echo.
-fn sequence(name: &str, pause: Duration) -> Script {
+pub(crate) fn sequence(name: &str, pause: Duration) -> Script {
     let text = std::fs::read_to_string(format!("{FIXTURES}/{name}.jsonl")).expect("events");
     let mut steps = Vec::new();
     for line in text.lines() {
@@ -171,7 +171,7 @@ fn sequence(name: &str, pause: Duration) -> Script {
 
 /// The client's own times: each response's trigger and first output, as it sent and received them.
 #[derive(Debug, Default)]
-struct ClientTimes {
+pub(crate) struct ClientTimes {
     triggers: Vec<Instant>,
     firsts: Vec<Instant>,
 }
@@ -187,7 +187,7 @@ impl ClientTimes {
 
 /// Replays `script` through `proxy` up to step `stop` (all when `None`), each frame checked
 /// byte-identical on the other side; the client and the upstream are handed back, open.
-async fn replay(
+pub(crate) async fn replay(
     proxy: SocketAddr, rx: &mut mpsc::UnboundedReceiver<(String, TcpStream)>, script: &Script,
     stop: Option<usize>,
 ) -> (TcpStream, TcpStream, ClientTimes) {

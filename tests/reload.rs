@@ -279,7 +279,9 @@ async fn a_broken_file_or_a_changed_listen_changes_nothing() {
     .await;
     assert_eq!(
         listen,
-        Reloaded::Refused("listen, tenants cannot change on reload: restart tokentap".into())
+        Reloaded::Refused(
+            "listen, tenants (turned on) cannot change on reload: restart tokentap".into()
+        )
     );
     let huge = format!(
         "{}metrics: {{max_series: 1000}}\n",

@@ -23,8 +23,9 @@ use crate::proxy::models::ModelList;
 use crate::record::metrics::{Metrics, Unmetered};
 use crate::shutdown::Shutdown;
 
+use super::plan::StartError;
 use super::reload::{Parts, Reloader, Source};
-use super::start::{live_page, metering, metrics_port, Metering, StartError};
+use super::start::{live_page, metering, metrics_port, Metering};
 
 /// Why a capture could not start or read on.
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +88,7 @@ pub async fn start_capture(config: &Config) -> Result<Capturing, CaptureError> {
         ..Parts::default()
     };
     let conversations = metering.conversations;
+    let (live, fleet) = live_page(config, &metrics, &context);
     let reloader = Arc::new(Reloader::new(
         config,
         context,
@@ -94,7 +96,6 @@ pub async fn start_capture(config: &Config) -> Result<Capturing, CaptureError> {
         conversations,
         parts,
     ));
-    let (live, fleet) = live_page(config, &metrics);
     let port = metrics_port(
         config,
         &metrics,

@@ -8,6 +8,7 @@
 //! [`start_capture`], [`run_capture`], [`read_capture_file`]).
 
 mod capture;
+pub mod plan;
 mod reload;
 mod run;
 mod running;
@@ -16,7 +17,8 @@ mod start;
 pub use capture::{
     read_capture_file, run_capture, start_capture, CaptureError, Capturing, FileRead,
 };
+pub use plan::StartError;
 pub use reload::{changes, Reloaded, Source, LIVE};
 pub use run::run;
 pub use running::Running;
-pub use start::{start, StartError};
+pub use start::start;

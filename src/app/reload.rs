@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use crate::config::{Config, RecordPath};
 use crate::govern::{Budget, Governor};
 use crate::logging::records::{RecordWriter, Target};
-use crate::net::tls::Certificates;
+use crate::net::tls::{Certificates, Fresh};
 use crate::proxy::models::ModelList;
 use crate::record::conversations::Conversations;
 use crate::record::emit::{Emitter, Records};
@@ -31,6 +31,8 @@ use crate::record::metrics::{Metrics, ReloadResult};
 use crate::record::trace::{SpanExporter, Tracing};
 use crate::tap::context::{ExchangeContext, Settings};
 use crate::tap::identity::Identify;
+
+use super::plan::{self, RecordsOpen};
 
 /// The keys (dotted, as docs/configuration.md writes them) a reload may change; a section named here
 /// may change whole. Every other key needs a restart, so a key added later is refused on reload until
@@ -120,6 +122,18 @@ impl Reloaded {
             Reloaded::Refused(why) => format!("config reload refused, nothing changed: {why}"),
         }
     }
+}
+
+/// What a reload prepared before changing anything.
+struct Prepared {
+    /// The request_log writer kept (its path and queue did not change): reopened.
+    kept_writer: Option<Arc<RecordWriter>>,
+    records: Option<Records>,
+    tracing: Option<Tracing>,
+    /// A new fetcher of the upstream's model list, when its keys changed.
+    model_list: Option<ModelList>,
+    certificates: Option<Arc<Certificates>>,
+    fresh: Option<Fresh>,
 }
 
 /// What a reload replaces beside the settings: the request_log writer, the span exporter and the model
@@ -284,55 +298,13 @@ impl Reloader {
             let keys = restart.join(", ");
             return Reloaded::Refused(format!("{keys} cannot change on reload: restart tokentap"));
         }
-        if let Err(why) = self
-            .metrics
-            .bound_for(&config)
-            .check(config.metrics.max_series)
-        {
-            return Reloaded::Failed(why);
-        }
-        // Everything that can fail, before anything changes.
-        let kept = |writer: &Option<Arc<RecordWriter>>| {
-            let log = config.request_log.as_ref()?;
-            let same = (running.request_log.as_ref())
-                .is_some_and(|old| old.path == log.path && old.queue == log.queue);
-            same.then(|| writer.clone()).flatten()
+        let prepared = match self.prepare(running, &config).await {
+            Ok(prepared) => prepared,
+            Err(why) => return Reloaded::Failed(why),
         };
-        let kept_writer = kept(&self.parts().records);
-        let records = match (&config.request_log, kept_writer.clone()) {
-            (Some(log), Some(writer)) => Some(Records {
-                writer,
-                gaps: log.gaps,
-                max_gaps: log.max_gaps,
-            }),
-            _ => match records(&config, &self.metrics, &self.context.governor).await {
-                Ok(records) => records,
-                Err(e) => return Reloaded::Failed(e.to_string()),
-            },
-        };
-        let exporter = self.parts().spans.clone();
-        let tracing = match (exporter, running.traces == config.traces) {
-            (Some(exporter), true) => Tracing::with_exporter(&config, exporter),
-            _ => {
-                match Tracing::start(&config, self.metrics.spans.clone(), &self.context.governor) {
-                    Ok(tracing) => tracing,
-                    Err(e) => return Reloaded::Failed(format!("traces: {e}")),
-                }
-            }
-        };
-        let model_list = match config.model_list.enabled && running.model_list != config.model_list
-        {
-            true => match ModelList::new(&config, self.metrics.served.clone()) {
-                Ok(list) => Some(list),
-                Err(e) => return Reloaded::Failed(e.to_string()),
-            },
-            false => None,
-        };
-        let certificates = self.parts().certificates.clone();
-        let fresh = match certificates.as_ref().map(|c| c.read()).transpose() {
-            Ok(fresh) => fresh,
-            Err(e) => return Reloaded::Failed(e.to_string()),
-        };
+        let (kept_writer, records, tracing) =
+            (prepared.kept_writer, prepared.records, prepared.tracing);
+        let (certificates, fresh) = (prepared.certificates, prepared.fresh);
         // Applied from here on, whole.
         let rebucketed = match self.metrics.reconfigure(&config) {
             Ok(rebucketed) => rebucketed,
@@ -352,7 +324,7 @@ impl Reloader {
             let mut parts = self.parts();
             parts.records = records.as_ref().map(|r| r.writer.clone());
             parts.spans = tracing.as_ref().map(|t| t.exporter.clone());
-            if let Some(list) = model_list {
+            if let Some(list) = prepared.model_list {
                 if let Some(task) = parts.model_list_task.replace(tokio::spawn(list.run())) {
                     task.abort();
                 }
@@ -371,19 +343,59 @@ impl Reloader {
             certificates: certificates.is_some(),
         }
     }
+
+    /// Everything a reload to `config` needs that can fail, prepared before anything changes (the
+    /// plan's checks first, in start's words): a refusal says why.
+    async fn prepare(&self, running: &Config, config: &Config) -> Result<Prepared, String> {
+        (self.metrics.bound_for(config)).check(config.metrics.max_series)?;
+        // Everything that can fail, before anything changes: what the plan checks first, in its words.
+        plan::request_log(config).map_err(|e| e.to_string())?;
+        let kept = |writer: &Option<Arc<RecordWriter>>| {
+            let log = config.request_log.as_ref()?;
+            let same = (running.request_log.as_ref())
+                .is_some_and(|old| old.path == log.path && old.queue == log.queue);
+            same.then(|| writer.clone()).flatten()
+        };
+        let kept_writer = kept(&self.parts().records);
+        let records = match (&config.request_log, kept_writer.clone()) {
+            (Some(log), Some(writer)) => Some(Records {
+                writer,
+                gaps: log.gaps,
+                max_gaps: log.max_gaps,
+            }),
+            _ => (records(config, &self.metrics, &self.context.governor).await)
+                .map_err(|e| e.to_string())?,
+        };
+        let exporter = self.parts().spans.clone();
+        let tracing = match (exporter, running.traces == config.traces) {
+            (Some(exporter), true) => Tracing::with_exporter(config, exporter),
+            _ => Tracing::start(config, self.metrics.spans.clone(), &self.context.governor)
+                .map_err(|e| format!("traces: {e}"))?,
+        };
+        let model_list = match config.model_list.enabled && running.model_list != config.model_list
+        {
+            true => Some(
+                ModelList::new(config, self.metrics.served.clone()).map_err(|e| e.to_string())?,
+            ),
+            false => None,
+        };
+        let certificates = self.parts().certificates.clone();
+        let fresh =
+            (certificates.as_ref().map(|c| c.read()).transpose()).map_err(|e| e.to_string())?;
+        Ok(Prepared {
+            kept_writer,
+            records,
+            tracing,
+            model_list,
+            certificates,
+            fresh,
+        })
+    }
 }
 
 /// How long start waits for the request_log path to open before it serves without it: a path that
 /// cannot be opened is refused at start, one whose open blocks (a FIFO no one reads) is not waited for.
 const RECORDS_OPEN_WAIT: Duration = Duration::from_secs(1);
-
-/// A request_log path that cannot be opened (at start, or a reload's new one).
-#[derive(Debug, thiserror::Error)]
-#[error("request_log.path: cannot open {path} for appending: {source}")]
-pub struct RecordsOpen {
-    path: String,
-    source: std::io::Error,
-}
 
 /// Starts the request_log writer, when one is configured.
 pub(super) async fn records(
@@ -437,7 +449,8 @@ impl crate::net::admin::Reload for Reloader {
 }
 
 /// The keys whose values differ between `old` and `new`: those a reload may change, and those that
-/// need a restart (a section turned on or off is named by itself).
+/// need a restart (a section turned on or off is named by itself, and says so: `request_log (turned
+/// on)`, as docs/configuration.md's table and the README say it).
 pub fn changes(old: &Config, new: &Config) -> (Vec<String>, Vec<String>) {
     fn walk(
         old: &Value, new: &Value, path: &str, live: &mut Vec<String>, restart: &mut Vec<String>,
@@ -466,6 +479,8 @@ pub fn changes(old: &Config, new: &Config) -> (Vec<String>, Vec<String>) {
                     );
                 }
             }
+            (Value::Null, Value::Object(_)) => restart.push(format!("{path} (turned on)")),
+            (Value::Object(_), Value::Null) => restart.push(format!("{path} (turned off)")),
             _ => restart.push(path.to_owned()),
         }
     }
@@ -496,7 +511,18 @@ mod tests {
         let (_, restart) = changes(&old, &new);
         assert_eq!(restart, ["listen", "tenants.max"]);
         let (_, restart) = changes(&old, &config("slo: {ttft: 1s}"));
-        assert_eq!(restart, ["tenants"], "a section turned off is named");
+        assert_eq!(
+            restart,
+            ["tenants (turned off)"],
+            "a section turned off is named"
+        );
+        // The records' counters are registered at start: turning request_log on needs a restart, and
+        // the refusal says it in the words of the README and docs/configuration.md.
+        let logged = config(
+            "slo: {ttft: 1s}\ntenants: {header: x-t, max: 4}\nrequest_log: {path: /dev/null}",
+        );
+        assert_eq!(changes(&old, &logged).1, ["request_log (turned on)"]);
+        assert_eq!(changes(&logged, &old).1, ["request_log (turned off)"]);
         let (_, restart) = changes(&old, &config("slo: {ttft: 1s}\ntenants: {header: x-t, max: 4}\nupstream: http://10.0.0.1:80\ntimeouts: {connect: 1s}"));
         assert_eq!(restart, ["timeouts.connect", "upstream"]);
     }

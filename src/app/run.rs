@@ -7,8 +7,9 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::net::signals::{shutdown_signal, Hangups};
 
+use super::plan::StartError;
 use super::reload::Source;
-use super::start::{start, StartError};
+use super::start::start;
 
 /// Runs until SIGTERM or SIGINT, then shuts down gracefully (see
 /// [`Running::shutdown`](super::Running::shutdown)); each SIGHUP reloads the config from `source`.

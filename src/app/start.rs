@@ -4,13 +4,12 @@
 use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
-use crate::decode::tokenizer::Tokenizers;
 use crate::govern::{Budget, Governor};
 use crate::logging::records::RecordWriter;
 use crate::net::admin::MetricsPort;
 use crate::net::fleet::{FleetPage, Prometheus};
-use crate::net::server::{BindError, Listeners, ProxyPort};
-use crate::net::tls::{Certificates, TlsFileError, TlsListener};
+use crate::net::server::{Listeners, ProxyPort};
+use crate::net::tls::{Certificates, TlsListener};
 use crate::proxy::models::ModelList;
 use crate::proxy::upstream;
 use crate::proxy::Proxy;
@@ -22,36 +21,9 @@ use crate::record::trace::{self, SpanExporter, Tracing};
 use crate::shutdown::{Count, Shutdown};
 use crate::tap::context::ExchangeContext;
 
-use super::reload::{records, settings, Parts, RecordsOpen, Reloader};
+use super::plan::{self, Prepared, StartError};
+use super::reload::{records, settings, Parts, Reloader};
 use super::running::Running;
-
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error("{0}")]
-    Bind(#[from] BindError),
-    #[error("registering metrics: {0}")]
-    Metrics(#[from] prometheus::Error),
-    #[error("{0}")]
-    Tokenizer(#[from] crate::config::ConfigError),
-    #[error("upstream TLS: {0}")]
-    Tls(#[from] upstream::TlsSetupError),
-    #[error("{0}")]
-    RequestLog(#[from] RecordsOpen),
-    /// `listen_tls:`'s files: the message names the key, the path and what is wrong.
-    #[error("{0}")]
-    ListenTls(#[from] TlsFileError),
-    #[error("listen_tls: {0}")]
-    ListenTlsSetup(#[source] rustls::Error),
-    /// The configuration's series limit is above `metrics.max_series`; the message names the product.
-    #[error("{0}")]
-    SeriesBudget(String),
-    #[error("{0}")]
-    ModelList(#[from] crate::proxy::models::ModelListError),
-    #[error("traces: {0}")]
-    Traces(#[from] trace::SetupError),
-    #[error("otlp_metrics: {0}")]
-    OtlpMetrics(#[source] trace::SetupError),
-}
 
 /// What the proxy and the capture alike meter with: the metrics, the exchanges' context (the
 /// tokenizers, the sinks) and what a reload replaces.
@@ -63,18 +35,21 @@ pub(super) struct Metering {
     pub(super) spans: Option<Arc<SpanExporter>>,
     /// The metrics pushed to a collector (`otlp_metrics:`).
     pub(super) otlp_metrics: Option<MetricsExporter>,
+    /// `listen_tls:`'s pair, read and matched by the plan.
+    pub(super) certificates: Option<Arc<Certificates>>,
 }
 
-/// Builds the metering `config` asks for (the span exporter's task started with it).
+/// Builds the metering `config` asks for (the span exporter's task started with it), from what the
+/// plan prepared (`plan.rs`: what `check-config` checks).
 pub(super) async fn metering(config: &Config) -> Result<Metering, StartError> {
+    let Prepared {
+        metrics,
+        tokenizers,
+        certificates,
+    } = plan::prepare(config)?;
     let governor = Governor::new(&config.budgets, &config.conversations);
-    let metrics = Metrics::new(config)?;
     metrics.watch(governor.clone())?;
-    metrics
-        .bound()
-        .check(config.metrics.max_series)
-        .map_err(StartError::SeriesBudget)?;
-    let tokenizers = Arc::new(Tokenizers::load(config, Some(&metrics.served))?);
+    let tokenizers = Arc::new(tokenizers);
     tokenizers.log();
     let records = records(config, &metrics, &governor).await?;
     let writer = records.as_ref().map(|r| r.writer.clone());
@@ -107,11 +82,21 @@ pub(super) async fn metering(config: &Config) -> Result<Metering, StartError> {
         writer,
         spans,
         otlp_metrics,
+        certificates,
     })
 }
 
 /// Binds the proxy and metrics ports and starts serving.
 pub async fn start(config: &Config) -> Result<Running, StartError> {
+    let metering = metering(config).await?;
+    let model_list = match config.model_list.enabled {
+        true => Some(ModelList::new(config, metering.metrics.served.clone())?),
+        false => None,
+    };
+    let (shutdown, connections) = (Shutdown::default(), Count::default());
+    let proxy_port = proxy_port(config, &metering, &shutdown, &connections)?;
+    let listeners = Listeners::bind(config).await?;
+    let (proxy_addr, metrics_addr) = (listeners.proxy_addr, listeners.metrics_addr);
     let Metering {
         metrics,
         context,
@@ -119,68 +104,27 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         writer,
         spans,
         otlp_metrics,
-    } = metering(config).await?;
-    let upstream = upstream::Upstream::new(config, metrics.upstream.clone())?;
-    let model_list = match config.model_list.enabled {
-        true => Some(ModelList::new(config, metrics.served.clone())?),
-        false => None,
-    };
-    let shutdown = Shutdown::default();
-    let proxy = Proxy::new(
-        upstream,
-        config,
-        context.clone(),
-        metrics.refusals.clone(),
-        shutdown.clone(),
-    );
-    let certificates = match &config.listen_tls {
-        Some(files) => Some(Certificates::load(files)?),
-        None => None,
-    };
-    let tls = certificates
-        .clone()
-        .map(TlsListener::new)
-        .transpose()
-        .map_err(StartError::ListenTlsSetup)?;
-    let listeners = Listeners::bind(config).await?;
-    let (proxy_addr, metrics_addr) = (listeners.proxy_addr, listeners.metrics_addr);
-    let connections = Count::default();
-    let proxy_port = ProxyPort {
-        proxy,
-        limits: config.limits.clone(),
-        timeouts: config.timeouts.clone(),
-        refused: metrics.refusals.clone(),
-        forwarding_delay: metrics.forwarding_delay.clone(),
-        connections: connections.clone(),
-        shutdown: shutdown.clone(),
-        tls,
-    };
-    let (live, fleet) = live_page(config, &metrics);
-    let model_list_task = model_list.map(|list| tokio::spawn(list.run()));
+        certificates,
+    } = metering;
+    let (live, fleet) = live_page(config, &metrics, &context);
     let parts = Parts {
         records: writer,
         spans,
-        model_list_task,
+        model_list_task: model_list.map(|list| tokio::spawn(list.run())),
         certificates: certificates.clone(),
     };
-    let reloader = Arc::new(Reloader::new(
+    let reloader = Reloader::new(
         config,
         context.clone(),
         metrics.clone(),
         conversations,
         parts,
-    ));
-    let metrics_port = metrics_port(
-        config,
-        &metrics,
-        &shutdown,
-        (live.clone(), fleet),
-        reloader.clone(),
     );
+    let reloader = Arc::new(reloader);
+    let port = (live.clone(), fleet);
+    let metrics_port = metrics_port(config, &metrics, &shutdown, port, reloader.clone());
     let serving = listeners.serve(proxy_port, metrics_port);
-    let snapshot_task = live
-        .clone()
-        .map(|live| tokio::spawn(live.run(metrics.clone())));
+    let snapshot_task = (live.clone()).map(|live| tokio::spawn(live.run(metrics.clone())));
     Ok(Running {
         proxy_addr,
         metrics_addr,
@@ -199,13 +143,45 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     })
 }
 
-/// The live page (`ui.enabled`), its first snapshot taken now, and its fleet table (`ui.prometheus`).
+/// What the proxy port serves: the forwarding service in front of the upstream's client, plain or
+/// TLS (`listen_tls:`, its pair read by the plan).
+fn proxy_port(
+    config: &Config, metering: &Metering, shutdown: &Shutdown, connections: &Count,
+) -> Result<ProxyPort, StartError> {
+    let metrics = &metering.metrics;
+    let upstream = upstream::Upstream::new(config, metrics.upstream.clone())?;
+    let refusals = metrics.refusals.clone();
+    let context = metering.context.clone();
+    let proxy = Proxy::new(upstream, config, context, refusals, shutdown.clone());
+    let tls = (metering.certificates.clone())
+        .map(TlsListener::new)
+        .transpose()
+        .map_err(StartError::ListenTlsSetup)?;
+    Ok(ProxyPort {
+        proxy,
+        limits: config.limits.clone(),
+        timeouts: config.timeouts.clone(),
+        refused: metrics.refusals.clone(),
+        forwarding_delay: metrics.forwarding_delay.clone(),
+        connections: connections.clone(),
+        shutdown: shutdown.clone(),
+        tls,
+    })
+}
+
+/// The live page (`ui.enabled`), its first snapshot taken now, and its fleet table (`ui.prometheus`);
+/// its ceilings are those of the settings current when each view is asked for.
 /// The first snapshot is taken before anything is metered: one taken after the first requests finished
 /// would be the baseline its windows count from, and they would never show them.
 pub(super) fn live_page(
-    config: &Config, metrics: &Metrics,
+    config: &Config, metrics: &Metrics, context: &Arc<ExchangeContext>,
 ) -> (Option<Arc<Live>>, Option<Arc<FleetPage>>) {
-    let live = config.ui.enabled.then(|| Arc::new(Live::new(config)));
+    let live = config.ui.enabled.then(|| {
+        // The ceilings are the settings' a request takes: a reload's are the page's.
+        let context = context.clone();
+        let current = Box::new(move || context.settings().meter.slo.clone());
+        Arc::new(Live::new(config).with_ceilings(current))
+    });
     if let Some(live) = &live {
         live.snapshot(metrics);
     }

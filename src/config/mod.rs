@@ -45,7 +45,7 @@ pub use capture::Capture;
 pub use conversations::Conversations;
 pub use limits::{Limits, Timeouts};
 pub use otlp_metrics::{OtlpMetrics, Temporality};
-pub use problems::{Problem, MAX_PROBLEMS};
+pub use problems::{line_of, Problem, MAX_PROBLEMS};
 pub use records::{RecordPath, RequestLog, TenantFrom, Tenants};
 pub use slo::{ByKind, Ceilings, Slo, SloKind};
 pub use tls::ListenTls;

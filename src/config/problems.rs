@@ -29,6 +29,12 @@ impl std::fmt::Display for Problem {
     }
 }
 
+/// The line `key` is written on in `text`, from 1 (where `check-config` places a refusal of the plan,
+/// `app/plan.rs`, as it places the file's own problems).
+pub fn line_of(text: &str, key: &str) -> Option<usize> {
+    Lines::of(text).line(key)
+}
+
 /// Reads and validates `text`; every problem found, in the order found, when it is not clean.
 pub(super) fn check(text: &str) -> Result<Config, Vec<Problem>> {
     let lines = Lines::of(text);

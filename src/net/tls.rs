@@ -46,6 +46,13 @@ pub struct TlsFileError {
     problem: String,
 }
 
+impl TlsFileError {
+    /// The key whose file it is.
+    pub fn key(&self) -> &'static str {
+        self.key
+    }
+}
+
 const CERT_KEY: &str = "listen_tls.cert_file";
 const KEY_KEY: &str = "listen_tls.key_file";
 

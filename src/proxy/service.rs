@@ -223,9 +223,8 @@ impl Proxy {
         };
         if let (Some(exchange), Some(parts)) = (request.guard.get_mut(), &request.parts) {
             exchange.identify(&parts.headers, client.addr);
-            if request.upgrade.is_some() {
-                let id = exchange.id().unwrap_or("");
-                let handshake = Handshake::new(id, parts.uri.path(), parts.uri.query());
+            if let (Some(identity), Some(_)) = (exchange.identity(), &request.upgrade) {
+                let handshake = Handshake::new(identity, parts.uri.path(), parts.uri.query());
                 request.handshake = Some(handshake);
             }
         }
@@ -395,8 +394,7 @@ impl Proxy {
             {
                 let extensions = parts.headers.get_all(header::SEC_WEBSOCKET_EXTENSIONS);
                 let deflate = Deflate::agreed(extensions.iter().filter_map(|v| v.to_str().ok()));
-                let who = (request.guard.get_mut()).map_or(Client::Unknown, |e| e.client());
-                let meter = SessionMeter::new(inner.context.clone(), handshake, deflate, &who);
+                let meter = SessionMeter::new(inner.context.clone(), handshake, deflate);
                 let session = inner.sessions.session(place, client_side, upstream, meter);
                 match &client.handoff {
                     Some(handoff) => handoff.put(session),

@@ -28,14 +28,13 @@ use crate::decode::tokenizer::TextCount;
 use crate::govern::{Budget, Client};
 use crate::record::api::Api;
 use crate::record::conversations::{MessageList, Unread};
-use crate::record::emit::Who;
 use crate::record::meter::{Ending, Listed, Meter, Names};
 use crate::record::outcome::End;
 use crate::record::server::ServerTimings;
 use crate::record::trace::TraceContext;
 use crate::shutdown::Counted;
 pub use crate::tap::context::{ExchangeContext, Settings};
-use crate::tap::identity::Identity;
+use crate::tap::identity::{Identity, UNKNOWN};
 pub use crate::tap::list_read::HeldBody;
 use crate::tap::list_read::ListRead;
 use crate::tap::RequestSeen;
@@ -136,9 +135,10 @@ impl Exchange {
             .map_or(Client::Unknown, |i| i.client.clone())
     }
 
-    /// tokentap's own id of the request, once its head was read.
-    pub fn id(&self) -> Option<&str> {
-        Some(self.identity.as_ref()?.id.as_str())
+    /// Who sent the request (its id, tenant, trace), once its head was read: a realtime session's
+    /// responses are its handshake's.
+    pub fn identity(&self) -> Option<&Identity> {
+        self.identity.as_ref()
     }
 
     /// The trace the request joins and its span's id, once its head was read (`traces:`): what
@@ -229,25 +229,18 @@ impl Exchange {
             Ok(Some(list)) => Listed::List(list),
             Err(reason) => Listed::Unread(reason),
         };
-        let identity = self.identity.as_ref();
+        let identity = self.identity.as_ref().unwrap_or(&UNKNOWN);
+        let (method, path) = (self.method.as_str(), self.path.as_str());
         let ending = Ending {
             end,
             report,
             last: decoder.map(|d| d.read(&self.marks)).unwrap_or_default(),
             request_body_idle: self.request_model.body_idle(),
-            names: names(&self.request_model, decoder, identity),
-            who: Who {
-                id: identity.map_or("", |i| i.id.as_str()),
-                client_id: identity.and_then(|i| i.client_id.as_deref()),
-                method: self.method.as_str(),
-                path: &self.path,
-                start: self.start,
-                client: identity.map_or(&Client::Unknown, |i| &i.client),
-                captured: self.captured,
-            },
+            names: names(&self.request_model, decoder, Some(identity)),
+            who: identity.who(&identity.id, method, path, self.start, self.captured),
             listed,
             response_id: decoder.and_then(|d| d.observations().response_id.as_deref()),
-            trace: identity.and_then(|i| i.trace.as_ref()),
+            trace: identity.trace.as_ref(),
             session: None,
         };
         self.meter.finish(&self.settings.meter, ending, now);

@@ -23,7 +23,10 @@ use http::HeaderMap;
 use sha2::Sha256;
 
 use crate::config::{TenantFrom, Tenants};
+use std::time::SystemTime;
+
 use crate::govern::Client;
+use crate::record::emit::Who;
 use crate::record::trace::{self, TraceContext};
 
 /// The longest client request id taken as it is.
@@ -64,6 +67,34 @@ pub struct Identity {
     pub trace: Option<TraceContext>,
     /// Who the client is for the governor's shares: a named tenant, else the address.
     pub client: Client,
+}
+
+/// The identity of a request whose head was never read: no id, no tenant, no trace.
+pub static UNKNOWN: Identity = Identity {
+    id: String::new(),
+    client_id: None,
+    tenant: None,
+    trace: None,
+    client: Client::Unknown,
+};
+
+impl Identity {
+    /// Who a request of this identity is, for its record, its span and the governor's shares: an HTTP
+    /// request's own, and each response of the realtime session its handshake opened alike (`id`: the
+    /// request's own id, a response's being its session's and its position).
+    pub fn who<'a>(
+        &'a self, id: &'a str, method: &'a str, path: &'a str, start: SystemTime, captured: bool,
+    ) -> Who<'a> {
+        Who {
+            id,
+            client_id: self.client_id.as_deref(),
+            method,
+            path,
+            start,
+            client: &self.client,
+            captured,
+        }
+    }
 }
 
 /// 64 random bits from the standard library's per-process SipHash keys (the OS's randomness).

@@ -23,14 +23,15 @@ use tokio::time::Instant;
 
 use crate::decode::realtime::{self, Event, MessageReader, Protocol, Usage};
 use crate::decode::websocket::{Allowance, Deflate, FrameReader, Message};
-use crate::govern::{Budget, Client, Lease};
+use crate::govern::{Budget, Lease};
 use crate::record::api::Api;
-use crate::record::emit::Who;
 use crate::record::finished::{DecoderReport, SkipReason};
 use crate::record::meter::{finish_session, Ending, Listed, Meter, Names, Read};
 use crate::record::outcome::{End, Outcome};
 use crate::record::session::{InSession, Modalities, SessionEnded};
+use crate::record::trace::TraceContext;
 use crate::tap::context::{ExchangeContext, Settings};
+use crate::tap::identity::Identity;
 use crate::tap::session::{Ended, Side, Watch};
 
 /// Responses metered at once in one session; beyond them a response is not metered.
@@ -43,22 +44,24 @@ pub const SESSION_BYTES: u64 = 16 << 10;
 
 /// The handshake a session came from.
 pub struct Handshake {
-    /// The handshake's request id: the session's id.
-    pub id: String,
+    /// Who opened the session (`tap/identity.rs`): its id is the session's, and every response in it
+    /// carries its tenant, client request id and trace as an HTTP request carries its own.
+    pub identity: Identity,
     pub path: String,
     /// The `model` of the handshake's query, if any.
     pub model: Option<String>,
 }
 
 impl Handshake {
-    /// The handshake of request `id` to `path` with `query`: its `model=` read (percent-decoded).
-    pub fn new(id: &str, path: &str, query: Option<&str>) -> Self {
+    /// The handshake of the request `identity` names to `path` with `query`: its `model=` read
+    /// (percent-decoded).
+    pub fn new(identity: &Identity, path: &str, query: Option<&str>) -> Self {
         let model = (query.unwrap_or("").split('&'))
             .find_map(|pair| pair.strip_prefix("model="))
             .map(percent_decoded)
             .filter(|m| !m.is_empty() && m.len() <= MAX_MODEL);
         Handshake {
-            id: id.to_owned(),
+            identity: identity.clone(),
             path: path.to_owned(),
             model,
         }
@@ -125,8 +128,6 @@ struct Session {
     gone: Option<Side>,
     /// A budget was spent: the session's messages are no longer read, its responses no longer metered.
     unmetered: Option<SkipReason>,
-    /// Who the session's client is (its handshake's).
-    client: Client,
 }
 
 /// A response being metered.
@@ -135,20 +136,22 @@ struct Open {
     meter: Meter,
     /// The settings it began under: it is judged by them to its end.
     settings: Arc<Settings>,
+    /// Its span in the trace the handshake joined: the caller's parent, an id of its own.
+    trace: Option<TraceContext>,
     trigger: Instant,
     position: u64,
     outputs: u64,
 }
 
 impl SessionMeter {
-    /// A session from `handshake` by `client`, whose upstream's `101` agreed `deflate`. When the
-    /// governor has no room for its meter, the session is relayed unmetered from the start (its frames
-    /// followed for the close codes only).
+    /// A session from `handshake`, whose upstream's `101` agreed `deflate`. When the governor has no
+    /// room for its meter, the session is relayed unmetered from the start (its frames followed for
+    /// the close codes only).
     pub fn new(
         context: Arc<ExchangeContext>, handshake: Handshake, deflate: Option<Deflate>,
-        client: &Client,
     ) -> Self {
         let model = handshake.model.clone();
+        let client = &handshake.identity.client.clone();
         let governor = context.governor.clone();
         let allowance = || Allowance {
             memory: governor.lease(Budget::SessionMeters, client),
@@ -176,7 +179,6 @@ impl SessionMeter {
                 closed: [None, None],
                 gone: None,
                 unmetered: None,
-                client: client.clone(),
             },
         };
         if let Some(spent) = refused {
@@ -228,7 +230,7 @@ impl SessionMeter {
         }
         let [client, upstream] = session.closed.map(|c| c.and_then(|(code, _)| code));
         let ended = SessionEnded {
-            id: &session.handshake.id,
+            id: &session.handshake.identity.id,
             model: session.model.as_deref(),
             api: Api::Realtime,
             start: session.start,
@@ -341,6 +343,7 @@ impl Session {
                 }
                 // Out while the response is borrowed: the labels are resolved from it at the first output.
                 let model = self.model.take();
+                let tenant = self.handshake.identity.tenant.take();
                 if let Some(open) = self.response(response.as_deref(), at) {
                     open.outputs += 1;
                     let read = Read {
@@ -349,10 +352,11 @@ impl Session {
                         tool_called: tool,
                         ..Read::default()
                     };
-                    open.meter
-                        .on_frame(&open.settings.meter, &read, &names_of(&model), at);
+                    let names = names_of(&model, &tenant);
+                    open.meter.on_frame(&open.settings.meter, &read, &names, at);
                 }
                 self.model = model;
+                self.handshake.identity.tenant = tenant;
             }
             Event::Done {
                 response,
@@ -399,10 +403,12 @@ impl Session {
         let mut meter = Meter::begin(&settings.meter, Api::Realtime, trigger);
         meter.on_response(StatusCode::OK);
         self.responses += 1;
+        let trace = self.handshake.identity.trace.as_ref();
         self.open.push(Open {
             id: id.map(str::to_owned),
             meter,
             settings,
+            trace: trace.map(TraceContext::another_span),
             trigger,
             position: self.responses,
             outputs: 0,
@@ -426,11 +432,13 @@ impl Session {
             id,
             mut meter,
             settings,
+            trace,
             trigger,
             position,
             outputs,
         } = open;
-        let names = names_of(&self.model);
+        let identity = &self.handshake.identity;
+        let names = names_of(&self.model, &identity.tenant);
         let terminal = done.is_some() && end == End::Complete;
         if terminal {
             let read = Read {
@@ -450,27 +458,20 @@ impl Session {
             cached_input_tokens: usage.cached_input,
             ..DecoderReport::default()
         };
-        let session_id = self.handshake.id.as_str();
+        let session_id = identity.id.as_str();
         let response_id = format!("{session_id}/{position}");
-        let since = trigger.saturating_duration_since(self.opened);
+        let start = self.start + trigger.saturating_duration_since(self.opened);
+        let path = self.handshake.path.as_str();
         let ending = Ending {
             end,
             report: Some(report),
             last: Read::default(),
             request_body_idle: false,
             names,
-            who: Who {
-                id: &response_id,
-                client_id: None,
-                method: "GET",
-                path: &self.handshake.path,
-                start: self.start + since,
-                client: &self.client,
-                captured: false,
-            },
+            who: identity.who(&response_id, "GET", path, start, false),
             listed: Listed::Nothing,
             response_id: id.as_deref(),
-            trace: None,
+            trace: trace.as_ref(),
             session: Some(InSession {
                 id: session_id,
                 position,
@@ -486,11 +487,11 @@ impl Session {
     }
 }
 
-fn names_of(model: &Option<String>) -> Names<'_> {
+fn names_of<'a>(model: &'a Option<String>, tenant: &'a Option<String>) -> Names<'a> {
     Names {
         request_model: model.as_deref(),
         response_model: None,
-        tenant: None,
+        tenant: tenant.as_deref(),
     }
 }
 
@@ -502,7 +503,8 @@ mod tests {
 
     #[test]
     fn the_handshakes_model_is_read_from_its_query_percent_decoded() {
-        let of = |query| Handshake::new("id", "/v1/realtime", query).model;
+        let identity = crate::tap::identity::UNKNOWN.clone();
+        let of = |query| Handshake::new(&identity, "/v1/realtime", query).model;
         assert_eq!(
             of(Some("model=gpt-realtime")).as_deref(),
             Some("gpt-realtime")

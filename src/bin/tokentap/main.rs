@@ -13,7 +13,7 @@ mod top;
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -311,45 +311,7 @@ fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, String> {
 
 fn execute(cli: Cli) -> Result<(), String> {
     match &cli.command {
-        Some(Command::CheckConfig { file }) => {
-            let config = Config::load(file).map_err(|e| e.report())?;
-            let certificates = config
-                .listen_tls
-                .as_ref()
-                .map(tokentap::net::tls::Certificates::load)
-                .transpose()
-                .map_err(|e| format!("{}: {e}", file.display()))?;
-            let tokenizers = tokentap::decode::tokenizer::Tokenizers::load(&config, None)
-                .map_err(|e| format!("{}: {e}", file.display()))?;
-            let metrics = tokentap::record::metrics::Metrics::new(&config)
-                .map_err(|e| format!("{}: registering metrics: {e}", file.display()))?;
-            let bound = metrics.bound();
-            bound
-                .check(config.metrics.max_series)
-                .map_err(|e| format!("{}: {e}", file.display()))?;
-            println!(
-                "{}: ok (upstream {}, listen {}, metrics {}, {} per-model SLO override(s), {} tokenizer(s))",
-                file.display(),
-                config.upstream,
-                config.listen,
-                config.metrics_listen,
-                config.slo.models.len(),
-                config.tokenizers.len()
-            );
-            if let (Some(files), Some(certificates)) = (&config.listen_tls, &certificates) {
-                println!(
-                    "listen_tls: {} ({} certificate(s) in the chain) with the key in {}",
-                    files.cert_file.display(),
-                    certificates.chain_len(),
-                    files.key_file.display()
-                );
-            }
-            println!("series bound: {}", bound.describe());
-            for line in tokenizers.report() {
-                println!("{line}");
-            }
-            Ok(())
-        }
+        Some(Command::CheckConfig { file }) => check_config(file),
         Some(Command::SloObjects {
             config: path,
             format,
@@ -366,29 +328,7 @@ fn execute(cli: Cli) -> Result<(), String> {
             );
             Ok(())
         }
-        Some(Command::TenantTag { config: path }) => {
-            let config = Config::load(path).map_err(|e| e.to_string())?;
-            let key = match &config.tenants {
-                Some(t) if t.bearer_hash => t.hash_key.clone(),
-                _ => {
-                    return Err(format!(
-                        "tenant-tag: {} has no `tenants: {{bearer_hash: true}}`",
-                        path.display()
-                    ))
-                }
-            };
-            let key = key.ok_or_else(|| {
-                format!("tenant-tag: {} sets no tenants.hash_key: without one each process draws its own key, and a tag cannot be known beforehand", path.display())
-            })?;
-            let mut token = String::new();
-            std::io::stdin()
-                .read_line(&mut token)
-                .map_err(|e| format!("tenant-tag: reading the token from stdin: {e}"))?;
-            let tag = tokentap::tap::identity::bearer_tag(&key, token.trim())
-                .ok_or("tenant-tag: no token on stdin")?;
-            println!("{tag}");
-            Ok(())
-        }
+        Some(Command::TenantTag { config: path }) => tenant_tag(path),
         Some(Command::Top {
             url,
             prometheus,
@@ -408,91 +348,163 @@ fn execute(cli: Cli) -> Result<(), String> {
                 }
             })?
         }
-        Some(Command::Capture(args)) => {
-            let config = capture_config(args)?;
-            if let Some(file) = &args.read {
-                let read = block_on(tokentap::app::read_capture_file(&config, file))?
-                    .map_err(|e| e.to_string())?;
-                let unmetered: Vec<String> = read
-                    .unmetered
-                    .iter()
-                    .map(|(why, n)| format!("{why}={n}"))
-                    .collect();
-                println!(
-                    "{}: {} packets read; not metered: {}",
-                    file.display(),
-                    read.packets,
-                    match unmetered.is_empty() {
-                        true => "none".to_owned(),
-                        false => unmetered.join(", "),
-                    }
-                );
-                return Ok(());
-            }
-            allocator::return_freed_memory();
-            let source: tokentap::Source = {
-                let (config, interface, ports, metrics_listen) = (
-                    args.config.clone(),
-                    args.interface.clone(),
-                    args.ports.clone(),
-                    args.metrics_listen,
-                );
-                std::sync::Arc::new(move || {
-                    capture_config(&CaptureArgs {
-                        config: config.clone(),
-                        interface: interface.clone(),
-                        ports: ports.clone(),
-                        metrics_listen,
-                        read: None,
-                    })
-                })
-            };
-            block_on(tokentap::app::run_capture(&config, source))?.map_err(|e| e.to_string())
-        }
+        Some(Command::Capture(args)) => capture(args),
         Some(Command::Report(args)) => {
             let options = report_options(args)?;
             let (mut out, mut warn) = (std::io::stdout().lock(), std::io::stderr());
             tokentap::report::run(&options, &mut out, &mut warn)
         }
-        Some(Command::Demo(demo)) => {
-            let duration = demo
-                .duration
-                .as_deref()
-                .map(|d| config::parse_duration(d).map_err(|e| format!("--duration: {e}")))
-                .transpose()?;
-            let proxy = ProxyArgs {
-                config: demo.config.clone(),
-                listen: demo.listen,
-                upstream: None,
-                metrics_listen: demo.metrics_listen,
-                ui: demo.ui,
-            };
-            let config = load(&proxy, true)?;
-            allocator::return_freed_memory();
-            block_on(demo::run(config, duration))?.map_err(|e| e.to_string())
-        }
-        None => {
-            let config = load(&cli.proxy, false)?;
-            allocator::return_freed_memory();
-            // A reload reads the file again with the same flags over it, as at start.
-            let ProxyArgs {
-                config: file,
-                listen,
-                upstream,
-                metrics_listen,
-                ui,
-            } = cli.proxy;
-            let source: tokentap::Source = std::sync::Arc::new(move || {
-                let flags = ProxyArgs {
-                    config: file.clone(),
-                    listen,
-                    upstream: upstream.clone(),
-                    metrics_listen,
-                    ui,
-                };
-                load(&flags, false)
-            });
-            block_on(tokentap::run(&config, source))?.map_err(|e| e.to_string())
-        }
+        Some(Command::Demo(demo)) => demo_run(demo),
+        None => serve(cli.proxy),
     }
+}
+
+/// `tokentap check-config FILE`: the file read and the plan start makes prepared (`app/plan.rs`),
+/// stopped short of binding; what it found said.
+fn check_config(file: &Path) -> Result<(), String> {
+    let config = Config::load(file).map_err(|e| e.report())?;
+    // The plan start makes, stopped short of binding: refused in start's words, on its line.
+    let prepared = tokentap::app::plan::prepare(&config).map_err(|e| {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        match e.key().and_then(|key| config::line_of(&text, key)) {
+            Some(line) => format!("{}:{line}: {e}", file.display()),
+            None => format!("{}: {e}", file.display()),
+        }
+    })?;
+    let (tokenizers, certificates) = (&prepared.tokenizers, &prepared.certificates);
+    let bound = prepared.metrics.bound();
+    println!(
+        "{}: ok (upstream {}, listen {}, metrics {}, {} per-model SLO override(s), {} tokenizer(s))",
+        file.display(),
+        config.upstream,
+        config.listen,
+        config.metrics_listen,
+        config.slo.models.len(),
+        config.tokenizers.len()
+    );
+    if let (Some(files), Some(certificates)) = (&config.listen_tls, &certificates) {
+        println!(
+            "listen_tls: {} ({} certificate(s) in the chain) with the key in {}",
+            files.cert_file.display(),
+            certificates.chain_len(),
+            files.key_file.display()
+        );
+    }
+    println!("series bound: {}", bound.describe());
+    for line in tokenizers.report() {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// `tokentap tenant-tag --config FILE`: the tag `tenants.bearer_hash` gives the token on stdin.
+fn tenant_tag(path: &Path) -> Result<(), String> {
+    let config = Config::load(path).map_err(|e| e.to_string())?;
+    let key = match &config.tenants {
+        Some(t) if t.bearer_hash => t.hash_key.clone(),
+        _ => {
+            return Err(format!(
+                "tenant-tag: {} has no `tenants: {{bearer_hash: true}}`",
+                path.display()
+            ))
+        }
+    };
+    let key = key.ok_or_else(|| {
+        format!("tenant-tag: {} sets no tenants.hash_key: without one each process draws its own key, and a tag cannot be known beforehand", path.display())
+    })?;
+    let mut token = String::new();
+    std::io::stdin()
+        .read_line(&mut token)
+        .map_err(|e| format!("tenant-tag: reading the token from stdin: {e}"))?;
+    let tag = tokentap::tap::identity::bearer_tag(&key, token.trim())
+        .ok_or("tenant-tag: no token on stdin")?;
+    println!("{tag}");
+    Ok(())
+}
+
+/// `tokentap capture`: a capture file read once, or the interface metered until stopped.
+fn capture(args: &CaptureArgs) -> Result<(), String> {
+    let config = capture_config(args)?;
+    if let Some(file) = &args.read {
+        let read = block_on(tokentap::app::read_capture_file(&config, file))?
+            .map_err(|e| e.to_string())?;
+        let unmetered: Vec<String> = read
+            .unmetered
+            .iter()
+            .map(|(why, n)| format!("{why}={n}"))
+            .collect();
+        println!(
+            "{}: {} packets read; not metered: {}",
+            file.display(),
+            read.packets,
+            match unmetered.is_empty() {
+                true => "none".to_owned(),
+                false => unmetered.join(", "),
+            }
+        );
+        return Ok(());
+    }
+    allocator::return_freed_memory();
+    let source: tokentap::Source = {
+        let (config, interface, ports, metrics_listen) = (
+            args.config.clone(),
+            args.interface.clone(),
+            args.ports.clone(),
+            args.metrics_listen,
+        );
+        std::sync::Arc::new(move || {
+            capture_config(&CaptureArgs {
+                config: config.clone(),
+                interface: interface.clone(),
+                ports: ports.clone(),
+                metrics_listen,
+                read: None,
+            })
+        })
+    };
+    block_on(tokentap::app::run_capture(&config, source))?.map_err(|e| e.to_string())
+}
+
+/// `tokentap demo`: the scripted model server with tokentap in front of it.
+fn demo_run(demo: &DemoArgs) -> Result<(), String> {
+    let duration = demo
+        .duration
+        .as_deref()
+        .map(|d| config::parse_duration(d).map_err(|e| format!("--duration: {e}")))
+        .transpose()?;
+    let proxy = ProxyArgs {
+        config: demo.config.clone(),
+        listen: demo.listen,
+        upstream: None,
+        metrics_listen: demo.metrics_listen,
+        ui: demo.ui,
+    };
+    let config = load(&proxy, true)?;
+    allocator::return_freed_memory();
+    block_on(demo::run(config, duration))?.map_err(|e| e.to_string())
+}
+
+/// `tokentap`: the proxy, reloading its file (with the same flags over it) on SIGHUP.
+fn serve(proxy: ProxyArgs) -> Result<(), String> {
+    let config = load(&proxy, false)?;
+    allocator::return_freed_memory();
+    // A reload reads the file again with the same flags over it, as at start.
+    let ProxyArgs {
+        config: file,
+        listen,
+        upstream,
+        metrics_listen,
+        ui,
+    } = proxy;
+    let source: tokentap::Source = std::sync::Arc::new(move || {
+        let flags = ProxyArgs {
+            config: file.clone(),
+            listen,
+            upstream: upstream.clone(),
+            metrics_listen,
+            ui,
+        };
+        load(&flags, false)
+    });
+    block_on(tokentap::run(&config, source))?.map_err(|e| e.to_string())
 }

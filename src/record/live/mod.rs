@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use prometheus::proto::MetricFamily;
 use tokio::time::Instant;
 
-use crate::config::{Config, SloKind, Ui};
+use crate::config::{Config, Slo, SloKind, Ui};
 use crate::record::figure::ROWS;
 use crate::record::metrics::family::{self, Family, Kind};
 use crate::record::metrics::{Boundaries, Metrics};
@@ -204,23 +204,42 @@ impl Ring {
     }
 }
 
+/// The ceilings a request admitted now is judged by: the running tokentap's are those of the settings
+/// a request takes (`tap/context.rs`), so a reload's reach the page's next view.
+pub type CurrentSlo = Box<dyn Fn() -> Slo + Send + Sync>;
+
 /// The shared ring behind the live page, filled by [`Live::run`].
 pub struct Live {
     ring: Mutex<Ring>,
     pub ui: Ui,
-    pub slo: crate::config::Slo,
+    /// The ceilings drawn over the charts, read for each view.
+    slo: CurrentSlo,
     /// The views computing or held by connections ([`views`]).
     views: Mutex<views::Views>,
 }
 
 impl Live {
+    /// The live page of `config`, its ceilings `config.slo` until [`Live::with_ceilings`] says where
+    /// the current ones are.
     pub fn new(config: &Config) -> Self {
+        let slo = config.slo.clone();
         Live {
             ring: Mutex::new(Ring::new(config)),
             ui: config.ui.clone(),
-            slo: config.slo.clone(),
+            slo: Box::new(move || slo.clone()),
             views: Mutex::default(),
         }
+    }
+
+    /// Reads the ceilings from `current` for each view.
+    pub fn with_ceilings(mut self, current: CurrentSlo) -> Self {
+        self.slo = current;
+        self
+    }
+
+    /// The ceilings current now.
+    pub fn slo(&self) -> Slo {
+        (self.slo)()
     }
 
     pub fn ring(&self) -> MutexGuard<'_, Ring> {

@@ -25,6 +25,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::{view, Live, Ring};
+use crate::config::Slo;
 
 /// Distinct views that may be computing or held by connections at once.
 pub const VIEWS_HELD: usize = 8;
@@ -43,8 +44,15 @@ pub enum ViewError {
     ShuttingDown,
 }
 
-/// A view is the window asked for, over the ring as of its newest snapshot and its length.
-type Key = (Duration, u64, usize);
+/// A view is the window asked for, over the ring as of its newest snapshot and its length, with the
+/// ceilings current when it was asked for (a reload's are shown from the next view on).
+#[derive(Clone, PartialEq)]
+struct Key {
+    window: Duration,
+    newest: u64,
+    points: usize,
+    slo: Slo,
+}
 type Answer = Result<Bytes, ViewError>;
 
 /// One encoded view; everyone who gets it shares these bytes.
@@ -88,9 +96,13 @@ impl Views {
     }
 }
 
-fn key_of(ring: &Ring, window: Duration) -> Key {
-    let newest = ring.points.back().map_or(0, |p| p.unix_ms);
-    (window, newest, ring.points.len())
+fn key_of(ring: &Ring, window: Duration, slo: Slo) -> Key {
+    Key {
+        window,
+        newest: ring.points.back().map_or(0, |p| p.unix_ms),
+        points: ring.points.len(),
+        slo,
+    }
 }
 
 /// Removes its view's entry if it is still computing when dropped: the computation ended without an
@@ -117,7 +129,8 @@ impl Live {
     /// The JSON view over `window` (docs/live.md), encoded once per snapshot and window, off the async
     /// workers and off the ring's lock.
     pub async fn view(self: &Arc<Self>, window: Duration) -> Result<Bytes, ViewError> {
-        let key = key_of(&self.ring(), window);
+        let slo = self.slo();
+        let key = key_of(&self.ring(), window, slo);
         let the_page = window == self.ui.window;
         let places = match the_page {
             true => VIEWS_HELD,
@@ -155,7 +168,9 @@ impl Live {
     /// Starts computing the view of `key` on the blocking pool and enters it in `views`.
     fn compute(self: &Arc<Self>, views: &mut Views, key: Key) -> watch::Receiver<Option<Answer>> {
         let (tx, answer) = watch::channel(None);
-        views.entries.push((key, State::Computing(answer.clone())));
+        views
+            .entries
+            .push((key.clone(), State::Computing(answer.clone())));
         let ring = self.ring().clone();
         let computing = Computing {
             live: self.clone(),
@@ -163,8 +178,8 @@ impl Live {
         };
         tokio::task::spawn_blocking(move || {
             let live = &computing.live;
-            let window = key.0;
-            let mut shown = view::view(&ring, &live.slo, live.ui.interval, window);
+            let window = computing.key.window;
+            let mut shown = view::view(&ring, &computing.key.slo, live.ui.interval, window);
             shown.fleet = live.ui.prometheus.is_some();
             let encoded = serde_json::to_vec(&shown);
             let answer = match encoded {
@@ -173,7 +188,8 @@ impl Live {
                     json.shrink_to_fit();
                     let json = Arc::new(Encoded(json));
                     let mut views = live.views();
-                    if let Some(entry) = views.entries.iter_mut().find(|(k, _)| *k == key) {
+                    let key = &computing.key;
+                    if let Some(entry) = views.entries.iter_mut().find(|(k, _)| k == key) {
                         entry.1 = State::Held(Arc::downgrade(&json));
                     }
                     if window == live.ui.window {

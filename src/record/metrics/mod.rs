@@ -39,6 +39,7 @@ mod native;
 mod openmetrics;
 mod otlp;
 mod protobuf;
+mod purge;
 mod rebucket;
 mod reconfigure;
 mod refusals;

@@ -230,7 +230,7 @@ impl Rebucketable {
     /// Removes every series whose `label` is one of `names` (a retired model or tenant), with what it
     /// carried: if the name comes back, its series start from zero.
     pub fn purge(&self, label: &str, names: &HashSet<Arc<str>>) {
-        super::registry::purge_by(&self.current(), label, names);
+        super::purge::purge_by(&self.current(), label, names);
         let Some(i) = self.0.label_names.iter().position(|&n| n == label) else {
             return;
         };

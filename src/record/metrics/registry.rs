@@ -2,13 +2,14 @@
 //! boundaries its row names (`bound.rs`), and those labelled by model (and tenant) kept, so that a
 //! retired model or tenant value is removed from every family that has it.
 
-use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
+use prometheus::core::Collector;
 use prometheus::{HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::bound::Boundaries;
 use super::family::{Family, Kind, Label, ALL};
+use super::purge::purge_by;
 use super::rebucket::Rebucketable;
 
 /// A registered family with a `model` label, kept so that a retired model (or tenant) value is removed
@@ -207,25 +208,6 @@ impl Registered {
             match registered {
                 Labelled::Histogram(h) => h.purge(label.name(), names),
                 Labelled::Counter(c) => purge_by(c, label.name(), names),
-            }
-        }
-    }
-}
-
-/// Removes every series of `family` whose `label` is one of `names`.
-pub(super) fn purge_by<T: MetricVecBuilder>(
-    family: &MetricVec<T>, label: &str, names: &HashSet<Arc<str>>,
-) {
-    for gathered in family.collect() {
-        for metric in gathered.get_metric() {
-            let labels: HashMap<&str, &str> = metric
-                .get_label()
-                .iter()
-                .map(|pair| (pair.name(), pair.value()))
-                .collect();
-            if labels.get(label).is_some_and(|m| names.contains(*m)) {
-                // Err only when the series is already gone.
-                let _ = family.remove(&labels);
             }
         }
     }

@@ -78,6 +78,15 @@ impl TraceContext {
     pub fn traceparent(&self) -> String {
         format!("00-{}-{}-{:02x}", self.trace_id, self.span_id, self.flags)
     }
+
+    /// The same trace and parent with a span id of its own: each response of a realtime session is a
+    /// span of the trace its handshake joined, beside the others.
+    pub fn another_span(&self) -> TraceContext {
+        TraceContext {
+            span_id: ids().span_id(),
+            ..self.clone()
+        }
+    }
 }
 
 /// The trace a request with these headers joins, and the proxy span's own id.
