@@ -4,11 +4,12 @@
 # Builds the release binary and the harness, installs Debian's nginx and haproxy if missing, pins the scripted
 # upstream + load generator to one core and the proxy under test to another, and prints a Markdown table.
 #
-#   bash scripts/bench.sh                 # the full run (about 11 minutes), table on stdout
+#   bash scripts/bench.sh                 # the full run (about 14 minutes), table on stdout
 #   bash scripts/bench.sh --quick         # a small-scale smoke run (about 2 minutes)
 #   BENCH_OUT=docs/benchmark-table.md bash scripts/bench.sh   # also write the table to a file
 #
-# Extra arguments go to the harness (benches/proxy/main.rs): --reps N, --only latency,sweep,requests,memory,
+# Extra arguments go to the harness (benches/proxy/main.rs): --reps N, --only lanes,latency,sweep,requests,memory,
+# --lane-rounds N (rounds of the field's lanes, benches/proxy/lanes.rs; 7 by default),
 # --baseline PATH (a second tokentap binary measured alongside, for before/after comparisons), --logs off
 # (tokentap's request log line and nginx's access log off; on by default, nginx's buffered).
 set -euo pipefail

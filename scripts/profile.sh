@@ -10,6 +10,11 @@
 #   bash scripts/profile.sh cpu haproxy     # or through HAProxy (one process, one thread)
 #   bash scripts/profile.sh cpu hyper       # or through the stack's floor, a plain hyper proxy
 #                                           # (benches/proxy/hyper_floor.rs)
+#   bash scripts/profile.sh sched [BINARY]  # perf sched: the proxy's wake-ups and context switches per request,
+#                                           # per paced event and per connection, by thread (any anchor too)
+#   bash scripts/profile.sh trace [BINARY]  # perf trace -s: the proxy's system calls per request, event, connection
+#   bash scripts/profile.sh flame [BINARY]  # perf record -g (cpu-clock): folded stacks per workload
+#                                           # ($DIR/flame.LABEL.folded; an SVG too where inferno-flamegraph is)
 #   bash scripts/profile.sh heap [BINARY]   # heaptrack at 1,000 held-open streams: where the bytes are
 #                                           # (BINARY defaults to a build without jemalloc, in target/glibc:
 #                                           # heaptrack sees only the allocations that go through malloc)
@@ -119,6 +124,10 @@ if det:
     a = (i1 * e2 - i2 * e1) / det
     b = (r1 * i2 - r2 * i1) / det
     print(f"{label}: split: {a:,.0f} per request + {b:,.0f} per event")
+if "connections" in counts and "connections" in ir:
+    r3, _, x3 = counts["connections"]
+    print(f"{label}: TTFT probes (a fresh connection each, closed at the first frame): {r3} probes, {x3} errors")
+    print(f"{label}:   {ir['connections'] / max(r3, 1):,.0f} instructions per connection")
 PY
 }
 
@@ -135,15 +144,57 @@ for line in open(out):
         continue
     w, r, e = m[1], int(m[2]), int(m[3])
     a, b = read(f"{d}/sys.{w}.start"), read(f"{d}/sys.{w}.stop")
-    n, unit = (r, "request") if w == "requests" else (e, "event")
+    n, unit = {"requests": (r, "request"), "connections": (r, "connection")}.get(w, (e, "event"))
     figures = ", ".join(f"{k} {(b[k] - a[k]) / n:.2f}" for k in a)
     print(f"{label}: {w}: {r} requests, {e} events; per {unit}: {figures}")
 PY
 }
 
-case "$MODE" in
-cpu | sys)
-    rm -f "$DIR"/cg.* "$DIR"/sys.*
+# perf's figures per request, per paced event and per connection, from the files the hooks left.
+report_perf() {
+    python3 - "$DIR" "$2" "$1" "$MODE" <<'PY'
+import collections, re, subprocess, sys
+d, out, label, mode = sys.argv[1:5]
+for line in open(out):
+    m = re.match(r"profile (\w+) requests (\d+) events (\d+) errors (\d+)", line)
+    if not m:
+        continue
+    w, r, e = m[1], int(m[2]), int(m[3])
+    n, unit = {"requests": (r, "request"), "connections": (r, "connection")}.get(w, (e, "event"))
+    n = max(n, 1)
+    tids = set(open(f"{d}/tids.{w}").read().split())
+    if mode == "sched":
+        text = subprocess.run(["perf", "sched", "script", "-i", f"{d}/perf.{w}.data"],
+                              capture_output=True, text=True).stdout
+        wakeups, switches = collections.Counter(), collections.Counter()
+        names = {}
+        for l in text.splitlines():
+            m = re.search(r"sched_wakeup: comm=(.+?) pid=(\d+)", l) or re.search(r"sched_wakeup: (\S+?):(\d+)", l)
+            if m and m[2] in tids:
+                wakeups[m[2]] += 1
+                names[m[2]] = m[1]
+            m = re.search(r"sched_switch: prev_comm=(.+?) prev_pid=(\d+)", l) or re.search(r"sched_switch: (\S+?):(\d+) ", l)
+            if m and m[2] in tids:
+                switches[m[2]] += 1
+                names[m[2]] = m[1]
+        total_w, total_s = sum(wakeups.values()), sum(switches.values())
+        by = ", ".join(f"{names[t]} {wakeups[t] / n:.2f}/{switches[t] / n:.2f}" for t in sorted(names, key=lambda t: -switches[t]))
+        print(f"{label}: {w}: per {unit}: wake-ups {total_w / n:.2f}, context switches {total_s / n:.2f} (by thread, wake-ups/switches: {by})")
+    elif mode == "trace":
+        calls = collections.Counter()
+        for l in open(f"{d}/perf.{w}.trace"):
+            m = re.match(r"\s+(\w+)\s+(\d+)\s+\d+\s+[\d.]+", l)
+            if m:
+                calls[m[1]] += int(m[2])
+        total = sum(calls.values())
+        top = ", ".join(f"{k} {v / n:.2f}" for k, v in calls.most_common(12))
+        print(f"{label}: {w}: per {unit}: {total / n:.2f} system calls ({top})")
+PY
+}
+
+# The proxy profiled (tokentap, an anchor or the floor), started by the harness through a wrapper that
+# notes its pid: WRAP, PROG, LABEL and the harness's TARGET arguments.
+profiled() {
     WRAP="$DIR/wrap.sh"
     PROG=${NGINX:-$BINARY}
     LABEL=${ANCHOR:-$(basename "$PROG")}
@@ -152,6 +203,53 @@ cpu | sys)
     else
         TARGET=(--tokentap "$WRAP" --profile tokentap)
     fi
+}
+
+case "$MODE" in
+sched | trace | flame)
+    rm -f "$DIR"/perf.* "$DIR"/tids.* "$DIR"/flame.*
+    profiled
+    printf '#!/bin/sh\necho $$ > "%s/pid"\nexec "%s" "$@"\n' "$DIR" "$PROG" >"$WRAP"
+    chmod +x "$WRAP"
+    case "$MODE" in
+    sched) RECORD="perf sched record -p \$p -o $DIR/perf.\$BENCH_PROFILE_LABEL.data" ;;
+    trace) RECORD="perf trace -s -p \$p -o $DIR/perf.\$BENCH_PROFILE_LABEL.trace" ;;
+    flame) RECORD="perf record -e cpu-clock -F 20000 -g -p \$p -o $DIR/perf.\$BENCH_PROFILE_LABEL.data" ;;
+    esac
+    # perf attaches to the proxy before a workload (a second to be ready) and is stopped (SIGINT) after it.
+    export BENCH_PROFILE_START="p=\$(cat $DIR/pid); ls /proc/\$p/task > $DIR/tids.\$BENCH_PROFILE_LABEL; $RECORD >/dev/null 2>&1 & echo \$! > $DIR/perf.pid; sleep 1"
+    export BENCH_PROFILE_STOP="kill -INT \$(cat $DIR/perf.pid); sleep 2"
+    nice -n 5 "${PIN[@]}" "$HARNESS" "${TARGET[@]}" "${PROXY_CPU[@]}" --profile-secs "$SECS" | tee "$DIR/counts.txt"
+    sleep 2
+    if [ "$MODE" = flame ]; then
+        for w in requests chunks connections; do
+            perf script -i "$DIR/perf.$w.data" 2>/dev/null | python3 -c '
+import collections, sys
+stacks, frames = collections.Counter(), []
+for line in sys.stdin:
+    line = line.rstrip()
+    if not line:
+        if frames:
+            stacks[";".join(reversed(frames))] += 1
+        frames = []
+    elif line.startswith(("\t", " ")):
+        name = line.split(None, 1)[1].rsplit(" (", 1)[0] if len(line.split(None, 1)) > 1 else "?"
+        frames.append(name.split("+0x")[0])
+for stack, n in stacks.most_common():
+    print(stack, n)
+' >"$DIR/flame.$w.folded"
+            if command -v inferno-flamegraph >/dev/null; then
+                inferno-flamegraph <"$DIR/flame.$w.folded" >"$DIR/flame.$w.svg"
+            fi
+        done
+        echo "folded stacks: $DIR/flame.{requests,chunks,connections}.folded"
+    else
+        report_perf "$LABEL" "$DIR/counts.txt"
+    fi
+    ;;
+cpu | sys)
+    rm -f "$DIR"/cg.* "$DIR"/sys.*
+    profiled
     if [ "$MODE" = cpu ]; then
         printf '#!/bin/sh\necho $$ > "%s/pid"\nexec valgrind --tool=callgrind --callgrind-out-file="%s/cg.%%p.out" "%s" "$@" 2>>"%s/valgrind.log"\n' \
             "$DIR" "$DIR" "$PROG" "$DIR" >"$WRAP"
@@ -201,7 +299,7 @@ rss)
         | grep -A2 '^| proxy'
     ;;
 *)
-    echo "usage: $0 cpu|sys|heap|rss [BINARY|nginx]" >&2
+    echo "usage: $0 cpu|sys|sched|trace|flame|heap|rss|micro [BINARY|nginx|haproxy|hyper]" >&2
     exit 2
     ;;
 esac

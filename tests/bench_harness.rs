@@ -6,6 +6,10 @@
 
 #[path = "../benches/proxy/hyper_floor.rs"]
 mod hyper_floor;
+#[path = "../benches/proxy/lane_table.rs"]
+mod lane_table;
+#[path = "../benches/proxy/lanes.rs"]
+mod lanes;
 #[path = "../benches/proxy/load.rs"]
 mod load;
 #[path = "../benches/proxy/ratios.rs"]
@@ -55,8 +59,8 @@ async fn run(kind: Kind, target: SocketAddr) -> Run {
     }
 }
 
-#[tokio::test]
-async fn harness_streams_direct_through_tokentap_and_through_the_floor_and_renders_a_table() {
+/// The scripted upstream, and tokentap in-process in front of it on its defaults.
+async fn upstream_and_tokentap() -> (SocketAddr, tokentap::Running) {
     let upstream = upstream::spawn().await.expect("scripted upstream");
     let config = tokentap::Config {
         listen: "127.0.0.1:0".parse().expect("addr"),
@@ -65,6 +69,12 @@ async fn harness_streams_direct_through_tokentap_and_through_the_floor_and_rende
         ..tokentap::Config::default()
     };
     let proxy = tokentap::start(&config).await.expect("tokentap starts");
+    (upstream, proxy)
+}
+
+#[tokio::test]
+async fn harness_streams_direct_through_tokentap_and_through_the_floor_and_renders_a_table() {
+    let (upstream, proxy) = upstream_and_tokentap().await;
     // The stack's floor, a plain hyper proxy, served on this runtime.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -131,6 +141,65 @@ async fn harness_streams_direct_through_tokentap_and_through_the_floor_and_rende
     // The wire's side, socket to socket: the clients' sockets gave their receive timestamps.
     let wire = own.split('|').nth(4).unwrap_or_default();
     assert!(wire.trim().ends_with("µs"), "{own}");
+}
+
+/// The field's lanes (benches/proxy/lanes.rs) at a tiny scale, direct and through tokentap: every probe,
+/// request and paced delta is counted, and the table has its rows and issue 53's target rows.
+#[tokio::test]
+async fn lanes_probe_fresh_connections_time_a_window_and_paced_frames_and_render_a_table() {
+    let (upstream, proxy) = upstream_and_tokentap().await;
+    let sizes = lanes::Sizes {
+        probes: 3,
+        requests: 4,
+        streams: 1,
+    };
+    let accepted = upstream::accepted();
+    let kinds = [Kind::Direct, Kind::Tokentap, Kind::Nginx];
+    // "nginx" is tokentap again here: the table's target rows need an nginx to compare with.
+    let addr = |k: Kind| {
+        if k == Kind::Direct {
+            upstream
+        } else {
+            proxy.proxy_addr()
+        }
+    };
+    let rounds = lanes::rounds(&kinds, addr, 1, sizes, |_| {}).await;
+    for (kind, run) in rounds.iter().flatten() {
+        assert_eq!(run.errors, 0, "{}: {:?}", kind.name(), run.first_error);
+        assert_eq!(run.ttft_ns.len(), 3, "{}", kind.name());
+        assert_eq!(run.request_ns.len(), 4, "{}", kind.name());
+        assert_eq!(
+            run.frame_ns.len(),
+            lanes::PACED.tokens as usize,
+            "{}",
+            kind.name()
+        );
+    }
+    // Each probe is a fresh connection, and through the proxy it makes a fresh upstream one too.
+    assert!(
+        upstream::accepted() - accepted >= 3 * 3,
+        "{}",
+        upstream::accepted()
+    );
+    let exposition = target::scrape(proxy.metrics_addr()).await.expect("scrape");
+    let ttft = stats::buckets(&exposition, family::TTFT.name);
+    assert!(ttft
+        .last()
+        .is_some_and(|(le, n)| le.is_infinite() && *n >= 2.0));
+
+    let mut report = Report::new(1, false);
+    report.lanes = Some(lane_table::LaneTable { sizes, rounds });
+    let table = report.render();
+    println!("{table}");
+    assert!(
+        table.contains("| direct |") && table.contains("| tokentap |"),
+        "{table}"
+    );
+    assert!(table.contains("| tokentap | added TTFT p99 |"), "{table}");
+    assert!(
+        table.contains("| tokentap | paced frame p50 on the wire |"),
+        "{table}"
+    );
 }
 
 #[test]

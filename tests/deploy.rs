@@ -728,3 +728,37 @@ fn the_capture_sidecar_reads_the_servers_port_with_only_net_raw() {
         "{file}: clients reach the server itself"
     );
 }
+
+/// The gateway definition for the public benchmark (deploy/benchmarking/tokentap): its config template,
+/// with the harness's ports filled in, is a config tokentap takes, listening where the harness drives it
+/// and forwarding to the mock; the launch runs the binary its build step puts in place, on that config.
+#[test]
+fn the_public_benchmarks_gateway_definition_fits_tokentap() {
+    let dir = "deploy/benchmarking/tokentap";
+    let template = read(&format!("{dir}/config.gen.yaml.tmpl"));
+    let text = template
+        .replace("{GW_PORT}", "8080")
+        .replace("{MOCK_PORT}", "9000");
+    let config = tokentap::Config::from_yaml_str(&text)
+        .unwrap_or_else(|e| panic!("{dir}/config.gen.yaml.tmpl: {e}"));
+    assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(config.upstream.to_string(), "http://127.0.0.1:9000/");
+    assert!(config.metrics_listen.ip().is_loopback());
+
+    let definition: Json = serde_json::from_str(&read(&format!("{dir}/definition.json")))
+        .unwrap_or_else(|e| panic!("{dir}/definition.json: {e}"));
+    assert_eq!(definition["port"], 8080);
+    assert_eq!(definition["path"], "/v1/chat/completions");
+    let files = definition["config_files"].as_array().expect("config_files");
+    assert!(files
+        .iter()
+        .any(|f| f["template"] == "config.gen.yaml.tmpl" && f["output"] == "config.gen.yaml"));
+    let launch = &definition["launch"];
+    assert_eq!(launch["binary"][0], "bin/tokentap");
+    assert_eq!(launch["args"][1], "{GW_DIR}/config.gen.yaml");
+    let build = read(&format!(
+        "{dir}/{}",
+        launch["build"].as_str().expect("launch.build")
+    ));
+    assert!(build.contains(r#"cp "$SRC/target/release/tokentap" "$GW_DIR/bin/tokentap""#));
+}

@@ -135,7 +135,7 @@ pub async fn connect(target: SocketAddr) -> Result<SendRequest<Full<Bytes>>, Str
 }
 
 /// A connection as [`connect`], and when the bytes of its last read reached its socket.
-async fn connect_stamped(
+pub async fn connect_stamped(
     target: SocketAddr,
 ) -> Result<(SendRequest<Full<Bytes>>, Arc<Arrival>), String> {
     let stream = TcpStream::connect(target)
@@ -307,7 +307,7 @@ async fn stream_once(
     Ok(())
 }
 
-fn sent_ns(event: &[u8]) -> Option<u64> {
+pub fn sent_ns(event: &[u8]) -> Option<u64> {
     const KEY: &[u8] = b"\"bench_sent_ns\":";
     let at = memchr::memmem::rfind(event, KEY)? + KEY.len();
     let digits = event[at..].iter().take_while(|b| b.is_ascii_digit());

@@ -7,8 +7,11 @@
 //! table on stdout. `scripts/bench.sh` builds everything, pins the cores and runs it.
 //!
 //! Usage: `proxy --tokentap PATH [--nginx PATH] [--haproxy PATH] [--hyper WRAPPER] [--baseline PATH] [--proxy-cpu N] [--reps N] [--quick] [--out FILE]
-//! [--only latency,sweep,requests,memory] [--memory-steps 100,1000] [--logs on|off] [--baseline-records stalled]
-//! [--profile tokentap|nginx|haproxy|hyper [--profile-secs S]]`
+//! [--only lanes,latency,sweep,requests,memory] [--lane-rounds N] [--memory-steps 100,1000] [--logs on|off]
+//! [--baseline-records stalled] [--profile tokentap|nginx|haproxy|hyper [--profile-secs S]]`
+//!
+//! The first phase is the field's own yardstick ([`lanes`]): TTFT probes on fresh connections, a
+//! keep-alive window at c=1 and paced frames timed on the wire, `--lane-rounds` interleaved rounds.
 //!
 //! Beside the anchors runs the stack's floor (`hyper_floor.rs`: this binary as a plain hyper proxy), so
 //! the report splits what tokentap costs beyond nginx into the stack's part and tokentap's own.
@@ -21,7 +24,10 @@
 //! around the proxy (see [`profile`] and `scripts/profile.sh`).
 #![forbid(unsafe_code)]
 
+mod args;
 mod hyper_floor;
+mod lane_table;
+mod lanes;
 mod load;
 mod profile;
 mod ratios;
@@ -38,133 +44,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use args::{parse_args, Args};
 use report::{Accuracy, LatencyRow, MemoryRow, Report, Run};
 use target::{Kind, Proxy, Setup};
 use upstream::{now_ns, Script};
-
-#[derive(Debug, Clone)]
-struct Args {
-    setup: Setup,
-    reps: usize,
-    quick: bool,
-    out: Option<PathBuf>,
-    /// Only these phases (latency, sweep, requests, memory); all when empty.
-    only: Vec<String>,
-    /// Streams held open at each step of the memory phase, instead of the default steps.
-    memory_steps: Vec<usize>,
-    /// Fixed work for a profiler around this proxy instead of the timed phases.
-    profile: Option<Kind>,
-    profile_secs: f64,
-}
-
-impl Args {
-    fn runs(&self, phase: &str) -> bool {
-        self.only.is_empty() || self.only.iter().any(|p| p == phase)
-    }
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut tokentap = None;
-    let mut nginx = None;
-    let mut haproxy = None;
-    let mut hyper = None;
-    let mut baseline = None;
-    let mut proxy_cpu = None;
-    let mut reps = 3;
-    let mut quick = false;
-    let mut out = None;
-    let mut only = Vec::new();
-    let mut memory_steps = Vec::new();
-    let mut profile = None;
-    let mut profile_secs = 10.0;
-    let mut logs = true;
-    let mut baseline_records = false;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
-        match arg.as_str() {
-            "--tokentap" => tokentap = Some(PathBuf::from(value("--tokentap")?)),
-            "--nginx" => nginx = Some(PathBuf::from(value("--nginx")?)),
-            "--haproxy" => haproxy = Some(PathBuf::from(value("--haproxy")?)),
-            "--hyper" => hyper = Some(PathBuf::from(value("--hyper")?)),
-            "--baseline" => baseline = Some(PathBuf::from(value("--baseline")?)),
-            "--proxy-cpu" => {
-                proxy_cpu = Some(value("--proxy-cpu")?.parse().map_err(|e| format!("{e}"))?)
-            }
-            "--reps" => reps = value("--reps")?.parse().map_err(|e| format!("{e}"))?,
-            "--out" => out = Some(PathBuf::from(value("--out")?)),
-            "--quick" => quick = true,
-            "--only" => only = value("--only")?.split(',').map(str::to_owned).collect(),
-            "--memory-steps" => {
-                memory_steps = value("--memory-steps")?
-                    .split(',')
-                    .map(|n| {
-                        n.parse::<usize>()
-                            .map_err(|e| format!("--memory-steps: {e}"))
-                    })
-                    .collect::<Result<_, _>>()?
-            }
-            "--profile" => {
-                profile = Some(match value("--profile")?.as_str() {
-                    "tokentap" => Kind::Tokentap,
-                    "nginx" => Kind::Nginx,
-                    "haproxy" => Kind::Haproxy,
-                    "hyper" => Kind::Hyper,
-                    other => {
-                        return Err(format!(
-                            "--profile {other}: tokentap, nginx, haproxy or hyper"
-                        ))
-                    }
-                })
-            }
-            "--profile-secs" => {
-                profile_secs = value("--profile-secs")?
-                    .parse()
-                    .map_err(|e| format!("--profile-secs: {e}"))?
-            }
-            "--logs" => {
-                logs = match value("--logs")?.as_str() {
-                    "on" => true,
-                    "off" => false,
-                    other => return Err(format!("--logs {other}: on or off")),
-                }
-            }
-            "--baseline-records" => {
-                baseline_records = match value("--baseline-records")?.as_str() {
-                    "stalled" => true,
-                    "off" => false,
-                    other => return Err(format!("--baseline-records {other}: stalled or off")),
-                }
-            }
-            "--bench" => {} // added by `cargo bench`
-            other => return Err(format!("unknown argument {other}")),
-        }
-    }
-    let tokentap = tokentap.ok_or("--tokentap PATH is required")?;
-    let dir = std::env::temp_dir().join(format!("tokentap-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    Ok(Args {
-        setup: Setup {
-            tokentap,
-            baseline,
-            nginx,
-            haproxy,
-            hyper,
-            proxy_cpu,
-            dir,
-            nginx_single: profile == Some(Kind::Nginx),
-            logs,
-            baseline_records,
-        },
-        reps: reps.max(1),
-        quick,
-        out,
-        only,
-        memory_steps,
-        profile,
-        profile_secs,
-    })
-}
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
@@ -383,6 +266,20 @@ async fn bench(args: &Args) -> Result<Report, String> {
     latency_kinds.push(Kind::Relay);
     let mut report = Report::new(args.reps, args.setup.proxy_cpu.is_some());
     let secs = |full: f64, small: f64| Duration::from_secs_f64(if quick { small } else { full });
+
+    // 0. The field's lanes: TTFT on fresh connections, keep-alive c=1, paced frames on the wire.
+    if args.runs("lanes") {
+        let sizes = lanes::Sizes::new(quick);
+        let rounds = lanes::rounds(
+            &kinds,
+            |k| targets.addr(k),
+            args.lane_rounds,
+            sizes,
+            progress,
+        )
+        .await;
+        report.lanes = Some(lane_table::LaneTable { sizes, rounds });
+    }
 
     // 1. Added latency at a steady, realistic load: 48 tokens at 20 tokens/s after a 50 ms prefill.
     let script = Script {

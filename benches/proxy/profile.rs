@@ -5,13 +5,20 @@
 //!
 //! Every stream of a workload starts after the start hook and ends before the stop hook: the load runs
 //! to its end (no stream is cut) before the stop hook runs.
+//!
+//! The last workload is the field's TTFT probe (`lanes.rs`) [`PROBES`] times: a fresh connection each,
+//! closed at the first frame, so its figures are a connection's whole cost (accept, the upstream
+//! connect, the request, its end when the client leaves).
 
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::load;
 use crate::upstream::Script;
+use crate::{lanes, load};
+
+/// TTFT probes in the `connections` workload.
+const PROBES: u64 = 200;
 
 /// One workload: its name (passed to the hooks as `BENCH_PROFILE_LABEL`), its users and script.
 struct Workload {
@@ -97,5 +104,18 @@ pub async fn run(proxy: SocketAddr, secs: f64) -> Result<(), String> {
             w.label, samples.requests_ok, events, samples.errors
         );
     }
+    hook("BENCH_PROFILE_START", "connections")?;
+    let mut errors = 0;
+    for _ in 0..PROBES {
+        if lanes::probe(proxy).await.is_err() {
+            errors += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The last probe's end (the client left mid-stream) is part of its cost.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    hook("BENCH_PROFILE_STOP", "connections")?;
+    let ok = PROBES - errors;
+    println!("profile connections requests {ok} events {ok} errors {errors}");
     Ok(())
 }

@@ -191,6 +191,8 @@ pub struct Report {
     pub sweep: Vec<LatencyRow>,
     pub requests: Option<LatencyRow>,
     pub memory: Vec<MemoryRow>,
+    /// The field's lanes (`lanes.rs`, `lane_table.rs`).
+    pub lanes: Option<crate::lane_table::LaneTable>,
 }
 
 fn us(v: Option<f64>) -> String {
@@ -222,6 +224,7 @@ impl Report {
             sweep: Vec::new(),
             requests: None,
             memory: Vec::new(),
+            lanes: None,
         }
     }
 
@@ -236,6 +239,9 @@ impl Report {
             if self.pinned { "pinned to its own core, upstream + load generator to the other" } else { "not pinned" }
         );
         crate::ratios::render(&mut o, self);
+        if let Some(lanes) = &self.lanes {
+            lanes.render(&mut o);
+        }
         for row in &self.latency {
             self.render_latency(&mut o, row);
         }

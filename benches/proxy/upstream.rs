@@ -6,7 +6,8 @@
 //! send time is exact.
 //!
 //! The script comes with each request, in headers every proxy passes on: `x-bench-tokens`,
-//! `x-bench-gap-us`, `x-bench-prefill-us`.
+//! `x-bench-gap-us`, `x-bench-prefill-us`; `x-bench-json: 1` asks for one whole JSON chat completion
+//! instead of a stream (the keep-alive lane of `lanes.rs`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -14,7 +15,8 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue};
 use tokentap::scripted::{
-    chunk, framed, last_chunk, Chunks, Make, RecordedRequest, Scripted, Step, Upstream, DONE,
+    chunk, framed, json_response, last_chunk, Chunks, Make, RecordedRequest, Scripted, Step,
+    Upstream, DONE,
 };
 
 static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
@@ -103,6 +105,13 @@ fn answer(request: &RecordedRequest) -> Vec<Step> {
     let recv_ns = now_ns();
     let script = Script::from_request(request);
     let id = format!("chatcmpl-{recv_ns:016x}");
+    if request
+        .header("x-bench-json")
+        .first()
+        .is_some_and(|v| v == "1")
+    {
+        return vec![json_response(200, "OK", &completion(&id, script.tokens))];
+    }
     let head = format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nx-bench-recv-ns: {recv_ns}\r\ntransfer-encoding: chunked\r\n\r\n");
     let mut steps = vec![
         Step::Raw(head.into_bytes()),
@@ -143,4 +152,15 @@ fn answer(request: &RecordedRequest) -> Vec<Step> {
     steps.push(chunk(DONE.as_bytes()));
     steps.push(last_chunk());
     steps
+}
+
+/// A whole chat completion of `tokens` words, as a non-streaming answer carries it.
+fn completion(id: &str, tokens: u32) -> String {
+    let text: String = (0..tokens as usize)
+        .map(|i| WORDS[i % WORDS.len()])
+        .collect();
+    format!(
+        r#"{{"id":"{id}","object":"chat.completion","created":1700000000,"model":"{MODEL}","choices":[{{"index":0,"message":{{"role":"assistant","content":"{text}"}},"logprobs":null,"finish_reason":"length"}}],"usage":{{"prompt_tokens":24,"total_tokens":{},"completion_tokens":{tokens}}}}}"#,
+        24 + tokens
+    )
 }

@@ -222,8 +222,11 @@ impl ServeProxy {
             };
             let open: Counted = this.port.connections.enter();
             let this = this.clone();
+            // The connection's state (hyper's connection, its buffers, the request slot) boxed once:
+            // inline it made the task several KiB that tokio moved whole at spawn and at each change
+            // of the task's stage, a few thousand instructions of copying per connection.
             tokio::spawn(async move {
-                this.serve(stream, activity).await;
+                Box::pin(this.serve(stream, activity)).await;
                 drop((open, place));
             });
         }
