@@ -373,6 +373,11 @@ fn check_config_refuses_what_start_refuses_in_starts_words_on_the_keys_line() {
     ];
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     for (name, yaml, line) in cases {
+        // Without the `tokenizer` feature a tokenizer file is refused as the file is read (the build has
+        // no tokenizers: `check_config`'s other tests hold that), before the plan it is here to show.
+        if name == "tokenizer.yaml" && cfg!(not(feature = "tokenizer")) {
+            continue;
+        }
         let path = scratch.write(name, &format!("{head}{yaml}"));
         let config = tokentap::Config::load(&path).expect("a valid file");
         let started = runtime.block_on(tokentap::start(&config));
