@@ -19,6 +19,8 @@ mod cursor;
 mod escape;
 mod fields;
 mod push;
+#[cfg(test)]
+pub(in crate::decode) use push::tests::edited;
 
 pub(in crate::decode) use cursor::{once, Cursor, Seen};
 pub(in crate::decode) use escape::Str;

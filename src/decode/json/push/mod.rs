@@ -478,4 +478,4 @@ impl Push {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
